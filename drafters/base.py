@@ -1,0 +1,83 @@
+"""What every drafter declares: its typed config, its vLLM translation, its limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from evals.errors import ConfigError
+
+# vLLM's rejection sampler handles at most this many draft tokens per step
+# (vllm/v1/sample/rejection_sampler.py, MAX_SPEC_LEN).
+VLLM_MAX_SPEC_LEN = 128
+
+
+@dataclass
+class DrafterConfig:
+    """Hydra schema shared by all drafters; `name` selects the registered class."""
+
+    name: str = "none"
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """The parts of a checkpoint's config.json that drafters check against."""
+
+    path: str
+    architectures: tuple[str, ...]
+    vocab_size: int | None
+    hidden_size: int | None
+    num_hidden_layers: int | None
+    raw: dict[str, Any]
+
+    @classmethod
+    def from_config(cls, path: str, config: dict[str, Any]) -> "ModelFacts":
+        text = config.get("text_config") or config
+        return cls(
+            path=path,
+            architectures=tuple(config.get("architectures") or ()),
+            vocab_size=text.get("vocab_size"),
+            hidden_size=text.get("hidden_size"),
+            num_hidden_layers=text.get("num_hidden_layers"),
+            raw=config,
+        )
+
+
+class Drafter:
+    """Base class; one subclass per mechanism, registered in drafters/__init__.py.
+
+    Subclasses set the class attributes and override `speculative_config`, and
+    `max_d` / `validate` where the mechanism has limits of its own.
+    """
+
+    name: ClassVar[str]
+    config_class: ClassVar[type[DrafterConfig]]
+    needs_checkpoint: ClassVar[bool] = False
+    # "serial" (D draft passes), "one_pass" (D tokens in one pass), "lookup", "none"
+    draft_passes: ClassVar[str] = "none"
+
+    def __init__(self, cfg: DrafterConfig) -> None:
+        self.cfg = cfg
+
+    @property
+    def speculative(self) -> bool:
+        return True
+
+    def speculative_config(self, d: int) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def max_d(self) -> int:
+        return VLLM_MAX_SPEC_LEN
+
+    def checkpoint(self) -> str | None:
+        """The draft checkpoint reference (path or hub id), for drafters that have one."""
+        return None
+
+    def validate(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
+        """Raise ConfigError for settings vLLM would reject or silently mis-measure."""
+        limit = self.max_d()
+        if d > limit:
+            raise ConfigError(
+                f"d={d} is above what drafter={self.name} allows (at most {limit}); "
+                f"choose d in 1..{limit}."
+            )

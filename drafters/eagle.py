@@ -1,0 +1,43 @@
+"""EAGLE (and EAGLE-3) heads: a small head on the target's hidden states, run D times per step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from drafters.base import ModelFacts
+from drafters.checkpoint import CheckpointDrafter, CheckpointDrafterConfig
+from evals.errors import ConfigError
+
+
+@dataclass
+class EagleConfig(CheckpointDrafterConfig):
+    name: str = "eagle"
+
+
+class Eagle(CheckpointDrafter):
+    name = "eagle"
+    config_class = EagleConfig
+    draft_passes = "serial"
+    vllm_method = "eagle"
+
+    def validate(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
+        super().validate(d, target, draft)
+        assert draft is not None
+        # The head consumes the target's hidden states, so the widths must agree.
+        if draft.hidden_size != target.hidden_size:
+            raise ConfigError(
+                f"drafter.model={draft.path} has hidden_size={draft.hidden_size} but "
+                f"target.model={target.path} has hidden_size={target.hidden_size}; "
+                f"a drafter={self.name} head must be trained for this target."
+            )
+
+
+@dataclass
+class Eagle3Config(CheckpointDrafterConfig):
+    name: str = "eagle3"
+
+
+class Eagle3(Eagle):
+    name = "eagle3"
+    config_class = Eagle3Config
+    vllm_method = "eagle3"

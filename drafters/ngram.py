@@ -1,0 +1,39 @@
+"""Prompt-lookup (n-gram) drafting: proposes the continuation of the last matching n-gram."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from drafters.base import Drafter, DrafterConfig, ModelFacts
+from evals.errors import ConfigError
+
+
+@dataclass
+class NgramConfig(DrafterConfig):
+    name: str = "ngram"
+    prompt_lookup_min: int = 2
+    prompt_lookup_max: int = 5
+
+
+class Ngram(Drafter):
+    name = "ngram"
+    config_class = NgramConfig
+    draft_passes = "lookup"
+
+    def speculative_config(self, d: int) -> dict[str, Any]:
+        return {
+            "method": "ngram",
+            "num_speculative_tokens": d,
+            "prompt_lookup_min": self.cfg.prompt_lookup_min,
+            "prompt_lookup_max": self.cfg.prompt_lookup_max,
+        }
+
+    def validate(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
+        super().validate(d, target, draft)
+        lo, hi = self.cfg.prompt_lookup_min, self.cfg.prompt_lookup_max
+        if lo < 1 or hi < lo:
+            raise ConfigError(
+                f"drafter.prompt_lookup_min={lo}, drafter.prompt_lookup_max={hi}: "
+                "need 1 <= prompt_lookup_min <= prompt_lookup_max."
+            )

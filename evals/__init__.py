@@ -1,0 +1,1 @@
+"""speclens evaluation helpers."""

@@ -1,0 +1,89 @@
+"""Typed Hydra schema: every YAML in conf/ extends one of these dataclasses.
+
+A typo in a key fails when the config is composed, before any engine starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING, OmegaConf
+
+from drafters import REGISTRY as DRAFTERS
+
+
+@dataclass
+class TargetConfig:
+    name: str = "custom"
+    # Local folder or hub id.
+    model: str = MISSING
+    # Key of a target speclens builds itself when `model` points at its cache folder.
+    embedded: str | None = None
+
+
+@dataclass
+class DatasetConfig:
+    name: str = MISSING
+    path: str | None = None
+    # A deterministic, seeded subset of this many prompts (all prompts when null).
+    num_requests: int | None = None
+
+
+@dataclass
+class SamplingConfig:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 128
+
+
+@dataclass
+class EngineConfig:
+    max_model_len: int = 4096
+    dtype: str = "bfloat16"
+    enforce_eager: bool = True
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int | None = None
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    # VLLM_CPU_KVCACHE_SPACE in GiB (CPU builds only; start-up fails without it).
+    cpu_kvcache_space_gib: int = 4
+    gpu_memory_utilization: float = 0.9
+    # Any other vLLM engine argument, passed through unchanged.
+    extra_args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunConfig:
+    target: TargetConfig = MISSING
+    # One of the drafter schemas registered below (drafters/<name>.py).
+    drafter: Any = MISSING
+    dataset: DatasetConfig = MISSING
+    sampling: SamplingConfig = MISSING
+    engine: EngineConfig = MISSING
+    d: int = 3
+    seed: int = 0
+    # Also run without speculation: lossless check and measured speedup.
+    baseline: bool = False
+
+
+def cache_path(relative: str = "") -> str:
+    from evals.assets import cache_dir
+
+    return str(cache_dir() / relative)
+
+
+def register_configs() -> None:
+    """Register the schemas with Hydra's ConfigStore (idempotent)."""
+    from hydra.core.config_store import ConfigStore
+
+    if not OmegaConf.has_resolver("speclens_cache"):
+        OmegaConf.register_new_resolver("speclens_cache", cache_path)
+    cs = ConfigStore.instance()
+    cs.store(name="schema_run", node=RunConfig)
+    cs.store(group="target", name="schema_target", node=TargetConfig)
+    cs.store(group="dataset", name="schema_dataset", node=DatasetConfig)
+    cs.store(group="sampling", name="schema_sampling", node=SamplingConfig)
+    cs.store(group="engine", name="schema_engine", node=EngineConfig)
+    for name, cls in DRAFTERS.items():
+        cs.store(group="drafter", name=f"schema_{name}", node=cls.config_class)

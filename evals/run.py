@@ -1,0 +1,106 @@
+"""`python -m evals.run drafter=<name> d=<D> [key=value ...]`: measure acceptance in vLLM.
+
+Outputs go to Hydra's run dir: stamp.json (first), steps.parquet, requests.parquet,
+outputs.jsonl, and summary.json (last; a run dir without it is incomplete).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+
+from evals.config import EngineConfig, RunConfig, register_configs
+from evals.errors import SpeclensError
+
+register_configs()
+
+
+def engine_args(engine: EngineConfig, seed: int) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "max_model_len": engine.max_model_len,
+        "dtype": engine.dtype,
+        "enforce_eager": engine.enforce_eager,
+        "max_num_seqs": engine.max_num_seqs,
+        "tensor_parallel_size": engine.tensor_parallel_size,
+        "pipeline_parallel_size": engine.pipeline_parallel_size,
+        "gpu_memory_utilization": engine.gpu_memory_utilization,
+        "seed": seed,
+    }
+    if engine.max_num_batched_tokens is not None:
+        args["max_num_batched_tokens"] = engine.max_num_batched_tokens
+    return args | dict(engine.extra_args)
+
+
+def vllm_factory(plan, spec):
+    from runners.vllm_engine import VllmEngine
+
+    cfg = plan.config
+    return VllmEngine(
+        model=str(plan.target_dir),
+        speculative_config=spec,
+        engine_args=engine_args(cfg.engine, cfg.seed),
+        cpu_kvcache_space_gib=cfg.engine.cpu_kvcache_space_gib,
+    )
+
+
+class TqdmProgress:
+    """Output tokens generated so far, on stderr, while the engine runs."""
+
+    def __init__(self, label: str) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(desc=f"{label} generation", unit="tok", file=sys.stderr, dynamic_ncols=True, mininterval=1.0)
+
+    def __call__(self, tokens: int) -> None:
+        self.bar.update(tokens)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def to_run_config(cfg: DictConfig) -> RunConfig:
+    try:
+        return OmegaConf.to_object(cfg)
+    except MissingMandatoryValue as exc:
+        raise SpeclensError(f"{exc.full_key} has no value; set {exc.full_key}=<value> on the command line.") from None
+    except OmegaConfBaseException as exc:
+        raise SpeclensError(f"invalid configuration: {exc}") from None
+
+
+def run(
+    cfg: DictConfig, out_dir: Path, factory=vllm_factory, progress=TqdmProgress, encoder_factory=None
+) -> dict[str, Any]:
+    """Plan, measure, print the table. Tests pass a fake engine factory and encoder."""
+    from evals.measure import execute
+    from evals.plan import make_plan
+    from reports.table import result_table
+
+    plan = make_plan(to_run_config(cfg), encoder_factory)
+    summary = execute(plan, out_dir, factory, progress)
+    print(result_table(summary))
+    print(f"results: {out_dir}")
+    return summary
+
+
+@hydra.main(version_base=None, config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    from runners.vllm_engine import set_process_env
+
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    set_process_env(cfg.engine.cpu_kvcache_space_gib)
+    try:
+        run(cfg, out_dir)
+    except SpeclensError as exc:
+        print(f"speclens: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

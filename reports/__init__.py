@@ -1,0 +1,1 @@
+"""Reports derived from run records: tables, curves, rankings, plots."""

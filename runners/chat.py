@@ -1,0 +1,27 @@
+"""Chat-templated prompt token ids from the target's own tokenizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+
+class ChatTokenizer:
+    def __init__(self, model_dir: Path) -> None:
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self.has_template = bool(getattr(self.tokenizer, "chat_template", None))
+
+    def chat_token_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        if self.has_template:
+            text = self.tokenizer.apply_chat_template(
+                list(messages), tokenize=False, add_generation_prompt=True
+            )
+            return list(self.tokenizer.encode(text, add_special_tokens=False))
+        # Base models without a template: the turns as plain text, one per paragraph.
+        text = "\n\n".join(m["content"] for m in messages)
+        return list(self.tokenizer.encode(text))
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)

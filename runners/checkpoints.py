@@ -1,0 +1,74 @@
+"""Checkpoint references (local folder or hub id): resolve, read config.json, fingerprint."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from evals.errors import ConfigError
+
+# Files that define what a checkpoint computes; their contents go into its fingerprint.
+FINGERPRINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".json", ".model", ".txt", ".gguf")
+
+
+def resolve(ref: str, key: str) -> Path:
+    """A local folder holding config.json for `ref`; hub ids come from the local HF cache
+    or, where the hub is reachable, are downloaded there. `key` names the config key in errors."""
+    path = Path(ref).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"{key}={ref}: the folder has no config.json, so it is not a model checkpoint.")
+        return path
+    if path.exists() or ref.startswith(("/", ".", "~")) or ref.count("/") != 1:
+        raise ConfigError(f"{key}={ref}: no such checkpoint folder (expected a local folder or a hub id org/name).")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(ref, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt"]))
+    except Exception as exc:  # offline, gated, missing: all mean "not loadable here"
+        raise ConfigError(
+            f"{key}={ref}: not a local folder, and the Hugging Face hub could not provide it "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). "
+            f"Download it where the hub is reachable and set {key}=<local folder>."
+        ) from None
+
+
+def read_config(path: Path, key: str) -> dict[str, Any]:
+    try:
+        return json.loads((path / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{key}={path}: config.json is unreadable ({exc}).") from None
+
+
+def fingerprint(path: Path) -> str:
+    """sha256 over the names and contents of the checkpoint's files.
+
+    File digests are cached by (path, size, mtime) so re-runs do not re-read
+    large weights; a fine-tuned checkpoint written in place gets a new mtime.
+    """
+    from evals.assets import cache_dir
+
+    cache_file = cache_dir() / "fingerprints.json"
+    try:
+        cache = json.loads(cache_file.read_text())
+    except (OSError, json.JSONDecodeError):
+        cache = {}
+    total = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in FINGERPRINT_SUFFIXES):
+        stat = file.stat()
+        cache_key = f"{file.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+        digest = cache.get(cache_key)
+        if digest is None:
+            h = hashlib.sha256()
+            with file.open("rb") as f:
+                for chunk in iter(lambda: f.read(1 << 22), b""):
+                    h.update(chunk)
+            digest = cache[cache_key] = h.hexdigest()
+        total.update(f"{file.relative_to(path)}\0{digest}\n".encode())
+    tmp = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(cache))
+    os.replace(tmp, cache_file)
+    return "sha256:" + total.hexdigest()

@@ -1,0 +1,80 @@
+"""The engine protocol shared by the vLLM engine and the scripted fake engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Sequence
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """One generation: a conversation's turn, already chat-templated into token ids."""
+
+    request_id: str
+    turn: int
+    prompt_token_ids: tuple[int, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.request_id}#{self.turn}"
+
+
+@dataclass(frozen=True)
+class DraftedStep:
+    """A verification step in which the drafter proposed at least one token."""
+
+    # Context length at the step's start: prompt tokens + tokens generated so far.
+    position: int
+    num_drafted: int
+    num_accepted: int
+
+
+@dataclass
+class TurnResult:
+    request_id: str
+    turn: int
+    prompt_tokens: int
+    output_token_ids: list[int]
+    output_text: str
+    steps: list[DraftedStep]
+    # Target forward passes that produced tokens for this request: the prefill
+    # step, undrafted decode steps and drafted steps.
+    target_steps: int
+    latency_s: float
+
+
+@dataclass
+class SpecCounters:
+    """vLLM's own speculative-decoding counters for the whole run."""
+
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SamplingSpec:
+    temperature: float
+    top_p: float
+    max_tokens: int
+    seed: int
+
+
+# Called with the number of new output tokens after each engine step.
+ProgressFn = Callable[[int], None]
+
+
+class Engine(Protocol):
+    def chat_token_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        """Token ids of `messages` with the target's chat template and generation prompt."""
+
+    def generate(
+        self, requests: Sequence[TurnRequest], sampling: SamplingSpec, progress: ProgressFn | None = None
+    ) -> list[TurnResult]:
+        """Run all requests together (the engine batches them); results in request order."""
+
+    def counters(self) -> SpecCounters | None:
+        """Cumulative speculative counters since the engine started; None without speculation."""
+
+    def close(self) -> None: ...

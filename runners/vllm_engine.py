@@ -1,0 +1,177 @@
+"""vLLM in-process, stepped one engine step at a time, capturing every drafted step.
+
+Why in-process: the per-request speculative metrics live in the scheduler, so
+after each `LLMEngine.step()` the growth of a request's `per_step_accepted`
+says whether that step drafted for it, and its output tokens so far give the
+step's exact start position. (vLLM's own `LLM.generate` runs the same
+`while has_unfinished_requests(): step()` loop, so this costs nothing extra.)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Sequence
+
+from runners.chat import ChatTokenizer
+from runners.engine import DraftedStep, ProgressFn, SamplingSpec, SpecCounters, TurnRequest, TurnResult
+
+COUNTER_PREFIX = "vllm:spec_decode_"
+
+
+def set_process_env(cpu_kvcache_space_gib: int) -> None:
+    """Environment vLLM reads at import and start-up; call before anything imports vllm."""
+    # In-process engine core: required to reach the scheduler between steps.
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cpu_kvcache_space_gib))
+    # vLLM's INFO lines would bury the progress bar; VLLM_LOGGING_LEVEL=INFO brings them back.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+
+class VllmEngine:
+    def __init__(
+        self,
+        model: str,
+        speculative_config: dict[str, Any] | None,
+        engine_args: dict[str, Any],
+        cpu_kvcache_space_gib: int = 4,
+    ) -> None:
+        set_process_env(cpu_kvcache_space_gib)
+        from pathlib import Path
+
+        from vllm import LLM
+
+        self.speculative = speculative_config is not None
+        extra: dict[str, Any] = {}
+        if self.speculative:
+            extra["speculative_config"] = speculative_config
+            extra["per_request_spec_decode_metrics"] = "detailed"
+        # Async scheduling overlaps steps, which breaks the step <-> draft alignment.
+        self.llm = LLM(model=model, disable_log_stats=False, async_scheduling=False, **engine_args, **extra)
+        self.engine = self.llm.llm_engine
+        self.scheduler = self.engine.engine_core.engine_core.scheduler
+        self.tokenizer = ChatTokenizer(Path(model))
+        self._counters_at_start = self._read_counters()
+
+    def chat_token_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        return self.tokenizer.chat_token_ids(messages)
+
+    def generate(
+        self, requests: Sequence[TurnRequest], sampling: SamplingSpec, progress: ProgressFn | None = None
+    ) -> list[TurnResult]:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        params = SamplingParams(
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_tokens=sampling.max_tokens,
+            seed=sampling.seed if sampling.temperature > 0 else None,
+            output_kind=RequestOutputKind.DELTA,
+        )
+        tracked: dict[str, _Tracked] = {}
+        for i, req in enumerate(requests):
+            external = f"{i}:{req.key}"
+            internal = self.engine.add_request(external, {"prompt_token_ids": list(req.prompt_token_ids)}, params)
+            metrics = self.scheduler.requests[internal].spec_decode_metrics
+            tracked[external] = _Tracked(req, metrics)
+        start = time.perf_counter()
+        while self.engine.has_unfinished_requests():
+            outputs = self.engine.step()
+            now = time.perf_counter()
+            new_tokens = 0
+            for out in outputs:
+                state = tracked[out.request_id]
+                delta = list(out.outputs[0].token_ids)
+                state.observe_step(delta)
+                new_tokens += len(delta)
+                if out.finished:
+                    state.latency_s = now - start
+            if progress and new_tokens:
+                progress(new_tokens)
+        return [state.result(self.tokenizer) for state in tracked.values()]
+
+    def _read_counters(self) -> SpecCounters:
+        from vllm.v1.metrics.reader import Vector
+
+        totals: dict[str, Any] = {}
+        for metric in self.llm.get_metrics():
+            if not metric.name.startswith(COUNTER_PREFIX):
+                continue
+            name = metric.name[len(COUNTER_PREFIX):]
+            if isinstance(metric, Vector):
+                previous = totals.get(name, [0] * len(metric.values))
+                totals[name] = [a + b for a, b in zip(previous, metric.values)]
+            else:
+                totals[name] = totals.get(name, 0) + int(metric.value)
+        return SpecCounters(
+            num_drafts=totals.get("num_drafts", 0),
+            num_draft_tokens=totals.get("num_draft_tokens", 0),
+            num_accepted_tokens=totals.get("num_accepted_tokens", 0),
+            num_accepted_tokens_per_pos=list(totals.get("num_accepted_tokens_per_pos", [])),
+        )
+
+    def counters(self) -> SpecCounters | None:
+        """Counters since this engine started (vLLM's registry is process-wide)."""
+        if not self.speculative:
+            return None
+        now, start = self._read_counters(), self._counters_at_start
+        per_pos_start = start.num_accepted_tokens_per_pos or [0] * len(now.num_accepted_tokens_per_pos)
+        return SpecCounters(
+            num_drafts=now.num_drafts - start.num_drafts,
+            num_draft_tokens=now.num_draft_tokens - start.num_draft_tokens,
+            num_accepted_tokens=now.num_accepted_tokens - start.num_accepted_tokens,
+            num_accepted_tokens_per_pos=[a - b for a, b in zip(now.num_accepted_tokens_per_pos, per_pos_start)],
+        )
+
+    def close(self) -> None:
+        import gc
+
+        engine_core = getattr(self.engine, "engine_core", None)
+        if engine_core is not None:
+            engine_core.shutdown()
+        del self.llm, self.engine, self.scheduler
+        gc.collect()
+
+
+class _Tracked:
+    """One request's progress through the step loop."""
+
+    def __init__(self, request: TurnRequest, spec_metrics: Any) -> None:
+        self.request = request
+        # vLLM's per-request accumulator; the same object outlives the request's removal.
+        self.spec_metrics = spec_metrics
+        self.seen_drafted = 0
+        self.output: list[int] = []
+        self.steps: list[DraftedStep] = []
+        self.target_steps = 0
+        self.latency_s = 0.0
+
+    def observe_step(self, delta: list[int]) -> None:
+        """Called for each engine step that produced tokens for this request."""
+        self.target_steps += 1
+        if self.spec_metrics is not None:
+            drafted = len(self.spec_metrics.per_step_accepted)
+            if drafted > self.seen_drafted:
+                position = len(self.request.prompt_token_ids) + len(self.output)
+                self.steps.append(
+                    DraftedStep(
+                        position=position,
+                        num_drafted=self.spec_metrics.per_step_drafted[-1],
+                        num_accepted=self.spec_metrics.per_step_accepted[-1],
+                    )
+                )
+                self.seen_drafted = drafted
+        self.output.extend(delta)
+
+    def result(self, tokenizer: ChatTokenizer) -> TurnResult:
+        return TurnResult(
+            request_id=self.request.request_id,
+            turn=self.request.turn,
+            prompt_tokens=len(self.request.prompt_token_ids),
+            output_token_ids=self.output,
+            output_text=tokenizer.decode(self.output),
+            steps=self.steps,
+            target_steps=self.target_steps,
+            latency_s=self.latency_s,
+        )

@@ -1,0 +1,78 @@
+"""Acceptance figures against values computed by hand from a small step table.
+
+Request A (domain x) accepted 3, 1, 0 of d=3; request B (domain y) accepted 2, 2.
+"""
+
+import pandas as pd
+import pytest
+
+from evals import metrics
+from runners.engine import SpecCounters
+
+D = 3
+
+
+@pytest.fixture
+def steps():
+    rows = [("A", "x", 3), ("A", "x", 1), ("A", "x", 0), ("B", "y", 2), ("B", "y", 2)]
+    return pd.DataFrame(
+        [(r, dom, 0, i, 10 + i, D, acc) for i, (r, dom, acc) in enumerate(rows)],
+        columns=["request_id", "domain", "turn", "step", "position", "num_drafted", "num_accepted"],
+    )
+
+
+@pytest.fixture
+def requests():
+    return pd.DataFrame(
+        {"request_id": ["A", "B"], "domain": ["x", "y"], "output_tokens": [9, 7], "target_steps": [5, 3]}
+    )
+
+
+def test_al_pools_steps_over_requests(steps):
+    assert metrics.acceptance_length(steps) == pytest.approx(1 + 8 / 5)
+
+
+def test_request_weighted_al_averages_requests(steps):
+    assert metrics.request_weighted_al(steps) == pytest.approx(((1 + 4 / 3) + (1 + 4 / 2)) / 2)
+
+
+def test_per_position_and_conditional(steps):
+    assert metrics.per_position_acceptance(steps, D) == pytest.approx([4 / 5, 3 / 5, 1 / 5])
+    assert metrics.conditional_acceptance([0.8, 0.6, 0.2]) == pytest.approx([0.8, 0.75, 1 / 3])
+
+
+def test_histogram_counts_steps_by_accepted(steps):
+    assert metrics.acceptance_histogram(steps, D) == [1, 1, 2, 1]
+
+
+def test_tokens_per_step_counts_all_target_passes(requests):
+    assert metrics.tokens_per_step(requests) == pytest.approx(16 / 8)
+
+
+def test_bootstrap_ci_with_two_requests_spans_the_single_request_resamples(steps):
+    # Resamples are AA (AL 7/3), AB (2.6) or BB (3.0); the 2.5/97.5 percentiles are AA and BB.
+    lo, hi = metrics.al_ci95(steps, seed=0)
+    assert lo == pytest.approx(1 + 4 / 3)
+    assert hi == pytest.approx(3.0)
+    assert metrics.al_ci95(steps, seed=0) == metrics.al_ci95(steps, seed=0)
+
+
+def test_by_domain_splits_steps_and_requests(steps, requests):
+    domains = metrics.by_domain(steps, requests, seed=0)
+    assert set(domains) == {"x", "y"}
+    assert domains["x"]["al"] == pytest.approx(1 + 4 / 3)
+    assert domains["x"]["tokens_per_step"] == pytest.approx(9 / 5)
+    assert domains["y"]["n_steps"] == 2 and domains["y"]["n_requests"] == 1
+
+
+def test_counter_check_passes_on_matching_and_names_mismatch(steps):
+    good = SpecCounters(5, 15, 8, [4, 3, 1])
+    metrics.check_counters(steps, good, D)
+    with pytest.raises(metrics.MeasurementError, match="num_accepted_tokens: records 8 vs vLLM 9"):
+        metrics.check_counters(steps, SpecCounters(5, 15, 9, [4, 3, 1]), D)
+
+
+def test_empty_steps_give_null_al():
+    empty = pd.DataFrame(columns=["request_id", "num_accepted", "num_drafted"])
+    assert metrics.acceptance_length(empty) is None
+    assert metrics.al_ci95(empty, seed=0) is None

@@ -1,0 +1,133 @@
+"""evals.run end to end with the scripted fake engine: records, summary, golden files."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from evals.errors import MeasurementError
+from evals.records import read_parquet
+from evals.run import run
+from reports.table import result_table
+from runners.fake_engine import FakeEngine
+from tests.unit.conftest import FakeEncoder, compose_run, write_checkpoint, write_questions
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+D = 3
+# request q1 (coding, two turns) and q2 (writing, one turn); None = undrafted step.
+SCRIPT = {"q1#0": [3, 1, None, 0], "q1#1": [2, (2, 1)], "q2#0": [None, 3, 3]}
+ROWS = [
+    {"question_id": "q1", "category": "coding", "turns": ["write code", "now test it"]},
+    {"question_id": "q2", "category": "writing", "turns": ["a short poem please"]},
+]
+VOLATILE = ("timing", "versions", "fingerprints", "git_sha", "target")
+
+
+def fake_run(tmp_path: Path, *overrides: str, script=SCRIPT, counter_error: int = 0):
+    target = write_checkpoint(tmp_path / "target")
+    questions = write_questions(tmp_path / "q.jsonl", ROWS)
+    cfg = compose_run(
+        "target=custom", f"target.model={target}", "dataset=jsonl", f"dataset.path={questions}",
+        "drafter=ngram", f"d={D}", *overrides,
+    )
+    engines = []
+
+    def factory(plan, spec):
+        engines.append(spec)
+        return FakeEngine(D if spec else None, script if spec else {}, counter_error=counter_error)
+
+    out = tmp_path / "run"
+    summary = run(cfg, out, factory=factory, progress=lambda label: None, encoder_factory=FakeEncoder)
+    return summary, out, engines
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("SPECLENS_UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert text == path.read_text(), f"{name} differs from the golden file (SPECLENS_UPDATE_GOLDEN=1 rewrites it)"
+
+
+def test_summary_figures_match_hand_computation(tmp_path):
+    summary, out, _ = fake_run(tmp_path)
+    # drafted steps accept 3,1,0 | 2,1 (of 2 drafted) | 3,3 -> 7 steps, 13 accepted, 20 drafted
+    assert summary["al"] == pytest.approx(1 + 13 / 7)
+    assert summary["acceptance_histogram"] == [1, 2, 1, 3]
+    assert summary["per_position_acceptance"] == pytest.approx([6 / 7, 4 / 7, 3 / 7])
+    # output tokens: q1#0 1+4+2+1+1=9, q1#1 1+3+2=6, q2#0 1+1+4+4=10; passes 5+3+4
+    assert summary["tokens_per_step"] == pytest.approx(25 / 12)
+    assert summary["by_domain"]["coding"]["al"] == pytest.approx(1 + 7 / 5)
+    assert summary["by_domain"]["writing"]["n_steps"] == 2
+    assert summary["vllm_counters"] == {
+        "num_drafts": 7, "num_draft_tokens": 20, "num_accepted_tokens": 13,
+        "num_accepted_tokens_per_pos": [6, 4, 3],
+    }
+    assert summary["n_requests"] == 2 and summary["d"] == D and summary["drafter"] == "ngram"
+
+
+def test_step_records_hold_positions_and_sum_to_counters(tmp_path):
+    summary, out, _ = fake_run(tmp_path)
+    steps = read_parquet(out / "steps.parquet")
+    q1 = steps[(steps.request_id == "q1") & (steps.turn == 0)]
+    prompt = read_parquet(out / "requests.parquet").set_index(["request_id", "turn"]).loc[("q1", 0), "prompt_tokens"]
+    # first drafted step starts after the prefill token; the undrafted step adds one token
+    assert list(q1.position - prompt) == [1, 5, 8]
+    assert int(steps.num_accepted.sum()) == summary["vllm_counters"]["num_accepted_tokens"]
+    requests = read_parquet(out / "requests.parquet")
+    assert list(requests.columns[:4]) == ["request_id", "domain", "category", "turn"]
+    assert requests.set_index(["request_id", "turn"]).loc[("q2", 0), "al"] == pytest.approx(4.0)
+
+
+def test_summary_keys_and_types(tmp_path):
+    summary, out, _ = fake_run(tmp_path)
+    on_disk = json.loads((out / "summary.json").read_text())
+    assert on_disk == json.loads(json.dumps(summary))
+    expected = {
+        "schema_version": int, "drafter": str, "d": int, "target": str, "dataset": str, "n_requests": int,
+        "al": float, "al_ci95": list, "al_request_weighted": float, "tokens_per_step": float,
+        "per_position_acceptance": list, "acceptance_histogram": list, "by_domain": dict,
+        "vllm_counters": dict, "timing": dict, "versions": dict, "fingerprints": dict,
+    }
+    for key, kind in expected.items():
+        assert isinstance(on_disk[key], kind), key
+    assert set(on_disk["timing"]) >= {"load_s", "generate_s", "output_tokens_per_s"}
+    assert set(on_disk["versions"]) == {"speclens", "vllm", "torch", "transformers"}
+    assert set(on_disk["fingerprints"]) == {"target", "draft", "dataset"}
+    assert set(on_disk["by_domain"]["coding"]) == {"al", "al_ci95", "tokens_per_step", "n_requests", "n_steps"}
+    assert (out / "stamp.json").is_file()
+
+
+def test_golden_summary_and_table(tmp_path):
+    summary, _, _ = fake_run(tmp_path)
+    stable = {k: v for k, v in summary.items() if k not in VOLATILE}
+    check_golden("fake_summary.json", json.dumps(stable, indent=2, sort_keys=True) + "\n")
+    fixed = summary | {"timing": {"load_s": 1.0, "generate_s": 2.0, "output_tokens_per_s": 12.5}}
+    check_golden("fake_table.txt", result_table(fixed) + "\n")
+
+
+def test_plain_decoding_has_null_al_and_one_token_per_step(tmp_path):
+    summary, _, engines = fake_run(tmp_path, "drafter=none")
+    assert engines == [None]
+    assert summary["al"] is None and summary["al_ci95"] is None and summary["d"] is None
+    assert summary["tokens_per_step"] == 1.0
+
+
+def test_baseline_reports_lossless_and_speedup(tmp_path):
+    summary, out, engines = fake_run(tmp_path, "baseline=true")
+    assert engines[0]["method"] == "ngram" and engines[1] is None
+    # the fake's tokens depend only on their count, so identical outputs mean equal lengths
+    assert summary["lossless"]["checked"] is True
+    assert summary["lossless"]["n_compared"] == 3
+    assert summary["lossless"]["identical"] is False
+    assert summary["speedup"] is not None and (out / "baseline_outputs.jsonl").is_file()
+
+
+def test_counter_mismatch_fails_the_run_and_keeps_records(tmp_path):
+    with pytest.raises(MeasurementError, match="do not sum to vLLM's speculative counters"):
+        fake_run(tmp_path, counter_error=1)
+    out = tmp_path / "run"
+    assert (out / "steps.parquet").is_file() and not (out / "summary.json").exists()
