@@ -80,10 +80,11 @@ def register_configs() -> None:
     if not OmegaConf.has_resolver("speclens_cache"):
         OmegaConf.register_new_resolver("speclens_cache", cache_path)
     cs = ConfigStore.instance()
-    cs.store(name="schema_run", node=RunConfig)
-    cs.store(group="target", name="schema_target", node=TargetConfig)
-    cs.store(group="dataset", name="schema_dataset", node=DatasetConfig)
-    cs.store(group="sampling", name="schema_sampling", node=SamplingConfig)
-    cs.store(group="engine", name="schema_engine", node=EngineConfig)
+    # Schemas live under schema/ so they never show up as choices of a group.
+    cs.store(group="schema", name="run", node=RunConfig)
+    cs.store(group="schema", name="target", node=TargetConfig)
+    cs.store(group="schema", name="dataset", node=DatasetConfig)
+    cs.store(group="schema", name="sampling", node=SamplingConfig)
+    cs.store(group="schema", name="engine", node=EngineConfig)
     for name, cls in DRAFTERS.items():
-        cs.store(group="drafter", name=f"schema_{name}", node=cls.config_class)
+        cs.store(group="schema/drafter", name=name, node=cls.config_class)
