@@ -88,3 +88,15 @@ def register_configs() -> None:
     cs.store(group="schema", name="engine", node=EngineConfig)
     for name, cls in DRAFTERS.items():
         cs.store(group="schema/drafter", name=name, node=cls.config_class)
+
+
+def compose_config(overrides: list[str]):
+    """The run config for `overrides`, composed as `python -m evals.run` would (outside a Hydra app)."""
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+
+    register_configs()
+    conf_dir = str(Path(__file__).resolve().parent.parent / "conf")
+    with initialize_config_dir(config_dir=conf_dir, version_base=None):
+        return compose(config_name="config", overrides=overrides)

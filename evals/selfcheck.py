@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
+from evals.config import compose_config
 from evals.errors import SpeclensError
 
 # Relative shortfall of AL from 1 + D allowed at temperature > 0.
@@ -34,17 +35,6 @@ class CheckResult:
     name: str
     passed: bool
     detail: str
-
-
-def _compose(overrides: list[str]):
-    from hydra import compose, initialize_config_dir
-
-    from evals.config import register_configs
-
-    register_configs()
-    conf_dir = str(Path(__file__).resolve().parent.parent / "conf")
-    with initialize_config_dir(config_dir=conf_dir, version_base=None):
-        return compose(config_name="config", overrides=overrides)
 
 
 def greedy_check(summary: dict[str, Any]) -> CheckResult:
@@ -82,7 +72,7 @@ def selfcheck(user_overrides: list[str], out_root: Path, run_fn=None) -> list[Ch
     run_fn = run_fn or run
     results = []
     for name, overrides, judge in CHECKS:
-        cfg = _compose(DEFAULTS + SELF_DRAFT + user_overrides + overrides)
+        cfg = compose_config(DEFAULTS + SELF_DRAFT + user_overrides + overrides)
         try:
             summary = run_fn(cfg, out_root / name)
             result = judge(summary)

@@ -41,6 +41,9 @@ class VllmEngine:
 
         from vllm import LLM
 
+        from runners.vllm_compat import make_kernel_registration_safe
+
+        make_kernel_registration_safe()
         self.speculative = speculative_config is not None
         extra: dict[str, Any] = {}
         if self.speculative:

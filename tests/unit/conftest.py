@@ -6,13 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-
-from evals.config import register_configs
+from evals.config import compose_config
 from runners.fake_engine import FakeEngine
-
-CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
-
 
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path, monkeypatch):
@@ -28,9 +23,7 @@ def write_checkpoint(folder: Path, vocab_size: int = 100, hidden_size: int = 16,
 
 
 def compose_run(*overrides: str):
-    register_configs()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        return compose(config_name="config", overrides=list(overrides))
+    return compose_config(list(overrides))
 
 
 class FakeEncoder:
