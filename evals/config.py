@@ -11,6 +11,7 @@ from typing import Any
 from omegaconf import MISSING, OmegaConf
 
 from drafters import REGISTRY as DRAFTERS
+from evals.datasets import DATASETS
 
 
 @dataclass
@@ -20,14 +21,6 @@ class TargetConfig:
     model: str = MISSING
     # Key of a target speclens builds itself when `model` points at its cache folder.
     embedded: str | None = None
-
-
-@dataclass
-class DatasetConfig:
-    name: str = MISSING
-    path: str | None = None
-    # A deterministic, seeded subset of this many prompts (all prompts when null).
-    num_requests: int | None = None
 
 
 @dataclass
@@ -58,7 +51,8 @@ class RunConfig:
     target: TargetConfig = MISSING
     # One of the drafter schemas registered below (drafters/<name>.py).
     drafter: Any = MISSING
-    dataset: DatasetConfig = MISSING
+    # One of the dataset schemas registered below (evals/datasets/).
+    dataset: Any = MISSING
     sampling: SamplingConfig = MISSING
     engine: EngineConfig = MISSING
     d: int = 3
@@ -83,11 +77,12 @@ def register_configs() -> None:
     # Schemas live under schema/ so they never show up as choices of a group.
     cs.store(group="schema", name="run", node=RunConfig)
     cs.store(group="schema", name="target", node=TargetConfig)
-    cs.store(group="schema", name="dataset", node=DatasetConfig)
     cs.store(group="schema", name="sampling", node=SamplingConfig)
     cs.store(group="schema", name="engine", node=EngineConfig)
     for name, cls in DRAFTERS.items():
         cs.store(group="schema/drafter", name=name, node=cls.config_class)
+    for name, spec in DATASETS.items():
+        cs.store(group="schema/dataset", name=name, node=spec.config_class)
 
 
 def compose_config(overrides: list[str]):

@@ -133,11 +133,12 @@ def make_plan(cfg: RunConfig, encoder_factory: Callable[[Path], Any] | None = No
         draft = ModelFacts.from_config(str(draft_dir), checkpoints.read_config(draft_dir, "drafter.model"))
     drafter.validate(cfg.d, target, draft)
     check_temperature_support(cfg, drafter)
-    prompts = load_prompts(cfg.dataset.name, cfg.dataset.path, cfg.dataset.num_requests, cfg.seed)
     if encoder_factory is None:
         from runners.chat import ChatTokenizer
 
         encoder_factory = ChatTokenizer
-    check_prompt_lengths(prompts, encoder_factory(target_dir), cfg)
+    encoder = encoder_factory(target_dir)
+    prompts = load_prompts(cfg.dataset, cfg.seed, encoder)
+    check_prompt_lengths(prompts, encoder, cfg)
     sampling = SamplingSpec(cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.max_tokens, cfg.seed)
     return RunPlan(cfg, target_dir, target, drafter, draft_dir, draft, prompts, sampling)

@@ -10,7 +10,8 @@ class ChatTokenizer:
     def __init__(self, model_dir: Path) -> None:
         from transformers import AutoTokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        # The engine's max_model_len is the real limit; this only silences a length warning.
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir), model_max_length=1 << 30)
         self.has_template = bool(getattr(self.tokenizer, "chat_template", None))
 
     def chat_token_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:

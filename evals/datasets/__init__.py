@@ -1,27 +1,42 @@
-"""Prompt sets by name (`dataset=<name>`): the one registry of loaders."""
+"""Prompt sets by name (`dataset=<name>`): the one registry of loaders and their schemas."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
-from evals.datasets import humaneval, jsonl, mt_bench, sample
-from evals.datasets.base import Prompt, fingerprint, select
+from evals.datasets import humaneval, jsonl, long_context, mt_bench, sample, speed_bench
+from evals.datasets.base import ChatEncoder, DatasetConfig, Prompt, filter_categories, fingerprint, select
 from evals.errors import ConfigError
 
-LOADERS: dict[str, Callable[[str | None], list[Prompt]]] = {
-    "sample": sample.load,
-    "mt_bench": mt_bench.load,
-    "humaneval": humaneval.load,
-    "jsonl": jsonl.load,
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    config_class: type[DatasetConfig]
+    load: Callable[..., list[Prompt]]  # (config, encoder) -> prompts
+
+
+DATASETS: dict[str, DatasetSpec] = {
+    "sample": DatasetSpec(DatasetConfig, sample.load),
+    "mt_bench": DatasetSpec(DatasetConfig, mt_bench.load),
+    "humaneval": DatasetSpec(DatasetConfig, humaneval.load),
+    "jsonl": DatasetSpec(DatasetConfig, jsonl.load),
+    # Spec-Bench's question.jsonl has the jsonl layout; see conf/dataset/spec_bench.yaml.
+    "spec_bench": DatasetSpec(DatasetConfig, jsonl.load),
+    "speed_bench": DatasetSpec(speed_bench.SpeedBenchConfig, speed_bench.load),
+    "long_context": DatasetSpec(long_context.LongContextConfig, long_context.load),
 }
 
 
-def load_prompts(name: str, path: str | None, num_requests: int | None, seed: int) -> list[Prompt]:
-    if name not in LOADERS:
-        raise ConfigError(f"dataset={name!r} is unknown; choose one of {', '.join(sorted(LOADERS))}.")
-    if num_requests is not None and num_requests <= 0:
-        raise ConfigError(f"dataset.num_requests={num_requests}: must be >= 1 (or null for all).")
-    return select(LOADERS[name](path), num_requests, seed)
+def load_prompts(cfg: DatasetConfig, seed: int, encoder: ChatEncoder) -> list[Prompt]:
+    """The prompts `cfg` names: loaded, filtered by category, then the seeded stratified subset."""
+    if cfg.name not in DATASETS:
+        raise ConfigError(f"dataset={cfg.name!r} is unknown; choose one of {', '.join(sorted(DATASETS))}.")
+    if cfg.num_requests is not None and cfg.num_requests <= 0:
+        raise ConfigError(f"dataset.num_requests={cfg.num_requests}: must be >= 1 (or null for all).")
+    prompts = DATASETS[cfg.name].load(cfg, encoder)
+    prompts = filter_categories(prompts, cfg.categories, f"dataset={cfg.name}")
+    return select(prompts, cfg.num_requests, seed)
 
 
-__all__ = ["LOADERS", "Prompt", "fingerprint", "load_prompts", "select"]
+__all__ = ["DATASETS", "ChatEncoder", "DatasetConfig", "Prompt", "fingerprint", "load_prompts", "select"]

@@ -1,4 +1,4 @@
-"""Prompts as the evaluator sees them, and the seeded, domain-stratified subset."""
+"""Prompts as the evaluator sees them, dataset configs, and the seeded stratified subset."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ import json
 import random
 from collections import defaultdict
 from dataclasses import asdict, dataclass
+from typing import Protocol, Sequence
+
+from omegaconf import MISSING
 
 from evals.errors import ConfigError
 
@@ -16,29 +19,59 @@ class Prompt:
     """One conversation: user turns sent in order, later turns carrying the model's answers."""
 
     request_id: str
+    # What reports group by (evals/datasets/domains.py normalizes source categories).
     domain: str
-    # The source's own category (kept next to the normalized domain).
+    # The source's own category, kept next to the domain.
     category: str
     turns: tuple[str, ...]
 
 
-def select(prompts: list[Prompt], num_requests: int | None, seed: int) -> list[Prompt]:
-    """A deterministic subset of `num_requests` prompts, balanced across domains.
+@dataclass
+class DatasetConfig:
+    """Hydra schema shared by every prompt set; sets with more keys subclass it."""
 
-    Domains take turns (in name order) giving one prompt each from their own
-    seeded shuffle, so small subsets still cover every domain.
+    name: str = MISSING
+    path: str | None = None
+    # A deterministic, seeded subset of this many prompts, balanced across categories.
+    num_requests: int | None = None
+    # Keep only these source categories (null: all).
+    categories: list[str] | None = None
+
+
+class ChatEncoder(Protocol):
+    def chat_token_ids(self, messages: Sequence[dict[str, str]]) -> list[int]: ...
+
+
+def filter_categories(prompts: list[Prompt], categories: list[str] | None, source: str) -> list[Prompt]:
+    if not categories:
+        return prompts
+    present = sorted({p.category for p in prompts})
+    unknown = sorted(set(categories) - set(present))
+    if unknown:
+        raise ConfigError(
+            f"dataset.categories: {', '.join(unknown)} not in {source}; its categories are {', '.join(present)}."
+        )
+    return [p for p in prompts if p.category in set(categories)]
+
+
+def select(prompts: list[Prompt], num_requests: int | None, seed: int) -> list[Prompt]:
+    """A deterministic subset of `num_requests` prompts, stratified across source categories.
+
+    Categories take turns (in name order) giving one prompt each from their own
+    seeded shuffle, so small subsets still cover every category and no category
+    gets more than one prompt above another unless it runs out.
     """
     if num_requests is None or num_requests >= len(prompts):
         return list(prompts)
     if num_requests <= 0:
         raise ConfigError(f"dataset.num_requests={num_requests}: must be >= 1 (or null for all).")
     rng = random.Random(seed)
-    by_domain: dict[str, list[Prompt]] = defaultdict(list)
+    by_category: dict[str, list[Prompt]] = defaultdict(list)
     for p in prompts:
-        by_domain[p.domain].append(p)
+        by_category[p.category].append(p)
     queues = []
-    for domain in sorted(by_domain):
-        rows = list(by_domain[domain])
+    for category in sorted(by_category):
+        rows = list(by_category[category])
         rng.shuffle(rows)
         queues.append(rows)
     chosen: list[Prompt] = []

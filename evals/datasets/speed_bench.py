@@ -1,0 +1,131 @@
+"""SPEED-Bench (nvidia/SPEED-Bench): the qualitative split and the throughput splits.
+
+Sources: the Hugging Face hub (through `datasets`, for users with hub access) or
+`dataset.path=` a prepared local copy, parquet or jsonl, with `turns` (Model-Optimizer
+specdec_bench's preparation output) or `messages` (NeMo-Skills' output). Rows from
+non-redistributable sources hold a placeholder until rebuilt; they are refused.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evals.datasets.base import ChatEncoder, DatasetConfig, Prompt
+from evals.datasets.domains import domain_of, long_context_domain
+from evals.datasets.jsonl import read_jsonl
+from evals.errors import ConfigError
+
+HUB_ID = "nvidia/SPEED-Bench"
+CONFIGS = ("qualitative", "throughput_1k", "throughput_2k", "throughput_8k", "throughput_16k", "throughput_32k")
+PLACEHOLDER = "FULL BENCHMARK DATA SHOULD BE FETCHED FROM THE SOURCE USING SPECDEC_BENCH"
+REBUILD_HINT = (
+    "rebuild the data with NVIDIA's preparation script (Model-Optimizer "
+    "examples/specdec_bench/prepare_data.py, or NeMo-Skills' speed-bench prepare.py) and point "
+    "dataset.path at its output"
+)
+DATA_SUFFIXES = (".parquet", ".jsonl", ".json")
+
+
+@dataclass
+class SpeedBenchConfig(DatasetConfig):
+    name: str = "speed_bench"
+    config: str = "qualitative"
+    # Hub split to read when loading from the hub.
+    split: str = "test"
+
+
+def _read_file(file: Path) -> list[dict[str, Any]]:
+    if file.suffix == ".parquet":
+        import pandas as pd
+
+        return pd.read_parquet(file).to_dict(orient="records")
+    return read_jsonl(file)
+
+
+def _data_file(folder: Path, config: str) -> Path:
+    """`<folder>/<config>.<ext>`, `<folder>/<config>/<one file>`, or the folder's only data file."""
+    candidates = [folder / f"{config}{s}" for s in DATA_SUFFIXES]
+    candidates += sorted(p for p in (folder / config).glob("*") if p.suffix in DATA_SUFFIXES) if (folder / config).is_dir() else []
+    found = [p for p in candidates if p.is_file()]
+    if not found:
+        found = sorted(p for p in folder.glob("*") if p.suffix in DATA_SUFFIXES)
+        if len(found) != 1:
+            raise ConfigError(
+                f"dataset.path={folder}: no {config}.parquet / {config}.jsonl (or {config}/ folder) in it"
+                + (f"; it holds {', '.join(p.name for p in found)}" if found else "")
+                + "; point dataset.path at the file."
+            )
+    return found[0]
+
+
+def _rows_from_hub(cfg: SpeedBenchConfig) -> list[dict[str, Any]]:
+    try:
+        from datasets import load_dataset
+    except ImportError:
+        raise ConfigError("dataset=speed_bench without dataset.path reads the hub and needs `pip install datasets`.") from None
+    try:
+        return [dict(r) for r in load_dataset(HUB_ID, cfg.config, split=cfg.split)]
+    except Exception as exc:
+        raise ConfigError(
+            f"dataset=speed_bench: {HUB_ID} ({cfg.config}, split {cfg.split}) could not be read from the hub "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); without hub access, "
+            "prepare a local copy and set dataset.path=<file or folder>."
+        ) from None
+
+
+def turns_of(row: dict[str, Any]) -> list[str]:
+    """User turns from `turns` or from `messages` (a system message is put before the first turn)."""
+    if row.get("turns") is not None:
+        turns = row["turns"]
+        return [turns] if isinstance(turns, str) else [str(t) for t in turns]
+    messages = row.get("messages")
+    if messages is None:
+        return []
+    system = [m["content"] for m in messages if m.get("role") == "system"]
+    user = [m["content"] for m in messages if m.get("role") == "user"]
+    if system and user:
+        user[0] = "\n\n".join(system + [user[0]])
+    return user
+
+
+def prompts_from_rows(rows: list[dict[str, Any]], config: str, source: str) -> list[Prompt]:
+    length = re.fullmatch(r"throughput_(\d+)k", config)
+    prompts, placeholders = [], {}
+    for i, row in enumerate(rows, start=1):
+        turns = turns_of(row)
+        if not turns or "category" not in row:
+            raise ConfigError(f"{source}: row {i} lacks category or turns/messages (SPEED-Bench schema).")
+        category = str(row["category"])
+        if any(PLACEHOLDER in t for t in turns):
+            placeholders[category] = placeholders.get(category, 0) + 1
+            continue
+        domain = long_context_domain(category, int(length.group(1)) * 1000) if length else domain_of(category)
+        request_id = str(row.get("question_id", row.get("id", i)))
+        prompts.append(Prompt(request_id, domain, category, tuple(turns)))
+    if placeholders:
+        counts = ", ".join(f"{c}: {n}" for c, n in sorted(placeholders.items()))
+        raise ConfigError(
+            f"{source}: {sum(placeholders.values())} of {len(rows)} rows still hold the SPEED-Bench placeholder "
+            f"text instead of the prompt (by category: {counts}); {REBUILD_HINT}."
+        )
+    return prompts
+
+
+def load(cfg: SpeedBenchConfig, encoder: ChatEncoder) -> list[Prompt]:
+    if cfg.config not in CONFIGS:
+        raise ConfigError(f"dataset.config={cfg.config!r} is unknown; choose one of {', '.join(CONFIGS)}.")
+    if cfg.path:
+        path = Path(cfg.path).expanduser()
+        if not path.exists():
+            raise ConfigError(f"dataset.path={cfg.path}: no such file or folder.")
+        file = _data_file(path, cfg.config) if path.is_dir() else path
+        rows, source = _read_file(file), str(file)
+    else:
+        rows, source = _rows_from_hub(cfg), f"{HUB_ID}:{cfg.config}"
+    prompts = prompts_from_rows(rows, cfg.config, source)
+    if not prompts:
+        raise ConfigError(f"{source}: no rows.")
+    return prompts

@@ -1,0 +1,79 @@
+"""Long-context prompts: exact lengths in the target's tokenizer and in o200k, every tier."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from evals.datasets.long_context import LongContextConfig, load, o200k_counter
+from evals.embedded_target import ensure_smollm2
+from evals.errors import ConfigError
+from evals.run import run
+from runners.chat import ChatTokenizer
+from tests.unit.conftest import compose_run
+
+# The real cache (the unit tests' autouse fixture points SPECLENS_CACHE elsewhere).
+REAL_CACHE = os.environ.get("SPECLENS_CACHE")
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    with pytest.MonkeyPatch.context() as mp:
+        if REAL_CACHE:
+            mp.setenv("SPECLENS_CACHE", REAL_CACHE)
+        else:
+            mp.delenv("SPECLENS_CACHE", raising=False)
+        return ensure_smollm2()
+
+
+@pytest.fixture(scope="module")
+def encoder(smollm2):
+    return ChatTokenizer(smollm2)
+
+
+def templated_length(encoder, text: str) -> int:
+    return len(encoder.chat_token_ids([{"role": "user", "content": text}]))
+
+
+@pytest.mark.parametrize("tier", ["low_entropy", "mixed", "high_entropy"])
+@pytest.mark.parametrize("tokens", [200, 2000, 8000])
+def test_prompts_have_exactly_n_target_tokens(encoder, tier, tokens):
+    prompts = load(LongContextConfig(tier=tier, input_tokens=tokens, num_requests=2), encoder)
+    assert [templated_length(encoder, p.turns[0]) for p in prompts] == [tokens, tokens]
+    assert {p.domain for p in prompts} == {f"{tier}@{tokens // 1000}k" if tokens % 1000 == 0 else f"{tier}@{tokens}"}
+    assert prompts[0].turns != prompts[1].turns
+
+
+@pytest.mark.parametrize("tier", ["low_entropy", "mixed", "high_entropy"])
+def test_o200k_counting_matches_speed_bench(encoder, tier):
+    count = o200k_counter()
+    prompts = load(LongContextConfig(tier=tier, input_tokens=1000, num_requests=2, count_with="o200k"), encoder)
+    assert [count(p.turns[0]) for p in prompts] == [1000, 1000]
+
+
+def test_prompts_are_deterministic_and_keep_the_needle(encoder):
+    first = load(LongContextConfig(tier="mixed", input_tokens=300, num_requests=2), encoder)
+    again = load(LongContextConfig(tier="mixed", input_tokens=300, num_requests=2), encoder)
+    assert first == again
+    assert "the passcode for the archive is" in first[0].turns[0]
+
+
+def test_bad_settings_are_named(encoder):
+    with pytest.raises(ConfigError, match="dataset.tier='medium' is unknown"):
+        load(LongContextConfig(tier="medium"), encoder)
+    with pytest.raises(ConfigError, match="dataset.count_with='gpt2' is unknown"):
+        load(LongContextConfig(count_with="gpt2"), encoder)
+    with pytest.raises(ConfigError, match="dataset.input_tokens=10: must be >= 64"):
+        load(LongContextConfig(input_tokens=10), encoder)
+
+
+def test_a_set_longer_than_max_model_len_is_refused_with_the_numbers(tmp_path, smollm2):
+    cfg = compose_run("target=custom", f"target.model={smollm2}", "dataset=long_context", "dataset.input_tokens=5000",
+                      "dataset.num_requests=1", "engine.max_model_len=4096", "sampling.max_tokens=100")
+
+    def never_called(plan, spec):
+        raise AssertionError("an engine was started")
+
+    with pytest.raises(ConfigError, match=r"1 of 1 prompts do not fit engine.max_model_len=4096: the longest needs 5100 tokens"):
+        run(cfg, tmp_path, factory=never_called, progress=lambda label: None)
