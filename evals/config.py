@@ -59,6 +59,8 @@ class RunConfig:
     seed: int = 0
     # Also run without speculation: lossless check and measured speedup.
     baseline: bool = False
+    # Re-run even when the run dir already holds a finished run of this configuration.
+    force: bool = False
 
 
 def cache_path(relative: str = "") -> str:
@@ -67,12 +69,37 @@ def cache_path(relative: str = "") -> str:
     return str(cache_dir() / relative)
 
 
+# Keys that say how to run, not what is measured: left out of the config fingerprint.
+NOT_FINGERPRINTED = ("force",)
+
+
+def config_fingerprint(resolved: dict[str, Any]) -> str:
+    """sha256 of the resolved run config, the identity a finished run is recognised by."""
+    import hashlib
+    import json
+
+    measured = {k: v for k, v in resolved.items() if k not in NOT_FINGERPRINTED}
+    return "sha256:" + hashlib.sha256(json.dumps(measured, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def job_dirname(override_dirname: str) -> str:
+    """A sweep job's folder name from its overrides: readable, one level, bounded length."""
+    import hashlib
+
+    name = override_dirname.replace("/", "_").replace("\\", "_") or "defaults"
+    if len(name) > 120:
+        name = name[:100] + "-" + hashlib.sha256(override_dirname.encode()).hexdigest()[:12]
+    return name
+
+
 def register_configs() -> None:
     """Register the schemas with Hydra's ConfigStore (idempotent)."""
     from hydra.core.config_store import ConfigStore
 
     if not OmegaConf.has_resolver("speclens_cache"):
         OmegaConf.register_new_resolver("speclens_cache", cache_path)
+    if not OmegaConf.has_resolver("speclens_job_dir"):
+        OmegaConf.register_new_resolver("speclens_job_dir", job_dirname)
     cs = ConfigStore.instance()
     # Schemas live under schema/ so they never show up as choices of a group.
     cs.store(group="schema", name="run", node=RunConfig)

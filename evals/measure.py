@@ -60,6 +60,7 @@ def execute(
     out_dir: Path,
     factory: EngineFactory,
     progress: ProgressFactory = lambda label: None,
+    config_fingerprint: str | None = None,
 ) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = plan.config
@@ -71,6 +72,7 @@ def execute(
         "schema_version": records.SCHEMA_VERSION,
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "config": OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True),
+        "config_fingerprint": config_fingerprint,
         "speculative_config": spec,
         "target_dir": str(plan.target_dir),
         "versions": versions,
@@ -115,6 +117,7 @@ def execute(
         lossless_check=lossless_check,
         speedup=speedup,
     )
+    summary["config_fingerprint"] = config_fingerprint
     write_json_atomic(summary, out_dir / SUMMARY_FILE)
     return summary
 

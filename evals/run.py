@@ -6,6 +6,7 @@ outputs.jsonl, and summary.json (last; a run dir without it is incomplete).
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,8 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from evals.config import EngineConfig, RunConfig, register_configs
-from evals.errors import SpeclensError
+from evals.config import EngineConfig, RunConfig, config_fingerprint, register_configs
+from evals.errors import ConfigError, SpeclensError
 
 register_configs()
 
@@ -72,16 +73,39 @@ def to_run_config(cfg: DictConfig) -> RunConfig:
         raise SpeclensError(f"invalid configuration: {exc}") from None
 
 
+def finished_summary(out_dir: Path, fingerprint: str) -> dict[str, Any] | None:
+    """The summary of a finished run of this very configuration in `out_dir`, if there is one."""
+    from evals.summary import SUMMARY_FILE
+
+    file = out_dir / SUMMARY_FILE
+    if not file.is_file():
+        return None  # never started, or killed before it finished: (re-)run it
+    summary = json.loads(file.read_text())
+    if summary.get("config_fingerprint") != fingerprint:
+        raise ConfigError(
+            f"{out_dir} already holds a finished run of a different configuration; force=true overwrites "
+            "it, or choose another hydra.run.dir (hydra.sweep.dir for a multirun)."
+        )
+    return summary
+
+
 def run(
     cfg: DictConfig, out_dir: Path, factory=vllm_factory, progress=TqdmProgress, encoder_factory=None
 ) -> dict[str, Any]:
-    """Plan, measure, print the table. Tests pass a fake engine factory and encoder."""
+    """Plan, measure, print the table; skips a run dir that already holds this run unless force=true.
+    Tests pass a fake engine factory and encoder."""
     from evals.measure import execute
     from evals.plan import make_plan
     from reports.table import result_table
 
-    plan = make_plan(to_run_config(cfg), encoder_factory)
-    summary = execute(plan, out_dir, factory, progress)
+    run_config = to_run_config(cfg)
+    fingerprint = config_fingerprint(OmegaConf.to_container(cfg, resolve=True))
+    done = None if run_config.force else finished_summary(out_dir, fingerprint)
+    if done is not None:
+        print(f"speclens: {out_dir} already holds this run; skipped (force=true re-runs it)")
+        return done
+    plan = make_plan(run_config, encoder_factory)
+    summary = execute(plan, out_dir, factory, progress, config_fingerprint=fingerprint)
     print(result_table(summary))
     print(f"results: {out_dir}")
     return summary

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.errors import MeasurementError
+from evals.errors import ConfigError, MeasurementError
 from evals.records import read_parquet
 from evals.run import run
 from reports.table import result_table
@@ -24,7 +24,7 @@ ROWS = [
     {"question_id": "q1", "category": "coding", "turns": ["write code", "now test it"]},
     {"question_id": "q2", "category": "writing", "turns": ["a short poem please"]},
 ]
-VOLATILE = ("timing", "versions", "fingerprints", "git_sha", "target")
+VOLATILE = ("timing", "versions", "fingerprints", "git_sha", "target", "config_fingerprint")
 
 
 def fake_run(tmp_path: Path, *overrides: str, script=SCRIPT, counter_error: int = 0):
@@ -131,3 +131,21 @@ def test_counter_mismatch_fails_the_run_and_keeps_records(tmp_path):
         fake_run(tmp_path, counter_error=1)
     out = tmp_path / "run"
     assert (out / "steps.parquet").is_file() and not (out / "summary.json").exists()
+
+
+def test_a_finished_run_is_skipped_and_a_killed_one_rerun(tmp_path):
+    first, out, engines = fake_run(tmp_path)
+    again, _, engines_again = fake_run(tmp_path)
+    assert engines_again == [] and again == json.loads((out / "summary.json").read_text())
+    # killed before summary.json was written: the job runs again
+    (out / "summary.json").unlink()
+    _, _, engines_after_kill = fake_run(tmp_path)
+    assert len(engines_after_kill) == 1 and (out / "summary.json").is_file()
+    _, _, forced = fake_run(tmp_path, "force=true")
+    assert len(forced) == 1
+
+
+def test_a_run_dir_holding_another_configuration_is_not_overwritten(tmp_path):
+    fake_run(tmp_path)
+    with pytest.raises(ConfigError, match="already holds a finished run of a different configuration; force=true"):
+        fake_run(tmp_path, "d=2")
