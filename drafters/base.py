@@ -55,6 +55,11 @@ class Drafter:
     needs_checkpoint: ClassVar[bool] = False
     # "serial" (D draft passes), "one_pass" (D tokens in one pass), "lookup", "none"
     draft_passes: ClassVar[str] = "none"
+    # How `evals.replay` gets AL(D) for D = 1..d_max: "exact" (offline, from one greedy
+    # generation), "estimated" (from one measured run at d_max) or "none".
+    replay: ClassVar[str] = "none"
+    # Exact replay needs the draft model's argmax after every prefix of the target's stream.
+    replay_needs_draft_predictions: ClassVar[bool] = False
 
     def __init__(self, cfg: DrafterConfig) -> None:
         self.cfg = cfg
@@ -72,6 +77,10 @@ class Drafter:
     def checkpoint(self) -> str | None:
         """The draft checkpoint reference (path or hub id), for drafters that have one."""
         return None
+
+    def replay_proposal(self, ctx: Any, pos: int, d: int) -> Any:
+        """The tokens this drafter proposes at a step starting at `pos` (drafters/replay.py)."""
+        raise NotImplementedError(f"drafter={self.name} has no exact replay")
 
     def validate(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
         """Raise ConfigError for settings vLLM would reject or silently mis-measure."""

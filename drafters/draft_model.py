@@ -17,3 +17,20 @@ class DraftModel(CheckpointDrafter):
     config_class = DraftModelConfig
     draft_passes = "serial"
     vllm_method = "draft_model"
+    replay = "exact"
+    replay_needs_draft_predictions = True
+
+    def replay_proposal(self, ctx, pos: int, d: int):
+        """Greedy drafting from the target's prefix: while the draft agrees with the target, its
+        next input is the target's token, so the teacher-forced argmax is its proposal; after the
+        first miss its tokens are unknown, and none of them can be accepted."""
+        from drafters.replay import UNKNOWN_TOKEN
+
+        proposal = []
+        for j in range(d):
+            p = pos + j
+            if proposal and proposal[-1] != ctx.tokens[p - 1]:
+                proposal.extend([UNKNOWN_TOKEN] * (d - j))
+                break
+            proposal.append(int(ctx.draft_predictions[p - 1]) if p - 1 < len(ctx.draft_predictions) else UNKNOWN_TOKEN)
+        return proposal

@@ -19,6 +19,9 @@ class Eagle(CheckpointDrafter):
     config_class = EagleConfig
     draft_passes = "serial"
     vllm_method = "eagle"
+    # Proposals depend on the target's hidden states at each step start: estimated from one
+    # measured run at d_max (a step's accepted count at D <= d_max is min(accepted, D)).
+    replay = "estimated"
 
     def validate(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
         super().validate(d, target, draft)

@@ -20,6 +20,7 @@ class Ngram(Drafter):
     name = "ngram"
     config_class = NgramConfig
     draft_passes = "lookup"
+    replay = "exact"
 
     def speculative_config(self, d: int) -> dict[str, Any]:
         return {
@@ -28,6 +29,14 @@ class Ngram(Drafter):
             "prompt_lookup_min": self.cfg.prompt_lookup_min,
             "prompt_lookup_max": self.cfg.prompt_lookup_max,
         }
+
+    def replay_proposal(self, ctx, pos: int, d: int):
+        # vLLM's own matcher, so replayed proposals are vLLM's by construction.
+        from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens
+
+        return _find_longest_matched_ngram_and_propose_tokens(
+            ctx.tokens[:pos], self.cfg.prompt_lookup_min, self.cfg.prompt_lookup_max, ctx.max_model_len, d
+        )
 
     def validate(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
         super().validate(d, target, draft)

@@ -63,6 +63,13 @@ class RunConfig:
     force: bool = False
 
 
+@dataclass
+class ReplayConfig(RunConfig):
+    """`python -m evals.replay`: the run keys plus the largest draft length of the curve."""
+
+    d_max: int = 16
+
+
 def cache_path(relative: str = "") -> str:
     from evals.assets import cache_dir
 
@@ -103,6 +110,7 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     # Schemas live under schema/ so they never show up as choices of a group.
     cs.store(group="schema", name="run", node=RunConfig)
+    cs.store(group="schema", name="replay", node=ReplayConfig)
     cs.store(group="schema", name="target", node=TargetConfig)
     cs.store(group="schema", name="sampling", node=SamplingConfig)
     cs.store(group="schema", name="engine", node=EngineConfig)
@@ -112,8 +120,9 @@ def register_configs() -> None:
         cs.store(group="schema/dataset", name=name, node=spec.config_class)
 
 
-def compose_config(overrides: list[str]):
-    """The run config for `overrides`, composed as `python -m evals.run` would (outside a Hydra app)."""
+def compose_config(overrides: list[str], config_name: str = "config"):
+    """The config for `overrides`, composed as `python -m evals.run` (config_name="replay":
+    `python -m evals.replay`) would, outside a Hydra app."""
     from pathlib import Path
 
     from hydra import compose, initialize_config_dir
@@ -121,4 +130,4 @@ def compose_config(overrides: list[str]):
     register_configs()
     conf_dir = str(Path(__file__).resolve().parent.parent / "conf")
     with initialize_config_dir(config_dir=conf_dir, version_base=None):
-        return compose(config_name="config", overrides=overrides)
+        return compose(config_name=config_name, overrides=overrides)

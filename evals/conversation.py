@@ -3,6 +3,7 @@ and turn k+1 carries the model's own earlier answers."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from evals.datasets import Prompt
@@ -38,3 +39,40 @@ def conversation_token_ids(encoder: Engine, prompt: Prompt, answer_tokens: int) 
         per_turn.append(encoder.chat_token_ids(messages))
         messages.append({"role": "assistant", "content": placeholder})
     return per_turn
+
+
+@dataclass(frozen=True)
+class ReferenceTurn:
+    """One turn of a plain greedy generation, continued past where the real run stops."""
+
+    request_id: str
+    turn: int
+    prompt_token_ids: tuple[int, ...]
+    # The target's greedy tokens, `extra` more than max_tokens and past end-of-sequence.
+    continuation: tuple[int, ...]
+    # How many of them a normal run outputs (up to the first stop token, at most max_tokens).
+    output_tokens: int
+
+
+def run_reference(
+    engine: Engine, prompts: Sequence[Prompt], sampling: SamplingSpec, extra: int
+) -> list[ReferenceTurn]:
+    """Turn by turn like `run_conversations`, but each answer runs `extra` tokens further and
+    ignores end-of-sequence; later turns still carry the answers as a normal run would end them."""
+    stop_ids = engine.stop_token_ids()
+    longer = replace(sampling, max_tokens=sampling.max_tokens + extra, ignore_eos=True)
+    history: dict[str, list[dict[str, str]]] = {p.request_id: [] for p in prompts}
+    turns: list[ReferenceTurn] = []
+    for turn in range(max(len(p.turns) for p in prompts)):
+        batch = []
+        for p in prompts:
+            if turn < len(p.turns):
+                history[p.request_id].append({"role": "user", "content": p.turns[turn]})
+                batch.append(TurnRequest(p.request_id, turn, tuple(engine.chat_token_ids(history[p.request_id]))))
+        for req, result in zip(batch, engine.generate(batch, longer)):
+            tokens = result.output_token_ids
+            stop = next((i + 1 for i, t in enumerate(tokens[: sampling.max_tokens]) if t in stop_ids), None)
+            n_out = min(stop or sampling.max_tokens, len(tokens))
+            history[req.request_id].append({"role": "assistant", "content": engine.decode(tokens[:n_out])})
+            turns.append(ReferenceTurn(req.request_id, req.turn, req.prompt_token_ids, tuple(tokens), n_out))
+    return turns

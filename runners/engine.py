@@ -59,6 +59,8 @@ class SamplingSpec:
     top_p: float
     max_tokens: int
     seed: int
+    # Generate past end-of-sequence (replay needs the target's tokens after a stop).
+    ignore_eos: bool = False
 
 
 # Called with the number of new output tokens after each engine step.
@@ -76,5 +78,15 @@ class Engine(Protocol):
 
     def counters(self) -> SpecCounters | None:
         """Cumulative speculative counters since the engine started; None without speculation."""
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Text of `token_ids` as the engine reports output text."""
+
+    def stop_token_ids(self) -> set[int]:
+        """Token ids that end a generation (end-of-sequence and the model's extra stop ids)."""
+
+    def greedy_predictions(self, sequences: Sequence[Sequence[int]]) -> list[list[int]]:
+        """For each sequence, the model's argmax next token after each prefix (one prefill pass):
+        element j is the prediction for position j + 1."""
 
     def close(self) -> None: ...

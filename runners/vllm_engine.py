@@ -70,6 +70,7 @@ class VllmEngine:
             top_p=sampling.top_p,
             max_tokens=sampling.max_tokens,
             seed=sampling.seed if sampling.temperature > 0 else None,
+            ignore_eos=sampling.ignore_eos,
             output_kind=RequestOutputKind.DELTA,
         )
         tracked: dict[str, _Tracked] = {}
@@ -93,6 +94,33 @@ class VllmEngine:
             if progress and new_tokens:
                 progress(new_tokens)
         return [state.result(self.tokenizer) for state in tracked.values()]
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(token_ids)
+
+    def stop_token_ids(self) -> set[int]:
+        # What vLLM itself stops on: the tokenizer's EOS plus generation_config's eos ids.
+        params = self.llm.get_default_sampling_params()
+        ids = set(params.stop_token_ids or ())
+        eos = self.tokenizer.tokenizer.eos_token_id
+        if eos is not None:
+            ids.add(eos)
+        generation_eos = self.engine.model_config.hf_config.eos_token_id
+        ids.update(generation_eos if isinstance(generation_eos, list) else [generation_eos] if generation_eos is not None else [])
+        return ids
+
+    def greedy_predictions(self, sequences: Sequence[Sequence[int]]) -> list[list[int]]:
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=1, detokenize=False)
+        outputs = self.llm.generate([{"prompt_token_ids": list(s)} for s in sequences], params, use_tqdm=False)
+        predictions = []
+        for out in outputs:
+            # prompt_logprobs[j] is the distribution of token j given tokens[:j]; [0] is None.
+            row = [next(t for t, lp in entry.items() if lp.rank == 1) for entry in out.prompt_logprobs[1:]]
+            row.append(out.outputs[0].token_ids[0])  # the prediction after the whole sequence
+            predictions.append(row)
+        return predictions
 
     def _read_counters(self) -> SpecCounters:
         from vllm.v1.metrics.reader import Vector
