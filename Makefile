@@ -14,7 +14,7 @@ install: $(INSTALLED)
 # from the venv, so it is built without build isolation.
 $(INSTALLED): pyproject.toml
 	test -x $(PYTHON) || python3 -m venv $(VENV)
-	$(PYTHON) -m pip install --quiet -e '.[cpu,test]'
+	$(PYTHON) -m pip install --quiet -e '.[cpu,test,launchers]'
 	$(PYTHON) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	$(PYTHON) -m pip install --quiet nanobind==2.9.2 wheel
 	CMAKE_ARGS="-DPython_EXECUTABLE=$(abspath $(PYTHON))" \

@@ -83,6 +83,16 @@ def check_scalars(cfg: RunConfig) -> None:
         raise ConfigError(f"engine.max_model_len={cfg.engine.max_model_len}: must be >= 2.")
 
 
+def check_context_window(cfg: RunConfig, target: ModelFacts) -> None:
+    text = target.raw.get("text_config") or target.raw
+    window = text.get("max_position_embeddings")
+    if window is not None and cfg.engine.max_model_len > window:
+        raise ConfigError(
+            f"engine.max_model_len={cfg.engine.max_model_len} is above target.model's context window "
+            f"(max_position_embeddings={window}); set engine.max_model_len <= {window}."
+        )
+
+
 def check_prompt_lengths(prompts: list[Prompt], encoder: Any, cfg: RunConfig) -> None:
     """Every turn's prompt (earlier answers counted at max_tokens) plus its answer must fit."""
     limit = cfg.engine.max_model_len
@@ -131,6 +141,7 @@ def make_plan(cfg: RunConfig, encoder_factory: Callable[[Path], Any] | None = No
     if drafter.needs_checkpoint and drafter.checkpoint():
         draft_dir = checkpoints.resolve(drafter.checkpoint(), "drafter.model")
         draft = ModelFacts.from_config(str(draft_dir), checkpoints.read_config(draft_dir, "drafter.model"))
+    check_context_window(cfg, target)
     drafter.validate(cfg.d, target, draft)
     check_temperature_support(cfg, drafter)
     if encoder_factory is None:

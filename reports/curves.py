@@ -76,6 +76,7 @@ def plot_domain(curves: pd.DataFrame, domain: str, out: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for drafter, g in curves[curves.domain == domain].groupby("drafter", sort=True):
@@ -86,6 +87,7 @@ def plot_domain(curves: pd.DataFrame, domain: str, out: Path) -> None:
         ax.plot(measured.d, measured.al, "o", color=line.get_color())
         other = g[g.source != "measured"]
         ax.plot(other.d, other.al, ".", color=line.get_color())
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("draft length D")
     ax.set_ylabel("AL (accepted + 1 per drafted step)")
     ax.set_title(f"AL vs D — {domain}  (dots: measured)")

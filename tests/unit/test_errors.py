@@ -62,6 +62,12 @@ def test_eagle_head_width_must_match_target(tmp_path):
         attempt(tmp_path, "drafter=eagle3", f"drafter.model={head}")
 
 
+def test_max_model_len_above_the_context_window_is_refused(tmp_path):
+    write_checkpoint(tmp_path / "target", max_position_embeddings=512)
+    with pytest.raises(ConfigError, match=r"engine.max_model_len=4096 is above target.model's context window \(max_position_embeddings=512\)"):
+        attempt(tmp_path)
+
+
 def test_folder_without_config_is_not_a_checkpoint(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match=r"has no config.json"):

@@ -1,0 +1,94 @@
+"""AL-vs-D curves on real vLLM: one-pass replay against measured runs, sweeps that resume."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from evals.config import compose_config
+from evals.replay import replay
+from reports.curves import collect
+from tests.fixtures.models import random_eagle3_head, tiny_draft, tiny_target
+from tests.integration.conftest import measure, tiny_overrides
+
+REPO = Path(__file__).resolve().parents[2]
+TOLERANCE = 0.01
+
+
+@pytest.fixture(scope="module")
+def target() -> Path:
+    return tiny_target()
+
+
+def replayed(out: Path, overrides: list[str], d_max: int) -> pd.DataFrame:
+    settings = ["engine.max_model_len=1024", *overrides, f"d_max={d_max}", "engine.cpu_kvcache_space_gib=1"]
+    curves = replay(compose_config(settings, "replay"), out)
+    return curves[curves.domain == "all"].set_index("d")
+
+
+def assert_replay_matches(tmp_path: Path, overrides: list[str], measured_ds: tuple[int, ...], d_max: int) -> None:
+    curve = replayed(tmp_path / "replay", overrides, d_max)
+    assert list(curve.index) == list(range(1, d_max + 1)) and set(curve.source) == {"replayed"}
+    for d in measured_ds:
+        summary = measure(tmp_path / f"d{d}", *overrides, f"d={d}")
+        assert curve.loc[d, "al"] == pytest.approx(summary["al"], rel=TOLERANCE), f"d={d}"
+        assert curve.loc[d, "tokens_per_step"] == pytest.approx(summary["tokens_per_step"], rel=TOLERANCE)
+
+
+def test_ngram_replay_matches_measured_runs(tmp_path, target):
+    overrides = tiny_overrides(target, "drafter=ngram", "drafter.prompt_lookup_min=1")
+    assert_replay_matches(tmp_path, overrides, measured_ds=(2, 4), d_max=5)
+
+
+def test_draft_model_replay_matches_measured_runs(tmp_path, target):
+    overrides = tiny_overrides(target, "drafter=draft_model", f"drafter.model={tiny_draft()}")
+    assert_replay_matches(tmp_path, overrides, measured_ds=(1, 3), d_max=4)
+
+
+def test_smollm2_replay_matches_measured_runs(tmp_path):
+    base = ["dataset.num_requests=4", "sampling.max_tokens=48", "engine.dtype=float32", "engine.max_model_len=2048"]
+    assert_replay_matches(tmp_path / "ngram", [*base, "drafter=ngram"], measured_ds=(3,), d_max=4)
+    assert_replay_matches(
+        tmp_path / "draft", [*base, "drafter=draft_model", f"drafter.model={tiny_target()}"], measured_ds=(2,), d_max=3
+    )
+
+
+def test_eagle3_curve_is_estimated_from_one_measured_run(tmp_path, target):
+    overrides = tiny_overrides(target, "drafter=eagle3", f"drafter.model={random_eagle3_head()}")
+    curve = replayed(tmp_path / "replay", overrides, d_max=3)
+    assert list(curve.source) == ["estimated", "estimated", "measured"]
+    assert list(curve.al) == [1.0, 1.0, 1.0]
+    assert (tmp_path / "replay" / "measured_d3" / "summary.json").is_file()
+
+
+def multirun(sweep_dir: Path, target: Path) -> subprocess.CompletedProcess:
+    args = ["-m", "hydra/launcher=local", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep_dir}",
+            *tiny_overrides(target, "drafter=ngram", "d=1,2", "dataset.num_requests=2", "sampling.max_tokens=16"),
+            "engine.cpu_kvcache_space_gib=1", "engine.max_model_len=1024"]
+    return subprocess.run([sys.executable, "-m", "evals.run", *args], cwd=REPO, capture_output=True, text=True, timeout=900)
+
+
+def test_joblib_sweep_resumes_after_a_kill_and_aggregates(tmp_path, target):
+    sweep_dir = tmp_path / "sweep"
+    first = multirun(sweep_dir, target)
+    assert first.returncode == 0, first.stderr[-3000:]
+    jobs = sorted(p.parent for p in sweep_dir.rglob("summary.json"))
+    assert [json.loads((j / "summary.json").read_text())["d"] for j in jobs] == [1, 2]
+    assert all(j.parent == sweep_dir and j.name.startswith(f"d={d},") for d, j in ((1, jobs[0]), (2, jobs[1])))
+    # Simulate a sweep killed while d=2 was running: its summary.json was never written.
+    kept = jobs[0] / "summary.json"
+    kept_bytes, kept_mtime = kept.read_bytes(), kept.stat().st_mtime_ns
+    (jobs[1] / "summary.json").unlink()
+    second = multirun(sweep_dir, target)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert kept.stat().st_mtime_ns == kept_mtime and kept.read_bytes() == kept_bytes
+    assert "already holds this run; skipped" in second.stdout
+    assert (jobs[1] / "summary.json").is_file()
+    curves = collect(sweep_dir)
+    assert sorted(curves[curves.domain == "all"].d) == [1, 2]
+    assert json.loads((jobs[1] / "summary.json").read_text())["d"] == 2

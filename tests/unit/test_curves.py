@@ -1,0 +1,83 @@
+"""reports.curves on runs from the scripted fake engine: golden curves, refusals."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from evals.errors import SpeclensError
+from evals.run import run
+from reports.curves import collect, main as curves_main, write_curves
+from runners.fake_engine import FakeEngine
+from tests.unit.conftest import FakeEncoder, compose_run, write_checkpoint, write_questions
+from tests.unit.test_run_fake import ROWS, check_golden
+
+
+def accepted_script(d: int) -> dict:
+    # acceptance capped by d, so AL grows with D and then saturates
+    return {"q1#0": [min(3, d), min(1, d), None, 0], "q1#1": [min(2, d)], "q2#0": [None, min(4, d), min(4, d)]}
+
+
+def sweep(tmp_path: Path, points, *extra: str) -> Path:
+    root = tmp_path / "sweep"
+    target = write_checkpoint(tmp_path / "target")
+    questions = write_questions(tmp_path / "q.jsonl", ROWS)
+    for drafter, d in points:
+        cfg = compose_run("target=custom", f"target.model={target}", "dataset=jsonl", f"dataset.path={questions}",
+                          f"drafter={drafter}", f"d={d}", *extra)
+        run(cfg, root / f"drafter={drafter},d={d}", factory=lambda plan, spec, d=d: FakeEngine(d, accepted_script(d)),
+            progress=lambda label: None, encoder_factory=FakeEncoder)
+    return root
+
+
+def test_curves_from_a_sweep_match_the_golden_file(tmp_path):
+    root = sweep(tmp_path, [("ngram", 1), ("ngram", 2), ("ngram", 4), ("suffix", 2)])
+    curves = write_curves(root)
+    check_golden("curves.csv", (root / "curves.csv").read_text())
+    assert list(curves.columns) == ["drafter", "d", "domain", "al", "al_ci95_lo", "al_ci95_hi", "tokens_per_step", "source"]
+    pooled = curves[(curves.domain == "all") & (curves.drafter == "ngram")].set_index("d")
+    # d=1: every drafted step accepts min(x,1): 1,1,0 | 1 | 1,1 -> 5 of 6 -> AL 1 + 5/6
+    assert pooled.loc[1, "al"] == pytest.approx(1 + 5 / 6)
+    assert pooled.loc[4, "al"] == pytest.approx(1 + 14 / 6)
+    assert set(curves.source) == {"measured"}
+    assert pd.read_parquet(root / "curves.parquet").equals(curves)
+    for domain in ("all", "coding", "writing"):
+        png = root / f"curve_{domain}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+
+def test_runs_under_different_settings_are_refused_naming_the_keys(tmp_path):
+    root = sweep(tmp_path, [("ngram", 1), ("ngram", 2)])
+    other = sweep(tmp_path / "other", [("ngram", 3)], "sampling.max_tokens=64")
+    shutil.copytree(other / "drafter=ngram,d=3", root / "drafter=ngram,d=3")
+    with pytest.raises(SpeclensError, match=r"config.sampling.max_tokens differs \(128 in .*; 64 in drafter=ngram,d=3\)"):
+        collect(root)
+    assert curves_main([str(root)]) == 2
+
+
+def test_same_drafter_and_d_with_different_settings_are_refused(tmp_path):
+    root = sweep(tmp_path, [("ngram", 2)])
+    other = sweep(tmp_path / "other", [("ngram", 2)], "drafter.prompt_lookup_max=7")
+    shutil.copytree(other / "drafter=ngram,d=2", root / "copy")
+    with pytest.raises(SpeclensError, match="two runs of drafter=ngram d=2 with different drafter settings"):
+        collect(root)
+
+
+def test_replayed_points_fill_in_and_measured_points_win(tmp_path):
+    root = sweep(tmp_path, [("ngram", 2)])
+    stamp = json.loads((root / "drafter=ngram,d=2" / "stamp.json").read_text())
+    summary = json.loads((root / "drafter=ngram,d=2" / "summary.json").read_text())
+    replay_dir = root / "replay"
+    replay_dir.mkdir()
+    (replay_dir / "replay.json").write_text(json.dumps({"summary": {"fingerprints": summary["fingerprints"]}, "stamp": stamp}))
+    rows = [{"drafter": "ngram", "d": d, "domain": "all", "al": 9.0, "al_ci95_lo": 9.0, "al_ci95_hi": 9.0,
+             "tokens_per_step": 1.0, "source": "replayed"} for d in (1, 2, 3)]
+    pd.DataFrame(rows).to_parquet(replay_dir / "curves.parquet")
+    curves = collect(root)
+    pooled = curves[curves.domain == "all"].set_index("d")
+    assert list(pooled.source) == ["replayed", "measured", "replayed"]
+    assert pooled.loc[2, "al"] != 9.0
