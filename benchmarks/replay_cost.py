@@ -1,0 +1,59 @@
+"""Cost of a 16-point replayed AL curve against one measured run, and the replay's accuracy.
+
+Runs `evals.replay` (d_max=16) and `evals.run` at one D (default 3) on the same prompts, in one
+process after a warm-up run, each with its own engine load(s), and prints:
+  replay_cost_ratio   = replay wall time / measured-run wall time   (target <= 1.5)
+  replay_vs_measured  = |replayed AL - measured AL| / measured AL at each measured D
+
+    python benchmarks/replay_cost.py [--measure-d 3 5] [evals.run overrides]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DEFAULTS = ["drafter=ngram", "dataset.num_requests=16", "sampling.max_tokens=128"]
+D_MAX = 16
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--measure-d", type=int, nargs="+", default=[3])
+    args, overrides = parser.parse_known_args(argv)
+
+    from runners.vllm_engine import set_process_env
+
+    set_process_env(4)
+    from evals.config import compose_config
+    from evals.replay import replay
+    from evals.run import run
+
+    out = Path(tempfile.mkdtemp(prefix="speclens-replay-cost-"))
+    # Warm-up: the first engine in a process pays imports and cold file reads; neither side should.
+    run(compose_config(DEFAULTS + overrides + ["d=1", "dataset.num_requests=1", "sampling.max_tokens=8"]),
+        out / "warmup", progress=lambda label: None)
+    start = time.perf_counter()
+    curves = replay(compose_config(DEFAULTS + overrides + [f"d_max={D_MAX}"], "replay"), out / "replay")
+    replay_s = time.perf_counter() - start
+    pooled = curves[curves.domain == "all"].set_index("d")
+    gaps, measured_s = [], None
+    for d in args.measure_d:
+        start = time.perf_counter()
+        summary = run(compose_config(DEFAULTS + overrides + [f"d={d}"]), out / f"d{d}", progress=lambda label: None)
+        elapsed = time.perf_counter() - start
+        measured_s = measured_s or elapsed
+        gap = abs(pooled.loc[d, "al"] - summary["al"]) / summary["al"]
+        gaps.append(gap)
+        print(f"d={d}: replayed AL {pooled.loc[d, 'al']:.4f}, measured AL {summary['al']:.4f}, gap {gap:.2%}; "
+              f"measured run {elapsed:.1f}s")
+    print(f"replayed curve d=1..{D_MAX}: {replay_s:.1f}s ({curves.source.iloc[0]})")
+    print(f"replay_cost_ratio {replay_s / measured_s:.3f}  (16-point replay / one measured run at d={args.measure_d[0]}; target <= 1.5)")
+    print(f"replay_vs_measured_max_gap {max(gaps):.4%}  (target <= 1%)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
