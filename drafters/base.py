@@ -60,6 +60,8 @@ class Drafter:
     replay: ClassVar[str] = "none"
     # Exact replay needs the draft model's argmax after every prefix of the target's stream.
     replay_needs_draft_predictions: ClassVar[bool] = False
+    # Proposals draw on state shared by all requests, so replay follows the batch step by step.
+    replay_in_lockstep: ClassVar[bool] = False
 
     def __init__(self, cfg: DrafterConfig) -> None:
         self.cfg = cfg
@@ -81,6 +83,14 @@ class Drafter:
     def replay_proposal(self, ctx: Any, pos: int, d: int) -> Any:
         """The tokens this drafter proposes at a step starting at `pos` (drafters/replay.py)."""
         raise NotImplementedError(f"drafter={self.name} has no exact replay")
+
+    def replay_batches(self, batches: list[list[Any]], d: int) -> list[list[Any]]:
+        """Replay turn batches (each in engine order) at draft length `d`; per context
+        (drafted steps, target steps). Drafters whose proposals depend only on their own
+        request replay each context alone; drafters with state shared across requests override."""
+        from drafters.replay import replay_turn
+
+        return [[replay_turn(self, ctx, d) for ctx in batch] for batch in batches]
 
     def validate(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
         """Raise ConfigError for settings vLLM would reject or silently mis-measure."""

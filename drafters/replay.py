@@ -61,3 +61,42 @@ def replay_turn(drafter: "Drafter", ctx: ReplayContext, d: int) -> tuple[list[Dr
         steps.append(DraftedStep(pos, len(proposal), accepted))
         pos += accepted + 1
     return steps, target_steps
+
+
+def condense(slots: list) -> list:
+    """vLLM's InputBatch.condense: the last live request fills the lowest empty slot, repeatedly."""
+    slots = list(slots)
+    while True:
+        empty = [i for i, s in enumerate(slots) if s is None]
+        live = [i for i, s in enumerate(slots) if s is not None]
+        if not empty or not live or empty[0] > live[-1]:
+            return [s for s in slots if s is not None]
+        slots[empty[0]], slots[live[-1]] = slots[live[-1]], None
+
+
+def lockstep_replay(batch: list[ReplayContext], propose, request_prefix: str) -> list[tuple[list[DraftedStep], int]]:
+    """Replay one batch step by step with a proposer whose state is shared by all requests.
+
+    `propose(request_id, ctx, sampled_tokens, num_tokens)` is called once per engine step for
+    every request still in the batch, in batch order, right after that step's sampling.
+    """
+    n = len(batch)
+    pos = [ctx.prompt_len + 1 for ctx in batch]  # the prefill step samples one token each
+    sampled = [[int(ctx.tokens[ctx.prompt_len])] for ctx in batch]
+    steps: list[list[DraftedStep]] = [[] for _ in range(n)]
+    target_steps = [1] * n
+    order = list(range(n))
+    while order:
+        drafts = {i: propose(f"{request_prefix}/{i}", batch[i], sampled[i], pos[i]) for i in order}
+        # Requests that reached their end finished in the step just run; they leave the batch.
+        slots = [i if pos[i] < batch[i].prompt_len + batch[i].output_tokens else None for i in order]
+        order = condense(slots)
+        for i in order:
+            target_steps[i] += 1
+            draft, ctx = drafts[i], batch[i]
+            accepted = accepted_prefix(draft, ctx.tokens, pos[i]) if len(draft) else 0
+            if len(draft):
+                steps[i].append(DraftedStep(pos[i], len(draft), accepted))
+            sampled[i] = [int(t) for t in ctx.tokens[pos[i] : pos[i] + accepted + 1]]
+            pos[i] += accepted + 1
+    return list(zip(steps, target_steps))

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from drafters.base import Drafter, DrafterConfig, ModelFacts
 from evals.errors import ConfigError
 
@@ -22,6 +24,8 @@ class Suffix(Drafter):
     name = "suffix"
     config_class = SuffixConfig
     draft_passes = "lookup"
+    replay = "exact"
+    replay_in_lockstep = True
 
     def speculative_config(self, d: int) -> dict[str, Any]:
         return {
@@ -32,6 +36,38 @@ class Suffix(Drafter):
             "suffix_decoding_max_spec_factor": self.cfg.max_spec_factor,
             "suffix_decoding_min_token_prob": self.cfg.min_token_prob,
         }
+
+    def replay_batches(self, batches, d: int):
+        """Suffix proposals also draw on every other request's response so far (one global
+        suffix tree), so the batch is replayed in lockstep, as vLLM's proposer sees it: each
+        engine step, every running request (in input-batch order) adds its sampled tokens and
+        speculates; finished requests leave the batch and the batch is condensed as vLLM does.
+        Assumes every prompt of a batch is prefilled in the first step (see evals.replay)."""
+        from arctic_inference.suffix_decoding import SuffixDecodingCache
+
+        from drafters.replay import lockstep_replay
+
+        cache = SuffixDecodingCache(
+            max_tree_depth=self.cfg.max_tree_depth, max_cached_requests=self.cfg.max_cached_requests
+        )
+
+        def propose(request_id, ctx, sampled, num_tokens):
+            if request_id not in cache.active_requests:
+                cache.start_request(request_id, ctx.tokens[: ctx.prompt_len].astype(np.int32))
+            cache.add_active_response(request_id, np.asarray(sampled, dtype=np.int32))
+            if num_tokens >= ctx.max_model_len:
+                return []
+            pattern = ctx.tokens[max(0, num_tokens - self.cfg.max_tree_depth) : num_tokens].astype(np.int32)
+            draft = cache.speculate(
+                request_id,
+                pattern,
+                max_spec_tokens=min(d, ctx.max_model_len - num_tokens - 1),
+                max_spec_factor=self.cfg.max_spec_factor,
+                min_token_prob=self.cfg.min_token_prob,
+            )
+            return list(draft.token_ids)
+
+        return [lockstep_replay(batch, propose, request_prefix=f"turn{b}") for b, batch in enumerate(batches)]
 
     def max_d(self) -> int:
         # A proposal is a path in the suffix tree: it cannot be longer than the tree is deep.

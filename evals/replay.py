@@ -1,8 +1,9 @@
 """`python -m evals.replay drafter=<name> d_max=<N> [...]`: AL(D) for D = 1..N in one pass.
 
-- exact drafters (ngram, draft_model): one greedy generation of the target, continued
-  d_max tokens past where each answer stops; then each D is replayed offline
-  (drafters/replay.py). Source `replayed`.
+- exact drafters (ngram, suffix, draft_model): one greedy generation of the target,
+  continued d_max tokens past where each answer stops; then each D is replayed offline
+  (drafters/replay.py; suffix in lockstep over each turn's batch, its cache being shared
+  by all requests). Source `replayed`.
 - estimated drafters (eagle, eagle3): one measured run at d_max; a step's accepted
   count at D is min(accepted, D). Source `estimated` (d_max itself: `measured`).
 
@@ -30,53 +31,71 @@ register_configs()
 
 
 def curve_rows(drafter: str, d: int, steps: pd.DataFrame, requests: pd.DataFrame, seed: int, source: str) -> list[dict]:
+    from reports.curves import curve_row
+
     groups = {"all": (steps, requests)}
     groups |= {dom: (steps[steps.domain == dom], g) for dom, g in requests.groupby("domain", sort=True)}
-    rows = []
-    for domain, (s, r) in groups.items():
-        figures = metrics.group_summary(s, r, seed)
-        ci = figures["al_ci95"] or [None, None]
-        rows.append({"drafter": drafter, "d": d, "domain": domain, "al": figures["al"], "al_ci95_lo": ci[0],
-                     "al_ci95_hi": ci[1], "tokens_per_step": figures["tokens_per_step"], "source": source})
-    return rows
+    return [curve_row(drafter, d, domain, metrics.group_summary(s, r, seed), source) for domain, (s, r) in groups.items()]
 
 
-def replay_exact(plan, d_max: int, factory) -> pd.DataFrame:
-    from drafters.replay import ReplayContext, replay_turn
+def reference_contexts(plan, d_max: int, factory) -> tuple[list, list, tuple[int, int]]:
+    """One greedy generation of the target (d_max tokens past each stop), as replay contexts,
+    plus the engine's (max_num_seqs, max_num_batched_tokens)."""
+    from drafters.replay import ReplayContext
     from evals.conversation import run_reference
 
-    cfg = plan.config
     engine = factory(plan, None)
     try:
         reference = run_reference(engine, plan.prompts, plan.sampling, extra=d_max)
+        limits = engine.scheduler_limits
     finally:
         engine.close()
     sequences = [list(t.prompt_token_ids) + list(t.continuation) for t in reference]
     predictions: list[Any] = [None] * len(reference)
     if plan.drafter.replay_needs_draft_predictions:
-        draft_plan = replace(plan, target_dir=plan.draft_dir)
-        draft_engine = factory(draft_plan, None)
+        draft_engine = factory(replace(plan, target_dir=plan.draft_dir), None)
         try:
             predictions = [np.asarray(p) for p in draft_engine.greedy_predictions(sequences)]
         finally:
             draft_engine.close()
     contexts = [
         ReplayContext(np.asarray(seq, dtype=np.int64), len(t.prompt_token_ids), t.output_tokens,
-                      cfg.engine.max_model_len, pred)
+                      plan.config.engine.max_model_len, pred)
         for t, seq, pred in zip(reference, sequences, predictions)
     ]
-    by_id = {p.request_id: p for p in plan.prompts}
+    return reference, contexts, limits
+
+
+def replay_exact(plan, d_max: int, factory) -> pd.DataFrame:
+    reference, contexts, (max_seqs, max_batched_tokens) = reference_contexts(plan, d_max, factory)
+    domain_of = {p.request_id: p.domain for p in plan.prompts}
+    # Turn batches in the order the engine received them (run_reference keeps that order).
+    batches = [[i for i, t in enumerate(reference) if t.turn == turn] for turn in sorted({t.turn for t in reference})]
+    source = "replayed"
+    # Lockstep replay assumes every request of a turn is prefilled in the first engine step.
+    if plan.drafter.replay_in_lockstep and any(
+        len(b) > max_seqs or sum(len(reference[i].prompt_token_ids) for i in b) > max_batched_tokens for b in batches
+    ):
+        source = "estimated"
+        print(
+            f"speclens: a turn batch does not fit one engine step (max_num_seqs={max_seqs}, "
+            f"max_num_batched_tokens={max_batched_tokens}); drafter={plan.drafter.name}'s curve is "
+            "labelled estimated. Fewer requests or a larger engine.max_num_batched_tokens make it exact.",
+            file=sys.stderr,
+        )
     rows = []
     for d in range(1, d_max + 1):
+        outcome = plan.drafter.replay_batches([[contexts[i] for i in batch] for batch in batches], d)
         step_rows, request_rows = [], []
-        for t, ctx in zip(reference, contexts):
-            prompt = by_id[t.request_id]
-            steps, target_steps = replay_turn(plan.drafter, ctx, d)
-            step_rows += [(t.request_id, prompt.domain, s.position, s.num_drafted, s.num_accepted) for s in steps]
-            request_rows.append((t.request_id, prompt.domain, t.output_tokens, target_steps))
+        for batch, results in zip(batches, outcome):
+            for i, (steps, target_steps) in zip(batch, results):
+                t = reference[i]
+                domain = domain_of[t.request_id]
+                step_rows += [(t.request_id, domain, s.position, s.num_drafted, s.num_accepted) for s in steps]
+                request_rows.append((t.request_id, domain, t.output_tokens, target_steps))
         steps_frame = pd.DataFrame(step_rows, columns=["request_id", "domain", "position", "num_drafted", "num_accepted"])
         requests_frame = pd.DataFrame(request_rows, columns=["request_id", "domain", "output_tokens", "target_steps"])
-        rows += curve_rows(plan.drafter.name, d, steps_frame, requests_frame, cfg.seed, "replayed")
+        rows += curve_rows(plan.drafter.name, d, steps_frame, requests_frame, plan.config.seed, source)
     return pd.DataFrame(rows)
 
 

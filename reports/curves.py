@@ -21,16 +21,17 @@ CURVE_COLUMNS = ["drafter", "d", "domain", "al", "al_ci95_lo", "al_ci95_hi", "to
 REPLAY_FILE = "replay.json"
 
 
+def curve_row(drafter: str, d: int, domain: str, figures: dict, source: str) -> dict:
+    """One curve point from a group's figures (`al`, `al_ci95`, `tokens_per_step`)."""
+    lo, hi = figures.get("al_ci95") or [None, None]
+    return {"drafter": drafter, "d": d, "domain": domain, "al": figures["al"], "al_ci95_lo": lo,
+            "al_ci95_hi": hi, "tokens_per_step": figures["tokens_per_step"], "source": source}
+
+
 def measured_rows(run: Run) -> list[dict]:
     s = run.summary
-    groups = {"all": {"al": s["al"], "al_ci95": s["al_ci95"], "tokens_per_step": s["tokens_per_step"]}}
-    groups |= s["by_domain"]
-    rows = []
-    for domain, g in groups.items():
-        ci = g.get("al_ci95") or [None, None]
-        rows.append({"drafter": s["drafter"], "d": s["d"], "domain": domain, "al": g["al"], "al_ci95_lo": ci[0],
-                     "al_ci95_hi": ci[1], "tokens_per_step": g["tokens_per_step"], "source": "measured"})
-    return rows
+    groups = {"all": s} | s["by_domain"]
+    return [curve_row(s["drafter"], s["d"], domain, g, "measured") for domain, g in groups.items()]
 
 
 def drafter_identity(run: Run) -> str:

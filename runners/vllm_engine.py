@@ -95,6 +95,12 @@ class VllmEngine:
                 progress(new_tokens)
         return [state.result(self.tokenizer) for state in tracked.values()]
 
+    @property
+    def scheduler_limits(self) -> tuple[int, int]:
+        """(max_num_seqs, max_num_batched_tokens): how many requests and tokens one step takes."""
+        sched = self.engine.vllm_config.scheduler_config
+        return sched.max_num_seqs, sched.max_num_batched_tokens
+
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(token_ids)
 

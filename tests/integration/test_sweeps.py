@@ -45,6 +45,10 @@ def test_ngram_replay_matches_measured_runs(tmp_path, target):
     assert_replay_matches(tmp_path, overrides, measured_ds=(2, 4), d_max=5)
 
 
+def test_suffix_replay_matches_measured_runs(tmp_path, target):
+    assert_replay_matches(tmp_path, tiny_overrides(target, "drafter=suffix"), measured_ds=(2, 5), d_max=5)
+
+
 def test_draft_model_replay_matches_measured_runs(tmp_path, target):
     overrides = tiny_overrides(target, "drafter=draft_model", f"drafter.model={tiny_draft()}")
     assert_replay_matches(tmp_path, overrides, measured_ds=(1, 3), d_max=4)
@@ -53,6 +57,7 @@ def test_draft_model_replay_matches_measured_runs(tmp_path, target):
 def test_smollm2_replay_matches_measured_runs(tmp_path):
     base = ["dataset.num_requests=4", "sampling.max_tokens=48", "engine.dtype=float32", "engine.max_model_len=2048"]
     assert_replay_matches(tmp_path / "ngram", [*base, "drafter=ngram"], measured_ds=(3,), d_max=4)
+    assert_replay_matches(tmp_path / "suffix", [*base, "drafter=suffix"], measured_ds=(3,), d_max=4)
     assert_replay_matches(
         tmp_path / "draft", [*base, "drafter=draft_model", f"drafter.model={tiny_target()}"], measured_ds=(2,), d_max=3
     )

@@ -93,12 +93,12 @@ import json, os, sys
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 os.environ["VLLM_CPU_KVCACHE_SPACE"] = "1"
 from evals.conversation import run_conversations
-from evals.datasets import load_prompts
+from evals.datasets import DatasetConfig, load_prompts
 from runners.engine import SamplingSpec
 from runners.vllm_engine import VllmEngine
 spec = {{"method": "draft_model", "model": "{target}", "num_speculative_tokens": {D}, "draft_sample_method": "probabilistic"}}
 engine = VllmEngine("{target}", spec, {{"max_model_len": 1024, "dtype": "float32", "enforce_eager": True, "seed": 0}})
-run_conversations(engine, load_prompts("mt_bench", None, 6, 0), SamplingSpec(0.8, 1.0, 48, 0))
+run_conversations(engine, load_prompts(DatasetConfig(name="mt_bench", num_requests=6), 0, None), SamplingSpec(0.8, 1.0, 48, 0))
 c = engine.counters()
 print(json.dumps(1 + c.num_accepted_tokens / c.num_drafts))
 """

@@ -6,7 +6,6 @@ import json
 import os
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from evals.errors import ConfigError, MeasurementError
