@@ -4,7 +4,7 @@ PYTHON  := $(VENV)/bin/python
 INSTALLED := $(VENV)/.speclens-installed
 PYTEST_ARGS ?=
 
-.PHONY: install target demo test unit clean-venv
+.PHONY: install target demo curves test unit clean-venv
 
 install: $(INSTALLED)
 
@@ -27,6 +27,12 @@ target: install
 
 demo: target
 	$(PYTHON) -m evals.run drafter=ngram d=3
+
+# A small AL-vs-D sweep on the defaults, then its curves (outputs/sweeps/demo/curve_all.png).
+curves: target
+	$(PYTHON) -m evals.run -m drafter=ngram,suffix d=1,2,3,5 dataset.num_requests=8 sampling.max_tokens=64 \
+		hydra.sweep.dir=outputs/sweeps/demo
+	$(PYTHON) -m reports.curves outputs/sweeps/demo
 
 test: target
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
