@@ -12,6 +12,26 @@ from evals.errors import ConfigError
 VLLM_MAX_SPEC_LEN = 128
 
 
+@dataclass(frozen=True)
+class MechanismFacts:
+    """What is known about a mechanism before measuring it: the seed comparison table as data."""
+
+    architecture: str
+    # token ids | target hidden states | fused target hidden states | token stream
+    inputs: str
+    # D serial passes | one parallel pass | one parallel pass + sequential correction | one lookup
+    generation: str
+    # separate model | post-training head | part of the base checkpoint | none
+    release: str
+    # none | low | medium | high
+    training_cost: str
+    # draft weights + full KV cache | weights + small KV cache | none
+    serve_memory: str
+    # what drafting D tokens costs: full draft forward x D | 1 layer serial | ~5 layers once | lookup
+    speculation_cost: str
+    best_fit: str
+
+
 @dataclass
 class DrafterConfig:
     """Hydra schema shared by all drafters; `name` selects the registered class."""
@@ -52,6 +72,7 @@ class Drafter:
 
     name: ClassVar[str]
     config_class: ClassVar[type[DrafterConfig]]
+    facts: ClassVar[MechanismFacts]
     needs_checkpoint: ClassVar[bool] = False
     # "serial" (D draft passes), "one_pass" (D tokens in one pass), "lookup", "none"
     draft_passes: ClassVar[str] = "none"

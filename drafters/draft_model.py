@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from drafters.base import MechanismFacts
 from drafters.checkpoint import CheckpointDrafter, CheckpointDrafterConfig
 
 
@@ -15,6 +16,16 @@ class DraftModelConfig(CheckpointDrafterConfig):
 class DraftModel(CheckpointDrafter):
     name = "draft_model"
     config_class = DraftModelConfig
+    facts = MechanismFacts(
+        architecture="small causal LM sharing the target's vocabulary",
+        inputs="token ids",
+        generation="D serial passes",
+        release="separate model",
+        training_cost="none (off-the-shelf) to high (distilled)",
+        serve_memory="draft weights + full KV cache",
+        speculation_cost="full draft forward x D",
+        best_fit="a same-family small model exists; low batch sizes",
+    )
     draft_passes = "serial"
     vllm_method = "draft_model"
     replay = "exact"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from drafters.base import ModelFacts
+from drafters.base import MechanismFacts, ModelFacts
 from drafters.checkpoint import CheckpointDrafter, CheckpointDrafterConfig
 from evals.errors import ConfigError
 
@@ -17,6 +17,16 @@ class EagleConfig(CheckpointDrafterConfig):
 class Eagle(CheckpointDrafter):
     name = "eagle"
     config_class = EagleConfig
+    facts = MechanismFacts(
+        architecture="one decoder layer head on the target's last hidden state",
+        inputs="target hidden states",
+        generation="D serial passes",
+        release="post-training head",
+        training_cost="medium",
+        serve_memory="weights + small KV cache",
+        speculation_cost="1 layer serial",
+        best_fit="chat and low-latency serving where a trained head exists",
+    )
     draft_passes = "serial"
     vllm_method = "eagle"
     # Proposals depend on the target's hidden states at each step start: estimated from one
@@ -43,4 +53,14 @@ class Eagle3Config(CheckpointDrafterConfig):
 class Eagle3(Eagle):
     name = "eagle3"
     config_class = Eagle3Config
+    facts = MechanismFacts(
+        architecture="one decoder layer head on fused low/mid/high target hidden states",
+        inputs="fused target hidden states",
+        generation="D serial passes",
+        release="post-training head",
+        training_cost="medium",
+        serve_memory="weights + small KV cache",
+        speculation_cost="1 layer serial",
+        best_fit="general chat, coding and reasoning; the highest AL among heads at moderate D",
+    )
     vllm_method = "eagle3"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from drafters.base import Drafter, DrafterConfig, ModelFacts
+from drafters.base import MechanismFacts, Drafter, DrafterConfig, ModelFacts
 from evals.errors import ConfigError
 
 
@@ -19,6 +19,16 @@ class NgramConfig(DrafterConfig):
 class Ngram(Drafter):
     name = "ngram"
     config_class = NgramConfig
+    facts = MechanismFacts(
+        architecture="n-gram match over the request's own context",
+        inputs="token stream",
+        generation="one lookup",
+        release="none",
+        training_cost="none",
+        serve_memory="none",
+        speculation_cost="lookup",
+        best_fit="outputs that copy the input: summarization, RAG, code editing",
+    )
     draft_passes = "lookup"
     replay = "exact"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from drafters.base import Drafter, DrafterConfig
+from drafters.base import MechanismFacts, Drafter, DrafterConfig
 
 
 @dataclass
@@ -16,6 +16,16 @@ class NoDrafterConfig(DrafterConfig):
 class NoDrafter(Drafter):
     name = "none"
     config_class = NoDrafterConfig
+    facts = MechanismFacts(
+        architecture="none (plain decoding)",
+        inputs="-",
+        generation="-",
+        release="none",
+        training_cost="none",
+        serve_memory="none",
+        speculation_cost="none",
+        best_fit="the baseline every speedup is measured against",
+    )
 
     @property
     def speculative(self) -> bool:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from drafters.base import Drafter, DrafterConfig, ModelFacts
+from drafters.base import MechanismFacts, Drafter, DrafterConfig, ModelFacts
 from evals.errors import ConfigError
 
 
@@ -23,6 +23,16 @@ class SuffixConfig(DrafterConfig):
 class Suffix(Drafter):
     name = "suffix"
     config_class = SuffixConfig
+    facts = MechanismFacts(
+        architecture="suffix trees over the prompt and past responses (Arctic Inference)",
+        inputs="token stream",
+        generation="one lookup",
+        release="none",
+        training_cost="none",
+        serve_memory="none",
+        speculation_cost="lookup",
+        best_fit="repetitive and agentic workloads, outputs that repeat earlier responses",
+    )
     draft_passes = "lookup"
     replay = "exact"
     replay_in_lockstep = True

@@ -54,3 +54,11 @@ def result_table(summary: dict[str, Any]) -> str:
             + ("" if loss["identical"] else "  <-- NOT identical, see summary.json lossless.mismatched")
         )
     return "\n".join(out)
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A GitHub-style markdown table (pipes in cells escaped)."""
+    cell = lambda v: str(v).replace("|", "\\|")  # noqa: E731
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
