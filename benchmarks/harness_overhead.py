@@ -28,7 +28,8 @@ def main(overrides: list[str]) -> None:
     from evals.conversation import run_conversations
     from evals.plan import make_plan
     from evals.config import compose_config
-    from evals.run import to_run_config, vllm_factory
+    from evals.engine_factory import vllm_factory
+    from evals.run import to_run_config
 
     plan = make_plan(to_run_config(compose_config(DEFAULTS + overrides)))
     if any(len(p.turns) > 1 for p in plan.prompts):

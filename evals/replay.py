@@ -123,7 +123,8 @@ def replay_estimated(plan, d_max: int, out_dir: Path, factory) -> pd.DataFrame:
 
 def replay(cfg: DictConfig, out_dir: Path, factory=None) -> pd.DataFrame:
     from evals.plan import make_plan
-    from evals.run import to_run_config, vllm_factory
+    from evals.engine_factory import vllm_factory
+    from evals.run import to_run_config
     from evals.summary import write_json_atomic
 
     factory = factory or vllm_factory
