@@ -12,6 +12,22 @@ from evals.errors import ConfigError
 VLLM_MAX_SPEC_LEN = 128
 
 
+# vLLM 0.32 re-labels a draft as one of these methods when its path contains the substring,
+# whatever method was asked for (config/speculative.py), except for these methods themselves.
+VLLM_PATH_HINTS = {"eagle-": "eagle", "eagle3": "eagle3", "dflash": "dflash", "dspark": "dspark"}
+
+
+def check_path_hints(method: str, path: str, key: str) -> None:
+    if method in VLLM_PATH_HINTS.values():
+        return
+    for hint, relabel in VLLM_PATH_HINTS.items():
+        if hint in path.lower():
+            raise ConfigError(
+                f"{key}={path}: the path contains {hint!r}, which makes vLLM run it as method {relabel!r} "
+                f"instead of {method!r}; rename or link the folder to a path without {hint!r}."
+            )
+
+
 @dataclass(frozen=True)
 class MechanismFacts:
     """What is known about a mechanism before measuring it: the seed comparison table as data."""

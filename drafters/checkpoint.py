@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from drafters.base import Drafter, DrafterConfig, ModelFacts
+from drafters.base import Drafter, DrafterConfig, ModelFacts, check_path_hints
 from evals.errors import ConfigError
 
 
@@ -20,6 +20,17 @@ class CheckpointDrafterConfig(DrafterConfig):
 class CheckpointDrafter(Drafter):
     needs_checkpoint = True
     vllm_method: str = ""
+    # The checkpoint's config.json `architectures` must name one of these (when set).
+    required_architectures: tuple[str, ...] = ()
+
+    def checkpoint_kind_error(self, draft: ModelFacts) -> str | None:
+        """Why this checkpoint is not of the kind the method needs (None when it is)."""
+        if self.required_architectures and not set(self.required_architectures) & set(draft.architectures):
+            return (
+                f"its architectures are {list(draft.architectures)}, drafter={self.name} needs one of "
+                f"{list(self.required_architectures)}"
+            )
+        return None
 
     def checkpoint(self) -> str | None:
         return self.cfg.model
@@ -40,6 +51,10 @@ class CheckpointDrafter(Drafter):
             )
         if draft is None:
             raise ConfigError(f"drafter={self.name} needs drafter.model=<local path or hub id>.")
+        check_path_hints(self.vllm_method, draft.path, "drafter.model")
+        kind_error = self.checkpoint_kind_error(draft)
+        if kind_error:
+            raise ConfigError(f"drafter.model={draft.path} is not a {self.name} checkpoint: {kind_error}.")
         if draft.vocab_size != target.vocab_size:
             raise ConfigError(
                 f"drafter.model={draft.path} has vocab_size={draft.vocab_size} but "

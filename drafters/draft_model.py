@@ -8,6 +8,10 @@ from drafters.base import MechanismFacts
 from drafters.checkpoint import CheckpointDrafter, CheckpointDrafterConfig
 
 
+# Architecture-name fragments of heads and special drafters, which are not standalone draft models.
+HEAD_MARKERS = ("eagle", "medusa", "dflash", "dspark", "speculator", "mtp")
+
+
 @dataclass
 class DraftModelConfig(CheckpointDrafterConfig):
     name: str = "draft_model"
@@ -30,6 +34,16 @@ class DraftModel(CheckpointDrafter):
     vllm_method = "draft_model"
     replay = "exact"
     replay_needs_draft_predictions = True
+
+    def checkpoint_kind_error(self, draft) -> str | None:
+        heads = [a for a in draft.architectures if any(k in a.lower() for k in HEAD_MARKERS)]
+        if heads or not any(a.endswith("ForCausalLM") for a in draft.architectures):
+            return (
+                f"its architectures are {list(draft.architectures)}; drafter=draft_model needs a standalone "
+                "causal LM (…ForCausalLM). Heads and drafters have their own drafter= (eagle, eagle3, "
+                "medusa, dflash, dspark)"
+            )
+        return None
 
     def replay_proposal(self, ctx, pos: int, d: int):
         """Greedy drafting from the target's prefix: while the draft agrees with the target, its

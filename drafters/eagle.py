@@ -33,6 +33,20 @@ class Eagle(CheckpointDrafter):
     # measured run at d_max (a step's accepted count at D <= d_max is min(accepted, D)).
     replay = "estimated"
 
+    # Fragments that mark the head generation in `architectures` or `model_type`.
+    kind_marker = "eagle"
+
+    def checkpoint_kind_error(self, draft: ModelFacts) -> str | None:
+        names = [a.lower() for a in draft.architectures] + [str(draft.raw.get("model_type", "")).lower(),
+                                                            str(draft.raw.get("speculators_model_type", "")).lower()]
+        is_eagle3 = any("eagle3" in n for n in names)
+        if (self.kind_marker == "eagle3") != is_eagle3 or not any("eagle" in n for n in names):
+            return (
+                f"its architectures are {list(draft.architectures)} (model_type {draft.raw.get('model_type')!r}); "
+                f"drafter={self.name} needs an {'EAGLE-3' if self.kind_marker == 'eagle3' else 'EAGLE(-1/2)'} head"
+            )
+        return None
+
     def validate(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
         super().validate(d, target, draft)
         assert draft is not None
@@ -53,6 +67,7 @@ class Eagle3Config(CheckpointDrafterConfig):
 class Eagle3(Eagle):
     name = "eagle3"
     config_class = Eagle3Config
+    kind_marker = "eagle3"
     facts = MechanismFacts(
         architecture="one decoder layer head on fused low/mid/high target hidden states",
         inputs="fused target hidden states",

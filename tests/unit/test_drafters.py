@@ -24,7 +24,7 @@ def test_vllm_translations(d):
 
 
 def test_unknown_drafter_names_the_choices():
-    with pytest.raises(ConfigError, match="drafter='medusa2' is unknown; choose one of draft_model, eagle, eagle3"):
+    with pytest.raises(ConfigError, match="drafter='medusa2' is unknown; choose one of dflash, draft_model, dspark, eagle, eagle3, medusa"):
         make_drafter(REGISTRY["none"].config_class(name="medusa2"))
 
 
@@ -39,3 +39,98 @@ def test_comparison_table_lists_every_drafter_with_every_fact():
     assert by_name["ngram"]["generation"] == "one lookup" and by_name["ngram"]["replay"] == "exact"
     assert by_name["eagle3"]["inputs"] == "fused target hidden states" and by_name["eagle3"]["checkpoint"] == "yes"
     assert all(all(cell for cell in row) for row in rows)
+
+
+# --- every mechanism: composed from its conf file, translated to vLLM, validated before any engine
+
+
+from tests.unit.conftest import write_checkpoint  # noqa: E402
+from tests.unit.test_errors import attempt  # noqa: E402
+
+
+@pytest.mark.parametrize("d", [1, 2, 4])
+def test_mtp_uses_the_target_layers(d):
+    spec = make_drafter(REGISTRY["mtp"].config_class()).speculative_config(d)
+    assert spec == {"method": "mtp", "num_speculative_tokens": d}
+    assert make_drafter(REGISTRY["mtp"].config_class(method="deepseek_mtp")).speculative_config(d)["method"] == "deepseek_mtp"
+
+
+def test_mtp_refuses_a_target_without_mtp_layers(tmp_path):
+    with pytest.raises(ConfigError, match=r"has no multi-token-prediction layers .*num_nextn_predict_layers"):
+        attempt(tmp_path, "drafter=mtp")
+
+
+def test_mtp_d_must_fit_the_layer_count(tmp_path):
+    write_checkpoint(tmp_path / "target", num_nextn_predict_layers=2)
+    with pytest.raises(ConfigError, match=r"d=3 with drafter=mtp: target.model has 2 MTP layers; vLLM needs d <= 2 or a multiple of 2"):
+        attempt(tmp_path, "drafter=mtp", "d=3")
+
+
+def dflash_ckpt(tmp_path, **extra):
+    return write_checkpoint(tmp_path / "dfl", architectures=["DFlashDraftModel"], block_size=8,
+                            dflash_config={"mask_token_id": 99, "target_layer_ids": [0, 1]}, **extra)
+
+
+@pytest.mark.parametrize("d", [1, 7])
+def test_dflash_translation(tmp_path, d):
+    spec = make_drafter(REGISTRY["dflash"].config_class(model="/x")).speculative_config(d)
+    assert spec["method"] == "dflash" and spec["num_speculative_tokens"] == d and spec["model"] == "/x"
+
+
+def test_dflash_d_is_bounded_by_the_block_size(tmp_path):
+    draft = dflash_ckpt(tmp_path)
+    with pytest.raises(ConfigError, match=r"d=8 with drafter=dflash: DFlash drafts one block per step .*block_size=8, so d <= 7"):
+        attempt(tmp_path, "drafter=dflash", f"drafter.model={draft}", "d=8")
+
+
+def test_medusa_d_is_bounded_by_the_heads(tmp_path):
+    heads = write_checkpoint(tmp_path / "med", architectures=["MedusaModel"], model_type="medusa", num_heads=3)
+    assert make_drafter(REGISTRY["medusa"].config_class(model=str(heads))).speculative_config(3)["method"] == "medusa"
+    with pytest.raises(ConfigError, match=r"d=4 with drafter=medusa: drafter.model has 3 heads, one per draft position, so d <= 3"):
+        attempt(tmp_path, "drafter=medusa", f"drafter.model={heads}", "d=4")
+
+
+@pytest.mark.parametrize(
+    "drafter, architectures, needs",
+    [
+        ("eagle3", ["LlamaForCausalLM"], "EAGLE-3 head"),
+        ("eagle", ["LlamaForCausalLMEagle3"], r"EAGLE\(-1/2\) head"),
+        ("dflash", ["LlamaForCausalLM"], r"needs one of \['DFlashDraftModel'\]"),
+        ("medusa", ["LlamaForCausalLM"], r"needs one of \['MedusaModel'\]"),
+        ("draft_model", ["LlamaForCausalLMEagle3"], "needs a standalone causal LM"),
+    ],
+)
+def test_checkpoint_of_the_wrong_kind_names_both_sides(tmp_path, drafter, architectures, needs):
+    ckpt = write_checkpoint(tmp_path / "ckpt", architectures=architectures)
+    with pytest.raises(ConfigError, match=rf"drafter.model=.* is not a {drafter} checkpoint: its architectures are .*{needs}"):
+        attempt(tmp_path, f"drafter={drafter}", f"drafter.model={ckpt}")
+
+
+def test_a_path_that_vllm_would_relabel_is_refused(tmp_path):
+    draft = write_checkpoint(tmp_path / "my-eagle3-distill")
+    with pytest.raises(ConfigError, match=r"the path contains 'eagle3', which makes vLLM run it as method 'eagle3' instead of 'draft_model'"):
+        attempt(tmp_path, "drafter=draft_model", f"drafter.model={draft}")
+
+
+def test_dspark_on_a_build_without_triton_says_why(tmp_path):
+    pytest.importorskip("vllm", reason="needs vLLM to tell whether its V2 model runner can run")
+    from drafters.dspark import v2_runner_available
+
+    if v2_runner_available():
+        pytest.skip("this vLLM build has Triton: dspark can run here")
+    draft = write_checkpoint(tmp_path / "ds", architectures=["DSparkDraftModel"])
+    with pytest.raises(ConfigError, match=r"drafter=dspark needs vLLM's V2 model runner, which needs Triton"):
+        attempt(tmp_path, "drafter=dspark", f"drafter.model={draft}")
+
+
+def test_mlp_speculator_is_refused_with_the_reason(tmp_path):
+    ckpt = write_checkpoint(tmp_path / "mlp", architectures=["MLPSpeculatorPreTrainedModel"])
+    with pytest.raises(ConfigError, match=r"mlp_speculator is disabled in vLLM's V1 engine"):
+        attempt(tmp_path, "drafter=mlp_speculator", f"drafter.model={ckpt}")
+
+
+def test_every_drafter_has_a_conf_file():
+    from pathlib import Path
+
+    conf = Path(__file__).resolve().parents[2] / "conf" / "drafter"
+    assert {p.stem for p in conf.glob("*.yaml")} == set(REGISTRY)

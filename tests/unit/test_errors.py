@@ -57,7 +57,7 @@ def test_draft_vocabulary_must_match_target(tmp_path):
 
 
 def test_eagle_head_width_must_match_target(tmp_path):
-    head = write_checkpoint(tmp_path / "head", hidden_size=8)
+    head = write_checkpoint(tmp_path / "head", hidden_size=8, architectures=["LlamaForCausalLMEagle3"])
     with pytest.raises(ConfigError, match=r"hidden_size=8 but target.model=.* has hidden_size=16"):
         attempt(tmp_path, "drafter=eagle3", f"drafter.model={head}")
 

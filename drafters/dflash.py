@@ -1,0 +1,51 @@
+"""DFlash: a small block-diffusion drafter that proposes a whole block in one parallel pass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from drafters.base import MechanismFacts, ModelFacts
+from drafters.checkpoint import CheckpointDrafter, CheckpointDrafterConfig
+from evals.errors import ConfigError
+
+
+@dataclass
+class DflashConfig(CheckpointDrafterConfig):
+    name: str = "dflash"
+
+
+def block_size(draft: ModelFacts) -> int | None:
+    value = draft.raw.get("block_size") or (draft.raw.get("dflash_config") or {}).get("block_size")
+    return int(value) if value else None
+
+
+class Dflash(CheckpointDrafter):
+    name = "dflash"
+    config_class = DflashConfig
+    draft_passes = "one_pass"
+    vllm_method = "dflash"
+    replay = "estimated"
+    required_architectures = ("DFlashDraftModel",)
+    facts = MechanismFacts(
+        architecture="a few-layer block-diffusion drafter on the target's hidden states",
+        inputs="fused target hidden states",
+        generation="one parallel pass",
+        release="separate model",
+        training_cost="high",
+        serve_memory="weights + small KV cache",
+        speculation_cost="~5 layers once",
+        best_fit="long drafts at low batch sizes: many tokens from one draft pass",
+    )
+
+    def validate(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
+        super().validate(d, target, draft)
+        assert draft is not None
+        if "dflash_config" not in draft.raw:
+            raise ConfigError(f"drafter.model={draft.path} has no dflash_config in its config.json; not a DFlash draft.")
+        block = block_size(draft)
+        # A block is the step's anchor token plus block_size - 1 proposals: D is the block size minus one.
+        if block is not None and d > block - 1:
+            raise ConfigError(
+                f"d={d} with drafter=dflash: DFlash drafts one block per step (the anchor token plus "
+                f"block_size - 1 proposals) and drafter.model has block_size={block}, so d <= {block - 1}."
+            )

@@ -1,0 +1,52 @@
+"""DSpark: one parallel draft pass plus a sequential correction (vLLM's V2 model runner only)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from drafters.base import MechanismFacts, ModelFacts
+from drafters.checkpoint import CheckpointDrafter, CheckpointDrafterConfig
+from evals.errors import ConfigError
+
+
+@dataclass
+class DsparkConfig(CheckpointDrafterConfig):
+    name: str = "dspark"
+
+
+def v2_runner_available() -> bool:
+    """vLLM's V2 model runner needs Triton with a backend for this device."""
+    from vllm.triton_utils import HAS_TRITON
+
+    return bool(HAS_TRITON)
+
+
+class Dspark(CheckpointDrafter):
+    name = "dspark"
+    config_class = DsparkConfig
+    draft_passes = "one_pass"
+    vllm_method = "dspark"
+    replay = "estimated"
+    facts = MechanismFacts(
+        architecture="a small parallel drafter with a sequential correction step",
+        inputs="fused target hidden states",
+        generation="one parallel pass + sequential correction",
+        release="separate model",
+        training_cost="high",
+        serve_memory="weights + small KV cache",
+        speculation_cost="~5 layers once + a light correction",
+        best_fit="long drafts where a one-pass drafter's later positions are weak",
+    )
+
+    def validate(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
+        if not v2_runner_available():
+            raise ConfigError(
+                "drafter=dspark needs vLLM's V2 model runner, which needs Triton with a backend for this "
+                "device; this build has none (vLLM: 'Model Runner V1 does not support: dspark speculative "
+                "decoding'). Run it on a GPU machine with the CUDA build of vLLM."
+            )
+        super().validate(d, target, draft)
+        assert draft is not None
+        block = draft.raw.get("block_size")
+        if block is not None and d > int(block):
+            raise ConfigError(f"d={d} with drafter=dspark: drafter.model has block_size={block}, so d <= {block}.")
