@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.fixtures.mechanisms import tiny_dflash_draft, tiny_medusa_heads, tiny_mtp_target
-from tests.fixtures.models import tiny_target
+from tests.fixtures.models import random_eagle_head, tiny_target
 from tests.integration.conftest import measure, tiny_overrides
 
 D = 3
@@ -18,8 +18,10 @@ def test_mtp_layers_draft_for_their_target(tmp_path, kind, expected_al):
     assert summary["vllm_counters"]["num_drafts"] == summary["n_steps"] > 0
 
 
-@pytest.mark.parametrize("drafter, checkpoint", [("dflash", tiny_dflash_draft), ("medusa", tiny_medusa_heads)])
-def test_one_pass_drafters_run_and_their_random_proposals_are_rejected(tmp_path, drafter, checkpoint):
+@pytest.mark.parametrize(
+    "drafter, checkpoint", [("dflash", tiny_dflash_draft), ("medusa", tiny_medusa_heads), ("eagle", random_eagle_head)]
+)
+def test_random_drafters_run_and_their_proposals_are_rejected(tmp_path, drafter, checkpoint):
     summary = measure(
         tmp_path, *tiny_overrides(tiny_target(), f"drafter={drafter}", f"drafter.model={checkpoint()}", f"d={D}",
                                   "dataset.num_requests=4", "baseline=true")
