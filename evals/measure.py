@@ -63,6 +63,9 @@ def execute(
     config_fingerprint: str | None = None,
 ) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
+    # The dir is being (re-)measured: until the new summary lands it is an incomplete run, even
+    # if an earlier summary was there (force=true) and this run dies half-way.
+    (out_dir / SUMMARY_FILE).unlink(missing_ok=True)
     cfg = plan.config
     versions = package_versions()
     fingerprints = plan.fingerprints()

@@ -142,6 +142,10 @@ def test_a_finished_run_is_skipped_and_a_killed_one_rerun(tmp_path):
     assert len(engines_after_kill) == 1 and (out / "summary.json").is_file()
     _, _, forced = fake_run(tmp_path, "force=true")
     assert len(forced) == 1
+    # a forced re-run that fails leaves an incomplete dir, not the old summary over new records
+    with pytest.raises(MeasurementError):
+        fake_run(tmp_path, "force=true", counter_error=1)
+    assert not (out / "summary.json").exists()
 
 
 def test_a_run_dir_holding_another_configuration_is_not_overwritten(tmp_path):
