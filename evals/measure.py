@@ -15,7 +15,7 @@ from evals.conversation import run_conversations
 from evals.plan import RunPlan
 from evals.stamp import git_sha, package_versions
 from evals.summary import SUMMARY_FILE, build_summary, lossless, write_json_atomic
-from runners.engine import Engine, ProgressFn, TurnResult
+from runners.engine import Engine, EngineStep, ProgressFn, TurnResult
 
 # Called with a label once the engine is loaded; gives the per-step progress callback.
 ProgressFactory = Callable[[str], "ProgressFn | None"]
@@ -25,7 +25,7 @@ EngineFactory = Callable[[RunPlan, "dict[str, Any] | None"], Engine]
 
 def _generate(
     plan: RunPlan, factory: EngineFactory, spec: dict[str, Any] | None, progress: ProgressFactory
-) -> tuple[list[TurnResult], Any, dict[str, float]]:
+) -> tuple[list[TurnResult], Any, dict[str, float], list[EngineStep]]:
     start = time.perf_counter()
     engine = factory(plan, spec)
     loaded = time.perf_counter()
@@ -34,6 +34,7 @@ def _generate(
         results = run_conversations(engine, plan.prompts, plan.sampling, show)
         generated = time.perf_counter()
         counters = engine.counters()
+        steps = engine.step_log()
     finally:
         if hasattr(show, "close"):
             show.close()
@@ -45,7 +46,7 @@ def _generate(
         "generate_s": generate_s,
         "output_tokens_per_s": output_tokens / generate_s if generate_s > 0 else 0.0,
     }
-    return results, counters, timing
+    return results, counters, timing, steps
 
 
 def write_outputs(results: list[TurnResult], path: Path) -> None:
@@ -84,20 +85,22 @@ def execute(
     }
     write_json_atomic(stamp, out_dir / "stamp.json")
 
-    results, counters, timing = _generate(plan, factory, spec, progress)
+    results, counters, timing, engine_steps = _generate(plan, factory, spec, progress)
     by_id = {p.request_id: p for p in plan.prompts}
     steps = records.step_frame(results, by_id)
     requests = records.request_frame(results, by_id)
     records.write_parquet(steps, out_dir / "steps.parquet")
     records.write_parquet(requests, out_dir / "requests.parquet")
     write_outputs(results, out_dir / "outputs.jsonl")
+    records.write_parquet(records.engine_step_frame(engine_steps), out_dir / "engine_steps.parquet")
     if spec is not None:
         metrics.check_counters(steps, counters, plan.d)
 
     lossless_check = speedup = None
     if cfg.baseline and spec is not None:
-        base_results, _, base_timing = _generate(plan, factory, None, progress)
+        base_results, _, base_timing, base_steps = _generate(plan, factory, None, progress)
         write_outputs(base_results, out_dir / "baseline_outputs.jsonl")
+        records.write_parquet(records.engine_step_frame(base_steps), out_dir / "baseline_engine_steps.parquet")
         lossless_check = lossless(results, base_results, greedy=plan.sampling.temperature == 0)
         timing["baseline_generate_s"] = base_timing["generate_s"]
         timing["baseline_output_tokens_per_s"] = base_timing["output_tokens_per_s"]

@@ -14,7 +14,7 @@ import pandas as pd
 
 from evals.datasets import Prompt
 from evals.errors import SpeclensError
-from runners.engine import TurnResult
+from runners.engine import EngineStep, TurnResult
 
 SCHEMA_VERSION = 1
 SCHEMA_KEY = b"speclens_schema_version"
@@ -52,6 +52,16 @@ def request_frame(results: Sequence[TurnResult], prompts: Mapping[str, Prompt]) 
     frame = pd.DataFrame(rows, columns=REQUEST_COLUMNS)
     ints = ("turn", "prompt_tokens", "output_tokens", "drafted_steps", "target_steps", "num_accepted")
     return frame.astype({c: "int64" for c in ints} | {"al": "float64", "latency_s": "float64"})
+
+
+ENGINE_STEP_COLUMNS = ["step", "wall_s", "num_requests", "num_tokens", "num_draft_tokens"]
+
+
+def engine_step_frame(steps: Sequence[EngineStep]) -> pd.DataFrame:
+    """One row per engine step of a run, in order (all turns)."""
+    rows = [(i, s.wall_s, s.num_requests, s.num_tokens, s.num_draft_tokens) for i, s in enumerate(steps)]
+    frame = pd.DataFrame(rows, columns=ENGINE_STEP_COLUMNS)
+    return frame.astype({c: "int64" for c in ENGINE_STEP_COLUMNS if c != "wall_s"} | {"wall_s": "float64"})
 
 
 def write_parquet(frame: pd.DataFrame, path: Path) -> None:

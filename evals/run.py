@@ -1,7 +1,7 @@
 """`python -m evals.run drafter=<name> d=<D> [key=value ...]`: measure acceptance in vLLM.
 
 Outputs go to Hydra's run dir: stamp.json (first), steps.parquet, requests.parquet,
-outputs.jsonl, and summary.json (last; a run dir without it is incomplete).
+engine_steps.parquet, outputs.jsonl, and summary.json (last; a run dir without it is incomplete).
 """
 
 from __future__ import annotations

@@ -43,6 +43,17 @@ class TurnResult:
     latency_s: float
 
 
+@dataclass(frozen=True)
+class EngineStep:
+    """One engine step (one target forward pass over the batch): its wall time and load."""
+
+    wall_s: float
+    num_requests: int
+    # Tokens the target processed: prefill (chunks), decode tokens and draft tokens to verify.
+    num_tokens: int
+    num_draft_tokens: int
+
+
 @dataclass
 class SpecCounters:
     """vLLM's own speculative-decoding counters for the whole run."""
@@ -81,6 +92,9 @@ class Engine(Protocol):
 
     def decode(self, token_ids: Sequence[int]) -> str:
         """Text of `token_ids` as the engine reports output text."""
+
+    def step_log(self) -> list[EngineStep]:
+        """Every engine step since the engine started, in order."""
 
     def stop_token_ids(self) -> set[int]:
         """Token ids that end a generation (end-of-sequence and the model's extra stop ids)."""

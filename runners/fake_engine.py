@@ -6,6 +6,7 @@ from typing import Sequence
 
 from runners.engine import (
     DraftedStep,
+    EngineStep,
     ProgressFn,
     SamplingSpec,
     SpecCounters,
@@ -36,6 +37,7 @@ class FakeEngine:
         self.latency_s = latency_s
         self.counter_error = counter_error
         self._counters = SpecCounters(num_accepted_tokens_per_pos=[0] * (d or 0))
+        self._steps: list[EngineStep] = []
 
     def chat_token_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
         ids = []
@@ -61,6 +63,8 @@ class FakeEngine:
                 generated += accepted + 1
                 self._observe(drafted, accepted)
             out = [100 + (i % 50) for i in range(generated)]
+            drafted_tokens = sum((e if isinstance(e, tuple) else (self.d, e))[0] for e in script if e is not None)
+            self._steps.append(EngineStep(self.latency_s, 1, len(req.prompt_token_ids) + len(script) + drafted_tokens, drafted_tokens))
             if progress:
                 progress(generated)
             results.append(
@@ -84,6 +88,10 @@ class FakeEngine:
         c.num_accepted_tokens += accepted
         for k in range(accepted):
             c.num_accepted_tokens_per_pos[k] += 1
+
+    def step_log(self) -> list[EngineStep]:
+        # The fake runs requests one after another: one "step" per request, at its latency.
+        return list(self._steps)
 
     def counters(self) -> SpecCounters | None:
         if self.d is None:

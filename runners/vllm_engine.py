@@ -14,7 +14,7 @@ import time
 from typing import Any, Sequence
 
 from runners.chat import ChatTokenizer
-from runners.engine import DraftedStep, ProgressFn, SamplingSpec, SpecCounters, TurnRequest, TurnResult
+from runners.engine import DraftedStep, EngineStep, ProgressFn, SamplingSpec, SpecCounters, TurnRequest, TurnResult
 
 COUNTER_PREFIX = "vllm:spec_decode_"
 
@@ -55,6 +55,16 @@ class VllmEngine:
         self.scheduler = self.engine.engine_core.engine_core.scheduler
         self.tokenizer = ChatTokenizer(Path(model))
         self._counters_at_start = self._read_counters()
+        self._steps: list[EngineStep] = []
+        self._last_schedule: Any = None
+        schedule = self.scheduler.schedule
+
+        def capture_schedule(*args: Any, **kwargs: Any) -> Any:
+            # What the step carried: vLLM hands it to the model runner and keeps no copy.
+            self._last_schedule = schedule(*args, **kwargs)
+            return self._last_schedule
+
+        self.scheduler.schedule = capture_schedule
 
     def chat_token_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
         return self.tokenizer.chat_token_ids(messages)
@@ -81,8 +91,11 @@ class VllmEngine:
             tracked[external] = _Tracked(req, metrics)
         start = time.perf_counter()
         while self.engine.has_unfinished_requests():
+            self._last_schedule = None
+            before = time.perf_counter()
             outputs = self.engine.step()
             now = time.perf_counter()
+            self._log_step(now - before)
             new_tokens = 0
             for out in outputs:
                 state = tracked[out.request_id]
@@ -94,6 +107,16 @@ class VllmEngine:
             if progress and new_tokens:
                 progress(new_tokens)
         return [state.result(self.tokenizer) for state in tracked.values()]
+
+    def _log_step(self, wall_s: float) -> None:
+        out = self._last_schedule
+        if out is None or not out.num_scheduled_tokens:
+            return
+        drafts = sum(len(ids) for ids in out.scheduled_spec_decode_tokens.values())
+        self._steps.append(EngineStep(wall_s, len(out.num_scheduled_tokens), out.total_num_scheduled_tokens, drafts))
+
+    def step_log(self) -> list[EngineStep]:
+        return list(self._steps)
 
     @property
     def scheduler_limits(self) -> tuple[int, int]:

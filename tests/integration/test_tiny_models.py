@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.models import random_eagle3_head, tiny_draft, tiny_target
+from evals.records import read_parquet
 from tests.integration.conftest import measure, requests_of, steps_of, tiny_overrides
 
 D = 3
@@ -77,6 +78,11 @@ def test_ngram_positions_and_target_steps_follow_the_token_stream(tmp_path, targ
     produced = r.target_steps + r.num_accepted
     assert (r.output_tokens <= produced).all() and (r.output_tokens >= produced - D).all()
     assert summary["tokens_per_step"] == pytest.approx(r.output_tokens.sum() / r.target_steps.sum())
+    # Engine steps: every draft token the scheduler sent was verified in exactly one step.
+    engine_steps = read_parquet(out / "engine_steps.parquet")
+    assert int(engine_steps.num_draft_tokens.sum()) == summary["vllm_counters"]["num_draft_tokens"]
+    assert (engine_steps.wall_s > 0).all() and (engine_steps.num_requests >= 1).all()
+    assert len(engine_steps) >= r.groupby("turn").target_steps.max().sum()
 
 
 def test_plain_decoding_makes_one_token_per_step(tmp_path, target):

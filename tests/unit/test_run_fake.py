@@ -79,6 +79,9 @@ def test_step_records_hold_positions_and_sum_to_counters(tmp_path):
     requests = read_parquet(out / "requests.parquet")
     assert list(requests.columns[:4]) == ["request_id", "domain", "category", "turn"]
     assert requests.set_index(["request_id", "turn"]).loc[("q2", 0), "al"] == pytest.approx(4.0)
+    engine_steps = read_parquet(out / "engine_steps.parquet")
+    assert list(engine_steps.columns) == ["step", "wall_s", "num_requests", "num_tokens", "num_draft_tokens"]
+    assert int(engine_steps.num_draft_tokens.sum()) == summary["vllm_counters"]["num_draft_tokens"]
 
 
 def test_summary_keys_and_types(tmp_path):
