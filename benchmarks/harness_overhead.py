@@ -4,7 +4,7 @@ One vLLM engine (SmolLM2, n-gram d=3 by default) serves both: speclens's
 step loop with per-step capture (`run_conversations`, the generate phase of
 `evals.run`) and vLLM's own `LLM.generate` on the same chat-templated token
 ids with the same speculative config. They alternate REPEATS times after a
-warm-up; the ratio of the medians is printed. Target: <= 1.05.
+warm-up; the ratio of the medians (and of the fastest runs) is printed. Target: <= 1.05.
 
     python benchmarks/harness_overhead.py [evals.run overrides]
 """
@@ -15,7 +15,7 @@ import statistics
 import sys
 import time
 
-REPEATS = 5
+REPEATS = 7
 DEFAULTS = ["drafter=ngram", "d=3", "dataset=humaneval", "dataset.num_requests=16", "sampling.max_tokens=128"]
 
 
@@ -58,7 +58,9 @@ def main(overrides: list[str]) -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
     for name, values in times.items():
         print(f"{name:8s} median {med[name]:.3f}s  runs {' '.join(f'{v:.3f}' for v in values)}  ({tokens[name]} tokens)")
-    print(f"harness_overhead_ratio {med['harness'] / med['bare']:.3f}  (target <= 1.05)")
+    print(f"harness_overhead_ratio {med['harness'] / med['bare']:.3f}  (medians; target <= 1.05)")
+    # The fastest run of each is the least disturbed by other load on a shared machine.
+    print(f"harness_overhead_ratio_min {min(times['harness']) / min(times['bare']):.3f}  (fastest runs)")
 
 
 if __name__ == "__main__":
