@@ -90,8 +90,6 @@ class Drafter:
     config_class: ClassVar[type[DrafterConfig]]
     facts: ClassVar[MechanismFacts]
     needs_checkpoint: ClassVar[bool] = False
-    # "serial" (D draft passes), "one_pass" (D tokens in one pass), "lookup", "none"
-    draft_passes: ClassVar[str] = "none"
     # How `evals.replay` gets AL(D) for D = 1..d_max: "exact" (offline, from one greedy
     # generation), "estimated" (from one measured run at d_max) or "none".
     replay: ClassVar[str] = "none"

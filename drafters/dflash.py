@@ -22,7 +22,6 @@ def block_size(draft: ModelFacts) -> int | None:
 class Dflash(CheckpointDrafter):
     name = "dflash"
     config_class = DflashConfig
-    draft_passes = "one_pass"
     vllm_method = "dflash"
     replay = "estimated"
     required_architectures = ("DFlashDraftModel",)

@@ -30,7 +30,6 @@ class DraftModel(CheckpointDrafter):
         speculation_cost="full draft forward x D",
         best_fit="a same-family small model exists; low batch sizes",
     )
-    draft_passes = "serial"
     vllm_method = "draft_model"
     replay = "exact"
     replay_needs_draft_predictions = True

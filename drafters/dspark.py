@@ -24,7 +24,6 @@ def v2_runner_available() -> bool:
 class Dspark(CheckpointDrafter):
     name = "dspark"
     config_class = DsparkConfig
-    draft_passes = "one_pass"
     vllm_method = "dspark"
     replay = "estimated"
     facts = MechanismFacts(

@@ -27,7 +27,6 @@ class Eagle(CheckpointDrafter):
         speculation_cost="1 layer serial",
         best_fit="chat and low-latency serving where a trained head exists",
     )
-    draft_passes = "serial"
     vllm_method = "eagle"
     # Proposals depend on the target's hidden states at each step start: estimated from one
     # measured run at d_max (a step's accepted count at D <= d_max is min(accepted, D)).

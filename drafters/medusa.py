@@ -17,7 +17,6 @@ class MedusaConfig(CheckpointDrafterConfig):
 class Medusa(CheckpointDrafter):
     name = "medusa"
     config_class = MedusaConfig
-    draft_passes = "one_pass"
     vllm_method = "medusa"
     replay = "estimated"
     required_architectures = ("MedusaModel",)

@@ -17,7 +17,6 @@ class MlpSpeculatorConfig(CheckpointDrafterConfig):
 class MlpSpeculator(CheckpointDrafter):
     name = "mlp_speculator"
     config_class = MlpSpeculatorConfig
-    draft_passes = "serial"
     vllm_method = "mlp_speculator"
     facts = MechanismFacts(
         architecture="small MLP stages on the target's last hidden state",

@@ -28,7 +28,6 @@ def mtp_layers(target: ModelFacts) -> int:
 class Mtp(Drafter):
     name = "mtp"
     config_class = MtpConfig
-    draft_passes = "serial"
     replay = "estimated"
     facts = MechanismFacts(
         architecture="the target's own multi-token-prediction layer(s)",

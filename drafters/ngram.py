@@ -29,7 +29,6 @@ class Ngram(Drafter):
         speculation_cost="lookup",
         best_fit="outputs that copy the input: summarization, RAG, code editing",
     )
-    draft_passes = "lookup"
     replay = "exact"
 
     def speculative_config(self, d: int) -> dict[str, Any]:

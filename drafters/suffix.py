@@ -33,7 +33,6 @@ class Suffix(Drafter):
         speculation_cost="lookup",
         best_fit="repetitive and agentic workloads, outputs that repeat earlier responses",
     )
-    draft_passes = "lookup"
     replay = "exact"
     replay_in_lockstep = True
 

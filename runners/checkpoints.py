@@ -56,6 +56,7 @@ def fingerprint(path: Path) -> str:
         cache = json.loads(cache_file.read_text())
     except (OSError, json.JSONDecodeError):
         cache = {}
+    known = len(cache)
     total = hashlib.sha256()
     for file in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in FINGERPRINT_SUFFIXES):
         stat = file.stat()
@@ -68,7 +69,8 @@ def fingerprint(path: Path) -> str:
                     h.update(chunk)
             digest = cache[cache_key] = h.hexdigest()
         total.update(f"{file.relative_to(path)}\0{digest}\n".encode())
-    tmp = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(cache))
-    os.replace(tmp, cache_file)
+    if len(cache) != known:  # only new digests are worth a write
+        tmp = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cache))
+        os.replace(tmp, cache_file)
     return "sha256:" + total.hexdigest()

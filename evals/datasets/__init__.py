@@ -32,8 +32,6 @@ def load_prompts(cfg: DatasetConfig, seed: int, encoder: ChatEncoder) -> list[Pr
     """The prompts `cfg` names: loaded, filtered by category, then the seeded stratified subset."""
     if cfg.name not in DATASETS:
         raise ConfigError(f"dataset={cfg.name!r} is unknown; choose one of {', '.join(sorted(DATASETS))}.")
-    if cfg.num_requests is not None and cfg.num_requests <= 0:
-        raise ConfigError(f"dataset.num_requests={cfg.num_requests}: must be >= 1 (or null for all).")
     prompts = DATASETS[cfg.name].load(cfg, encoder)
     prompts = filter_categories(prompts, cfg.categories, f"dataset={cfg.name}")
     return select(prompts, cfg.num_requests, seed)

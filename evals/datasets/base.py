@@ -61,10 +61,10 @@ def select(prompts: list[Prompt], num_requests: int | None, seed: int) -> list[P
     seeded shuffle, so small subsets still cover every category and no category
     gets more than one prompt above another unless it runs out.
     """
+    if num_requests is not None and num_requests <= 0:
+        raise ConfigError(f"dataset.num_requests={num_requests}: must be >= 1 (or null for all).")
     if num_requests is None or num_requests >= len(prompts):
         return list(prompts)
-    if num_requests <= 0:
-        raise ConfigError(f"dataset.num_requests={num_requests}: must be >= 1 (or null for all).")
     rng = random.Random(seed)
     by_category: dict[str, list[Prompt]] = defaultdict(list)
     for p in prompts:
