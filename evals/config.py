@@ -57,7 +57,11 @@ class RunConfig:
     engine: EngineConfig = MISSING
     d: int = 3
     seed: int = 0
-    # Also run without speculation: lossless check and measured speedup.
+    # Operating points: for each B, the prompts run B at a time (null: all at once, up to
+    # engine.max_num_seqs).
+    batch_sizes: list[int] | None = None
+    # Also run without speculation at each B (lossless check, measured speedup, T_verif(B)) and
+    # with a zero-cost proposer (T_verif(B*(1+D)), hence T_draft): see evals/costs.py.
     baseline: bool = False
     # Re-run even when the run dir already holds a finished run of this configuration.
     force: bool = False

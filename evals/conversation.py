@@ -27,12 +27,17 @@ def _run_turns(
 
 
 def run_conversations(
-    engine: Engine, prompts: Sequence[Prompt], sampling: SamplingSpec, progress: ProgressFn | None = None
+    engine: Engine,
+    prompts: Sequence[Prompt],
+    sampling: SamplingSpec,
+    progress: ProgressFn | None = None,
+    max_concurrency: int | None = None,
 ) -> list[TurnResult]:
+    """Every turn of every prompt; at most `max_concurrency` requests in flight (None: all)."""
     results: list[TurnResult] = []
 
     def answer(batch: list[TurnRequest]) -> list[str]:
-        generated = engine.generate(batch, sampling, progress)
+        generated = engine.generate(batch, sampling, progress, max_concurrency)
         results.extend(generated)
         return [r.output_text for r in generated]
 

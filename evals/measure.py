@@ -3,57 +3,34 @@
 from __future__ import annotations
 
 import json
-import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+import pandas as pd
 from omegaconf import OmegaConf
 
 from evals import metrics, records
-from evals.conversation import run_conversations
-from evals.plan import RunPlan
+from evals.passes import EngineFactory, Pass, ProgressFactory, run_passes, total_counters, zero_cost_spec
 from evals.stamp import git_sha, package_versions
-from evals.summary import SUMMARY_FILE, build_summary, lossless, write_json_atomic
-from runners.engine import Engine, EngineStep, ProgressFn, TurnResult
-
-# Called with a label once the engine is loaded; gives the per-step progress callback.
-ProgressFactory = Callable[[str], "ProgressFn | None"]
-# Builds an engine for the plan's target with this speculative config (None = plain decoding).
-EngineFactory = Callable[[RunPlan, "dict[str, Any] | None"], Engine]
+from evals.summary import (
+    SUMMARY_FILE, build_summary, lossless, merge_lossless, operating_points, pooled_timing, write_json_atomic,
+)
 
 
-def _generate(
-    plan: RunPlan, factory: EngineFactory, spec: dict[str, Any] | None, progress: ProgressFactory
-) -> tuple[list[TurnResult], Any, dict[str, float], list[EngineStep]]:
-    start = time.perf_counter()
-    engine = factory(plan, spec)
-    loaded = time.perf_counter()
-    show = progress("speculative" if spec else "plain")
-    try:
-        results = run_conversations(engine, plan.prompts, plan.sampling, show)
-        generated = time.perf_counter()
-        counters = engine.counters()
-        steps = engine.step_log()
-    finally:
-        if hasattr(show, "close"):
-            show.close()
-        engine.close()
-    output_tokens = sum(len(r.output_token_ids) for r in results)
-    generate_s = generated - loaded
-    timing = {
-        "load_s": loaded - start,
-        "generate_s": generate_s,
-        "output_tokens_per_s": output_tokens / generate_s if generate_s > 0 else 0.0,
-    }
-    return results, counters, timing, steps
-
-
-def write_outputs(results: list[TurnResult], path: Path) -> None:
+def write_outputs(passes: list[Pass], path: Path) -> None:
     with path.open("w", encoding="utf-8") as f:
-        for r in results:
-            row = {"request_id": r.request_id, "turn": r.turn, "token_ids": r.output_token_ids, "text": r.output_text}
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        for p in passes:
+            for r in p.results:
+                row = {"batch_size": p.batch_size, "request_id": r.request_id, "turn": r.turn,
+                       "token_ids": r.output_token_ids, "text": r.output_text}
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def write_engine_steps(passes: list[Pass], path: Path) -> pd.DataFrame:
+    frame = pd.concat([records.engine_step_frame(p.engine_steps, p.mode, p.batch_size) for p in passes], ignore_index=True)
+    records.write_parquet(frame, path)
+    return frame
 
 
 def execute(
@@ -85,28 +62,31 @@ def execute(
     }
     write_json_atomic(stamp, out_dir / "stamp.json")
 
-    results, counters, timing, engine_steps = _generate(plan, factory, spec, progress)
+    mode = "speculative" if spec is not None else "plain"
+    passes, load_s = run_passes(plan, factory, spec, mode, progress)
     by_id = {p.request_id: p for p in plan.prompts}
-    steps = records.step_frame(results, by_id)
-    requests = records.request_frame(results, by_id)
+    steps = pd.concat([records.step_frame(p.results, by_id, p.batch_size) for p in passes], ignore_index=True)
+    requests = pd.concat([records.request_frame(p.results, by_id, p.batch_size) for p in passes], ignore_index=True)
     records.write_parquet(steps, out_dir / "steps.parquet")
     records.write_parquet(requests, out_dir / "requests.parquet")
-    write_outputs(results, out_dir / "outputs.jsonl")
-    records.write_parquet(records.engine_step_frame(engine_steps), out_dir / "engine_steps.parquet")
+    write_outputs(passes, out_dir / "outputs.jsonl")
+    engine_steps = write_engine_steps(passes, out_dir / "engine_steps.parquet")
     if spec is not None:
-        metrics.check_counters(steps, counters, plan.d)
+        for p in passes:
+            metrics.check_counters(steps[steps.batch_size == p.batch_size], p.counters, plan.d, f"batch size {p.batch_size}")
 
-    lossless_check = speedup = None
+    baseline: list[Pass] = []
     if cfg.baseline and spec is not None:
-        base_results, _, base_timing, base_steps = _generate(plan, factory, None, progress)
-        write_outputs(base_results, out_dir / "baseline_outputs.jsonl")
-        records.write_parquet(records.engine_step_frame(base_steps), out_dir / "baseline_engine_steps.parquet")
-        lossless_check = lossless(results, base_results, greedy=plan.sampling.temperature == 0)
-        timing["baseline_generate_s"] = base_timing["generate_s"]
-        timing["baseline_output_tokens_per_s"] = base_timing["output_tokens_per_s"]
-        if base_timing["output_tokens_per_s"] > 0:
-            speedup = timing["output_tokens_per_s"] / base_timing["output_tokens_per_s"]
+        baseline, _ = run_passes(plan, factory, None, "plain", progress)
+        write_outputs(baseline, out_dir / "baseline_outputs.jsonl")
+        verify, _ = run_passes(plan, factory, zero_cost_spec(plan.config.d), "verify", progress)
+        engine_steps = write_engine_steps(passes + baseline + verify, out_dir / "engine_steps.parquet")
 
+    counters = total_counters([p.counters for p in passes]) if spec is not None else None
+    greedy = plan.sampling.temperature == 0
+    checks = {b.batch_size: lossless(p.results, b.results, greedy) for p, b in zip(passes, baseline)}
+    points = operating_points(passes, baseline, steps, requests, engine_steps, plan.d, cfg.seed, checks)
+    timing = {"load_s": load_s} | pooled_timing(passes, baseline)
     summary = build_summary(
         drafter=plan.drafter.name,
         d=plan.d,
@@ -120,8 +100,9 @@ def execute(
         versions=versions,
         fingerprints=fingerprints,
         git_sha=sha,
-        lossless_check=lossless_check,
-        speedup=speedup,
+        lossless_check=merge_lossless([op["lossless"] for op in points]) if baseline else None,
+        speedup=timing.pop("speedup", None),
+        operating_points=points,
     )
     summary["config_fingerprint"] = config_fingerprint
     write_json_atomic(summary, out_dir / SUMMARY_FILE)

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -31,14 +32,22 @@ def al_ci95(steps: pd.DataFrame, seed: int, samples: int = BOOTSTRAP_SAMPLES) ->
     """95% percentile bootstrap over requests (conversations), pooled AL in each resample."""
     if steps.empty:
         return None
-    per_request = steps.groupby("request_id")["num_accepted"].agg(["sum", "count"])
+    per_request = steps.groupby("request_id", sort=True)["num_accepted"].agg(["sum", "count"])
     accepted = per_request["sum"].to_numpy(dtype=float)
     counts = per_request["count"].to_numpy(dtype=float)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(accepted), size=(samples, len(accepted)))
+    idx = _resample_indices(seed, samples, len(accepted))
     resampled = 1.0 + accepted[idx].sum(axis=1) / counts[idx].sum(axis=1)
     lo, hi = np.percentile(resampled, [2.5, 97.5])
     return [float(lo), float(hi)]
+
+
+@functools.lru_cache(maxsize=8)
+def _resample_indices(seed: int, samples: int, n: int) -> np.ndarray:
+    """The bootstrap's draws for `n` requests: a function of (seed, samples, n) only, so groups
+    of the same size share them (a sweep's report computes hundreds of CIs)."""
+    idx = np.random.default_rng(seed).integers(0, n, size=(samples, n))
+    idx.flags.writeable = False
+    return idx
 
 
 def request_weighted_al(steps: pd.DataFrame) -> float | None:
@@ -87,9 +96,16 @@ def group_summary(steps: pd.DataFrame, requests: pd.DataFrame, seed: int) -> dic
 
 def by_domain(steps: pd.DataFrame, requests: pd.DataFrame, seed: int) -> dict[str, dict[str, Any]]:
     return {
-        domain: group_summary(steps[steps["domain"] == domain], group, seed)
-        for domain, group in requests.groupby("domain", sort=True)
+        domain: group_summary(domain_steps, group, seed)
+        for domain, group, domain_steps in split_by_domain(steps, requests)
     }
+
+
+def split_by_domain(steps: pd.DataFrame, requests: pd.DataFrame) -> list[tuple[str, pd.DataFrame, pd.DataFrame]]:
+    """(domain, its requests, its steps) for every domain of `requests`, in name order."""
+    steps_of = dict(tuple(steps.groupby("domain", sort=False)))
+    empty = steps.iloc[0:0]
+    return [(domain, group, steps_of.get(domain, empty)) for domain, group in requests.groupby("domain", sort=True)]
 
 
 def counters_from_steps(steps: pd.DataFrame, d: int) -> SpecCounters:
@@ -102,7 +118,7 @@ def counters_from_steps(steps: pd.DataFrame, d: int) -> SpecCounters:
     )
 
 
-def check_counters(steps: pd.DataFrame, counters: SpecCounters, d: int) -> None:
+def check_counters(steps: pd.DataFrame, counters: SpecCounters, d: int, where: str = "") -> None:
     """The per-step records must sum to vLLM's counters exactly, or the run is not trusted."""
     from_steps = counters_from_steps(steps, d)
     diffs = [
@@ -112,7 +128,7 @@ def check_counters(steps: pd.DataFrame, counters: SpecCounters, d: int) -> None:
     ]
     if diffs:
         raise MeasurementError(
-            "per-step records do not sum to vLLM's speculative counters ("
+            f"per-step records{' at ' + where if where else ''} do not sum to vLLM's speculative counters ("
             + "; ".join(diffs)
             + "). The run's AL cannot be trusted; the records were kept for inspection."
         )

@@ -35,6 +35,8 @@ class RunPlan:
     draft: ModelFacts | None
     prompts: list[Prompt]
     sampling: SamplingSpec
+    # The operating points, resolved: requests in flight at once in each pass.
+    batch_sizes: list[int]
 
     @property
     def d(self) -> int | None:
@@ -113,6 +115,32 @@ def check_prompt_lengths(prompts: list[Prompt], encoder: Any, cfg: RunConfig) ->
         )
 
 
+def resolve_batch_sizes(cfg: RunConfig, num_prompts: int) -> list[int]:
+    limit = cfg.engine.max_num_seqs
+    if cfg.batch_sizes is None:
+        return [min(num_prompts, limit)]
+    sizes = list(cfg.batch_sizes)
+    if not sizes:
+        raise ConfigError("batch_sizes=[]: give at least one batch size, e.g. batch_sizes=[1,4], or null for all at once.")
+    if len(set(sizes)) != len(sizes):
+        raise ConfigError(f"batch_sizes={sizes}: each batch size once.")
+    for b in sizes:
+        if b < 1:
+            raise ConfigError(f"batch_sizes={sizes}: {b} is not a batch size; each must be >= 1.")
+        if b > limit:
+            raise ConfigError(
+                f"batch_sizes={sizes}: {b} is above engine.max_num_seqs={limit}, so vLLM would never run "
+                f"{b} requests at once; raise engine.max_num_seqs to {max(sizes)} or drop {b}."
+            )
+        if b > num_prompts:
+            raise ConfigError(
+                f"batch_sizes={sizes}: {b} requests at once need at least {b} prompts, and the dataset gives "
+                f"{num_prompts}; raise dataset.num_requests (several times the largest batch size keeps the "
+                "batch full for most steps) or drop it."
+            )
+    return sizes
+
+
 def check_temperature_support(cfg: RunConfig, drafter: Drafter) -> None:
     """Refuse temperature > 0 with speculation on builds with vLLM issue #55005 and no fix."""
     if cfg.sampling.temperature == 0 or not drafter.speculative:
@@ -152,4 +180,5 @@ def make_plan(cfg: RunConfig, encoder_factory: Callable[[Path], Any] | None = No
     prompts = load_prompts(cfg.dataset, cfg.seed, encoder)
     check_prompt_lengths(prompts, encoder, cfg)
     sampling = SamplingSpec(cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.max_tokens, cfg.seed)
-    return RunPlan(cfg, target_dir, target, drafter, draft_dir, draft, prompts, sampling)
+    batch_sizes = resolve_batch_sizes(cfg, len(prompts))
+    return RunPlan(cfg, target_dir, target, drafter, draft_dir, draft, prompts, sampling, batch_sizes)

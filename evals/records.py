@@ -16,52 +16,57 @@ from evals.datasets import Prompt
 from evals.errors import SpeclensError
 from runners.engine import EngineStep, TurnResult
 
-SCHEMA_VERSION = 1
+# 2: every record carries the batch size (operating point) it was measured at; engine steps their pass.
+SCHEMA_VERSION = 2
 SCHEMA_KEY = b"speclens_schema_version"
 
 STEP_COLUMNS = [
-    "request_id", "domain", "category", "turn", "step", "position", "num_drafted", "num_accepted",
+    "batch_size", "request_id", "domain", "category", "turn", "step", "position", "num_drafted", "num_accepted",
 ]
 REQUEST_COLUMNS = [
-    "request_id", "domain", "category", "turn", "prompt_tokens", "output_tokens",
+    "batch_size", "request_id", "domain", "category", "turn", "prompt_tokens", "output_tokens",
     "drafted_steps", "target_steps", "num_accepted", "al", "latency_s",
 ]
 
 
-def step_frame(results: Sequence[TurnResult], prompts: Mapping[str, Prompt]) -> pd.DataFrame:
+def step_frame(results: Sequence[TurnResult], prompts: Mapping[str, Prompt], batch_size: int) -> pd.DataFrame:
     rows = [
-        (r.request_id, prompts[r.request_id].domain, prompts[r.request_id].category, r.turn, i,
+        (batch_size, r.request_id, prompts[r.request_id].domain, prompts[r.request_id].category, r.turn, i,
          s.position, s.num_drafted, s.num_accepted)
         for r in results
         for i, s in enumerate(r.steps)
     ]
     frame = pd.DataFrame(rows, columns=STEP_COLUMNS)
-    return frame.astype({c: "int64" for c in ("turn", "step", "position", "num_drafted", "num_accepted")})
+    ints = ("batch_size", "turn", "step", "position", "num_drafted", "num_accepted")
+    return frame.astype({c: "int64" for c in ints})
 
 
-def request_frame(results: Sequence[TurnResult], prompts: Mapping[str, Prompt]) -> pd.DataFrame:
+def request_frame(results: Sequence[TurnResult], prompts: Mapping[str, Prompt], batch_size: int) -> pd.DataFrame:
     rows = []
     for r in results:
         accepted = sum(s.num_accepted for s in r.steps)
         drafted = len(r.steps)
         rows.append((
-            r.request_id, prompts[r.request_id].domain, prompts[r.request_id].category, r.turn,
+            batch_size, r.request_id, prompts[r.request_id].domain, prompts[r.request_id].category, r.turn,
             r.prompt_tokens, len(r.output_token_ids), drafted, r.target_steps, accepted,
             1 + accepted / drafted if drafted else None, r.latency_s,
         ))
     frame = pd.DataFrame(rows, columns=REQUEST_COLUMNS)
-    ints = ("turn", "prompt_tokens", "output_tokens", "drafted_steps", "target_steps", "num_accepted")
+    ints = ("batch_size", "turn", "prompt_tokens", "output_tokens", "drafted_steps", "target_steps", "num_accepted")
     return frame.astype({c: "int64" for c in ints} | {"al": "float64", "latency_s": "float64"})
 
 
-ENGINE_STEP_COLUMNS = ["step", "wall_s", "num_requests", "num_tokens", "num_draft_tokens"]
+# mode: speculative (the drafter's pass), plain (decoding without speculation) or verify
+# (the zero-cost proposer: verification of D free proposals per request), see evals/costs.py.
+ENGINE_STEP_COLUMNS = ["mode", "batch_size", "step", "wall_s", "num_requests", "num_tokens", "num_draft_tokens"]
 
 
-def engine_step_frame(steps: Sequence[EngineStep]) -> pd.DataFrame:
-    """One row per engine step of a run, in order (all turns)."""
-    rows = [(i, s.wall_s, s.num_requests, s.num_tokens, s.num_draft_tokens) for i, s in enumerate(steps)]
+def engine_step_frame(steps: Sequence[EngineStep], mode: str, batch_size: int) -> pd.DataFrame:
+    """One row per engine step of one pass, in order (all turns)."""
+    rows = [(mode, batch_size, i, s.wall_s, s.num_requests, s.num_tokens, s.num_draft_tokens) for i, s in enumerate(steps)]
     frame = pd.DataFrame(rows, columns=ENGINE_STEP_COLUMNS)
-    return frame.astype({c: "int64" for c in ENGINE_STEP_COLUMNS if c != "wall_s"} | {"wall_s": "float64"})
+    ints = [c for c in ENGINE_STEP_COLUMNS if c not in ("mode", "wall_s")]
+    return frame.astype({c: "int64" for c in ints} | {"wall_s": "float64", "mode": "object"})
 
 
 def write_parquet(frame: pd.DataFrame, path: Path) -> None:

@@ -47,6 +47,9 @@ def result_table(summary: dict[str, Any]) -> str:
         f"generate {timing['generate_s']:.1f}s, {timing['output_tokens_per_s']:.1f} output tokens/s"
         + (f", measured speedup x{summary['speedup']:.2f} over plain decoding" if summary.get("speedup") else "")
     )
+    points = summary.get("operating_points") or []
+    if len(points) > 1 or any(p["t_verif"] for p in points):
+        out += [operating_point_line(p) for p in points]
     loss = summary.get("lossless")
     if loss and loss["checked"]:
         out.append(
@@ -54,6 +57,28 @@ def result_table(summary: dict[str, Any]) -> str:
             + ("" if loss["identical"] else "  <-- NOT identical, see summary.json lossless.mismatched")
         )
     return "\n".join(out)
+
+
+def _ms(timing: dict | None) -> str:
+    return "-" if timing is None else f"{timing['median_ms']:.1f}"
+
+
+def operating_point_line(point: dict[str, Any]) -> str:
+    """One batch size's throughput, speedups and step costs (medians, ms)."""
+    speedups = ""
+    if point["speedup"] is not None:
+        speedups += f", speedup x{point['speedup']:.2f} measured"
+    if point["predicted_speedup"] is not None:
+        lo, hi = point["predicted_speedup_range"]
+        speedups += f", x{point['predicted_speedup']:.2f} predicted [{lo:.2f}, {hi:.2f}]"
+    if point["gap_above_tolerance"]:
+        speedups += f" (gap {point['speedup_gap']:+.0%}: above 10%)"
+    draft = "-" if point["t_draft_ms"] is None else f"{point['t_draft_ms']:.1f}"
+    return (
+        f"B={point['batch_size']}: {point['output_tokens_per_s']:.1f} output tokens/s{speedups}; "
+        f"T_verif(B) {_ms(point['t_verif'])} ms, T_step {_ms(point['t_step'])} ms, "
+        f"T_verif(B(1+D)) {_ms(point['t_verif_spec'])} ms, T_draft {draft} ms"
+    )
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:

@@ -63,6 +63,16 @@ class SpecCounters:
     num_accepted_tokens: int = 0
     num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
 
+    def since(self, earlier: "SpecCounters") -> "SpecCounters":
+        """What was counted after `earlier` was read (the counters are cumulative)."""
+        before = earlier.num_accepted_tokens_per_pos or [0] * len(self.num_accepted_tokens_per_pos)
+        return SpecCounters(
+            self.num_drafts - earlier.num_drafts,
+            self.num_draft_tokens - earlier.num_draft_tokens,
+            self.num_accepted_tokens - earlier.num_accepted_tokens,
+            [a - b for a, b in zip(self.num_accepted_tokens_per_pos, before)],
+        )
+
 
 @dataclass(frozen=True)
 class SamplingSpec:
@@ -83,9 +93,14 @@ class Engine(Protocol):
         """Token ids of `messages` with the target's chat template and generation prompt."""
 
     def generate(
-        self, requests: Sequence[TurnRequest], sampling: SamplingSpec, progress: ProgressFn | None = None
+        self,
+        requests: Sequence[TurnRequest],
+        sampling: SamplingSpec,
+        progress: ProgressFn | None = None,
+        max_concurrency: int | None = None,
     ) -> list[TurnResult]:
-        """Run all requests together (the engine batches them); results in request order."""
+        """Run the requests, at most `max_concurrency` in flight at once (None: all of them; the
+        engine batches those in flight and starts the next as one finishes); results in request order."""
 
     def counters(self) -> SpecCounters | None:
         """Cumulative speculative counters since the engine started; None without speculation."""

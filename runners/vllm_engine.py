@@ -70,7 +70,11 @@ class VllmEngine:
         return self.tokenizer.chat_token_ids(messages)
 
     def generate(
-        self, requests: Sequence[TurnRequest], sampling: SamplingSpec, progress: ProgressFn | None = None
+        self,
+        requests: Sequence[TurnRequest],
+        sampling: SamplingSpec,
+        progress: ProgressFn | None = None,
+        max_concurrency: int | None = None,
     ) -> list[TurnResult]:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
@@ -84,12 +88,20 @@ class VllmEngine:
             output_kind=RequestOutputKind.DELTA,
         )
         tracked: dict[str, _Tracked] = {}
-        for i, req in enumerate(requests):
-            external = f"{i}:{req.key}"
+        pending = [(f"{i}:{req.key}", req) for i, req in enumerate(requests)]
+        pending.reverse()
+        limit = max_concurrency or len(pending)
+        in_flight = 0
+
+        def start_next() -> None:
+            nonlocal in_flight
+            external, req = pending.pop()
             internal = self.engine.add_request(external, {"prompt_token_ids": list(req.prompt_token_ids)}, params)
-            metrics = self.scheduler.requests[internal].spec_decode_metrics
-            tracked[external] = _Tracked(req, metrics)
-        start = time.perf_counter()
+            tracked[external] = _Tracked(req, self.scheduler.requests[internal].spec_decode_metrics)
+            in_flight += 1
+
+        while pending and in_flight < limit:
+            start_next()
         while self.engine.has_unfinished_requests():
             self._last_schedule = None
             before = time.perf_counter()
@@ -103,10 +115,14 @@ class VllmEngine:
                 state.observe_step(delta)
                 new_tokens += len(delta)
                 if out.finished:
-                    state.latency_s = now - start
+                    state.latency_s = now - state.started
+                    in_flight -= 1
             if progress and new_tokens:
                 progress(new_tokens)
-        return [state.result(self.tokenizer) for state in tracked.values()]
+            # A finished request's slot goes to the next one: the batch stays at the limit.
+            while pending and in_flight < limit:
+                start_next()
+        return [state.result(self.tokenizer) for state in tracked.values()]  # started in request order
 
     def _log_step(self, wall_s: float) -> None:
         out = self._last_schedule
@@ -175,14 +191,7 @@ class VllmEngine:
         """Counters since this engine started (vLLM's registry is process-wide)."""
         if not self.speculative:
             return None
-        now, start = self._read_counters(), self._counters_at_start
-        per_pos_start = start.num_accepted_tokens_per_pos or [0] * len(now.num_accepted_tokens_per_pos)
-        return SpecCounters(
-            num_drafts=now.num_drafts - start.num_drafts,
-            num_draft_tokens=now.num_draft_tokens - start.num_draft_tokens,
-            num_accepted_tokens=now.num_accepted_tokens - start.num_accepted_tokens,
-            num_accepted_tokens_per_pos=[a - b for a, b in zip(now.num_accepted_tokens_per_pos, per_pos_start)],
-        )
+        return self._read_counters().since(self._counters_at_start)
 
     def close(self) -> None:
         import gc
@@ -205,6 +214,7 @@ class _Tracked:
         self.output: list[int] = []
         self.steps: list[DraftedStep] = []
         self.target_steps = 0
+        self.started = time.perf_counter()
         self.latency_s = 0.0
 
     def observe_step(self, delta: list[int]) -> None:

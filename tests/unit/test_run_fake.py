@@ -77,10 +77,12 @@ def test_step_records_hold_positions_and_sum_to_counters(tmp_path):
     assert list(q1.position - prompt) == [1, 5, 8]
     assert int(steps.num_accepted.sum()) == summary["vllm_counters"]["num_accepted_tokens"]
     requests = read_parquet(out / "requests.parquet")
-    assert list(requests.columns[:4]) == ["request_id", "domain", "category", "turn"]
+    assert list(requests.columns[:5]) == ["batch_size", "request_id", "domain", "category", "turn"]
     assert requests.set_index(["request_id", "turn"]).loc[("q2", 0), "al"] == pytest.approx(4.0)
     engine_steps = read_parquet(out / "engine_steps.parquet")
-    assert list(engine_steps.columns) == ["step", "wall_s", "num_requests", "num_tokens", "num_draft_tokens"]
+    assert list(engine_steps.columns) == [
+        "mode", "batch_size", "step", "wall_s", "num_requests", "num_tokens", "num_draft_tokens"
+    ]
     assert int(engine_steps.num_draft_tokens.sum()) == summary["vllm_counters"]["num_draft_tokens"]
 
 

@@ -1,0 +1,88 @@
+"""What verifying and drafting cost at an operating point, from engine-step timings, and the
+speedup model built on them. Defined here once; summaries, rankings and reports read these.
+
+B = requests in flight, D = draft length. Three passes over the same prompts at B:
+- plain decoding (baseline pass):                    T_verif(B)
+- the drafter's speculative pass:                    T_step(B, D), drafting included
+- the zero-cost proposer (runners/zero_cost_proposer): T_verif(B·(1+D)), every step verifies
+  D proposals per request and drafting costs nothing
+and T_draft(B, D) = T_step(B, D) − T_verif(B·(1+D)).
+
+Only steady decode steps count: exactly B requests, no prefill tokens (tokens = requests +
+draft tokens), and in the verify pass all B·D proposals. Each term is the median over those
+steps (robust to the odd slow step of a shared machine) with the quartiles as its spread.
+
+Predicted speedup = T_verif(B)·TPS / (T_verif(B·(1+D)) + T_draft(B, D)) with TPS the tokens
+per target step (the seed's AL: it counts undrafted steps, so it equals vLLM's AL only when
+every step drafts). The denominator is T_step(B, D) by construction; the predicted range
+puts both terms at opposite quartiles. Drafters that propose fewer than D tokens on some steps
+(n-gram, suffix) verify fewer than B·(1+D) tokens per step, so their T_draft is a lower bound
+and can be negative.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+# Fewer steady steps than this and a term is not reported (a median of two steps is noise).
+MIN_STEADY_STEPS = 5
+# A predicted speedup further than this from the measured one is flagged.
+GAP_TOLERANCE = 0.10
+
+
+def steady_walls(engine_steps: pd.DataFrame, mode: str, batch_size: int, d: int | None = None) -> np.ndarray:
+    """Wall times (s) of the pass's decode steps that carried exactly `batch_size` requests and
+    no prefill; with `d`, only steps in which every request verified `d` proposals."""
+    s = engine_steps
+    keep = (
+        (s["mode"] == mode)
+        & (s["batch_size"] == batch_size)
+        & (s["num_requests"] == batch_size)
+        & (s["num_tokens"] == s["num_requests"] + s["num_draft_tokens"])
+    )
+    if d is not None:
+        keep &= s["num_draft_tokens"] == batch_size * d
+    return s.loc[keep, "wall_s"].to_numpy(dtype=float)
+
+
+def step_timing(walls: np.ndarray) -> dict[str, float] | None:
+    """Median and quartiles in ms, with the number of steps; None when too few to trust."""
+    if len(walls) < MIN_STEADY_STEPS:
+        return None
+    p25, median, p75 = np.percentile(walls * 1000.0, [25, 50, 75])
+    return {"median_ms": float(median), "p25_ms": float(p25), "p75_ms": float(p75), "n": int(len(walls))}
+
+
+def predicted_speedup(
+    tokens_per_step: float | None, t_verif: dict | None, t_step: dict | None
+) -> tuple[float, list[float]] | tuple[None, None]:
+    """T_verif(B)·TPS / T_step(B, D) and its range from the quartiles of both timings."""
+    if tokens_per_step is None or t_verif is None or t_step is None:
+        return None, None
+    point = t_verif["median_ms"] * tokens_per_step / t_step["median_ms"]
+    low = t_verif["p25_ms"] * tokens_per_step / t_step["p75_ms"]
+    high = t_verif["p75_ms"] * tokens_per_step / t_step["p25_ms"]
+    return point, [low, high]
+
+
+def operating_point_costs(engine_steps: pd.DataFrame, batch_size: int, d: int | None) -> dict[str, Any]:
+    """T_verif(B), T_step(B, D), T_verif(B·(1+D)) and T_draft(B, D) for one operating point;
+    a term is None when its pass did not run or had too few steady steps."""
+    t_verif = step_timing(steady_walls(engine_steps, "plain", batch_size))
+    t_step = t_verif_spec = t_draft = None
+    if d is not None:
+        t_step = step_timing(steady_walls(engine_steps, "speculative", batch_size))
+        t_verif_spec = step_timing(steady_walls(engine_steps, "verify", batch_size, d))
+        if t_step is not None and t_verif_spec is not None:
+            t_draft = t_step["median_ms"] - t_verif_spec["median_ms"]
+    return {"t_verif": t_verif, "t_step": t_step, "t_verif_spec": t_verif_spec, "t_draft_ms": t_draft}
+
+
+def speedup_gap(predicted: float | None, measured: float | None) -> float | None:
+    """predicted / measured − 1 (positive: the model is optimistic)."""
+    if predicted is None or not measured:
+        return None
+    return predicted / measured - 1.0

@@ -1,0 +1,348 @@
+"""`python -m reports.rank <runs or sweep dirs> [--out DIR]`: (mechanism, D) ranked per domain
+and operating point by speedup over plain decoding (guideline 5).
+
+Writes ranking.csv, ranking.md and pareto.png into --out (default: the first dir given).
+The speedup is the measured one (speculative output tokens/s over plain decoding at the same
+batch size and prompts) where the run measured it, i.e. over all its prompts; per domain of a
+mixed run it is predicted from the domain's tokens per step and the run's measured step costs
+(evals/costs.py), and labelled so. Plain decoding (`none`, speedup 1 by definition) is ranked
+beside the mechanisms: where it ranks first, speculation does not pay at that operating point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from evals import costs
+from evals.errors import SpeclensError
+from reports.runs import Run, check_consistent, find_runs
+
+RANK_COLUMNS = [
+    "domain", "batch_size", "drafter", "d", "rank", "speedup", "speedup_source", "measured_speedup",
+    "predicted_speedup", "predicted_lo", "predicted_hi", "speedup_gap", "gap_above_tolerance", "al",
+    "tokens_per_step", "t_verif_ms", "t_verif_spec_ms", "t_draft_ms", "t_step_ms", "draft_overhead",
+    "output_tokens_per_s", "tokens_per_s_per_request", "serve_memory", "training_cost", "run",
+]
+
+
+def _median(timing: dict | None) -> float | None:
+    return None if timing is None else timing["median_ms"]
+
+
+def _facts(drafter: str) -> tuple[str, str]:
+    from drafters import REGISTRY
+
+    cls = REGISTRY.get(drafter)
+    return (cls.facts.serve_memory, cls.facts.training_cost) if cls else ("?", "?")
+
+
+def _row(run: Run, point: dict, domain: str, figures: dict, measured: bool) -> dict[str, Any]:
+    s = run.summary
+    lo, hi = figures.get("predicted_speedup_range") or (None, None)
+    measured_speedup = point["speedup"] if measured else None
+    predicted = figures.get("predicted_speedup")
+    speedup, source = (measured_speedup, "measured") if measured_speedup is not None else (predicted, "predicted")
+    gap = costs.speedup_gap(predicted, measured_speedup)
+    t_step, t_draft = _median(point["t_step"]), point["t_draft_ms"]
+    serve_memory, training_cost = _facts(s["drafter"])
+    tokens_per_s = point["output_tokens_per_s"] if measured else None
+    return {
+        "domain": domain, "batch_size": point["batch_size"], "drafter": s["drafter"], "d": s["d"],
+        "speedup": speedup, "speedup_source": source if speedup is not None else "missing",
+        "measured_speedup": measured_speedup, "predicted_speedup": predicted, "predicted_lo": lo,
+        "predicted_hi": hi, "speedup_gap": gap,
+        "gap_above_tolerance": gap is not None and abs(gap) > costs.GAP_TOLERANCE,
+        "al": figures["al"], "tokens_per_step": figures["tokens_per_step"],
+        "t_verif_ms": _median(point["t_verif"]), "t_verif_spec_ms": _median(point["t_verif_spec"]),
+        "t_draft_ms": t_draft, "t_step_ms": t_step,
+        "draft_overhead": t_draft / t_step if t_draft is not None and t_step else None,
+        "output_tokens_per_s": tokens_per_s,
+        "tokens_per_s_per_request": tokens_per_s / point["batch_size"] if tokens_per_s is not None else None,
+        "serve_memory": serve_memory, "training_cost": training_cost, "run": str(run.path),
+    }
+
+
+def _plain_row(run: Run, point: dict, domain: str) -> dict[str, Any]:
+    """Plain decoding at this operating point: speedup 1 by definition."""
+    t_verif = point["t_verif"]
+    tokens_per_s = point["baseline_output_tokens_per_s"] if run.summary["d"] is not None else point["output_tokens_per_s"]
+    memory, training = _facts("none")
+    return {
+        "domain": domain, "batch_size": point["batch_size"], "drafter": "none", "d": None, "speedup": 1.0,
+        "speedup_source": "measured", "measured_speedup": 1.0, "predicted_speedup": None, "predicted_lo": None,
+        "predicted_hi": None, "speedup_gap": None, "gap_above_tolerance": False, "al": None,
+        "tokens_per_step": 1.0, "t_verif_ms": _median(t_verif), "t_verif_spec_ms": None, "t_draft_ms": None,
+        "t_step_ms": _median(t_verif), "draft_overhead": None, "output_tokens_per_s": tokens_per_s,
+        "tokens_per_s_per_request": tokens_per_s / point["batch_size"] if tokens_per_s else None,
+        "serve_memory": memory, "training_cost": training, "run": str(run.path),
+    }
+
+
+def missing_baselines(runs: list[Run]) -> list[str]:
+    """Each speculative operating point without the baseline timings a ranking needs."""
+    missing = []
+    for run in runs:
+        s = run.summary
+        if s["d"] is None:
+            continue
+        for point in s.get("operating_points") or []:
+            lacks = [name for name, value in (("plain-decoding throughput", point["baseline_output_tokens_per_s"]),
+                                              ("T_verif(B)", point["t_verif"])) if value is None]
+            if lacks:
+                missing.append(f"{run.path} (drafter={s['drafter']} d={s['d']}) at batch size "
+                               f"{point['batch_size']}: no {' and no '.join(lacks)}")
+        if not s.get("operating_points"):
+            missing.append(f"{run.path} (drafter={s['drafter']} d={s['d']}): no operating points (measured "
+                           "by a speclens before batch sizes were recorded)")
+    return missing
+
+
+def ranking_rows(runs: list[Run]) -> pd.DataFrame:
+    rows: list[dict[str, Any]] = []
+    plain: dict[tuple[str, int], dict] = {}
+    for run in runs:
+        s = run.summary
+        for point in s["operating_points"]:
+            domains = sorted(point["by_domain"])
+            # A single-domain run measured that domain's speedup itself.
+            groups = [("all", point, True)] + [(dom, point["by_domain"][dom], len(domains) == 1) for dom in domains]
+            for domain, figures, measured in groups:
+                if s["d"] is not None:
+                    rows.append(_row(run, point, domain, figures, measured))
+                # Plain decoding's row: from a drafter=none run first, else from any baseline pass.
+                key = (domain, point["batch_size"])
+                if point["t_verif"] is not None and (key not in plain or s["d"] is None):
+                    plain[key] = _plain_row(run, point, domain)
+    frame = pd.DataFrame(rows + list(plain.values()), columns=RANK_COLUMNS)
+    frame = frame.sort_values(["domain", "batch_size", "speedup"], ascending=[True, True, False], na_position="last")
+    frame["rank"] = frame.groupby(["domain", "batch_size"])["speedup"].rank(method="min", ascending=False)
+    frame["rank"] = frame["rank"].astype("Int64")
+    return frame.reset_index(drop=True)
+
+
+def check_unique(runs: list[Run]) -> None:
+    seen: dict[tuple, Path] = {}
+    for run in runs:
+        key = (run.summary["drafter"], run.summary["d"])
+        for point in run.summary.get("operating_points") or []:
+            other = seen.setdefault(key + (point["batch_size"],), run.path)
+            if other != run.path:
+                raise SpeclensError(
+                    f"drafter={key[0]} d={key[1]} at batch size {point['batch_size']} was measured twice "
+                    f"({other} and {run.path}); rank each setting from its own dir."
+                )
+
+
+def rank(dirs: list[Path]) -> pd.DataFrame:
+    runs = [run for root in dirs for run in find_runs(root)]
+    if not runs:
+        raise SpeclensError(f"no finished runs (summary.json) under {', '.join(map(str, dirs))}.")
+    check_consistent(runs)
+    check_unique(runs)
+    missing = missing_baselines(runs)
+    if missing:
+        raise SpeclensError(
+            "cannot rank without plain-decoding timings at every operating point; missing: "
+            + "; ".join(missing)
+            + ". Re-run those with baseline=true (and the same batch_sizes)."
+        )
+    return ranking_rows(runs)
+
+
+# -- guidelines beside the measured best D ---------------------------------------------------
+
+
+def guideline_notes(runs: list[Run], ranking: pd.DataFrame) -> list[str]:
+    """Guidelines 2-4 for the runs' target (and drafts), set against the measured best D."""
+    from evals.guidelines import Guidelines, low_latency_speedup
+
+    target_dir = next((r.stamp.get("target_dir") for r in runs if r.stamp.get("target_dir")), None)
+    config_file = Path(target_dir) / "config.json" if target_dir else None
+    if config_file is None or not config_file.is_file():
+        return [f"guidelines: the target's config.json ({config_file}) is not on this machine; not computed."]
+    target_config = json.loads(config_file.read_text())
+    base = Guidelines.for_configs(target_config)
+    notes = base.lines()[:3]
+    overall = ranking[(ranking.domain == "all") & ranking.d.notna() & ranking.speedup.notna()]
+    for (drafter, b), group in overall.groupby(["drafter", "batch_size"], sort=True):
+        best = group.loc[group.speedup.idxmax()]
+        measured_ds = sorted(int(d) for d in group.d)
+        best_d = int(best.d)
+        advice = {base.starting_d} | set(base.tile_aligned)
+        verdict = "agrees" if best_d in advice else "disagrees"
+        untried = base.starting_d not in measured_ds
+        notes.append(
+            f"{drafter} at B={b}: measured best D={best_d} (x{best.speedup:.2f}, of D in {measured_ds}); "
+            f"guideline 2 suggests D={base.starting_d}, guideline 3 D in {base.tile_aligned[:4]} — {verdict}"
+            + (f" (D={base.starting_d} was not measured)" if untried and verdict == "disagrees" else "")
+        )
+    for run in runs:
+        draft = (run.stamp.get("config", {}).get("drafter") or {}).get("model")
+        draft_file = Path(draft) / "config.json" if draft else None
+        if draft_file is None or not draft_file.is_file() or run.summary["d"] is None:
+            continue
+        g4 = Guidelines.for_configs(target_config, json.loads(draft_file.read_text()))
+        s = run.summary
+        for point in s["operating_points"]:
+            if point["al"] is None:
+                continue
+            predicted = low_latency_speedup(point["al"], g4.rho, s["d"])
+            measured = point["speedup"]
+            notes.append(
+                f"guideline 4, {s['drafter']} d={s['d']} B={point['batch_size']}: rho={g4.rho:.3f}, AL={point['al']:.2f} "
+                f"gives AL/(1+rho*D) = x{predicted:.2f}; measured x{measured:.2f}"
+                + (" — they disagree by more than 10% (the rule assumes verification costs one plain step)"
+                   if measured and abs(predicted / measured - 1) > costs.GAP_TOLERANCE else "")
+            )
+    return notes
+
+
+# -- outputs -----------------------------------------------------------------------------------
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return "-"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+DISPLAY = [("rank", "rank", 0), ("drafter", "drafter", 0), ("d", "D", 0), ("speedup", "speedup", 2),
+           ("speedup_source", "source", 0), ("predicted_speedup", "predicted", 2), ("al", "AL", 2),
+           ("tokens_per_step", "tokens/step", 2), ("t_verif_ms", "T_verif(B) ms", 1),
+           ("t_verif_spec_ms", "T_verif(B(1+D)) ms", 1), ("t_draft_ms", "T_draft ms", 1),
+           ("draft_overhead", "draft share", 2), ("serve_memory", "serve memory", 0),
+           ("training_cost", "training", 0)]
+
+
+def _display_rows(group: pd.DataFrame) -> list[list[str]]:
+    rows = []
+    for _, r in group.iterrows():
+        cells = []
+        for key, _, digits in DISPLAY:
+            value = r[key]
+            if key == "d":
+                value = None if pd.isna(value) else int(value)
+            cells.append(_fmt(value, digits))
+        rows.append(cells)
+    return rows
+
+
+def _verdict(group: pd.DataFrame) -> str:
+    ranked = group[group.speedup.notna()]
+    if ranked.empty:
+        return "nothing ranked"
+    top = ranked.iloc[0]
+    if top.drafter == "none":
+        return "plain decoding is fastest here: no mechanism measured pays at this operating point"
+    return f"fastest: {top.drafter} d={int(top.d)} at x{top.speedup:.2f} ({top.speedup_source})"
+
+
+def ranking_markdown(ranking: pd.DataFrame, notes: list[str]) -> str:
+    from reports.table import markdown_table
+
+    out = ["# Ranking: speedup over plain decoding", "",
+           "Measured where the run measured it (all of its prompts); predicted per domain from the domain's "
+           "tokens per step and the run's measured step costs: speedup = T_verif(B)·tokens/step / "
+           "(T_verif(B(1+D)) + T_draft(B,D)).", ""]
+    for (domain, b), group in ranking.groupby(["domain", "batch_size"], sort=True):
+        out += [f"## {domain}, batch size {b}", "", f"{_verdict(group)}.", "",
+                markdown_table([label for _, label, _ in DISPLAY], _display_rows(group)), ""]
+        flagged = group[group.gap_above_tolerance.astype(bool)]
+        for _, r in flagged.iterrows():
+            out.append(f"- {r.drafter} d={int(r.d)}: predicted x{r.predicted_speedup:.2f} vs measured "
+                       f"x{r.measured_speedup:.2f}, a gap of {r.speedup_gap:+.0%} (above 10%: the step-cost model "
+                       "misses part of this run's time, e.g. prefill or a partly filled batch).")
+        if len(flagged):
+            out.append("")
+    out += ["## Guidelines", ""] + [f"- {n}" for n in notes]
+    return "\n".join(out) + "\n"
+
+
+def terminal_table(ranking: pd.DataFrame) -> str:
+    out = []
+    for (domain, b), group in ranking.groupby(["domain", "batch_size"], sort=True):
+        header = [label for _, label, _ in DISPLAY[:11]]
+        rows = [r[:11] for r in _display_rows(group)]
+        widths = [max(len(x) for x in col) for col in zip(header, *rows)]
+        line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths))  # noqa: E731
+        out += [f"{domain}, B={b}: {_verdict(group)}", line(header)] + [line(r) for r in rows] + [""]
+    return "\n".join(out)
+
+
+def plot_pareto(ranking: pd.DataFrame, out: Path) -> None:
+    """Total output tokens/s against tokens/s per request, one curve per (mechanism, D) over
+    the batch sizes; the Pareto front (no other point better on both axes) marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = ranking[(ranking.domain == "all") & ranking.output_tokens_per_s.notna()].copy()
+    fig, ax = plt.subplots(figsize=(6.8, 4.6))
+    points["label"] = [f"{r.drafter}" + ("" if pd.isna(r.d) else f" d={int(r.d)}") for r in points.itertuples()]
+    for label, g in points.groupby("label", sort=True):
+        g = g.sort_values("batch_size")
+        ax.plot(g.tokens_per_s_per_request, g.output_tokens_per_s, "o-", label=label, markersize=4)
+        for r in g.itertuples():
+            ax.annotate(f"B={r.batch_size}", (r.tokens_per_s_per_request, r.output_tokens_per_s), fontsize=7,
+                        xytext=(3, 3), textcoords="offset points")
+    front = pareto_front(points)
+    if not front.empty:
+        ax.plot(front.tokens_per_s_per_request, front.output_tokens_per_s, "k--", linewidth=1, label="Pareto front")
+        ax.scatter(front.tokens_per_s_per_request, front.output_tokens_per_s, s=90, facecolors="none",
+                   edgecolors="k", zorder=3)
+    ax.set_xlabel("interactivity: output tokens/s per request")
+    ax.set_ylabel("throughput: output tokens/s (all requests)")
+    ax.set_title("Throughput vs interactivity (measured, all prompts)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    # Fixed margins: tight_layout costs more than the drawing itself.
+    fig.subplots_adjust(left=0.12, right=0.97, top=0.91, bottom=0.12)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def pareto_front(points: pd.DataFrame) -> pd.DataFrame:
+    """Points no other point beats on both throughput and interactivity, by interactivity."""
+    x, y = points.tokens_per_s_per_request.to_numpy(), points.output_tokens_per_s.to_numpy()
+    keep = [not ((x >= x[i]) & (y >= y[i]) & ((x > x[i]) | (y > y[i]))).any() for i in range(len(points))]
+    return points[keep].sort_values("tokens_per_s_per_request")
+
+
+def write_ranking(dirs: list[Path], out_dir: Path | None = None) -> tuple[pd.DataFrame, list[str]]:
+    out_dir = out_dir or dirs[0]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ranking = rank(dirs)
+    runs = [run for root in dirs for run in find_runs(root)]
+    notes = guideline_notes(runs, ranking)
+    ranking.to_csv(out_dir / "ranking.csv", index=False)
+    (out_dir / "ranking.md").write_text(ranking_markdown(ranking, notes))
+    plot_pareto(ranking, out_dir / "pareto.png")
+    return ranking, notes
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reports.rank", description=__doc__.splitlines()[0])
+    parser.add_argument("dirs", type=Path, nargs="+", help="run dirs or sweep dirs")
+    parser.add_argument("--out", type=Path, default=None, help="where to write (default: the first dir)")
+    args = parser.parse_args(argv)
+    try:
+        ranking, notes = write_ranking(args.dirs, args.out)
+    except SpeclensError as exc:
+        print(f"speclens: error: {exc}", file=sys.stderr)
+        return 2
+    print(terminal_table(ranking))
+    print("\n".join(notes))
+    print(f"ranking: {(args.out or args.dirs[0]) / 'ranking.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

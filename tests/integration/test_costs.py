@@ -1,0 +1,54 @@
+"""Measured step costs and the ranking, from a real SmolLM2 run over two batch sizes on CPU."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from evals.records import read_parquet
+from reports.rank import write_ranking
+from tests.integration.conftest import measure
+
+D = 3
+
+
+def test_two_batch_sizes_give_costs_speedups_and_a_ranking(tmp_path):
+    out = tmp_path / "sweep" / "ngram"
+    summary = measure(
+        out, "drafter=ngram", f"d={D}", "batch_sizes=[1,4]", "baseline=true", "dataset.num_requests=8",
+        "sampling.max_tokens=32",
+    )
+    b1, b4 = summary["operating_points"]
+    assert (b1["batch_size"], b4["batch_size"]) == (1, 4)
+    steps = read_parquet(out / "engine_steps.parquet")
+    for point in (b1, b4):
+        b = point["batch_size"]
+        verify = steps[(steps["mode"] == "verify") & (steps.batch_size == b)]
+        # the zero-cost proposer drafts D for every request in flight at every decode step
+        decode = verify[verify.num_tokens == verify.num_requests + verify.num_draft_tokens]
+        assert (decode.num_draft_tokens == D * decode.num_requests).mean() > 0.95
+        assert point["t_verif_spec"]["n"] >= 20 and point["t_verif"]["n"] >= 20
+        assert point["t_draft_ms"] == pytest.approx(point["t_step"]["median_ms"] - point["t_verif_spec"]["median_ms"])
+        assert point["speedup"] == pytest.approx(point["output_tokens_per_s"] / point["baseline_output_tokens_per_s"])
+        lo, hi = point["predicted_speedup_range"]
+        assert lo <= point["predicted_speedup"] <= hi
+        assert point["predicted_speedup"] == pytest.approx(
+            point["t_verif"]["median_ms"] * point["tokens_per_step"] / point["t_step"]["median_ms"]
+        )
+    # verifying 4 x (1 + D) = 16 tokens per step costs more than 4 x 1 or 1 x (1 + D)
+    assert b4["t_verif_spec"]["median_ms"] > b4["t_verif"]["median_ms"]
+    assert b4["t_verif_spec"]["median_ms"] > b1["t_verif_spec"]["median_ms"]
+
+    ranking, notes = write_ranking([tmp_path / "sweep"])
+    overall = ranking[ranking.domain == "all"]
+    assert sorted(overall.batch_size.unique()) == [1, 4]
+    for b, group in overall.groupby("batch_size"):
+        assert set(group.drafter) == {"ngram", "none"} and sorted(group["rank"]) == [1, 2]
+        spec = group[group.drafter == "ngram"].iloc[0]
+        point = b1 if b == 1 else b4
+        assert spec.speedup == pytest.approx(point["speedup"]) and spec.speedup_source == "measured"
+        winner = group.iloc[0].drafter
+        assert winner == ("ngram" if point["speedup"] > 1 else "none")
+    assert any("G (query heads per KV head) = 3" in n for n in notes)
+    csv = pd.read_csv(tmp_path / "sweep" / "ranking.csv")
+    assert len(csv) == len(ranking) and (tmp_path / "sweep" / "pareto.png").stat().st_size > 10_000

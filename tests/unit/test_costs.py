@@ -1,0 +1,156 @@
+"""Cost decomposition, speedup model and ranking, against hand-computed values from the fake
+engine's scripted step times (runners.fake_engine.linear_cost: 10 ms per step + 1 ms per token
+processed + 2 ms per drafted token when a drafter ran)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from evals import costs
+from evals.errors import ConfigError, SpeclensError
+from evals.records import read_parquet
+from evals.run import run
+from reports.rank import main as rank_main, pareto_front, rank, write_ranking
+from runners.fake_engine import fake_factory
+from tests.unit.conftest import FakeEncoder, compose_run, write_checkpoint, write_questions
+
+PROMPTS = [{"question_id": f"c{i}", "category": "coding", "turns": [f"write function number {i} " * (i + 1)]}
+           for i in range(4)]
+# Every request: 18 tokens after the prefill token, so all passes produce the same outputs.
+SCRIPTS = {2: [2] * 6, 1: [1] * 9}
+
+
+def measure(tmp_path: Path, d: int, *overrides: str, rows=PROMPTS, cost=None, name=None) -> tuple[dict, Path]:
+    target = write_checkpoint(tmp_path / "target", num_attention_heads=8, num_key_value_heads=1)
+    questions = write_questions(tmp_path / "q.jsonl", rows)
+    cfg = compose_run("target=custom", f"target.model={target}", "dataset=jsonl", f"dataset.path={questions}",
+                      "drafter=ngram", f"d={d}", "batch_sizes=[1,2]", "baseline=true", *overrides)
+    script = {f"{r['question_id']}#0": SCRIPTS[d] for r in rows}
+    factory = fake_factory(d, script, **({"cost": cost} if cost else {}))
+    out = tmp_path / "sweep" / (name or f"d={d}")
+    summary = run(cfg, out, factory=factory, progress=lambda label: None, encoder_factory=FakeEncoder)
+    return summary, out
+
+
+def prefill_ms(out: Path, batch_size: int) -> float:
+    """The prefill steps' cost: 10 ms per step + 1 ms per prompt token, requests taken B at a time."""
+    prompts = read_parquet(out / "requests.parquet").query("batch_size == 1").prompt_tokens.tolist()
+    waves = [prompts[i:i + batch_size] for i in range(0, len(prompts), batch_size)]
+    return sum(10 + sum(w) for w in waves)
+
+
+def test_cost_decomposition_and_both_speedups_match_hand_computation(tmp_path):
+    summary, out = measure(tmp_path, 2)
+    b1, b2 = summary["operating_points"]
+    assert (b1["batch_size"], b2["batch_size"]) == (1, 2)
+    # plain step: 10 + B tokens; speculative: 10 + 3B tokens + 2 ms x 2B drafts; verify: 10 + 3B
+    for point, plain, spec, verify in ((b1, 11, 17, 13), (b2, 12, 24, 16)):
+        assert point["t_verif"]["median_ms"] == pytest.approx(plain)
+        assert point["t_step"]["median_ms"] == pytest.approx(spec)
+        assert point["t_verif_spec"]["median_ms"] == pytest.approx(verify)
+        assert point["t_draft_ms"] == pytest.approx(spec - verify)
+        # 19 tokens from 1 prefill + 6 drafted steps per request
+        assert point["tokens_per_step"] == pytest.approx(19 / 7)
+        assert point["predicted_speedup"] == pytest.approx(plain * (19 / 7) / spec)
+        assert point["predicted_speedup_range"] == pytest.approx([plain * (19 / 7) / spec] * 2)
+    assert b1["t_verif"]["n"] == 4 * 18 and b2["t_step"]["n"] == 2 * 6
+    # measured: same tokens, so the speedup is plain time / speculative time, prefill steps included
+    for point, b, plain, spec, steps_plain, steps_spec in ((b1, 1, 11, 17, 4 * 18, 4 * 6), (b2, 2, 12, 24, 2 * 18, 2 * 6)):
+        expected = (prefill_ms(out, b) + steps_plain * plain) / (prefill_ms(out, b) + steps_spec * spec)
+        assert point["speedup"] == pytest.approx(expected)
+        assert point["speedup_gap"] == pytest.approx(point["predicted_speedup"] / expected - 1)
+    assert summary["lossless"]["identical"] is True and summary["lossless"]["n_compared"] == 8
+    engine_steps = read_parquet(out / "engine_steps.parquet")
+    assert sorted(engine_steps["mode"].unique()) == ["plain", "speculative", "verify"]
+
+
+def test_step_timing_median_quartiles_and_predicted_range():
+    timing = costs.step_timing(np.array([0.001, 0.002, 0.003, 0.004, 0.005]))
+    assert timing == {"median_ms": pytest.approx(3.0), "p25_ms": pytest.approx(2.0), "p75_ms": pytest.approx(4.0), "n": 5}
+    assert costs.step_timing(np.array([0.001] * (costs.MIN_STEADY_STEPS - 1))) is None
+    t_verif = {"median_ms": 10.0, "p25_ms": 9.0, "p75_ms": 12.0}
+    t_step = {"median_ms": 20.0, "p25_ms": 18.0, "p75_ms": 25.0}
+    point, (low, high) = costs.predicted_speedup(2.5, t_verif, t_step)
+    assert point == pytest.approx(10 * 2.5 / 20)
+    assert low == pytest.approx(9 * 2.5 / 25) and high == pytest.approx(12 * 2.5 / 18)
+    assert costs.speedup_gap(1.1, 1.0) == pytest.approx(0.1)
+
+
+def test_steady_steps_leave_out_prefill_and_partial_batches():
+    steps = pd.DataFrame({
+        "mode": ["plain"] * 4 + ["verify"] * 2, "batch_size": [2] * 6,
+        "num_requests": [2, 2, 1, 2, 2, 2], "num_tokens": [40, 2, 1, 2, 6, 5],
+        "num_draft_tokens": [0, 0, 0, 0, 4, 3], "wall_s": [0.5, 0.012, 0.011, 0.013, 0.016, 0.015],
+    })
+    assert costs.steady_walls(steps, "plain", 2).tolist() == [0.012, 0.013]
+    # the verify pass counts only steps where every request verified all D proposals
+    assert costs.steady_walls(steps, "verify", 2, d=2).tolist() == [0.016]
+
+
+def test_ranking_orders_by_speedup_with_plain_decoding_ranked_beside(tmp_path):
+    measure(tmp_path, 2)
+    measure(tmp_path, 1)
+    ranking, notes = write_ranking([tmp_path / "sweep"])
+    assert {"ranking.csv", "ranking.md", "pareto.png"} <= {p.name for p in (tmp_path / "sweep").iterdir()}
+    at_b1 = ranking[(ranking.domain == "all") & (ranking.batch_size == 1)]
+    # B=1: d=2 steps cost 6x17 ms per request, d=1 9x14, plain 18x11 (plus the same prefills)
+    assert at_b1.drafter.tolist() == ["ngram", "ngram", "none"] and at_b1.d.tolist()[:2] == [2, 1]
+    assert at_b1["rank"].tolist() == [1, 2, 3]
+    assert at_b1.speedup_source.tolist() == ["measured"] * 3
+    d1 = at_b1[at_b1.d == 1].iloc[0]
+    assert d1.t_verif_ms == pytest.approx(11) and d1.t_verif_spec_ms == pytest.approx(12)
+    assert d1.t_draft_ms == pytest.approx(2) and d1.draft_overhead == pytest.approx(2 / 14)
+    assert d1.predicted_speedup == pytest.approx(11 * (19 / 10) / 14)
+    assert d1.serve_memory == "none" and d1.training_cost == "none"
+    csv = pd.read_csv(tmp_path / "sweep" / "ranking.csv")
+    assert {"domain", "batch_size", "drafter", "d", "rank", "speedup", "speedup_source", "predicted_speedup", "al",
+            "tokens_per_step", "t_verif_ms", "t_verif_spec_ms", "t_draft_ms"} <= set(csv.columns)
+    # G = 8 for this target: guideline 2 starts at D = 15, which the sweep did not measure
+    assert any("guideline 2 suggests D=15" in n and "disagrees" in n for n in notes)
+
+
+def test_ranking_says_when_speculation_loses(tmp_path):
+    def costly_drafting(mode, requests, tokens, drafts):
+        return 0.010 + 0.001 * tokens + (0.030 * drafts if mode == "speculative" else 0.0)
+
+    measure(tmp_path, 2, cost=costly_drafting)
+    ranking, _ = write_ranking([tmp_path / "sweep"])
+    top = ranking[(ranking.domain == "all")].groupby("batch_size").head(1)
+    assert top.drafter.tolist() == ["none", "none"]
+    assert "plain decoding is fastest here" in (tmp_path / "sweep" / "ranking.md").read_text()
+
+
+def test_per_domain_rows_of_a_mixed_run_are_predicted_and_labelled(tmp_path):
+    rows = PROMPTS[:2] + [{"question_id": f"w{i}", "category": "writing", "turns": [f"poem {i}"]} for i in range(2)]
+    summary, _ = measure(tmp_path, 2, rows=rows)
+    ranking = rank([tmp_path / "sweep"])
+    spec = ranking[(ranking.drafter == "ngram") & (ranking.batch_size == 2)].set_index("domain")
+    point = summary["operating_points"][1]
+    assert spec.loc["all", "speedup_source"] == "measured" and spec.loc["all", "speedup"] == pytest.approx(point["speedup"])
+    assert spec.loc["coding", "speedup_source"] == "predicted"
+    assert spec.loc["coding", "speedup"] == pytest.approx(point["by_domain"]["coding"]["predicted_speedup"])
+    assert np.isnan(spec.loc["coding", "output_tokens_per_s"])
+
+
+def test_ranking_is_refused_without_baseline_timings(tmp_path, capsys):
+    measure(tmp_path, 2, "baseline=false")
+    with pytest.raises(SpeclensError, match=r"d=2\) at batch size 1: no plain-decoding throughput and no T_verif\(B\)"):
+        rank([tmp_path / "sweep"])
+    assert rank_main([str(tmp_path / "sweep")]) == 2
+    assert "baseline=true" in capsys.readouterr().err
+
+
+def test_pareto_front_keeps_points_nothing_beats_on_both_axes():
+    points = pd.DataFrame({"tokens_per_s_per_request": [10, 8, 5, 4, 9], "output_tokens_per_s": [10, 30, 40, 20, 9]})
+    assert pareto_front(points).index.tolist() == [2, 1, 0]
+
+
+def test_batch_sizes_are_checked_before_any_engine_starts(tmp_path):
+    with pytest.raises(ConfigError, match="need at least 8 prompts, and the dataset gives 4"):
+        measure(tmp_path, 2, "batch_sizes=[1,8]")
+    with pytest.raises(ConfigError, match="above engine.max_num_seqs=2"):
+        measure(tmp_path, 2, "engine.max_num_seqs=2", "batch_sizes=[4]")
