@@ -4,6 +4,8 @@ PYTHON  := $(VENV)/bin/python
 INSTALLED := $(VENV)/.speclens-installed
 PYTEST_ARGS ?=
 
+BROWSER := /usr/bin/chromium
+
 .PHONY: install target demo curves test unit clean-venv
 
 install: $(INSTALLED)
@@ -14,7 +16,7 @@ install: $(INSTALLED)
 # from the venv, so it is built without build isolation.
 $(INSTALLED): pyproject.toml
 	test -x $(PYTHON) || python3 -m venv $(VENV)
-	$(PYTHON) -m pip install --quiet -e '.[cpu,test,launchers]'
+	$(PYTHON) -m pip install --quiet -e '.[cpu,test,launchers,wandb]'
 	$(PYTHON) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	$(PYTHON) -m pip install --quiet nanobind==2.9.2 wheel
 	CMAKE_ARGS="-DPython_EXECUTABLE=$(abspath $(PYTHON))" \
@@ -34,7 +36,12 @@ curves: target
 		hydra.sweep.dir=outputs/sweeps/demo
 	$(PYTHON) -m reports.curves outputs/sweeps/demo
 
-test: target
+# Debian's chromium, for the test that opens report.html in a real headless browser.
+$(BROWSER):
+	SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends chromium
+
+test: target $(BROWSER)
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
 unit: install

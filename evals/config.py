@@ -47,6 +47,17 @@ class EngineConfig:
 
 
 @dataclass
+class LoggerConfig:
+    # none | wandb
+    name: str = "none"
+    project: str = "speclens"
+    entity: str | None = None
+    # Runs of one group are compared together; default: the sweep dir's name in a multirun.
+    group: str | None = None
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
 class RunConfig:
     target: TargetConfig = MISSING
     # One of the drafter schemas registered below (drafters/<name>.py).
@@ -55,6 +66,7 @@ class RunConfig:
     dataset: Any = MISSING
     sampling: SamplingConfig = MISSING
     engine: EngineConfig = MISSING
+    logger: LoggerConfig = MISSING
     d: int = 3
     seed: int = 0
     # Operating points: for each B, the prompts run B at a time (null: all at once, up to
@@ -80,8 +92,8 @@ def cache_path(relative: str = "") -> str:
     return str(cache_dir() / relative)
 
 
-# Keys that say how to run, not what is measured: left out of the config fingerprint.
-NOT_FINGERPRINTED = ("force",)
+# Keys that say how to run or report, not what is measured: left out of the config fingerprint.
+NOT_FINGERPRINTED = ("force", "logger")
 
 
 def config_fingerprint(resolved: dict[str, Any]) -> str:
@@ -118,6 +130,7 @@ def register_configs() -> None:
     cs.store(group="schema", name="target", node=TargetConfig)
     cs.store(group="schema", name="sampling", node=SamplingConfig)
     cs.store(group="schema", name="engine", node=EngineConfig)
+    cs.store(group="schema", name="logger", node=LoggerConfig)
     for name, cls in DRAFTERS.items():
         cs.store(group="schema/drafter", name=name, node=cls.config_class)
     for name, spec in DATASETS.items():

@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from evals import metrics, records
 from evals.passes import EngineFactory, Pass, ProgressFactory, run_passes, total_counters, zero_cost_spec
 from evals.stamp import git_sha, package_versions
+from reports.redact import redact
 from evals.summary import (
     SUMMARY_FILE, build_summary, lossless, merge_lossless, operating_points, pooled_timing, write_json_atomic,
 )
@@ -52,9 +53,9 @@ def execute(
     stamp = {
         "schema_version": records.SCHEMA_VERSION,
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "config": OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True),
+        "config": redact(OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)),
         "config_fingerprint": config_fingerprint,
-        "speculative_config": spec,
+        "speculative_config": redact(spec),
         "target_dir": str(plan.target_dir),
         "versions": versions,
         "fingerprints": fingerprints,

@@ -35,14 +35,14 @@ def al_ci95(steps: pd.DataFrame, seed: int, samples: int = BOOTSTRAP_SAMPLES) ->
     per_request = steps.groupby("request_id", sort=True)["num_accepted"].agg(["sum", "count"])
     accepted = per_request["sum"].to_numpy(dtype=float)
     counts = per_request["count"].to_numpy(dtype=float)
-    idx = _resample_indices(seed, samples, len(accepted))
+    idx = resample_indices(seed, samples, len(accepted))
     resampled = 1.0 + accepted[idx].sum(axis=1) / counts[idx].sum(axis=1)
     lo, hi = np.percentile(resampled, [2.5, 97.5])
     return [float(lo), float(hi)]
 
 
 @functools.lru_cache(maxsize=8)
-def _resample_indices(seed: int, samples: int, n: int) -> np.ndarray:
+def resample_indices(seed: int, samples: int, n: int) -> np.ndarray:
     """The bootstrap's draws for `n` requests: a function of (seed, samples, n) only, so groups
     of the same size share them (a sweep's report computes hundreds of CIs)."""
     idx = np.random.default_rng(seed).integers(0, n, size=(samples, n))
@@ -81,6 +81,25 @@ def conditional_acceptance(per_position: list[float]) -> list[float | None]:
 def acceptance_histogram(steps: pd.DataFrame, d: int) -> list[int]:
     counts = np.bincount(steps["num_accepted"].to_numpy(dtype=np.int64), minlength=d + 1)
     return [int(c) for c in counts]
+
+
+# Context-length bins for AL by position (acceptance decays over long contexts).
+POSITION_EDGES = (0, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+
+
+def al_by_position(steps: pd.DataFrame) -> list[dict[str, Any]]:
+    """AL of the drafted steps whose context length at the step's start falls in each bin
+    [from, to) of POSITION_EDGES (`to` None: open-ended); empty bins left out."""
+    edges = np.array(POSITION_EDGES)
+    bins = np.searchsorted(edges, steps["position"].to_numpy(), side="right") - 1
+    accepted = steps["num_accepted"].to_numpy()
+    out = []
+    for b in np.unique(bins):
+        mask = bins == b
+        upper = int(edges[b + 1]) if b + 1 < len(edges) else None
+        out.append({"from": int(edges[b]), "to": upper, "n_steps": int(mask.sum()),
+                    "al": float(1.0 + accepted[mask].mean())})
+    return out
 
 
 def group_summary(steps: pd.DataFrame, requests: pd.DataFrame, seed: int) -> dict[str, Any]:

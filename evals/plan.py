@@ -85,6 +85,15 @@ def check_scalars(cfg: RunConfig) -> None:
         raise ConfigError(f"engine.max_model_len={cfg.engine.max_model_len}: must be >= 2.")
 
 
+def check_logger(cfg: RunConfig) -> None:
+    import importlib.util
+
+    if cfg.logger.name not in ("none", "wandb"):
+        raise ConfigError(f"logger={cfg.logger.name}: choose none or wandb.")
+    if cfg.logger.name == "wandb" and importlib.util.find_spec("wandb") is None:
+        raise ConfigError("logger=wandb needs the wandb package: pip install -e '.[wandb]' (make install has it).")
+
+
 def check_context_window(cfg: RunConfig, target: ModelFacts) -> None:
     text = target.raw.get("text_config") or target.raw
     window = text.get("max_position_embeddings")
@@ -162,6 +171,7 @@ def make_plan(cfg: RunConfig, encoder_factory: Callable[[Path], Any] | None = No
     `encoder_factory(target_dir)` gives the chat tokenizer for length checks (tests pass a fake).
     """
     check_scalars(cfg)
+    check_logger(cfg)
     drafter = make_drafter(cfg.drafter)
     target_dir = resolve_target(cfg)
     target = ModelFacts.from_config(str(target_dir), checkpoints.read_config(target_dir, "target.model"))

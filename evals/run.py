@@ -63,10 +63,15 @@ def finished_summary(out_dir: Path, fingerprint: str) -> dict[str, Any] | None:
 
 
 def run(
-    cfg: DictConfig, out_dir: Path, factory=vllm_factory, progress=TqdmProgress, encoder_factory=None
+    cfg: DictConfig,
+    out_dir: Path,
+    factory=vllm_factory,
+    progress=TqdmProgress,
+    encoder_factory=None,
+    group: str | None = None,
 ) -> dict[str, Any]:
-    """Plan, measure, print the table; skips a run dir that already holds this run unless force=true.
-    Tests pass a fake engine factory and encoder."""
+    """Plan, measure, print the table, log (logger=wandb, in `group`); skips a run dir that already
+    holds this run unless force=true. Tests pass a fake engine factory and encoder."""
     from evals.measure import execute
     from evals.plan import make_plan
     from reports.table import result_table
@@ -81,19 +86,27 @@ def run(
     summary = execute(plan, out_dir, factory, progress, config_fingerprint=fingerprint)
     print(result_table(summary))
     print(f"results: {out_dir}")
+    if run_config.logger.name == "wandb":
+        from reports.wandb_log import log_run
+
+        stamp = json.loads((out_dir / "stamp.json").read_text())
+        log_run(out_dir, summary, stamp, run_config.logger, group)
     return summary
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     from runners.vllm_engine import set_process_env
 
-    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    hydra_cfg = HydraConfig.get()
+    out_dir = Path(hydra_cfg.runtime.output_dir)
+    group = Path(hydra_cfg.sweep.dir).name if hydra_cfg.mode == RunMode.MULTIRUN else None
     set_process_env(cfg.engine.cpu_kvcache_space_gib)
     try:
-        run(cfg, out_dir)
+        run(cfg, out_dir, group=group)
     except SpeclensError as exc:
         print(f"speclens: error: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -164,6 +164,7 @@ def build_summary(
         "per_position_acceptance": per_position,
         "conditional_acceptance": metrics.conditional_acceptance(per_position) if per_position else None,
         "acceptance_histogram": metrics.acceptance_histogram(steps, d) if d else None,
+        "al_by_position": metrics.al_by_position(steps),
         "n_steps": overall["n_steps"],
         "by_domain": metrics.by_domain(steps, requests, seed),
         "vllm_counters": asdict(counters) if counters is not None else None,

@@ -221,7 +221,7 @@ DISPLAY = [("rank", "rank", 0), ("drafter", "drafter", 0), ("d", "D", 0), ("spee
            ("training_cost", "training", 0)]
 
 
-def _display_rows(group: pd.DataFrame) -> list[list[str]]:
+def display_rows(group: pd.DataFrame) -> list[list[str]]:
     rows = []
     for _, r in group.iterrows():
         cells = []
@@ -253,7 +253,7 @@ def ranking_markdown(ranking: pd.DataFrame, notes: list[str]) -> str:
            "(T_verif(B(1+D)) + T_draft(B,D)).", ""]
     for (domain, b), group in ranking.groupby(["domain", "batch_size"], sort=True):
         out += [f"## {domain}, batch size {b}", "", f"{_verdict(group)}.", "",
-                markdown_table([label for _, label, _ in DISPLAY], _display_rows(group)), ""]
+                markdown_table([label for _, label, _ in DISPLAY], display_rows(group)), ""]
         flagged = group[group.gap_above_tolerance.astype(bool)]
         for _, r in flagged.iterrows():
             out.append(f"- {r.drafter} d={int(r.d)}: predicted x{r.predicted_speedup:.2f} vs measured "
@@ -269,7 +269,7 @@ def terminal_table(ranking: pd.DataFrame) -> str:
     out = []
     for (domain, b), group in ranking.groupby(["domain", "batch_size"], sort=True):
         header = [label for _, label, _ in DISPLAY[:11]]
-        rows = [r[:11] for r in _display_rows(group)]
+        rows = [r[:11] for r in display_rows(group)]
         widths = [max(len(x) for x in col) for col in zip(header, *rows)]
         line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths))  # noqa: E731
         out += [f"{domain}, B={b}: {_verdict(group)}", line(header)] + [line(r) for r in rows] + [""]

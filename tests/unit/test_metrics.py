@@ -76,3 +76,13 @@ def test_empty_steps_give_null_al():
     empty = pd.DataFrame(columns=["request_id", "num_accepted", "num_drafted"])
     assert metrics.acceptance_length(empty) is None
     assert metrics.al_ci95(empty, seed=0) is None
+
+
+def test_al_by_position_bins_steps_by_context_length():
+    steps = pd.DataFrame({"position": [10, 255, 256, 3000, 70000], "num_accepted": [1, 3, 0, 2, 4]})
+    assert metrics.al_by_position(steps) == [
+        {"from": 0, "to": 256, "n_steps": 2, "al": 3.0},
+        {"from": 256, "to": 512, "n_steps": 1, "al": 1.0},
+        {"from": 2048, "to": 4096, "n_steps": 1, "al": 3.0},
+        {"from": 65536, "to": None, "n_steps": 1, "al": 5.0},
+    ]

@@ -1,0 +1,222 @@
+"""`python -m evals.nightly target.model=<new checkpoint> baseline=<dir> [history=<path>] [key=value ...]`:
+re-measure the suite after a target fine-tune and fail on an acceptance regression.
+
+Runs every job of the suite (conf/experiment/nightly.yaml, or suite=<path>) into the night's
+dir (out=<dir>, default outputs/nightly/<night>, night=<label> defaulting to today's UTC date),
+compares each (drafter, D, domain) with the baseline dir (reports.compare: paired bootstrap over
+prompts), appends the night to the history store (parquet, one row per drafter, D, domain and
+night; default <baseline's parent>/history.parquet) and redraws its trend plot beside it.
+
+Exit status: 1 when any (drafter, domain) AL fell by more than `threshold` (AL units; the
+suite's value unless threshold=<x> is given) with its CI below zero, each named; 0 otherwise.
+Without `baseline` the night's results are a new baseline and it exits 0. The history is
+written once, at the end, atomically: a night that dies leaves it as it was, and running the
+same night again skips the jobs that finished (their run dirs hold summary.json).
+Any other key=value is an `evals.run` key applied to every job (target.model, dataset.num_requests, ...).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from evals.errors import ConfigError, SpeclensError
+
+NIGHTLY_KEYS = ("baseline", "history", "threshold", "suite", "night", "out")
+DEFAULT_SUITE = Path(__file__).resolve().parent.parent / "conf" / "experiment" / "nightly.yaml"
+HISTORY_COLUMNS = [
+    "night", "night_dir", "target", "target_fingerprint", "drafter", "d", "domain", "n_requests", "al",
+    "baseline_dir", "baseline_al", "al_diff", "diff_ci95_lo", "diff_ci95_hi", "significant", "regressed",
+]
+
+
+@dataclass
+class Suite:
+    jobs: dict[str, list[str]]
+    common: list[str] = field(default_factory=list)
+    threshold: float = 0.1
+
+    @classmethod
+    def load(cls, path: Path) -> "Suite":
+        from omegaconf import OmegaConf
+
+        if not path.is_file():
+            raise ConfigError(f"suite={path}: no such file.")
+        raw = OmegaConf.to_container(OmegaConf.load(path))
+        unknown = set(raw) - {"jobs", "common", "threshold"}
+        if unknown or not raw.get("jobs"):
+            raise ConfigError(f"suite={path}: needs `jobs` (name: [overrides]) and may hold `common` and "
+                              f"`threshold`{'; unknown keys: ' + ', '.join(sorted(unknown)) if unknown else ''}.")
+        return cls({str(k): [str(o) for o in v] for k, v in raw["jobs"].items()},
+                   [str(o) for o in raw.get("common") or []], float(raw.get("threshold", 0.1)))
+
+
+@dataclass
+class NightlyArgs:
+    run_overrides: list[str]
+    baseline: Path | None
+    history: Path
+    threshold: float
+    suite: Suite
+    night: str
+    out: Path
+
+
+def parse_args(argv: list[str]) -> NightlyArgs:
+    own: dict[str, str] = {}
+    overrides = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if not sep:
+            raise ConfigError(f"{arg}: expected key=value.")
+        if key in NIGHTLY_KEYS:
+            own[key] = value
+        else:
+            overrides.append(arg)
+    suite = Suite.load(Path(own.get("suite", DEFAULT_SUITE)))
+    night = own.get("night") or datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    out = Path(own.get("out") or Path("outputs") / "nightly" / night)
+    baseline = Path(own["baseline"]) if own.get("baseline") else None
+    if baseline is not None and not baseline.is_dir():
+        raise ConfigError(f"baseline={baseline}: no such folder (give an earlier night's dir, or no baseline "
+                          "to make this night the baseline).")
+    if baseline is not None and baseline.resolve() == out.resolve():
+        raise ConfigError(f"baseline={baseline} is this night's own dir; give out=<another dir> or an earlier night.")
+    history = Path(own["history"]) if own.get("history") else (baseline or out).resolve().parent / "history.parquet"
+    try:
+        threshold = float(own["threshold"]) if "threshold" in own else suite.threshold
+    except ValueError:
+        raise ConfigError(f"threshold={own['threshold']}: must be a number (AL units).") from None
+    if threshold < 0:
+        raise ConfigError(f"threshold={threshold}: must be >= 0.")
+    return NightlyArgs(overrides, baseline, history, threshold, suite, night, out)
+
+
+def run_suite(args: NightlyArgs, factory=None, encoder_factory=None) -> None:
+    """Every job into its own dir under the night's dir; finished jobs are skipped."""
+    from evals.config import compose_config
+    from evals.engine_factory import vllm_factory
+    from evals.run import TqdmProgress, run
+
+    for name, job in args.suite.jobs.items():
+        cfg = compose_config([*args.suite.common, *job, *args.run_overrides])
+        print(f"speclens nightly: {name} ({' '.join(job)})", flush=True)
+        run(cfg, args.out / name, factory=factory or vllm_factory, progress=TqdmProgress,
+            encoder_factory=encoder_factory)
+
+
+def night_rows(args: NightlyArgs, comparison: pd.DataFrame | None) -> pd.DataFrame:
+    """The night's history rows: its own AL per (drafter, D, domain), and the comparison if any."""
+    from reports.runs import find_runs
+
+    rows = []
+    for run in find_runs(args.out):
+        s = run.summary
+        if s["d"] is None:
+            continue
+        groups = {"all": s} | s["by_domain"]
+        for domain, figures in groups.items():
+            rows.append({"night": args.night, "night_dir": str(args.out.resolve()), "target": s["target"],
+                         "target_fingerprint": s["fingerprints"]["target"], "drafter": s["drafter"], "d": s["d"],
+                         "domain": domain, "n_requests": figures["n_requests"], "al": figures["al"]})
+    frame = pd.DataFrame(rows)
+    if comparison is not None and not frame.empty:
+        diff = comparison.drop(columns=["candidate_al", "n_requests"])
+        frame = frame.merge(diff, on=["drafter", "d", "domain"], how="left")
+        frame["baseline_dir"] = str(args.baseline.resolve()) if args.baseline else None
+        frame["regressed"] = regressed(frame, args.threshold)
+    return frame.reindex(columns=HISTORY_COLUMNS)
+
+
+def regressed(table: pd.DataFrame, threshold: float) -> pd.Series:
+    """AL fell by more than `threshold` and the paired CI lies below zero."""
+    diff, hi = table["al_diff"].astype(float), table["diff_ci95_hi"].astype(float)
+    return (diff < -threshold) & (hi < 0)
+
+
+def append_history(history: Path, rows: pd.DataFrame, night: str) -> pd.DataFrame:
+    """The store with this night's rows (a re-run night replaces its earlier rows), written atomically."""
+    old = pd.read_parquet(history) if history.is_file() else pd.DataFrame(columns=HISTORY_COLUMNS)
+    kept = old[old.night != night]
+    merged = pd.concat([f for f in (kept, rows) if not f.empty], ignore_index=True).reindex(columns=HISTORY_COLUMNS)
+    history.parent.mkdir(parents=True, exist_ok=True)
+    tmp = history.with_name(history.name + ".tmp")
+    merged.to_parquet(tmp, index=False)
+    os.replace(tmp, history)
+    return merged
+
+
+def plot_trend(history: pd.DataFrame, out: Path) -> None:
+    """AL per night, one line per (drafter, D) over all prompts; nights that regressed marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pooled = history[history.domain == "all"].sort_values("night")
+    fig, ax = plt.subplots(figsize=(7.0, 4.2))
+    for (drafter, d), g in pooled.groupby(["drafter", "d"], sort=True):
+        (line,) = ax.plot(g.night, g.al, "o-", label=f"{drafter} d={d}")
+        bad = g[g.regressed.eq(True)]
+        ax.plot(bad.night, bad.al, "x", color="red", markersize=10, markeredgewidth=2)
+    ax.set_xlabel("night")
+    ax.set_ylabel("AL (all prompts)")
+    ax.set_title("Nightly AL (red x: regression)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.autofmt_xdate()
+    fig.subplots_adjust(left=0.1, right=0.97, top=0.91, bottom=0.2)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def nightly(args: NightlyArgs, factory=None, encoder_factory=None) -> int:
+    from reports.compare import terminal_table, write_comparison
+
+    run_suite(args, factory, encoder_factory)
+    comparison = None
+    if args.baseline is not None:
+        comparison, notes = write_comparison(args.baseline, args.out)
+        print(terminal_table(comparison))
+        for note in notes:
+            print(note)
+    rows = night_rows(args, comparison)
+    history = append_history(args.history, rows, args.night)
+    plot_trend(history, args.history.with_name("trend.png"))
+    print(f"history: {args.history} ({history.night.nunique()} nights); trend: {args.history.with_name('trend.png')}")
+    if args.baseline is None:
+        print(f"speclens nightly: no baseline given; this night is a new baseline: {args.out}")
+        return 0
+    bad = rows[rows.regressed.eq(True)]
+    for r in bad.itertuples():
+        print(f"speclens nightly: REGRESSION drafter={r.drafter} d={r.d} domain={r.domain}: AL {r.baseline_al:.3f} -> "
+              f"{r.al:.3f} ({r.al_diff:+.3f}, 95% CI [{r.diff_ci95_lo:+.3f}, {r.diff_ci95_hi:+.3f}], threshold "
+              f"{args.threshold})", file=sys.stderr)
+    if bad.empty:
+        print(f"speclens nightly: no AL drop beyond {args.threshold} against {args.baseline}")
+    return 1 if len(bad) else 0
+
+
+def main(argv: list[str]) -> int:
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        return 0
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        args = parse_args(argv)
+        return nightly(args)
+    except (SpeclensError, HydraException, OmegaConfBaseException) as exc:
+        print(f"speclens: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

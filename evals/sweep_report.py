@@ -1,0 +1,50 @@
+"""Hydra callback: once every job of a multirun has run, the sweep's curves and ranking are
+written into the sweep dir and, with logger=wandb, logged as the sweep group's own run.
+
+What cannot be made yet (no speculative run, no baseline timings for a ranking) is said in one
+line and skipped: the measurements themselves are already safe in their run dirs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from evals.errors import SpeclensError
+
+
+def sweep_outputs(sweep_dir: Path) -> tuple[Any, Any, list[str]]:
+    """(curves or None, ranking or None, notes on what was skipped)."""
+    from reports.curves import write_curves
+    from reports.rank import write_ranking
+
+    curves = ranking = None
+    notes = []
+    try:
+        curves = write_curves(sweep_dir)
+    except SpeclensError as exc:
+        notes.append(f"no curves: {exc}")
+    try:
+        ranking, _ = write_ranking([sweep_dir])
+    except SpeclensError as exc:
+        notes.append(f"no ranking: {exc}")
+    return curves, ranking, notes
+
+
+class SweepReport(Callback):
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        if not sweep_dir.is_dir():
+            return
+        curves, ranking, notes = sweep_outputs(sweep_dir)
+        for note in notes:
+            print(f"speclens: sweep {sweep_dir}: {note}")
+        if curves is not None:
+            print(f"speclens: sweep {sweep_dir}: curves.csv" + (", ranking.csv" if ranking is not None else ""))
+        if config.logger.name == "wandb" and curves is not None:
+            from reports.wandb_log import log_sweep
+
+            log_sweep(sweep_dir, curves, ranking, config.logger, config.logger.group or sweep_dir.name)

@@ -1,0 +1,185 @@
+"""`python -m reports.build <run or sweep dir>`: report.html (self-contained) and report.md.
+
+Sections: AL vs D per domain, per-position acceptance, acceptance histogram, AL by context
+position, predicted vs measured speedup, the ranking, the drafters' comparison table and the
+run stamp. The markdown twin has the same text and tables; its images are PNG files beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from evals.errors import SpeclensError
+from reports import figures
+from reports.runs import Run, check_consistent, find_runs
+
+# Tells a browser test whether every image decoded and no script error happened.
+LOAD_CHECK = """<script>
+window.addEventListener("error", e => {
+  document.body.dataset.errors = (document.body.dataset.errors || "") + e.message + ";";
+});
+window.addEventListener("load", () => {
+  const images = Array.from(document.images);
+  document.body.dataset.images = images.length;
+  document.body.dataset.imagesLoaded = images.filter(i => i.complete && i.naturalWidth > 0).length;
+});
+</script>"""
+
+STYLE = """<style>
+body { font-family: sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
+th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
+img { max-width: 100%; display: block; margin: 0.5em 0 1.5em; }
+.note { color: #a33; }
+</style>"""
+
+
+@dataclass
+class Section:
+    title: str
+    text: list[str] = field(default_factory=list)
+    tables: list[tuple[list[str], list[list[str]]]] = field(default_factory=list)
+    images: list[tuple[str, bytes]] = field(default_factory=list)
+
+
+def _cell(value) -> str:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "-"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def curve_sections(root: Path) -> list[Section]:
+    from reports.curves import collect, safe_name
+
+    try:
+        curves = collect(root)
+    except SpeclensError as exc:
+        return [Section("AL vs D", [f"No curves: {exc}"])]
+    section = Section("AL vs D per domain", ["One line per drafter, 95% CI band; dots are measured D values."])
+    for domain in sorted(curves.domain.unique()):
+        section.images.append((f"al_vs_d_{safe_name(domain)}", figures.al_vs_d(curves, domain)))
+    rows = [[r.drafter, str(r.d), r.domain, _cell(r.al), _cell(r.al_ci95_lo), _cell(r.al_ci95_hi),
+             _cell(r.tokens_per_step), r.source] for r in curves[curves.domain == "all"].itertuples()]
+    section.tables.append((["drafter", "D", "domain", "AL", "CI low", "CI high", "tokens/step", "source"], rows))
+    return [section]
+
+
+def ranking_section(root: Path) -> Section:
+    from reports.rank import DISPLAY, display_rows, guideline_notes, rank
+
+    section = Section("Ranking")
+    try:
+        ranking = rank([root])
+    except SpeclensError as exc:
+        section.text.append(f"Not ranked: {exc}")
+        return section
+    for (domain, b), group in ranking.groupby(["domain", "batch_size"], sort=True):
+        section.text.append(f"{domain}, batch size {b}")
+        section.tables.append(([label for _, label, _ in DISPLAY], display_rows(group)))
+    section.text += guideline_notes(find_runs(root), ranking)
+    return section
+
+
+def stamp_section(runs: list[Run]) -> Section:
+    section = Section("Run stamp")
+    first = runs[0]
+    versions = first.summary.get("versions") or {}
+    section.text.append("Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    section.text.append(f"git: {first.summary.get('git_sha')}")
+    rows = [[figures.label(run), str(run.path.name), (run.summary.get("fingerprints") or {}).get("target") or "-",
+             (run.summary.get("fingerprints") or {}).get("draft") or "-",
+             (run.summary.get("fingerprints") or {}).get("dataset") or "-"] for run in runs]
+    section.tables.append((["run", "dir", "target", "draft", "prompts"], rows))
+    return section
+
+
+def build_sections(root: Path) -> list[Section]:
+    from evals.drafters import HEADER, comparison_rows
+
+    runs = find_runs(root)
+    if not runs:
+        raise SpeclensError(f"{root}: no finished runs (summary.json) in it.")
+    check_consistent(runs)
+    spec_runs = [r for r in runs if r.summary["d"] is not None]
+    sections = curve_sections(root)
+    summary_rows = [[figures.label(r), str(r.summary["n_requests"]), _cell(r.summary["al"]),
+                     _cell(r.summary["tokens_per_step"]), _cell(r.summary.get("speedup"))] for r in runs]
+    sections.insert(0, Section("Runs", tables=[(["run", "requests", "AL", "tokens/step", "speedup"], summary_rows)]))
+    sections.append(Section("Per-position acceptance", images=[("per_position", figures.per_position(spec_runs))]))
+    sections.append(Section("Acceptance histogram", images=[("histogram", figures.histogram(spec_runs))]))
+    sections.append(Section("AL by context position", images=[("al_by_position", figures.al_by_position(spec_runs))]))
+    speed = figures.speedups(runs)
+    sections.append(Section("Measured vs predicted speedup",
+                            ["Predicted = T_verif(B)·tokens/step / (T_verif(B(1+D)) + T_draft(B,D)); needs baseline=true."]
+                            if speed is None else [], images=[("speedup", speed)] if speed else []))
+    sections.append(ranking_section(root))
+    sections.append(Section("Drafters", tables=[(HEADER, comparison_rows())]))
+    sections.append(stamp_section(runs))
+    return sections
+
+
+def render_html(root: Path, sections: list[Section]) -> str:
+    out = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'>", f"<title>speclens report: {html.escape(str(root))}</title>",
+           STYLE, "</head><body>", f"<h1>speclens report</h1><p>{html.escape(str(root))}</p>"]
+    for s in sections:
+        out.append(f"<h2>{html.escape(s.title)}</h2>")
+        out += [f"<p>{html.escape(t)}</p>" for t in s.text]
+        for name, png in s.images:
+            data = base64.b64encode(png).decode()
+            out.append(f"<img alt='{html.escape(name)}' src='data:image/png;base64,{data}'>")
+        for header, rows in s.tables:
+            out.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
+            out += ["<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows]
+            out.append("</table>")
+    out += [LOAD_CHECK, "</body></html>"]
+    return "\n".join(out)
+
+
+def render_markdown(root: Path, sections: list[Section], out_dir: Path) -> str:
+    from reports.table import markdown_table
+
+    out = ["# speclens report", "", str(root), ""]
+    for s in sections:
+        out += [f"## {s.title}", ""]
+        for t in s.text:
+            out += [t, ""]
+        for name, png in s.images:
+            file = f"report_{name}.png"
+            (out_dir / file).write_bytes(png)
+            out += [f"![{name}]({file})", ""]
+        for header, rows in s.tables:
+            out += [markdown_table(header, rows), ""]
+    return "\n".join(out)
+
+
+def build(root: Path) -> tuple[Path, Path]:
+    sections = build_sections(root)
+    html_file, md_file = root / "report.html", root / "report.md"
+    html_file.write_text(render_html(root, sections), encoding="utf-8")
+    md_file.write_text(render_markdown(root, sections, root), encoding="utf-8")
+    return html_file, md_file
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reports.build", description=__doc__.splitlines()[0])
+    parser.add_argument("dir", type=Path, help="a run dir or a sweep dir")
+    args = parser.parse_args(argv)
+    try:
+        html_file, md_file = build(args.dir)
+    except SpeclensError as exc:
+        print(f"speclens: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"report: {html_file}\nmarkdown: {md_file}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,165 @@
+"""`python -m reports.compare <baseline> <candidate>`: AL per drafter, D and domain, candidate
+minus baseline, with a paired bootstrap CI over prompts.
+
+Both sides must hold runs over the same prompts (and sampling and seed); the target may differ,
+which is the point (a fine-tuned target against the one the drafter was trained for). Each
+resample draws prompts (conversations) with replacement and takes the same draws on both sides,
+so prompt-to-prompt variation cancels out of the difference. A difference is significant when
+its 95% CI excludes zero. Writes compare.csv and compare.md into the candidate dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from evals.errors import SpeclensError
+from evals.metrics import BOOTSTRAP_SAMPLES, resample_indices
+from evals.records import read_parquet
+from reports.runs import CONSISTENT_KEYS, Run, check_consistent, find_runs
+
+COMPARE_COLUMNS = [
+    "drafter", "d", "domain", "n_requests", "baseline_al", "candidate_al", "al_diff", "diff_ci95_lo",
+    "diff_ci95_hi", "significant",
+]
+# The target may differ between the two sides; nothing else that shapes acceptance may.
+PAIRED_KEYS = tuple(k for k in CONSISTENT_KEYS if k != "fingerprints.target")
+
+
+def _per_request(steps: pd.DataFrame, request_ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Accepted tokens and drafted steps per request, in `request_ids` order (0 where none)."""
+    grouped = steps.groupby("request_id")["num_accepted"].agg(["sum", "count"]).reindex(request_ids, fill_value=0)
+    return grouped["sum"].to_numpy(dtype=float), grouped["count"].to_numpy(dtype=float)
+
+
+def paired_al_difference(
+    baseline_steps: pd.DataFrame, candidate_steps: pd.DataFrame, request_ids: list[str], seed: int = 0,
+    samples: int = BOOTSTRAP_SAMPLES,
+) -> dict:
+    """Pooled AL on each side over `request_ids`, their difference and its paired 95% CI."""
+    acc_b, n_b = _per_request(baseline_steps, request_ids)
+    acc_c, n_c = _per_request(candidate_steps, request_ids)
+    if not n_b.sum() or not n_c.sum():
+        return {"baseline_al": None, "candidate_al": None, "al_diff": None, "diff_ci95_lo": None,
+                "diff_ci95_hi": None, "significant": False}
+    al_b, al_c = 1 + acc_b.sum() / n_b.sum(), 1 + acc_c.sum() / n_c.sum()
+    idx = resample_indices(seed, samples, len(request_ids))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        diffs = (1 + acc_c[idx].sum(1) / n_c[idx].sum(1)) - (1 + acc_b[idx].sum(1) / n_b[idx].sum(1))
+    lo, hi = np.nanpercentile(diffs, [2.5, 97.5])
+    return {"baseline_al": float(al_b), "candidate_al": float(al_c), "al_diff": float(al_c - al_b),
+            "diff_ci95_lo": float(lo), "diff_ci95_hi": float(hi), "significant": bool(lo > 0 or hi < 0)}
+
+
+def _speculative_runs(root: Path) -> dict[tuple[str, int], Run]:
+    runs: dict[tuple[str, int], Run] = {}
+    for run in find_runs(root):
+        if run.summary["d"] is None:
+            continue
+        key = (run.summary["drafter"], run.summary["d"])
+        if key in runs:
+            raise SpeclensError(f"{root} holds drafter={key[0]} d={key[1]} twice ({runs[key].path} and {run.path}).")
+        runs[key] = run
+    if not runs:
+        raise SpeclensError(f"{root}: no finished speculative runs (summary.json) in it.")
+    return runs
+
+
+def _check_same_prompts(base: Run, cand: Run, base_requests: pd.DataFrame, cand_requests: pd.DataFrame) -> None:
+    b_ids, c_ids = set(base_requests.request_id), set(cand_requests.request_id)
+    if b_ids != c_ids:
+        only_b, only_c = sorted(b_ids - c_ids), sorted(c_ids - b_ids)
+        raise SpeclensError(
+            f"{base.path} and {cand.path} ran different prompts: {len(only_b)} only in the baseline "
+            f"(e.g. {', '.join(only_b[:3]) or '-'}), {len(only_c)} only in the candidate "
+            f"(e.g. {', '.join(only_c[:3]) or '-'}). Compare runs over the same dataset and num_requests."
+        )
+    if base.get("fingerprints.dataset") != cand.get("fingerprints.dataset"):
+        raise SpeclensError(
+            f"{base.path} and {cand.path} have the same request ids but different prompt text (dataset "
+            f"fingerprint {base.get('fingerprints.dataset')} vs {cand.get('fingerprints.dataset')})."
+        )
+
+
+def compare(baseline_dir: Path, candidate_dir: Path, seed: int = 0) -> tuple[pd.DataFrame, list[str]]:
+    """The comparison table and notes on runs found on one side only."""
+    base_runs, cand_runs = _speculative_runs(baseline_dir), _speculative_runs(candidate_dir)
+    check_consistent(list(base_runs.values()) + list(cand_runs.values()), PAIRED_KEYS)
+    rows = []
+    for key in sorted(base_runs.keys() & cand_runs.keys()):
+        base, cand = base_runs[key], cand_runs[key]
+        b_req, c_req = read_parquet(base.path / "requests.parquet"), read_parquet(cand.path / "requests.parquet")
+        _check_same_prompts(base, cand, b_req, c_req)
+        b_steps, c_steps = read_parquet(base.path / "steps.parquet"), read_parquet(cand.path / "steps.parquet")
+        domains = b_req.groupby("domain")["request_id"].unique()
+        groups = [("all", sorted(set(b_req.request_id)))] + [(dom, sorted(ids)) for dom, ids in domains.items()]
+        for domain, ids in groups:
+            in_domain = b_steps.domain == domain if domain != "all" else slice(None)
+            c_in_domain = c_steps.domain == domain if domain != "all" else slice(None)
+            figures = paired_al_difference(b_steps[in_domain], c_steps[c_in_domain], ids, seed)
+            rows.append({"drafter": key[0], "d": key[1], "domain": domain, "n_requests": len(ids)} | figures)
+    notes = [f"only in the baseline: drafter={k[0]} d={k[1]}" for k in sorted(base_runs.keys() - cand_runs.keys())]
+    notes += [f"only in the candidate: drafter={k[0]} d={k[1]}" for k in sorted(cand_runs.keys() - base_runs.keys())]
+    if not rows:
+        raise SpeclensError(f"no (drafter, d) was measured on both sides; {'; '.join(notes)}.")
+    return pd.DataFrame(rows, columns=COMPARE_COLUMNS), notes
+
+
+def _fmt(v) -> str:
+    return "-" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:+.3f}" if isinstance(v, float) else str(v)
+
+
+def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    header = ["drafter", "D", "domain", "prompts", "baseline AL", "candidate AL", "difference", "95% CI", "significant"]
+    rows = []
+    for r in table.itertuples():
+        ci = "-" if pd.isna(r.diff_ci95_lo) else f"[{r.diff_ci95_lo:+.3f}, {r.diff_ci95_hi:+.3f}]"
+        al = lambda v: "-" if pd.isna(v) else f"{v:.3f}"  # noqa: E731
+        rows.append([r.drafter, str(r.d), r.domain, str(r.n_requests), al(r.baseline_al), al(r.candidate_al),
+                     _fmt(r.al_diff), ci, "yes" if r.significant else "no"])
+    return header, rows
+
+
+def terminal_table(table: pd.DataFrame) -> str:
+    header, rows = display_rows(table)
+    widths = [max(len(x) for x in col) for col in zip(header, *rows)]
+    line = lambda cells: "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def write_comparison(baseline_dir: Path, candidate_dir: Path) -> tuple[pd.DataFrame, list[str]]:
+    from reports.table import markdown_table
+
+    table, notes = compare(baseline_dir, candidate_dir)
+    table.to_csv(candidate_dir / "compare.csv", index=False)
+    header, rows = display_rows(table)
+    md = [f"# AL: {candidate_dir} against {baseline_dir}", "",
+          "Difference = candidate − baseline; 95% CI from a paired bootstrap over prompts.", "",
+          markdown_table(header, rows), ""] + [f"- {n}" for n in notes]
+    (candidate_dir / "compare.md").write_text("\n".join(md) + "\n")
+    return table, notes
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reports.compare", description=__doc__.splitlines()[0])
+    parser.add_argument("baseline", type=Path, help="run or sweep dir measured first")
+    parser.add_argument("candidate", type=Path, help="run or sweep dir to compare with it (outputs go here)")
+    args = parser.parse_args(argv)
+    try:
+        table, notes = write_comparison(args.baseline, args.candidate)
+    except SpeclensError as exc:
+        print(f"speclens: error: {exc}", file=sys.stderr)
+        return 2
+    print(terminal_table(table))
+    for note in notes:
+        print(note)
+    print(f"comparison: {args.candidate / 'compare.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

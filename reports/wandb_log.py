@@ -1,0 +1,127 @@
+"""`logger=wandb`: every run, and every sweep's AL-vs-D curves and ranking, logged to Weights & Biases.
+
+Runs are grouped by sweep (the sweep dir's name, or logger.group) and tagged with drafter, D,
+domain set and target fingerprint, so a dashboard can filter and compare. WANDB_MODE=offline
+writes under the run dir's wandb/ folder with no network (`wandb sync` uploads it later).
+Configs are logged with secret-looking values redacted (reports/redact.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from reports.redact import redact
+
+# wandb refuses tags longer than 64 characters.
+MAX_TAG = 64
+
+
+def run_tags(summary: dict[str, Any]) -> list[str]:
+    target = (summary.get("fingerprints") or {}).get("target") or "unknown"
+    tags = [f"drafter={summary['drafter']}", f"d={summary['d']}",
+            f"domains={'+'.join(sorted(summary.get('by_domain') or {}))}", f"target={target.split(':')[-1][:16]}"]
+    return [t[:MAX_TAG] for t in tags]
+
+
+def summary_figures(summary: dict[str, Any]) -> dict[str, Any]:
+    """The flat headline figures a dashboard's run table shows."""
+    lo, hi = summary.get("al_ci95") or (None, None)
+    lossless = summary.get("lossless") or {}
+    flat: dict[str, Any] = {
+        "al": summary["al"], "al_ci95_lo": lo, "al_ci95_hi": hi, "al_request_weighted": summary.get("al_request_weighted"),
+        "tokens_per_step": summary["tokens_per_step"], "n_requests": summary["n_requests"], "n_steps": summary["n_steps"],
+        "speedup": summary.get("speedup"), "lossless_identical": lossless.get("identical"),
+        "output_tokens_per_s": summary["timing"].get("output_tokens_per_s"),
+    }
+    for domain, figures in (summary.get("by_domain") or {}).items():
+        flat[f"al/{domain}"] = figures["al"]
+        flat[f"tokens_per_step/{domain}"] = figures["tokens_per_step"]
+    for k, rate in enumerate(summary.get("per_position_acceptance") or [], start=1):
+        flat[f"acceptance/pos{k}"] = rate
+    for point in summary.get("operating_points") or []:
+        b = point["batch_size"]
+        flat[f"speedup/B{b}"] = point["speedup"]
+        flat[f"predicted_speedup/B{b}"] = point["predicted_speedup"]
+        flat[f"t_verif_ms/B{b}"] = (point["t_verif"] or {}).get("median_ms")
+        flat[f"t_draft_ms/B{b}"] = point["t_draft_ms"]
+    return flat
+
+
+def _tables(summary: dict[str, Any]) -> dict[str, pd.DataFrame]:
+    domains = [{"domain": dom, "al": f["al"], "al_ci95_lo": (f["al_ci95"] or [None, None])[0],
+                "al_ci95_hi": (f["al_ci95"] or [None, None])[1], "tokens_per_step": f["tokens_per_step"],
+                "n_requests": f["n_requests"]} for dom, f in (summary.get("by_domain") or {}).items()]
+    per_pos = summary.get("per_position_acceptance") or []
+    conditional = summary.get("conditional_acceptance") or [None] * len(per_pos)
+    histogram = summary.get("acceptance_histogram") or []
+    points = [{"batch_size": p["batch_size"], "al": p["al"], "tokens_per_step": p["tokens_per_step"],
+               "output_tokens_per_s": p["output_tokens_per_s"], "speedup": p["speedup"],
+               "predicted_speedup": p["predicted_speedup"], "t_verif_ms": (p["t_verif"] or {}).get("median_ms"),
+               "t_verif_spec_ms": (p["t_verif_spec"] or {}).get("median_ms"), "t_draft_ms": p["t_draft_ms"]}
+              for p in summary.get("operating_points") or []]
+    return {
+        "per_domain": pd.DataFrame(domains),
+        "per_position_acceptance": pd.DataFrame({"position": range(1, len(per_pos) + 1), "acceptance": per_pos,
+                                                 "conditional": conditional}),
+        "acceptance_histogram": pd.DataFrame({"accepted": range(len(histogram)), "steps": histogram}),
+        "al_by_position": pd.DataFrame(summary.get("al_by_position") or [], columns=["from", "to", "n_steps", "al"]),
+        "operating_points": pd.DataFrame(points),
+    }
+
+
+def _init(logger: Any, out_dir: Path, **kwargs: Any):
+    import wandb
+
+    return wandb.init(project=logger.project, entity=logger.entity, dir=str(out_dir), reinit="finish_previous",
+                      settings=wandb.Settings(console="off", silent=True), **kwargs)
+
+
+def log_run(out_dir: Path, summary: dict[str, Any], stamp: dict[str, Any], logger: Any, group: str | None) -> None:
+    import wandb
+
+    config = redact({"config": stamp.get("config"), "fingerprints": summary.get("fingerprints"),
+                     "versions": summary.get("versions"), "git_sha": summary.get("git_sha"),
+                     "speculative_config": stamp.get("speculative_config")})
+    name = summary["drafter"] + (f"-d{summary['d']}" if summary["d"] is not None else "")
+    run = _init(logger, out_dir, group=group or logger.group, job_type="run", name=name,
+                tags=run_tags(summary) + list(logger.tags), config=config)
+    try:
+        run.summary.update(summary_figures(summary))
+        tables = {key: wandb.Table(dataframe=frame) for key, frame in _tables(summary).items() if not frame.empty}
+        plots = {}
+        if "per_position_acceptance" in tables:
+            plots["plot/per_position_acceptance"] = wandb.plot.bar(
+                tables["per_position_acceptance"], "position", "acceptance", title="Per-position acceptance")
+        if "acceptance_histogram" in tables:
+            plots["plot/acceptance_histogram"] = wandb.plot.bar(
+                tables["acceptance_histogram"], "accepted", "steps", title="Acceptance histogram")
+        if "al_by_position" in tables:
+            plots["plot/al_by_position"] = wandb.plot.line(tables["al_by_position"], "from", "al",
+                                                           title="AL by context position")
+        run.log({f"table/{k}": t for k, t in tables.items()} | plots)
+    finally:
+        run.finish()
+
+
+def log_sweep(sweep_dir: Path, curves: pd.DataFrame, ranking: pd.DataFrame | None, logger: Any, group: str) -> None:
+    """AL-vs-D tables and line plots per domain, and the ranking, as one run of the sweep's group."""
+    import wandb
+
+    run = _init(logger, sweep_dir, group=group, job_type="sweep", name=f"sweep {group}",
+                tags=[f"sweep={group}"[:MAX_TAG]] + list(logger.tags))
+    try:
+        logged: dict[str, Any] = {"table/al_vs_d": wandb.Table(dataframe=curves)}
+        for domain, g in curves.groupby("domain", sort=True):
+            series = [(drafter, s.sort_values("d")) for drafter, s in g.groupby("drafter", sort=True)]
+            logged[f"plot/al_vs_d/{domain}"] = wandb.plot.line_series(
+                xs=[s.d.tolist() for _, s in series], ys=[s.al.tolist() for _, s in series],
+                keys=[drafter for drafter, _ in series], title=f"AL vs D: {domain}", xname="D")
+        if ranking is not None:
+            logged["table/ranking"] = wandb.Table(dataframe=ranking.astype({"rank": "float64", "d": "float64"}))
+        run.log(logged)
+        run.summary.update({f"al/{r.drafter}/d{r.d}": r.al for r in curves[curves.domain == "all"].itertuples()})
+    finally:
+        run.finish()

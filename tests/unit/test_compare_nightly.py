@@ -1,0 +1,139 @@
+"""reports.compare on paired data with a known difference, and evals.nightly with the fake engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from evals.errors import SpeclensError
+from evals.nightly import main as nightly_main, nightly, parse_args
+from evals.run import run
+from reports.compare import compare, main as compare_main, paired_al_difference
+from runners.fake_engine import fake_factory
+from tests.unit.conftest import FakeEncoder, compose_run, write_checkpoint, write_questions
+
+D = 3
+ROWS = [{"question_id": f"q{i}", "category": "coding" if i % 2 else "writing", "turns": [f"task {i}"]}
+        for i in range(10)]
+
+
+def script(accepted: dict[str, int]) -> dict:
+    """Every request drafts 5 steps accepting accepted[request] (default 2) each."""
+    return {f"{r['question_id']}#0": [accepted.get(r["question_id"], 2)] * 5 for r in ROWS}
+
+
+def measure(tmp_path: Path, out: Path, accepted: dict[str, int], rows=ROWS, *overrides: str) -> Path:
+    target = write_checkpoint(tmp_path / "target")
+    questions = write_questions(tmp_path / f"{out.name}.jsonl", rows)
+    cfg = compose_run("target=custom", f"target.model={target}", "dataset=jsonl", f"dataset.path={questions}",
+                      "drafter=ngram", f"d={D}", *overrides)
+    run(cfg, out / "ngram", factory=fake_factory(D, script(accepted)), progress=lambda label: None,
+        encoder_factory=FakeEncoder)
+    return out
+
+
+def test_a_shift_on_every_prompt_is_exact_and_significant(tmp_path):
+    base = measure(tmp_path, tmp_path / "base", {})
+    cand = measure(tmp_path, tmp_path / "cand", {r["question_id"]: 1 for r in ROWS})
+    table, notes = compare(base, cand)
+    overall = table.set_index("domain").loc["all"]
+    assert overall.baseline_al == pytest.approx(3.0) and overall.candidate_al == pytest.approx(2.0)
+    assert overall.al_diff == pytest.approx(-1.0)
+    # every prompt moved by the same amount: the paired CI has no width
+    assert (overall.diff_ci95_lo, overall.diff_ci95_hi) == pytest.approx((-1.0, -1.0))
+    assert overall.significant and set(table.domain) == {"all", "coding", "writing"} and notes == []
+
+
+def test_a_difference_carried_by_one_prompt_is_not_significant(tmp_path):
+    base = measure(tmp_path, tmp_path / "base", {})
+    cand = measure(tmp_path, tmp_path / "cand", {"q0": 0})
+    overall = compare(base, cand)[0].set_index("domain").loc["all"]
+    # q0's 5 steps lose 2 accepted tokens each: 10 of 50 steps' worth, -0.2 in pooled AL
+    assert overall.al_diff == pytest.approx(-0.2)
+    assert overall.diff_ci95_lo < -0.2 < overall.diff_ci95_hi == pytest.approx(0.0)
+    assert not overall.significant
+
+
+def test_paired_bootstrap_matches_a_hand_computed_case():
+    steps = lambda acc: pd.DataFrame({"request_id": ["a", "a", "b"], "num_accepted": acc})  # noqa: E731
+    figures = paired_al_difference(steps([2, 2, 0]), steps([1, 1, 0]), ["a", "b"], samples=500)
+    assert figures["baseline_al"] == pytest.approx(1 + 4 / 3) and figures["candidate_al"] == pytest.approx(1 + 2 / 3)
+    assert figures["al_diff"] == pytest.approx(-2 / 3)
+    # resamples: {a,a} -> -1, {b,b} -> 0, {a,b} -> -2/3
+    assert figures["diff_ci95_lo"] == pytest.approx(-1.0) and figures["diff_ci95_hi"] == pytest.approx(0.0)
+
+
+def test_runs_over_different_prompts_are_refused_naming_the_difference(tmp_path, capsys):
+    base = measure(tmp_path, tmp_path / "base", {})
+    cand = measure(tmp_path, tmp_path / "cand", {}, ROWS[:8])
+    with pytest.raises(SpeclensError, match=r"fingerprints.dataset differs"):
+        compare(base, cand)
+    assert compare_main([str(base), str(cand)]) == 2
+    assert "cannot be compared" in capsys.readouterr().err
+    same = measure(tmp_path, tmp_path / "same", {})
+    assert compare_main([str(base), str(same)]) == 0
+    assert (same / "compare.csv").is_file() and "difference" in (same / "compare.md").read_text()
+
+
+def write_suite(tmp_path: Path, threshold: float = 0.1) -> Path:
+    questions = write_questions(tmp_path / "suite.jsonl", ROWS)
+    target = write_checkpoint(tmp_path / "target")
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(
+        f"common: [target=custom, 'target.model={target}', dataset=jsonl, 'dataset.path={questions}']\n"
+        f"jobs:\n  ngram_d3: [drafter=ngram, d={D}]\nthreshold: {threshold}\n"
+    )
+    return suite
+
+
+def night(tmp_path: Path, label: str, accepted: dict[str, int], baseline: str | None = None, *extra: str) -> int:
+    argv = [f"suite={write_suite(tmp_path)}", f"night={label}", f"out={tmp_path / 'nights' / label}", *extra]
+    if baseline:
+        argv.append(f"baseline={tmp_path / 'nights' / baseline}")
+    return nightly(parse_args(argv), factory=fake_factory(D, script(accepted)), encoder_factory=FakeEncoder)
+
+
+def test_nightly_fails_on_a_regression_naming_drafter_and_domain(tmp_path, capsys):
+    assert night(tmp_path, "n1", {}) == 0
+    assert "new baseline" in capsys.readouterr().out
+    assert night(tmp_path, "n2", {}, "n1") == 0
+    # the coding prompts (odd ids) lose acceptance; writing keeps it
+    assert night(tmp_path, "n3", {f"q{i}": 0 for i in range(1, 10, 2)}, "n1") == 1
+    err = capsys.readouterr().err
+    assert "REGRESSION drafter=ngram d=3 domain=coding" in err and "domain=all" in err
+    assert "domain=writing" not in err
+    history = pd.read_parquet(tmp_path / "nights" / "history.parquet")
+    assert sorted(history.night.unique()) == ["n1", "n2", "n3"]
+    assert len(history[history.night == "n3"]) == 3  # all, coding, writing
+    n3 = history[history.night == "n3"].set_index("domain")
+    assert n3.loc["coding", "al_diff"] == pytest.approx(-2.0) and bool(n3.loc["coding", "regressed"])
+    assert not bool(n3.loc["writing", "regressed"])
+    assert (tmp_path / "nights" / "trend.png").stat().st_size > 5000
+
+
+def test_a_crashed_night_leaves_the_history_and_reruns(tmp_path):
+    assert night(tmp_path, "n1", {}) == 0
+    history = tmp_path / "nights" / "history.parquet"
+    before = history.read_bytes()
+
+    def crashing(plan, spec):
+        raise RuntimeError("engine died")
+
+    with pytest.raises(RuntimeError):
+        nightly(parse_args([f"suite={write_suite(tmp_path)}", "night=n2", f"out={tmp_path / 'nights' / 'n2'}",
+                            f"baseline={tmp_path / 'nights' / 'n1'}"]), factory=crashing, encoder_factory=FakeEncoder)
+    assert history.read_bytes() == before
+    assert night(tmp_path, "n2", {}, "n1") == 0
+    # running the same night again replaces its rows instead of adding them twice
+    assert night(tmp_path, "n2", {}, "n1") == 0
+    assert pd.read_parquet(history).groupby("night").size().to_dict() == {"n1": 3, "n2": 3}
+
+
+def test_nightly_arguments_are_checked(tmp_path, capsys):
+    assert nightly_main([f"suite={write_suite(tmp_path)}", f"baseline={tmp_path / 'nope'}"]) == 2
+    assert "baseline=" in capsys.readouterr().err
+    assert nightly_main([f"suite={tmp_path / 'missing.yaml'}"]) == 2
+    assert nightly_main([f"suite={write_suite(tmp_path)}", "threshold=lots"]) == 2
+    assert "must be a number" in capsys.readouterr().err

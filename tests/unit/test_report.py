@@ -1,0 +1,64 @@
+"""reports.build: the self-contained HTML report, opened in a real headless browser (Debian's chromium)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from reports.build import build, main as build_main
+from tests.unit.test_costs import measure
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+SECTIONS = ("AL vs D per domain", "Per-position acceptance", "Acceptance histogram", "AL by context position",
+            "Measured vs predicted speedup", "Ranking", "Drafters", "Run stamp")
+
+
+def sweep(tmp_path: Path) -> Path:
+    measure(tmp_path, 2)
+    measure(tmp_path, 1)
+    return tmp_path / "sweep"
+
+
+def chromium(*args: str) -> str:
+    assert Path(CHROMIUM).exists(), "Debian's chromium is needed for this test: `make test` installs it"
+    cmd = [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
+
+
+def test_report_has_every_section_and_its_markdown_twin(tmp_path):
+    root = sweep(tmp_path)
+    html_file, md_file = build(root)
+    html, md = html_file.read_text(), md_file.read_text()
+    for title in SECTIONS:
+        assert f"<h2>{title}</h2>" in html and f"## {title}" in md
+    # self-contained: every image inline, nothing fetched
+    assert "src='data:image/png;base64," in html and not re.search(r"src=['\"](?!data:)", html)
+    images = re.findall(r"!\[[^\]]*\]\((report_[^)]+\.png)\)", md)
+    assert len(images) == html.count("<img ") and all((root / f).stat().st_size > 5000 for f in images)
+    # the ranking's measured speedup and the guideline verdict appear in both
+    assert "guideline 2 suggests D=15" in html and "guideline 2 suggests D=15" in md
+
+
+def test_report_loads_in_headless_chromium_with_its_plots(tmp_path):
+    root = sweep(tmp_path)
+    assert build_main([str(root)]) == 0
+    dom = chromium("--dump-dom", (root / "report.html").as_uri())
+    body = re.search(r"<body([^>]*)>", dom).group(1)
+    images = int(re.search(r'data-images="(\d+)"', body).group(1))
+    loaded = int(re.search(r'data-images-loaded="(\d+)"', body).group(1))
+    html = (root / "report.html").read_text()
+    # AL vs D for `all` and `coding`, per-position, histogram, AL by position, speedups
+    assert images == html.count("<img ") == 6 and loaded == images, body
+    assert "data-errors" not in body
+    shot = root / "report.png"
+    chromium(f"--screenshot={shot}", "--window-size=1280,2400", (root / "report.html").as_uri())
+    assert shot.stat().st_size > 50_000
+
+
+def test_report_refuses_an_empty_dir(tmp_path, capsys):
+    assert build_main([str(tmp_path)]) == 2
+    assert "no finished runs" in capsys.readouterr().err

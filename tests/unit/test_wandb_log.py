@@ -1,0 +1,80 @@
+"""logger=wandb in offline mode: the logged keys and values, read back from the offline run files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from evals.config import LoggerConfig
+from evals.sweep_report import SweepReport
+from tests.unit.test_costs import measure
+from tests.wandb_offline import offline_runs
+
+SECRET = "sk-do-not-log-4711"
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+
+
+def _table(run_dir: Path, run, key: str) -> dict:
+    files = next(run_dir.rglob("offline-run-*")) / "files"
+    return json.loads((files / run.history[f"{key}.path"]).read_text())
+
+
+def test_a_run_logs_its_figures_tables_and_tags_without_secrets(tmp_path):
+    summary, out = measure(tmp_path, 2, "logger=wandb", "logger.tags=[nightly]", f"+engine.extra_args.hf_token={SECRET}")
+    (run,) = offline_runs(out)
+    assert run.name == "ngram-d2" and run.job_type == "run"
+    fingerprint = summary["fingerprints"]["target"].split(":")[-1][:16]
+    assert run.tags == ["drafter=ngram", "d=2", "domains=coding", f"target={fingerprint}", "nightly"]
+    assert run.summary["al"] == pytest.approx(summary["al"]) == pytest.approx(3.0)
+    assert run.summary["al/coding"] == pytest.approx(summary["by_domain"]["coding"]["al"])
+    assert run.summary["acceptance/pos2"] == pytest.approx(summary["per_position_acceptance"][1])
+    assert run.summary["speedup/B2"] == pytest.approx(summary["operating_points"][1]["speedup"])
+    assert run.summary["t_draft_ms/B1"] == pytest.approx(4.0)
+    histogram = _table(out, run, "table/acceptance_histogram")
+    assert histogram["columns"] == ["accepted", "steps"]
+    assert [row[1] for row in histogram["data"]] == summary["acceptance_histogram"]
+    by_position = _table(out, run, "table/al_by_position")
+    assert [row[3] for row in by_position["data"]] == pytest.approx([b["al"] for b in summary["al_by_position"]])
+    assert {"plot/per_position_acceptance_table.path", "plot/al_by_position_table.path"} <= set(run.history)
+    assert run.config["config"]["drafter"]["name"] == "ngram" and run.config["config"]["d"] == 2
+    assert run.config["config"]["engine"]["extra_args"]["hf_token"] == "***redacted***"
+    # nowhere in the run dir: not in the wandb files, stamp.json or any log
+    leaked = [p for p in out.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert leaked == []
+
+
+def test_a_sweep_logs_its_curves_and_ranking_in_its_group(tmp_path):
+    measure(tmp_path, 2)
+    measure(tmp_path, 1)
+    sweep_dir = tmp_path / "sweep"
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep_dir)}},
+                               "logger": OmegaConf.structured(LoggerConfig(name="wandb"))})
+    SweepReport().on_multirun_end(config)
+    assert (sweep_dir / "curves.csv").is_file() and (sweep_dir / "ranking.csv").is_file()
+    (run,) = offline_runs(sweep_dir / "wandb")
+    assert run.group == "sweep" and run.job_type == "sweep" and run.name == "sweep sweep"
+    assert run.summary["al/ngram/d1"] == pytest.approx(2.0) and run.summary["al/ngram/d2"] == pytest.approx(3.0)
+    curves = _table(sweep_dir, run, "table/al_vs_d")
+    assert {(row[0], row[1]) for row in curves["data"]} == {("ngram", 1), ("ngram", 2)}
+    ranking = _table(sweep_dir, run, "table/ranking")
+    assert "speedup_source" in ranking["columns"] and len(ranking["data"]) == 12
+    assert {"plot/al_vs_d/all_table.path", "plot/al_vs_d/coding_table.path"} <= set(run.history)
+
+
+@pytest.mark.parametrize("key, secret", [
+    ("hf_token", True), ("HF-TOKEN", True), ("wandb_api_key", True), ("client_secret", True),
+    ("aws_secret_access_key", True), ("password", True), ("max_tokens", False), ("tokenizer", False),
+    ("stop_token_ids", False), ("num_draft_tokens", False), ("author", False),
+])
+def test_secret_keys_are_told_apart_from_token_counts(key, secret):
+    from reports.redact import REDACTED, redact
+
+    assert (redact({"a": [{key: "x"}]})["a"][0][key] == REDACTED) is secret
