@@ -37,6 +37,7 @@ class SyntheticPass:
     batch_size: int
     output_tokens_per_s: float
     generate_s: float
+    elapsed_s: float
 
 
 def synthetic_run(rng: np.random.Generator, d: int, n_steps: int) -> dict:
@@ -75,8 +76,8 @@ def synthetic_run(rng: np.random.Generator, d: int, n_steps: int) -> dict:
 def summarize(run: dict, drafter: str, d: int, out_dir: Path) -> None:
     """A run's summary.json from its records, as `evals.measure.execute` builds it."""
     steps, requests = run["steps"], run["requests"]
-    passes = [SyntheticPass(b, 100.0 * b, 10.0) for b in BATCH_SIZES]
-    baseline = [SyntheticPass(b, 80.0 * b, 10.0) for b in BATCH_SIZES]
+    passes = [SyntheticPass(b, 100.0 * b, 10.0, 10.5) for b in BATCH_SIZES]
+    baseline = [SyntheticPass(b, 80.0 * b, 10.0, 10.5) for b in BATCH_SIZES]
     points = operating_points(passes, baseline, steps, requests, run["engine"], d, 0, {})
     summary = build_summary(
         drafter=drafter, d=d, target="synthetic", dataset="synthetic", steps=steps, requests=requests, counters=None,

@@ -64,7 +64,7 @@ def execute(
     write_json_atomic(stamp, out_dir / "stamp.json")
 
     mode = "speculative" if spec is not None else "plain"
-    passes, load_s = run_passes(plan, factory, spec, mode, progress)
+    passes = run_passes(plan, factory, spec, mode, progress)
     by_id = {p.request_id: p for p in plan.prompts}
     steps = pd.concat([records.step_frame(p.results, by_id, p.batch_size) for p in passes], ignore_index=True)
     requests = pd.concat([records.request_frame(p.results, by_id, p.batch_size) for p in passes], ignore_index=True)
@@ -78,16 +78,16 @@ def execute(
 
     baseline: list[Pass] = []
     if cfg.baseline and spec is not None:
-        baseline, _ = run_passes(plan, factory, None, "plain", progress)
+        baseline = run_passes(plan, factory, None, "plain", progress)
         write_outputs(baseline, out_dir / "baseline_outputs.jsonl")
-        verify, _ = run_passes(plan, factory, zero_cost_spec(plan.config.d), "verify", progress)
+        verify = run_passes(plan, factory, zero_cost_spec(plan.config.d), "verify", progress)
         engine_steps = write_engine_steps(passes + baseline + verify, out_dir / "engine_steps.parquet")
 
     counters = total_counters([p.counters for p in passes]) if spec is not None else None
     greedy = plan.sampling.temperature == 0
     checks = {b.batch_size: lossless(p.results, b.results, greedy) for p, b in zip(passes, baseline)}
     points = operating_points(passes, baseline, steps, requests, engine_steps, plan.d, cfg.seed, checks)
-    timing = {"load_s": load_s} | pooled_timing(passes, baseline)
+    timing = {"load_s": sum(p.load_s for p in passes)} | pooled_timing(passes, baseline)
     summary = build_summary(
         drafter=plan.drafter.name,
         d=plan.d,

@@ -18,12 +18,14 @@ EngineFactory = Callable[[RunPlan, "dict[str, Any] | None"], Engine]
 
 @dataclass
 class Pass:
-    """The prompts run once at one batch size in one mode (see evals/costs.py for the modes)."""
+    """The prompts run once at one batch size in one mode (see evals/costs.py for the modes),
+    with the engine's counters and step log for this pass alone."""
 
     mode: str
     batch_size: int
     results: list[TurnResult]
     counters: SpecCounters | None
+    load_s: float
     # Wall time of the pass, start to end (includes the harness between engine steps).
     elapsed_s: float
     engine_steps: list[EngineStep]
@@ -42,30 +44,25 @@ class Pass:
 
 def run_passes(
     plan: RunPlan, factory: EngineFactory, spec: dict[str, Any] | None, mode: str, progress: ProgressFactory
-) -> tuple[list[Pass], float]:
-    """One engine, the prompts once per batch size; also gives the engine's load time."""
-    start = time.perf_counter()
-    engine = factory(plan, spec)
-    load_s = time.perf_counter() - start
+) -> list[Pass]:
+    """The prompts once per batch size, each on a freshly started engine: nothing cached in one
+    pass (vLLM's prefix cache, a suffix tree built from earlier outputs) may help the next."""
     passes = []
-    try:
-        for batch_size in plan.batch_sizes:
-            show = progress(f"{mode} B={batch_size}")
-            steps_before, counters_before = len(engine.step_log()), engine.counters()
+    for batch_size in plan.batch_sizes:
+        start = time.perf_counter()
+        engine = factory(plan, spec)
+        load_s = time.perf_counter() - start
+        show = progress(f"{mode} B={batch_size}")
+        try:
             began = time.perf_counter()
-            try:
-                results = run_conversations(engine, plan.prompts, plan.sampling, show, batch_size)
-            finally:
-                if hasattr(show, "close"):
-                    show.close()
+            results = run_conversations(engine, plan.prompts, plan.sampling, show, batch_size)
             elapsed_s = time.perf_counter() - began
-            counters = engine.counters()
-            if counters is not None and counters_before is not None:
-                counters = counters.since(counters_before)
-            passes.append(Pass(mode, batch_size, results, counters, elapsed_s, engine.step_log()[steps_before:]))
-    finally:
-        engine.close()
-    return passes, load_s
+            passes.append(Pass(mode, batch_size, results, engine.counters(), load_s, elapsed_s, engine.step_log()))
+        finally:
+            if hasattr(show, "close"):
+                show.close()
+            engine.close()
+    return passes
 
 
 def zero_cost_spec(d: int) -> dict[str, Any]:

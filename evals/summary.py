@@ -22,6 +22,7 @@ class MeasuredPass(Protocol):
     """What the summary needs of a pass (evals.passes.Pass): its batch size and throughput."""
 
     batch_size: int
+    elapsed_s: float
 
     @property
     def output_tokens_per_s(self) -> float: ...
@@ -96,6 +97,8 @@ def operating_points(
         point |= {
             "output_tokens_per_s": p.output_tokens_per_s,
             "generate_s": p.generate_s,
+            # Start to end of the pass: the engine's steps plus the harness between them.
+            "elapsed_s": p.elapsed_s,
             "baseline_output_tokens_per_s": base.output_tokens_per_s if base else None,
             "speedup": measured,
             "speedup_gap": gap,

@@ -30,10 +30,20 @@ def measure(tmp_path: Path, d: int, *overrides: str, rows=PROMPTS, cost=None, na
     cfg = compose_run("target=custom", f"target.model={target}", "dataset=jsonl", f"dataset.path={questions}",
                       "drafter=ngram", f"d={d}", "batch_sizes=[1,2]", "baseline=true", *overrides)
     script = {f"{r['question_id']}#0": SCRIPTS[d] for r in rows}
-    factory = fake_factory(d, script, **({"cost": cost} if cost else {}))
+    fake = fake_factory(d, script, **({"cost": cost} if cost else {}))
+    engines.clear()
+
+    def factory(plan, spec):
+        engines.append(spec)
+        return fake(plan, spec)
+
     out = tmp_path / "sweep" / (name or f"d={d}")
     summary = run(cfg, out, factory=factory, progress=lambda label: None, encoder_factory=FakeEncoder)
     return summary, out
+
+
+# The speculative configs engines were started with, in order, by the last `measure`.
+engines: list = []
 
 
 def prefill_ms(out: Path, batch_size: int) -> float:
@@ -66,6 +76,9 @@ def test_cost_decomposition_and_both_speedups_match_hand_computation(tmp_path):
     assert summary["lossless"]["identical"] is True and summary["lossless"]["n_compared"] == 8
     engine_steps = read_parquet(out / "engine_steps.parquet")
     assert sorted(engine_steps["mode"].unique()) == ["plain", "speculative", "verify"]
+    # a fresh engine for every pass: speculative, plain and zero-cost verify at B = 1 and 2
+    methods = [None if spec is None else spec["method"] for spec in engines]
+    assert methods == ["ngram", "ngram", None, None, "custom_class", "custom_class"]
 
 
 def test_step_timing_median_quartiles_and_predicted_range():
