@@ -37,7 +37,7 @@ body { font-family: sans-serif; max-width: 1100px; margin: 2em auto; color: #222
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
 th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
-img { max-width: 100%; display: block; margin: 0.5em 0 1.5em; }
+img { width: 49%; display: inline-block; margin: 0.5em 0 1em; vertical-align: top; }
 .note { color: #a33; }
 </style>"""
 

@@ -39,6 +39,9 @@ def al_vs_d(curves: pd.DataFrame, domain: str) -> bytes:
             g = g.sort_values("d")
             (line,) = ax.plot(g.d, g.al, "o-", label=drafter)
             ax.fill_between(g.d, g.al_ci95_lo, g.al_ci95_hi, color=line.get_color(), alpha=0.15, linewidth=0)
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("draft length D")
         ax.set_ylabel("AL")
         ax.set_title(f"AL vs D: {domain}")
