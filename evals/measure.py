@@ -12,11 +12,12 @@ from omegaconf import OmegaConf
 
 from evals import metrics, records
 from evals.passes import EngineFactory, Pass, ProgressFactory, run_passes, total_counters, zero_cost_spec
+from evals.plan import RunPlan
 from evals.stamp import git_sha, package_versions
-from reports.redact import redact
 from evals.summary import (
     SUMMARY_FILE, build_summary, lossless, merge_lossless, operating_points, pooled_timing, write_json_atomic,
 )
+from reports.redact import redact
 
 
 def write_outputs(passes: list[Pass], path: Path) -> None:

@@ -7,8 +7,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from reports.build import build, main as build_main
 from tests.unit.test_costs import measure
 
