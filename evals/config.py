@@ -109,6 +109,9 @@ def job_dirname(override_dirname: str) -> str:
     """A sweep job's folder name from its overrides: readable, one level, bounded length."""
     import hashlib
 
+    from reports.redact import redact_overrides
+
+    override_dirname = redact_overrides(override_dirname)
     name = override_dirname.replace("/", "_").replace("\\", "_") or "defaults"
     if len(name) > 120:
         name = name[:100] + "-" + hashlib.sha256(override_dirname.encode()).hexdigest()[:12]

@@ -1,5 +1,6 @@
 """Hydra callback: once every job of a multirun has run, the sweep's curves and ranking are
-written into the sweep dir and, with logger=wandb, logged as the sweep group's own run.
+written into the sweep dir and, with logger=wandb, logged as the sweep group's own run. Before
+each job, the sweep's saved config (multirun.yaml) gets its secrets redacted.
 
 What cannot be made yet (no speculative run, no baseline timings for a ranking) is said in one
 line and skipped: the measurements themselves are already safe in their run dirs.
@@ -34,7 +35,28 @@ def sweep_outputs(sweep_dir: Path) -> tuple[Any, Any, list[str]]:
     return curves, ranking, notes
 
 
+def redact_saved_config(path: Path) -> None:
+    """Hydra saves the sweep's config (overrides included) before any job runs: redact it in place."""
+    from omegaconf import OmegaConf
+
+    from reports.redact import redact
+
+    saved = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    clean = redact(saved)
+    if clean != saved:
+        OmegaConf.save(OmegaConf.create(clean), path)
+
+
 class SweepReport(Callback):
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hydra_cfg = HydraConfig.get()
+        saved = Path(hydra_cfg.sweep.dir) / "multirun.yaml"
+        if hydra_cfg.mode == RunMode.MULTIRUN and saved.is_file():
+            redact_saved_config(saved)
+
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         if not sweep_dir.is_dir():

@@ -18,9 +18,27 @@ def is_secret_key(key: str) -> bool:
 
 
 def redact(value: Any) -> Any:
-    """A copy of `value` with every dict entry under a secret-looking key replaced."""
+    """A copy of `value` with every dict entry under a secret-looking key replaced, and the
+    secret-keyed `key=value` items inside strings (Hydra's recorded overrides) too."""
     if isinstance(value, dict):
         return {k: REDACTED if is_secret_key(str(k)) and v not in (None, "") else redact(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [redact(v) for v in value]
+    if isinstance(value, str) and "=" in value:
+        return redact_overrides(value)
     return value
+
+
+# One `key=value` item of a command line or of Hydra's comma-joined override_dirname.
+_OVERRIDE = re.compile(r"(^|,)([+~]*[\w.\-]+)=([^,]*)")
+
+
+def redact_overrides(text: str) -> str:
+    """`text` (`a.b=1,engine.extra_args.hf_token=xyz`) with secret-keyed values replaced."""
+
+    def replace(match: re.Match) -> str:
+        lead, key, value = match.groups()
+        secret = value and is_secret_key(key.rsplit(".", 1)[-1])
+        return f"{lead}{key}={REDACTED if secret else value}"
+
+    return _OVERRIDE.sub(replace, text)

@@ -78,3 +78,20 @@ def test_secret_keys_are_told_apart_from_token_counts(key, secret):
     from reports.redact import REDACTED, redact
 
     assert (redact({"a": [{key: "x"}]})["a"][0][key] == REDACTED) is secret
+
+
+def test_secrets_stay_out_of_job_dir_names_and_the_saved_sweep_config(tmp_path):
+    from evals.config import job_dirname
+    from evals.sweep_report import redact_saved_config
+    from reports.redact import REDACTED, redact_overrides
+
+    overrides = f"batch_sizes=[1,4],d=3,+engine.extra_args.hf_token={SECRET},sampling.max_tokens=64"
+    assert redact_overrides(overrides) == f"batch_sizes=[1,4],d=3,+engine.extra_args.hf_token={REDACTED},sampling.max_tokens=64"
+    assert SECRET not in job_dirname(overrides)
+    saved = tmp_path / "multirun.yaml"
+    saved.write_text(OmegaConf.to_yaml({"hydra": {"overrides": {"task": ["d=3", f"engine.extra_args.api_key={SECRET}"]},
+                                                  "job": {"override_dirname": f"d=3,engine.extra_args.api_key={SECRET}"}},
+                                        "engine": {"extra_args": {"api_key": SECRET}}, "d": 3}))
+    redact_saved_config(saved)
+    text = saved.read_text()
+    assert SECRET not in text and f"engine.extra_args.api_key={REDACTED}" in text and "d=3" in text
