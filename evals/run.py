@@ -90,7 +90,11 @@ def run(
         from reports.wandb_log import log_run
 
         stamp = json.loads((out_dir / "stamp.json").read_text())
-        log_run(out_dir, summary, stamp, run_config.logger, group)
+        try:
+            log_run(out_dir, summary, stamp, run_config.logger, group)
+        except Exception as exc:  # noqa: BLE001 - a dashboard hiccup must not stop a sweep
+            print(f"speclens: warning: logging to wandb failed ({type(exc).__name__}: {exc}); the run's "
+                  f"results are complete in {out_dir}.", file=sys.stderr)
     return summary
 
 

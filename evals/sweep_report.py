@@ -69,4 +69,7 @@ class SweepReport(Callback):
         if config.logger.name == "wandb" and curves is not None:
             from reports.wandb_log import log_sweep
 
-            log_sweep(sweep_dir, curves, ranking, config.logger, config.logger.group or sweep_dir.name)
+            try:
+                log_sweep(sweep_dir, curves, ranking, config.logger, config.logger.group or sweep_dir.name)
+            except Exception as exc:  # noqa: BLE001 - the sweep's files are written; only the dashboard lacks them
+                print(f"speclens: warning: logging the sweep to wandb failed ({type(exc).__name__}: {exc}).")

@@ -95,3 +95,15 @@ def test_secrets_stay_out_of_job_dir_names_and_the_saved_sweep_config(tmp_path):
     redact_saved_config(saved)
     text = saved.read_text()
     assert SECRET not in text and f"engine.extra_args.api_key={REDACTED}" in text and "d=3" in text
+
+
+def test_a_wandb_failure_warns_and_keeps_the_run(tmp_path, monkeypatch, capsys):
+    import reports.wandb_log
+
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("api.wandb.ai unreachable")
+
+    monkeypatch.setattr(reports.wandb_log, "log_run", unreachable)
+    summary, out = measure(tmp_path, 2, "logger=wandb")
+    assert json.loads((out / "summary.json").read_text())["al"] == summary["al"] == pytest.approx(3.0)
+    assert "logging to wandb failed (ConnectionError: api.wandb.ai unreachable)" in capsys.readouterr().err
