@@ -44,7 +44,7 @@ $(BROWSER):
 test: target $(BROWSER)
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
-unit: install
+unit: install $(BROWSER)
 	$(PYTHON) -m pytest tests/unit $(PYTEST_ARGS)
 
 clean-venv:
