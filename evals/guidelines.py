@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from drafters.base import VLLM_MAX_SPEC_LEN
-from evals.errors import ConfigError, SpeclensError
+from evals.errors import ConfigError, SpeclensError, report
 
 TILE_ROWS = 128
 
@@ -136,8 +136,7 @@ def main(argv: list[str]) -> int:
             draft_config = checkpoints.read_config(checkpoints.resolve(draft, "drafter.model"), "drafter.model")
         guidelines = Guidelines.for_configs(target_config, draft_config)
     except (SpeclensError, HydraException, OmegaConfBaseException) as exc:
-        print(f"speclens: error: {exc}", file=sys.stderr)
-        return 2
+        return report(exc)
     text = _text_config(target_config)
     print(f"target: {Path(target_dir)} ({', '.join(target_config.get('architectures') or ['?'])}, "
           f"{text.get('num_hidden_layers')} layers, {text.get('num_attention_heads')} query heads / "

@@ -11,13 +11,14 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from evals import metrics, records
-from evals.passes import EngineFactory, Pass, ProgressFactory, run_passes, total_counters, zero_cost_spec
+from evals.passes import EngineFactory, Pass, ProgressFactory, run_passes, zero_cost_spec
 from evals.plan import RunPlan
 from evals.stamp import git_sha, package_versions
 from evals.summary import (
     SUMMARY_FILE, build_summary, lossless, merge_lossless, operating_points, pooled_timing, write_json_atomic,
 )
 from reports.redact import redact
+from runners.engine import SpecCounters
 
 
 def write_outputs(passes: list[Pass], path: Path) -> None:
@@ -84,7 +85,7 @@ def execute(
         verify = run_passes(plan, factory, zero_cost_spec(plan.config.d), "verify", progress)
         engine_steps = write_engine_steps(passes + baseline + verify, out_dir / "engine_steps.parquet")
 
-    counters = total_counters([p.counters for p in passes]) if spec is not None else None
+    counters = sum((p.counters for p in passes), SpecCounters()) if spec is not None else None
     greedy = plan.sampling.temperature == 0
     checks = {b.batch_size: lossless(p.results, b.results, greedy) for p, b in zip(passes, baseline)}
     points = operating_points(passes, baseline, steps, requests, engine_steps, plan.d, cfg.seed, checks)

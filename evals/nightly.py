@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from evals.errors import ConfigError, SpeclensError
+from evals.errors import ConfigError, SpeclensError, report
 
 NIGHTLY_KEYS = ("baseline", "history", "threshold", "suite", "night", "out")
 DEFAULT_SUITE = Path(__file__).resolve().parent.parent / "conf" / "experiment" / "nightly.yaml"
@@ -213,8 +213,7 @@ def main(argv: list[str]) -> int:
         args = parse_args(argv)
         return nightly(args)
     except (SpeclensError, HydraException, OmegaConfBaseException) as exc:
-        print(f"speclens: error: {exc}", file=sys.stderr)
-        return 2
+        return report(exc)
 
 
 if __name__ == "__main__":

@@ -70,18 +70,3 @@ def zero_cost_spec(d: int) -> dict[str, Any]:
     from runners.zero_cost_proposer import CLASS_PATH
 
     return {"method": "custom_class", "model": CLASS_PATH, "num_speculative_tokens": d}
-
-
-def total_counters(counters: list[SpecCounters | None]) -> SpecCounters:
-    total = SpecCounters()
-    for c in counters:
-        if c is None:
-            continue
-        per_pos = total.num_accepted_tokens_per_pos or [0] * len(c.num_accepted_tokens_per_pos)
-        total = SpecCounters(
-            total.num_drafts + c.num_drafts,
-            total.num_draft_tokens + c.num_draft_tokens,
-            total.num_accepted_tokens + c.num_accepted_tokens,
-            [a + b for a, b in zip(per_pos, c.num_accepted_tokens_per_pos)],
-        )
-    return total

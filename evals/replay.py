@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from evals import metrics
 from evals.config import register_configs
-from evals.errors import ConfigError, SpeclensError
+from evals.errors import ConfigError, SpeclensError, report
 
 register_configs()
 
@@ -171,8 +171,7 @@ def main(cfg: DictConfig) -> None:
     try:
         curves = replay(cfg, out_dir)
     except SpeclensError as exc:
-        print(f"speclens: error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(report(exc))
     table = curves[curves.domain == "all"][["drafter", "d", "al", "al_ci95_lo", "al_ci95_hi", "tokens_per_step", "source"]]
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"curves: {out_dir / 'curves.csv'}")

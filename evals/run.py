@@ -17,7 +17,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from evals.config import RunConfig, config_fingerprint, register_configs
 from evals.engine_factory import vllm_factory
-from evals.errors import ConfigError, SpeclensError
+from evals.errors import ConfigError, SpeclensError, report
 
 register_configs()
 
@@ -112,8 +112,7 @@ def main(cfg: DictConfig) -> None:
     try:
         run(cfg, out_dir, group=group)
     except SpeclensError as exc:
-        print(f"speclens: error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(report(exc))
 
 
 if __name__ == "__main__":

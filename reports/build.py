@@ -14,11 +14,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pandas as pd
 
-from evals.errors import SpeclensError
+from evals.errors import SpeclensError, report
 from reports import figures
 from reports.runs import Run, check_consistent, find_runs
+from reports.table import cell
 
 # Tells a browser test whether every image decoded and no script error happened.
 LOAD_CHECK = """<script>
@@ -50,12 +50,6 @@ class Section:
     images: list[tuple[str, bytes]] = field(default_factory=list)
 
 
-def _cell(value) -> str:
-    if value is None or (isinstance(value, float) and pd.isna(value)):
-        return "-"
-    return f"{value:.3f}" if isinstance(value, float) else str(value)
-
-
 def curve_sections(root: Path) -> list[Section]:
     from reports.curves import collect, safe_name
 
@@ -66,25 +60,25 @@ def curve_sections(root: Path) -> list[Section]:
     section = Section("AL vs D per domain", ["One line per drafter, 95% CI band; dots are measured D values."])
     for domain in sorted(curves.domain.unique()):
         section.images.append((f"al_vs_d_{safe_name(domain)}", figures.al_vs_d(curves, domain)))
-    rows = [[r.drafter, str(r.d), r.domain, _cell(r.al), _cell(r.al_ci95_lo), _cell(r.al_ci95_hi),
-             _cell(r.tokens_per_step), r.source] for r in curves[curves.domain == "all"].itertuples()]
+    rows = [[r.drafter, str(r.d), r.domain, cell(r.al, 3), cell(r.al_ci95_lo, 3), cell(r.al_ci95_hi, 3),
+             cell(r.tokens_per_step, 3), r.source] for r in curves[curves.domain == "all"].itertuples()]
     section.tables.append((["drafter", "D", "domain", "AL", "CI low", "CI high", "tokens/step", "source"], rows))
     return [section]
 
 
-def ranking_section(root: Path) -> Section:
-    from reports.rank import DISPLAY, display_rows, guideline_notes, rank
+def ranking_section(runs: list[Run]) -> Section:
+    from reports.rank import DISPLAY, display_rows, guideline_notes, rank_runs
 
     section = Section("Ranking")
     try:
-        ranking = rank([root])
+        ranking = rank_runs(runs)
     except SpeclensError as exc:
         section.text.append(f"Not ranked: {exc}")
         return section
     for (domain, b), group in ranking.groupby(["domain", "batch_size"], sort=True):
         section.text.append(f"{domain}, batch size {b}")
         section.tables.append(([label for _, label, _ in DISPLAY], display_rows(group)))
-    section.text += guideline_notes(find_runs(root), ranking)
+    section.text += guideline_notes(runs, ranking)
     return section
 
 
@@ -110,8 +104,8 @@ def build_sections(root: Path) -> list[Section]:
     check_consistent(runs)
     spec_runs = [r for r in runs if r.summary["d"] is not None]
     sections = curve_sections(root)
-    summary_rows = [[figures.label(r), str(r.summary["n_requests"]), _cell(r.summary["al"]),
-                     _cell(r.summary["tokens_per_step"]), _cell(r.summary.get("speedup"))] for r in runs]
+    summary_rows = [[figures.label(r), str(r.summary["n_requests"]), cell(r.summary["al"], 3),
+                     cell(r.summary["tokens_per_step"], 3), cell(r.summary.get("speedup"), 3)] for r in runs]
     sections.insert(0, Section("Runs", tables=[(["run", "requests", "AL", "tokens/step", "speedup"], summary_rows)]))
     sections.append(Section("Per-position acceptance", images=[("per_position", figures.per_position(spec_runs))]))
     sections.append(Section("Acceptance histogram", images=[("histogram", figures.histogram(spec_runs))]))
@@ -120,7 +114,7 @@ def build_sections(root: Path) -> list[Section]:
     sections.append(Section("Measured vs predicted speedup",
                             ["Predicted = T_verif(B)·tokens/step / (T_verif(B(1+D)) + T_draft(B,D)); needs baseline=true."]
                             if speed is None else [], images=[("speedup", speed)] if speed else []))
-    sections.append(ranking_section(root))
+    sections.append(ranking_section(runs))
     sections.append(Section("Drafters", tables=[(HEADER, comparison_rows())]))
     sections.append(stamp_section(runs))
     return sections
@@ -175,8 +169,7 @@ def main(argv: list[str]) -> int:
     try:
         html_file, md_file = build(args.dir)
     except SpeclensError as exc:
-        print(f"speclens: error: {exc}", file=sys.stderr)
-        return 2
+        return report(exc)
     print(f"report: {html_file}\nmarkdown: {md_file}")
     return 0
 

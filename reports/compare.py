@@ -17,10 +17,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from evals.errors import SpeclensError
+from evals.errors import SpeclensError, report
 from evals.metrics import BOOTSTRAP_SAMPLES, resample_indices
 from evals.records import read_parquet
 from reports.runs import CONSISTENT_KEYS, Run, check_consistent, find_runs
+from reports.table import cell
 
 COMPARE_COLUMNS = [
     "drafter", "d", "domain", "n_requests", "baseline_al", "candidate_al", "al_diff", "diff_ci95_lo",
@@ -109,18 +110,13 @@ def compare(baseline_dir: Path, candidate_dir: Path, seed: int = 0) -> tuple[pd.
     return pd.DataFrame(rows, columns=COMPARE_COLUMNS), notes
 
 
-def _fmt(v) -> str:
-    return "-" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:+.3f}" if isinstance(v, float) else str(v)
-
-
 def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     header = ["drafter", "D", "domain", "prompts", "baseline AL", "candidate AL", "difference", "95% CI", "significant"]
     rows = []
     for r in table.itertuples():
         ci = "-" if pd.isna(r.diff_ci95_lo) else f"[{r.diff_ci95_lo:+.3f}, {r.diff_ci95_hi:+.3f}]"
-        al = lambda v: "-" if pd.isna(v) else f"{v:.3f}"  # noqa: E731
-        rows.append([r.drafter, str(r.d), r.domain, str(r.n_requests), al(r.baseline_al), al(r.candidate_al),
-                     _fmt(r.al_diff), ci, "yes" if r.significant else "no"])
+        rows.append([r.drafter, str(r.d), r.domain, str(r.n_requests), cell(r.baseline_al, 3),
+                     cell(r.candidate_al, 3), cell(r.al_diff, 3, signed=True), ci, "yes" if r.significant else "no"])
     return header, rows
 
 
@@ -152,8 +148,7 @@ def main(argv: list[str]) -> int:
     try:
         table, notes = write_comparison(args.baseline, args.candidate)
     except SpeclensError as exc:
-        print(f"speclens: error: {exc}", file=sys.stderr)
-        return 2
+        return report(exc)
     print(terminal_table(table))
     for note in notes:
         print(note)

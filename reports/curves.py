@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from evals.errors import SpeclensError
+from evals.errors import SpeclensError, report
 from reports.runs import Run, check_consistent, find_runs
 
 CURVE_COLUMNS = ["drafter", "d", "domain", "al", "al_ci95_lo", "al_ci95_hi", "tokens_per_step", "source"]
@@ -122,8 +122,7 @@ def main(argv: list[str]) -> int:
     try:
         curves = write_curves(args.sweep_dir, args.out)
     except SpeclensError as exc:
-        print(f"speclens: error: {exc}", file=sys.stderr)
-        return 2
+        return report(exc)
     print(curves.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"curves: {(args.out or args.sweep_dir) / 'curves.csv'}")
     return 0

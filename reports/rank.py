@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,9 @@ from typing import Any
 import pandas as pd
 
 from evals import costs
-from evals.errors import SpeclensError
+from evals.errors import SpeclensError, report
 from reports.runs import Run, check_consistent, find_runs
+from reports.table import cell
 
 RANK_COLUMNS = [
     "domain", "batch_size", "drafter", "d", "rank", "speedup", "speedup_source", "measured_speedup",
@@ -55,7 +55,7 @@ def _row(run: Run, point: dict, domain: str, figures: dict, measured: bool) -> d
     tokens_per_s = point["output_tokens_per_s"] if measured else None
     return {
         "domain": domain, "batch_size": point["batch_size"], "drafter": s["drafter"], "d": s["d"],
-        "speedup": speedup, "speedup_source": source if speedup is not None else "missing",
+        "speedup": speedup, "speedup_source": source,
         "measured_speedup": measured_speedup, "predicted_speedup": predicted, "predicted_lo": lo,
         "predicted_hi": hi, "speedup_gap": gap,
         "gap_above_tolerance": gap is not None and abs(gap) > costs.GAP_TOLERANCE,
@@ -140,10 +140,19 @@ def check_unique(runs: list[Run]) -> None:
                 )
 
 
-def rank(dirs: list[Path]) -> pd.DataFrame:
+def find_all_runs(dirs: list[Path]) -> list[Run]:
     runs = [run for root in dirs for run in find_runs(root)]
     if not runs:
         raise SpeclensError(f"no finished runs (summary.json) under {', '.join(map(str, dirs))}.")
+    return runs
+
+
+def rank(dirs: list[Path]) -> pd.DataFrame:
+    return rank_runs(find_all_runs(dirs))
+
+
+def rank_runs(runs: list[Run]) -> pd.DataFrame:
+    """The ranking of these runs; refused when they disagree on settings or lack baseline timings."""
     check_consistent(runs)
     check_unique(runs)
     missing = missing_baselines(runs)
@@ -207,12 +216,6 @@ def guideline_notes(runs: list[Run], ranking: pd.DataFrame) -> list[str]:
 # -- outputs -----------------------------------------------------------------------------------
 
 
-def _fmt(value: Any, digits: int = 2) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
-        return "-"
-    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
-
-
 DISPLAY = [("rank", "rank", 0), ("drafter", "drafter", 0), ("d", "D", 0), ("speedup", "speedup", 2),
            ("speedup_source", "source", 0), ("predicted_speedup", "predicted", 2), ("al", "AL", 2),
            ("tokens_per_step", "tokens/step", 2), ("t_verif_ms", "T_verif(B) ms", 1),
@@ -229,7 +232,7 @@ def display_rows(group: pd.DataFrame) -> list[list[str]]:
             value = r[key]
             if key == "d":
                 value = None if pd.isna(value) else int(value)
-            cells.append(_fmt(value, digits))
+            cells.append(cell(value, digits))
         rows.append(cells)
     return rows
 
@@ -319,8 +322,8 @@ def pareto_front(points: pd.DataFrame) -> pd.DataFrame:
 def write_ranking(dirs: list[Path], out_dir: Path | None = None) -> tuple[pd.DataFrame, list[str]]:
     out_dir = out_dir or dirs[0]
     out_dir.mkdir(parents=True, exist_ok=True)
-    ranking = rank(dirs)
-    runs = [run for root in dirs for run in find_runs(root)]
+    runs = find_all_runs(dirs)
+    ranking = rank_runs(runs)
     notes = guideline_notes(runs, ranking)
     ranking.to_csv(out_dir / "ranking.csv", index=False)
     (out_dir / "ranking.md").write_text(ranking_markdown(ranking, notes))
@@ -336,8 +339,7 @@ def main(argv: list[str]) -> int:
     try:
         ranking, notes = write_ranking(args.dirs, args.out)
     except SpeclensError as exc:
-        print(f"speclens: error: {exc}", file=sys.stderr)
-        return 2
+        return report(exc)
     print(terminal_table(ranking))
     print("\n".join(notes))
     print(f"ranking: {(args.out or args.dirs[0]) / 'ranking.csv'}")

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
 
-def _fmt(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
+
+def cell(value: Any, digits: int = 2, signed: bool = False) -> str:
+    """A table cell: `-` for a missing value (None, NaN, NA), floats to `digits` places."""
+    import math
+
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+    return str(value)
 
 
 def _ci(ci: list[float] | None) -> str:
@@ -20,9 +29,9 @@ def result_table(summary: dict[str, Any]) -> str:
             "all",
             str(summary["n_requests"]),
             str(summary["n_steps"]),
-            _fmt(summary["al"]),
+            cell(summary["al"]),
             _ci(summary["al_ci95"]),
-            _fmt(summary["tokens_per_step"]),
+            cell(summary["tokens_per_step"]),
         )
     ]
     for domain, figures in summary["by_domain"].items():
@@ -31,9 +40,9 @@ def result_table(summary: dict[str, Any]) -> str:
                 domain,
                 str(figures["n_requests"]),
                 str(figures["n_steps"]),
-                _fmt(figures["al"]),
+                cell(figures["al"]),
                 _ci(figures["al_ci95"]),
-                _fmt(figures["tokens_per_step"]),
+                cell(figures["tokens_per_step"]),
             )
         )
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]

@@ -65,12 +65,20 @@ class SpecCounters:
 
     def since(self, earlier: "SpecCounters") -> "SpecCounters":
         """What was counted after `earlier` was read (the counters are cumulative)."""
-        before = earlier.num_accepted_tokens_per_pos or [0] * len(self.num_accepted_tokens_per_pos)
+        return self._combine(earlier, -1)
+
+    def __add__(self, other: "SpecCounters") -> "SpecCounters":
+        return self._combine(other, 1)
+
+    def _combine(self, other: "SpecCounters", sign: int) -> "SpecCounters":
+        n = max(len(self.num_accepted_tokens_per_pos), len(other.num_accepted_tokens_per_pos))
+        mine = self.num_accepted_tokens_per_pos + [0] * (n - len(self.num_accepted_tokens_per_pos))
+        theirs = other.num_accepted_tokens_per_pos + [0] * (n - len(other.num_accepted_tokens_per_pos))
         return SpecCounters(
-            self.num_drafts - earlier.num_drafts,
-            self.num_draft_tokens - earlier.num_draft_tokens,
-            self.num_accepted_tokens - earlier.num_accepted_tokens,
-            [a - b for a, b in zip(self.num_accepted_tokens_per_pos, before)],
+            self.num_drafts + sign * other.num_drafts,
+            self.num_draft_tokens + sign * other.num_draft_tokens,
+            self.num_accepted_tokens + sign * other.num_accepted_tokens,
+            [a + sign * b for a, b in zip(mine, theirs)],
         )
 
 

@@ -86,3 +86,11 @@ def test_al_by_position_bins_steps_by_context_length():
         {"from": 2048, "to": 4096, "n_steps": 1, "al": 3.0},
         {"from": 65536, "to": None, "n_steps": 1, "al": 5.0},
     ]
+
+
+def test_spec_counters_add_and_subtract_per_position():
+    a = SpecCounters(3, 9, 5, [3, 2])
+    b = SpecCounters(1, 3, 3, [1, 1, 1])
+    assert a + b == SpecCounters(4, 12, 8, [4, 3, 1])
+    assert (a + b).since(b) == SpecCounters(3, 9, 5, [3, 2, 0])
+    assert sum([a, b], SpecCounters()) == a + b
