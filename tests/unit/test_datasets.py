@@ -109,7 +109,23 @@ def test_named_domains_merge_sources_and_keep_the_category():
     assert long_context_domain("mixed", 1500) == "mixed@1500"
 
 
-@pytest.mark.skipif(not SPEC_BENCH.is_file(), reason="../shared/data/spec_bench is not beside this checkout")
+def test_spec_bench_layout_and_domains(tmp_path):
+    """Spec-Bench's question.jsonl layout (MT-Bench rows plus its own categories), written here."""
+    rows = [{"question_id": 81, "category": "writing", "turns": ["Compose a blog post.", "Rewrite it."]},
+            {"question_id": 121, "category": "coding", "turns": ["Write a function."]},
+            {"question_id": 161, "category": "summarization", "turns": ["Summarize: the article."]},
+            {"question_id": 241, "category": "math_reasoning", "turns": ["What is 2 + 2?"]}]
+    path = tmp_path / "question.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    prompts = load(DatasetConfig(name="spec_bench", path=str(path)))
+    assert [(p.request_id, p.domain, len(p.turns)) for p in prompts] == [
+        ("81", "writing", 2), ("121", "coding", 1), ("161", "summarization", 1), ("241", "math_reasoning", 1)]
+
+
+# The real rows live in the workspace's ../shared (not redistributed in this repository); the
+# layout test above covers the parsing wherever they are absent.
+@pytest.mark.skipif(not SPEC_BENCH.is_file(),
+                    reason="Spec-Bench's 240 rows (../shared/data/spec_bench, not redistributed here) are not beside this checkout")
 def test_spec_bench_from_shared_data():
     prompts = load(DatasetConfig(name="spec_bench", path=str(SPEC_BENCH)))
     assert len(prompts) == 240
