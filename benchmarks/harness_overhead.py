@@ -25,16 +25,15 @@ def main(overrides: list[str]) -> None:
     set_process_env(4)
     from vllm import SamplingParams
 
+    from evals.compose import compose_config, to_run_config
     from evals.conversation import run_conversations
     from evals.plan import make_plan
-    from evals.config import compose_config
-    from evals.engine_factory import vllm_factory
-    from evals.run import to_run_config
+    from runners.vllm_runner import engine_factory
 
     plan = make_plan(to_run_config(compose_config(DEFAULTS + overrides)))
     if any(len(p.turns) > 1 for p in plan.prompts):
         sys.exit("use single-turn prompts (e.g. dataset=humaneval): bare LLM.generate has no turns")
-    engine = vllm_factory(plan, plan.speculative_config())
+    engine = engine_factory(plan.config, plan.d)(plan.target_dir, plan.speculative_config())
     prompts = [{"prompt_token_ids": engine.chat_token_ids([{"role": "user", "content": p.turns[0]}])} for p in plan.prompts]
     params = SamplingParams(temperature=0.0, max_tokens=plan.sampling.max_tokens)
 

@@ -28,7 +28,7 @@ def main(argv: list[str]) -> None:
     from runners.vllm_engine import set_process_env
 
     set_process_env(4)
-    from evals.config import compose_config
+    from evals.compose import compose_config
     from evals.replay import replay
     from evals.run import run
 
@@ -46,9 +46,9 @@ def main(argv: list[str]) -> None:
         summary = run(compose_config(DEFAULTS + overrides + [f"d={d}"]), out / f"d{d}", progress=lambda label: None)
         elapsed = time.perf_counter() - start
         measured_s = measured_s or elapsed
-        gap = abs(pooled.loc[d, "al"] - summary["al"]) / summary["al"]
+        gap = abs(pooled.loc[d, "al"] - summary.al) / summary.al
         gaps.append(gap)
-        print(f"d={d}: replayed AL {pooled.loc[d, 'al']:.4f}, measured AL {summary['al']:.4f}, gap {gap:.2%}; "
+        print(f"d={d}: replayed AL {pooled.loc[d, 'al']:.4f}, measured AL {summary.al:.4f}, gap {gap:.2%}; "
               f"measured run {elapsed:.1f}s")
     print(f"replayed curve d=1..{D_MAX}: {replay_s:.1f}s ({curves.source.iloc[0]})")
     print(f"replay_cost_ratio {replay_s / measured_s:.3f}  (16-point replay / one measured run at d={args.measure_d[0]}; target <= 1.5)")

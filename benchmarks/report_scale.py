@@ -22,8 +22,9 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from evals import records  # noqa: E402
-from evals.summary import build_summary, operating_points, write_json_atomic  # noqa: E402
+from core import records  # noqa: E402
+from core.summary import Timing  # noqa: E402
+from evals.summary import build_summary, operating_points  # noqa: E402
 
 DRAFTERS = ["ngram", "suffix", "eagle3", "draft_model"]
 DRAFT_LENGTHS = [1, 2, 3, 5]
@@ -80,14 +81,15 @@ def summarize(run: dict, drafter: str, d: int, out_dir: Path) -> None:
     baseline = [SyntheticPass(b, 80.0 * b, 10.0, 10.5) for b in BATCH_SIZES]
     points = operating_points(passes, baseline, steps, requests, run["engine"], d, 0, {})
     summary = build_summary(
-        drafter=drafter, d=d, target="synthetic", dataset="synthetic", steps=steps, requests=requests, counters=None,
-        seed=0, timing={"generate_s": 20.0, "output_tokens_per_s": 100.0}, versions={},
-        fingerprints={"target": "t", "draft": None, "dataset": "p"}, git_sha=None, operating_points=points,
+        drafter=drafter, d=d, target="synthetic", dataset="synthetic", runner="synthetic", steps=steps,
+        requests=requests, counters=None, seed=0, timing=Timing(generate_s=20.0, output_tokens_per_s=100.0),
+        versions={}, fingerprints={"target": "t", "draft": None, "dataset": "p"}, git_sha=None,
+        config_fingerprint=None, operating_points=points,
     )
     out_dir.mkdir(parents=True)
-    write_json_atomic(summary, out_dir / "summary.json")
+    summary.write(out_dir)
     stamp = {"config": {"sampling": {"temperature": 0.0, "top_p": 1.0, "max_tokens": 256}, "seed": 0,
-                        "drafter": {"name": drafter}}}
+                        "drafter": {}}}
     (out_dir / "stamp.json").write_text(json.dumps(stamp))
 
 

@@ -5,12 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from evals.errors import ConfigError
-
-# vLLM's rejection sampler handles at most this many draft tokens per step
-# (vllm/v1/sample/rejection_sampler.py, MAX_SPEC_LEN).
-VLLM_MAX_SPEC_LEN = 128
-
+from core.config import VLLM_MAX_SPEC_LEN, Choice
+from core.errors import ConfigError
+from core.model_facts import ModelFacts
 
 # vLLM 0.32 re-labels a draft as one of these methods when its path contains the substring,
 # whatever method was asked for (config/speculative.py), except for these methods themselves.
@@ -50,33 +47,18 @@ class MechanismFacts:
 
 @dataclass
 class DrafterConfig:
-    """Hydra schema shared by all drafters; `name` selects the registered class."""
+    """Keys every drafter has (none yet); each drafter's own config class subclasses it and is
+    what `drafter=<name>` selects (drafters/__init__.py)."""
 
-    name: str = "none"
 
+class ReplayKind(Choice):
+    """How `evals.replay` gets AL(D) for D = 1..d_max."""
 
-@dataclass(frozen=True)
-class ModelFacts:
-    """The parts of a checkpoint's config.json that drafters check against."""
-
-    path: str
-    architectures: tuple[str, ...]
-    vocab_size: int | None
-    hidden_size: int | None
-    num_hidden_layers: int | None
-    raw: dict[str, Any]
-
-    @classmethod
-    def from_config(cls, path: str, config: dict[str, Any]) -> "ModelFacts":
-        text = config.get("text_config") or config
-        return cls(
-            path=path,
-            architectures=tuple(config.get("architectures") or ()),
-            vocab_size=text.get("vocab_size"),
-            hidden_size=text.get("hidden_size"),
-            num_hidden_layers=text.get("num_hidden_layers"),
-            raw=config,
-        )
+    # offline, from one greedy generation of the target
+    exact = "exact"
+    # from one measured run at d_max (accepted at D = min(accepted, D))
+    estimated = "estimated"
+    none = "none"
 
 
 class Drafter:
@@ -86,19 +68,18 @@ class Drafter:
     `max_d` / `validate` where the mechanism has limits of its own.
     """
 
-    name: ClassVar[str]
     config_class: ClassVar[type[DrafterConfig]]
     facts: ClassVar[MechanismFacts]
     needs_checkpoint: ClassVar[bool] = False
-    # How `evals.replay` gets AL(D) for D = 1..d_max: "exact" (offline, from one greedy
-    # generation), "estimated" (from one measured run at d_max) or "none".
-    replay: ClassVar[str] = "none"
+    replay: ClassVar[ReplayKind] = ReplayKind.none
     # Exact replay needs the draft model's argmax after every prefix of the target's stream.
     replay_needs_draft_predictions: ClassVar[bool] = False
     # Proposals draw on state shared by all requests, so replay follows the batch step by step.
     replay_in_lockstep: ClassVar[bool] = False
 
-    def __init__(self, cfg: DrafterConfig) -> None:
+    def __init__(self, name: str, cfg: DrafterConfig) -> None:
+        # The registry key (drafters/__init__.py): the drafter's one name.
+        self.name = name
         self.cfg = cfg
 
     @property

@@ -5,16 +5,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from drafters.base import Drafter, DrafterConfig, ModelFacts, check_path_hints
-from evals.errors import ConfigError
+from drafters.base import Drafter, DrafterConfig, check_path_hints
+from core.model_facts import ModelFacts
+from core.config import Choice
+from core.errors import ConfigError
+
+
+class SampleMethod(Choice):
+    greedy = "greedy"
+    probabilistic = "probabilistic"
 
 
 @dataclass
 class CheckpointDrafterConfig(DrafterConfig):
     # Local folder or hub id; `'${target.model}'` drafts with the target itself.
     model: str | None = None
-    # "greedy" or "probabilistic" (vLLM's draft_sample_method).
-    sample_method: str = "greedy"
+    # vLLM's draft_sample_method.
+    sample_method: SampleMethod = SampleMethod.greedy
 
 
 class CheckpointDrafter(Drafter):
@@ -40,15 +47,11 @@ class CheckpointDrafter(Drafter):
             "method": self.vllm_method,
             "model": self.cfg.model,
             "num_speculative_tokens": d,
-            "draft_sample_method": self.cfg.sample_method,
+            "draft_sample_method": SampleMethod(self.cfg.sample_method).value,
         }
 
     def validate(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
         super().validate(d, target, draft)
-        if self.cfg.sample_method not in ("greedy", "probabilistic"):
-            raise ConfigError(
-                f"drafter.sample_method={self.cfg.sample_method!r}: choose greedy or probabilistic."
-            )
         if draft is None:
             raise ConfigError(f"drafter={self.name} needs drafter.model=<local path or hub id>.")
         check_path_hints(self.vllm_method, draft.path, "drafter.model")

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from drafters.base import MechanismFacts, ModelFacts
+from drafters.base import MechanismFacts, ReplayKind
+from core.model_facts import ModelFacts
 from drafters.checkpoint import CheckpointDrafter, CheckpointDrafterConfig
-from evals.errors import ConfigError
+from core.errors import ConfigError
 
 
 @dataclass
 class DflashConfig(CheckpointDrafterConfig):
-    name: str = "dflash"
+    """drafter=dflash: needs drafter.model=<local path or hub id>."""
 
 
 def block_size(draft: ModelFacts) -> int | None:
@@ -20,10 +21,9 @@ def block_size(draft: ModelFacts) -> int | None:
 
 
 class Dflash(CheckpointDrafter):
-    name = "dflash"
     config_class = DflashConfig
     vllm_method = "dflash"
-    replay = "estimated"
+    replay = ReplayKind.estimated
     required_architectures = ("DFlashDraftModel",)
     facts = MechanismFacts(
         architecture="a few-layer block-diffusion drafter on the target's hidden states",

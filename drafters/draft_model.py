@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from drafters.base import MechanismFacts
+from drafters.base import ReplayKind, MechanismFacts
 from drafters.checkpoint import CheckpointDrafter, CheckpointDrafterConfig
 
 
@@ -14,11 +14,10 @@ HEAD_MARKERS = ("eagle", "medusa", "dflash", "dspark", "speculator", "mtp")
 
 @dataclass
 class DraftModelConfig(CheckpointDrafterConfig):
-    name: str = "draft_model"
+    """drafter=draft_model: needs drafter.model=<local path or hub id>."""
 
 
 class DraftModel(CheckpointDrafter):
-    name = "draft_model"
     config_class = DraftModelConfig
     facts = MechanismFacts(
         architecture="small causal LM sharing the target's vocabulary",
@@ -31,7 +30,7 @@ class DraftModel(CheckpointDrafter):
         best_fit="a same-family small model exists; low batch sizes",
     )
     vllm_method = "draft_model"
-    replay = "exact"
+    replay = ReplayKind.exact
     replay_needs_draft_predictions = True
 
     def checkpoint_kind_error(self, draft) -> str | None:

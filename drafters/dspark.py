@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from drafters.base import MechanismFacts, ModelFacts
+from drafters.base import MechanismFacts, ReplayKind
+from core.model_facts import ModelFacts
 from drafters.checkpoint import CheckpointDrafter, CheckpointDrafterConfig
-from evals.errors import ConfigError
+from core.errors import ConfigError
 
 
 @dataclass
 class DsparkConfig(CheckpointDrafterConfig):
-    name: str = "dspark"
+    """drafter=dspark: needs drafter.model=<local path or hub id>."""
 
 
 def v2_runner_available() -> bool:
@@ -22,10 +23,9 @@ def v2_runner_available() -> bool:
 
 
 class Dspark(CheckpointDrafter):
-    name = "dspark"
     config_class = DsparkConfig
     vllm_method = "dspark"
-    replay = "estimated"
+    replay = ReplayKind.estimated
     facts = MechanismFacts(
         architecture="a small parallel drafter with a sequential correction step",
         inputs="fused target hidden states",

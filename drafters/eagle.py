@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from drafters.base import MechanismFacts, ModelFacts
+from drafters.base import MechanismFacts, ReplayKind
+from core.model_facts import ModelFacts
 from drafters.checkpoint import CheckpointDrafter, CheckpointDrafterConfig
-from evals.errors import ConfigError
+from core.errors import ConfigError
 
 
 @dataclass
 class EagleConfig(CheckpointDrafterConfig):
-    name: str = "eagle"
+    """drafter=eagle: needs drafter.model=<local path or hub id>."""
 
 
 class Eagle(CheckpointDrafter):
-    name = "eagle"
     config_class = EagleConfig
     facts = MechanismFacts(
         architecture="one decoder layer head on the target's last hidden state",
@@ -30,7 +30,7 @@ class Eagle(CheckpointDrafter):
     vllm_method = "eagle"
     # Proposals depend on the target's hidden states at each step start: estimated from one
     # measured run at d_max (a step's accepted count at D <= d_max is min(accepted, D)).
-    replay = "estimated"
+    replay = ReplayKind.estimated
 
     # Fragments that mark the head generation in `architectures` or `model_type`.
     kind_marker = "eagle"
@@ -60,11 +60,10 @@ class Eagle(CheckpointDrafter):
 
 @dataclass
 class Eagle3Config(CheckpointDrafterConfig):
-    name: str = "eagle3"
+    """drafter=eagle3: needs drafter.model=<local path or hub id>."""
 
 
 class Eagle3(Eagle):
-    name = "eagle3"
     config_class = Eagle3Config
     kind_marker = "eagle3"
     facts = MechanismFacts(

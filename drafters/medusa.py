@@ -4,21 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from drafters.base import MechanismFacts, ModelFacts
+from drafters.base import MechanismFacts, ReplayKind
+from core.model_facts import ModelFacts
 from drafters.checkpoint import CheckpointDrafter, CheckpointDrafterConfig
-from evals.errors import ConfigError
+from core.errors import ConfigError
 
 
 @dataclass
 class MedusaConfig(CheckpointDrafterConfig):
-    name: str = "medusa"
+    """drafter=medusa: needs drafter.model=<local path or hub id>."""
 
 
 class Medusa(CheckpointDrafter):
-    name = "medusa"
     config_class = MedusaConfig
     vllm_method = "medusa"
-    replay = "estimated"
+    replay = ReplayKind.estimated
     required_architectures = ("MedusaModel",)
     facts = MechanismFacts(
         architecture="D residual MLP heads on the target's last hidden state",

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from drafters.base import MechanismFacts, ModelFacts
+from drafters.base import MechanismFacts
+from core.model_facts import ModelFacts
 from drafters.checkpoint import CheckpointDrafter, CheckpointDrafterConfig
-from evals.errors import ConfigError
+from core.errors import ConfigError
 
 
 @dataclass
 class MlpSpeculatorConfig(CheckpointDrafterConfig):
-    name: str = "mlp_speculator"
+    """drafter=mlp_speculator: needs drafter.model=<local path or hub id>."""
 
 
 class MlpSpeculator(CheckpointDrafter):
-    name = "mlp_speculator"
     config_class = MlpSpeculatorConfig
     vllm_method = "mlp_speculator"
     facts = MechanismFacts(

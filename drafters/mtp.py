@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from drafters.base import Drafter, DrafterConfig, MechanismFacts, ModelFacts, check_path_hints
-from evals.errors import ConfigError
+from drafters.base import Drafter, DrafterConfig, MechanismFacts, ReplayKind, check_path_hints
+from core.model_facts import ModelFacts, text_config
+from core.errors import ConfigError
 
 # config.json fields that count a target's MTP layers, by model family.
 MTP_LAYER_FIELDS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers")
@@ -14,21 +15,19 @@ MTP_LAYER_FIELDS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mt
 
 @dataclass
 class MtpConfig(DrafterConfig):
-    name: str = "mtp"
     # vLLM 0.32 runs every family as `mtp` (deepseek_mtp, mimo_mtp, qwen3_next_mtp, … are
     # deprecated aliases it rewrites); set this only to pass another method name through.
     method: str | None = None
 
 
 def mtp_layers(target: ModelFacts) -> int:
-    text = target.raw.get("text_config") or target.raw
+    text = text_config(target.raw)
     return max((int(text.get(f) or 0) for f in MTP_LAYER_FIELDS), default=0)
 
 
 class Mtp(Drafter):
-    name = "mtp"
     config_class = MtpConfig
-    replay = "estimated"
+    replay = ReplayKind.estimated
     facts = MechanismFacts(
         architecture="the target's own multi-token-prediction layer(s)",
         inputs="target hidden states",

@@ -5,19 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from drafters.base import MechanismFacts, Drafter, DrafterConfig, ModelFacts
-from evals.errors import ConfigError
+from drafters.base import Drafter, DrafterConfig, MechanismFacts, ReplayKind
+from core.model_facts import ModelFacts
+from core.errors import ConfigError
 
 
 @dataclass
 class NgramConfig(DrafterConfig):
-    name: str = "ngram"
     prompt_lookup_min: int = 2
     prompt_lookup_max: int = 5
 
 
 class Ngram(Drafter):
-    name = "ngram"
     config_class = NgramConfig
     facts = MechanismFacts(
         architecture="n-gram match over the request's own context",
@@ -29,7 +28,7 @@ class Ngram(Drafter):
         speculation_cost="lookup",
         best_fit="outputs that copy the input: summarization, RAG, code editing",
     )
-    replay = "exact"
+    replay = ReplayKind.exact
 
     def speculative_config(self, d: int) -> dict[str, Any]:
         return {

@@ -10,11 +10,10 @@ from drafters.base import MechanismFacts, Drafter, DrafterConfig
 
 @dataclass
 class NoDrafterConfig(DrafterConfig):
-    name: str = "none"
+    """drafter=none: plain decoding, no keys."""
 
 
 class NoDrafter(Drafter):
-    name = "none"
     config_class = NoDrafterConfig
     facts = MechanismFacts(
         architecture="none (plain decoding)",

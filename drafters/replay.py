@@ -10,14 +10,11 @@ exact per-step acceptance for any D, without running vLLM per D.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
-from runners.engine import DraftedStep
-
-if TYPE_CHECKING:
-    from drafters.base import Drafter
+from core.generation import DraftedStep
 
 # Stands for a draft token after the first miss: its value is unknown and cannot be accepted.
 UNKNOWN_TOKEN = -1
@@ -36,6 +33,12 @@ class ReplayContext:
     draft_predictions: np.ndarray | None = None
 
 
+class Proposer(Protocol):
+    """A drafter whose proposal at a step depends only on its own request (drafters/base.py)."""
+
+    def replay_proposal(self, ctx: "ReplayContext", pos: int, d: int) -> Any: ...
+
+
 def accepted_prefix(proposal, tokens: np.ndarray, pos: int) -> int:
     n = 0
     for j, token in enumerate(proposal):
@@ -45,7 +48,7 @@ def accepted_prefix(proposal, tokens: np.ndarray, pos: int) -> int:
     return n
 
 
-def replay_turn(drafter: "Drafter", ctx: ReplayContext, d: int) -> tuple[list[DraftedStep], int]:
+def replay_turn(drafter: Proposer, ctx: ReplayContext, d: int) -> tuple[list[DraftedStep], int]:
     """Drafted steps and target forward passes of one turn at draft length `d`."""
     pos = ctx.prompt_len + 1  # the prefill step samples the first token
     end = ctx.prompt_len + ctx.output_tokens

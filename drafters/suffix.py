@@ -7,13 +7,13 @@ from typing import Any
 
 import numpy as np
 
-from drafters.base import MechanismFacts, Drafter, DrafterConfig, ModelFacts
-from evals.errors import ConfigError
+from drafters.base import Drafter, DrafterConfig, MechanismFacts, ReplayKind
+from core.model_facts import ModelFacts
+from core.errors import ConfigError
 
 
 @dataclass
 class SuffixConfig(DrafterConfig):
-    name: str = "suffix"
     max_tree_depth: int = 24
     max_cached_requests: int = 10000
     max_spec_factor: float = 1.0
@@ -21,7 +21,6 @@ class SuffixConfig(DrafterConfig):
 
 
 class Suffix(Drafter):
-    name = "suffix"
     config_class = SuffixConfig
     facts = MechanismFacts(
         architecture="suffix trees over the prompt and past responses (Arctic Inference)",
@@ -33,7 +32,7 @@ class Suffix(Drafter):
         speculation_cost="lookup",
         best_fit="repetitive and agentic workloads, outputs that repeat earlier responses",
     )
-    replay = "exact"
+    replay = ReplayKind.exact
     replay_in_lockstep = True
 
     def speculative_config(self, d: int) -> dict[str, Any]:

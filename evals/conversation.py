@@ -7,7 +7,8 @@ from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from evals.datasets import Prompt
-from runners.engine import Engine, ProgressFn, SamplingSpec, TurnRequest, TurnResult
+from core.generation import SamplingSpec, TurnRequest, TurnResult
+from runners.engine import Engine, ProgressFn
 
 
 def _run_turns(

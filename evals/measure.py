@@ -5,29 +5,30 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 from omegaconf import OmegaConf
 
-from evals import metrics, records
-from evals.passes import EngineFactory, Pass, ProgressFactory, run_passes, zero_cost_spec
+from core import metrics, records
+from core.costs import PassMode
+from core.files import write_json_atomic, write_text_atomic
+from core.generation import SpecCounters
+from core.redact import redact
+from core.summary import SUMMARY_FILE, SUMMARY_VERSION, RunSummary
+from evals.passes import Pass, ProgressFactory, run_passes, zero_cost_spec
 from evals.plan import RunPlan
 from evals.stamp import git_sha, package_versions
-from evals.summary import (
-    SUMMARY_FILE, build_summary, lossless, merge_lossless, operating_points, pooled_timing, write_json_atomic,
-)
-from reports.redact import redact
-from runners.engine import SpecCounters
+from evals.summary import build_summary, lossless, merge_lossless, operating_points, pooled_timing
+from runners.engine import EngineFactory
+
+STAMP_FILE = "stamp.json"
 
 
 def write_outputs(passes: list[Pass], path: Path) -> None:
-    with path.open("w", encoding="utf-8") as f:
-        for p in passes:
-            for r in p.results:
-                row = {"batch_size": p.batch_size, "request_id": r.request_id, "turn": r.turn,
-                       "token_ids": r.output_token_ids, "text": r.output_text}
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    rows = [json.dumps({"batch_size": p.batch_size, "request_id": r.request_id, "turn": r.turn,
+                        "token_ids": r.output_token_ids, "text": r.output_text}, ensure_ascii=False) + "\n"
+            for p in passes for r in p.results]
+    write_text_atomic(path, "".join(rows))
 
 
 def write_engine_steps(passes: list[Pass], path: Path) -> pd.DataFrame:
@@ -40,9 +41,10 @@ def execute(
     plan: RunPlan,
     out_dir: Path,
     factory: EngineFactory,
+    runner: str,
     progress: ProgressFactory = lambda label: None,
     config_fingerprint: str | None = None,
-) -> dict[str, Any]:
+) -> RunSummary:
     out_dir.mkdir(parents=True, exist_ok=True)
     # The dir is being (re-)measured: until the new summary lands it is an incomplete run, even
     # if an earlier summary was there (force=true) and this run dies half-way.
@@ -53,19 +55,20 @@ def execute(
     sha = git_sha()
     spec = plan.speculative_config()
     stamp = {
-        "schema_version": records.SCHEMA_VERSION,
+        "schema_version": SUMMARY_VERSION,
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "config": redact(OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)),
+        "config": redact(OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True)),
         "config_fingerprint": config_fingerprint,
+        "runner": runner,
         "speculative_config": redact(spec),
         "target_dir": str(plan.target_dir),
         "versions": versions,
         "fingerprints": fingerprints,
         "git_sha": sha,
     }
-    write_json_atomic(stamp, out_dir / "stamp.json")
+    write_json_atomic(stamp, out_dir / STAMP_FILE)
 
-    mode = "speculative" if spec is not None else "plain"
+    mode = PassMode.speculative if spec is not None else PassMode.plain
     passes = run_passes(plan, factory, spec, mode, progress)
     by_id = {p.request_id: p for p in plan.prompts}
     steps = pd.concat([records.step_frame(p.results, by_id, p.batch_size) for p in passes], ignore_index=True)
@@ -80,21 +83,22 @@ def execute(
 
     baseline: list[Pass] = []
     if cfg.baseline and spec is not None:
-        baseline = run_passes(plan, factory, None, "plain", progress)
+        baseline = run_passes(plan, factory, None, PassMode.plain, progress)
         write_outputs(baseline, out_dir / "baseline_outputs.jsonl")
-        verify = run_passes(plan, factory, zero_cost_spec(plan.config.d), "verify", progress)
+        verify = run_passes(plan, factory, zero_cost_spec(plan.config.d), PassMode.verify, progress)
         engine_steps = write_engine_steps(passes + baseline + verify, out_dir / "engine_steps.parquet")
 
     counters = sum((p.counters for p in passes), SpecCounters()) if spec is not None else None
     greedy = plan.sampling.temperature == 0
     checks = {b.batch_size: lossless(p.results, b.results, greedy) for p, b in zip(passes, baseline)}
     points = operating_points(passes, baseline, steps, requests, engine_steps, plan.d, cfg.seed, checks)
-    timing = {"load_s": sum(p.load_s for p in passes)} | pooled_timing(passes, baseline)
+    timing, speedup = pooled_timing(sum(p.load_s for p in passes), passes, baseline)
     summary = build_summary(
         drafter=plan.drafter.name,
         d=plan.d,
         target=cfg.target.model,
-        dataset=cfg.dataset.name,
+        dataset=plan.dataset_name,
+        runner=runner,
         steps=steps,
         requests=requests,
         counters=counters,
@@ -103,11 +107,10 @@ def execute(
         versions=versions,
         fingerprints=fingerprints,
         git_sha=sha,
-        lossless_check=merge_lossless([op["lossless"] for op in points]) if baseline else None,
-        speedup=timing.pop("speedup", None),
+        config_fingerprint=config_fingerprint,
+        lossless_check=merge_lossless([op.lossless for op in points]) if baseline else None,
+        speedup=speedup,
         operating_points=points,
     )
-    summary["config_fingerprint"] = config_fingerprint
-    write_json_atomic(summary, out_dir / SUMMARY_FILE)
+    summary.write(out_dir)
     return summary
-

@@ -17,15 +17,21 @@ Any other key=value is an `evals.run` key applied to every job (target.model, da
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
+from omegaconf import OmegaConf
 
-from evals.errors import ConfigError, SpeclensError, report
+from core.errors import ConfigError, guarded
+from core.files import write_atomic
+from evals.compose import compose_config, to_run_config
+from reports import figures
+from reports.compare import terminal_table, write_comparison
+from reports.runs import find_runs
+from runners.registry import runner_of
 
 NIGHTLY_KEYS = ("baseline", "history", "threshold", "suite", "night", "out")
 DEFAULT_SUITE = Path(__file__).resolve().parent.parent / "conf" / "experiment" / "nightly.yaml"
@@ -43,8 +49,6 @@ class Suite:
 
     @classmethod
     def load(cls, path: Path) -> "Suite":
-        from omegaconf import OmegaConf
-
         if not path.is_file():
             raise ConfigError(f"suite={path}: no such file.")
         raw = OmegaConf.to_container(OmegaConf.load(path))
@@ -97,33 +101,30 @@ def parse_args(argv: list[str]) -> NightlyArgs:
     return NightlyArgs(overrides, baseline, history, threshold, suite, night, out)
 
 
-def run_suite(args: NightlyArgs, factory=None, encoder_factory=None) -> None:
-    """Every job into its own dir under the night's dir; finished jobs are skipped."""
-    from evals.config import compose_config
-    from evals.engine_factory import vllm_factory
+def run_suite(args: NightlyArgs) -> None:
+    """Every job into its own dir under the night's dir; finished jobs are skipped. Every job's
+    config is composed first, so a bad key stops the night before any engine starts."""
     from evals.run import TqdmProgress, run
 
-    for name, job in args.suite.jobs.items():
-        cfg = compose_config([*args.suite.common, *job, *args.run_overrides])
-        print(f"speclens nightly: {name} ({' '.join(job)})", flush=True)
-        run(cfg, args.out / name, factory=factory or vllm_factory, progress=TqdmProgress,
-            encoder_factory=encoder_factory)
+    jobs = {name: compose_config([*args.suite.common, *job, *args.run_overrides]) for name, job in args.suite.jobs.items()}
+    typed = [to_run_config(cfg) for cfg in jobs.values()]
+    runner_of(typed[0]).prepare_process(typed[0])
+    for name, cfg in jobs.items():
+        print(f"speclens nightly: {name} ({' '.join(args.suite.jobs[name])})", flush=True)
+        run(cfg, args.out / name, progress=TqdmProgress)
 
 
 def night_rows(args: NightlyArgs, comparison: pd.DataFrame | None) -> pd.DataFrame:
     """The night's history rows: its own AL per (drafter, D, domain), and the comparison if any."""
-    from reports.runs import find_runs
-
     rows = []
     for run in find_runs(args.out):
         s = run.summary
-        if s["d"] is None:
+        if s.d is None:
             continue
-        groups = {"all": s} | s["by_domain"]
-        for domain, figures in groups.items():
-            rows.append({"night": args.night, "night_dir": str(args.out.resolve()), "target": s["target"],
-                         "target_fingerprint": s["fingerprints"]["target"], "drafter": s["drafter"], "d": s["d"],
-                         "domain": domain, "n_requests": figures["n_requests"], "al": figures["al"]})
+        for domain, figures in s.groups().items():
+            rows.append({"night": args.night, "night_dir": str(args.out.resolve()), "target": s.target,
+                         "target_fingerprint": s.fingerprints.target, "drafter": s.drafter, "d": s.d,
+                         "domain": domain, "n_requests": figures.n_requests, "al": figures.al})
     frame = pd.DataFrame(rows)
     if comparison is not None and not frame.empty:
         diff = comparison.drop(columns=["candidate_al", "n_requests"])
@@ -145,40 +146,12 @@ def append_history(history: Path, rows: pd.DataFrame, night: str) -> pd.DataFram
     kept = old[old.night != night]
     merged = pd.concat([f for f in (kept, rows) if not f.empty], ignore_index=True).reindex(columns=HISTORY_COLUMNS)
     history.parent.mkdir(parents=True, exist_ok=True)
-    tmp = history.with_name(history.name + ".tmp")
-    merged.to_parquet(tmp, index=False)
-    os.replace(tmp, history)
+    write_atomic(history, lambda tmp: merged.to_parquet(tmp, index=False))
     return merged
 
 
-def plot_trend(history: pd.DataFrame, out: Path) -> None:
-    """AL per night, one line per (drafter, D) over all prompts; nights that regressed marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    pooled = history[history.domain == "all"].sort_values("night")
-    fig, ax = plt.subplots(figsize=(7.0, 4.2))
-    for (drafter, d), g in pooled.groupby(["drafter", "d"], sort=True):
-        (line,) = ax.plot(g.night, g.al, "o-", label=f"{drafter} d={d}")
-        bad = g[g.regressed.eq(True)]
-        ax.plot(bad.night, bad.al, "x", color="red", markersize=10, markeredgewidth=2)
-    ax.set_xlabel("night")
-    ax.set_ylabel("AL (all prompts)")
-    ax.set_title("Nightly AL (red x: regression)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.autofmt_xdate()
-    fig.subplots_adjust(left=0.1, right=0.97, top=0.91, bottom=0.2)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-
-
-def nightly(args: NightlyArgs, factory=None, encoder_factory=None) -> int:
-    from reports.compare import terminal_table, write_comparison
-
-    run_suite(args, factory, encoder_factory)
+def nightly(args: NightlyArgs) -> int:
+    run_suite(args)
     comparison = None
     if args.baseline is not None:
         comparison, notes = write_comparison(args.baseline, args.out)
@@ -187,7 +160,7 @@ def nightly(args: NightlyArgs, factory=None, encoder_factory=None) -> int:
             print(note)
     rows = night_rows(args, comparison)
     history = append_history(args.history, rows, args.night)
-    plot_trend(history, args.history.with_name("trend.png"))
+    args.history.with_name("trend.png").write_bytes(figures.trend(history))
     print(f"history: {args.history} ({history.night.nunique()} nights); trend: {args.history.with_name('trend.png')}")
     if args.baseline is None:
         print(f"speclens nightly: no baseline given; this night is a new baseline: {args.out}")
@@ -202,18 +175,12 @@ def nightly(args: NightlyArgs, factory=None, encoder_factory=None) -> int:
     return 1 if len(bad) else 0
 
 
+@guarded
 def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
         return 0
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        args = parse_args(argv)
-        return nightly(args)
-    except (SpeclensError, HydraException, OmegaConfBaseException) as exc:
-        return report(exc)
+    return nightly(parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -6,22 +6,22 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from core.costs import PassMode
+from core.generation import EngineStep, SpecCounters, TurnResult
 from evals.conversation import run_conversations
 from evals.plan import RunPlan
-from runners.engine import Engine, EngineStep, ProgressFn, SpecCounters, TurnResult
+from runners.engine import EngineFactory, ProgressFn
 
 # Called with a label when a pass starts; gives the per-step progress callback.
 ProgressFactory = Callable[[str], "ProgressFn | None"]
-# Builds an engine for the plan's target with this speculative config (None = plain decoding).
-EngineFactory = Callable[[RunPlan, "dict[str, Any] | None"], Engine]
 
 
 @dataclass
 class Pass:
-    """The prompts run once at one batch size in one mode (see evals/costs.py for the modes),
-    with the engine's counters and step log for this pass alone."""
+    """The prompts run once at one batch size in one mode, with the engine's counters and step
+    log for this pass alone."""
 
-    mode: str
+    mode: PassMode
     batch_size: int
     results: list[TurnResult]
     counters: SpecCounters | None
@@ -43,14 +43,14 @@ class Pass:
 
 
 def run_passes(
-    plan: RunPlan, factory: EngineFactory, spec: dict[str, Any] | None, mode: str, progress: ProgressFactory
+    plan: RunPlan, factory: EngineFactory, spec: dict[str, Any] | None, mode: PassMode, progress: ProgressFactory
 ) -> list[Pass]:
     """The prompts once per batch size, each on a freshly started engine: nothing cached in one
     pass (vLLM's prefix cache, a suffix tree built from earlier outputs) may help the next."""
     passes = []
     for batch_size in plan.batch_sizes:
         start = time.perf_counter()
-        engine = factory(plan, spec)
+        engine = factory(plan.target_dir, spec)
         load_s = time.perf_counter() - start
         show = progress(f"{mode} B={batch_size}")
         try:

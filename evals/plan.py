@@ -10,13 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from drafters import Drafter, ModelFacts, make_drafter
-from evals.config import RunConfig
+from core.config import RunConfig, WandbLoggerConfig
+from core.errors import ConfigError
+from core.generation import Prompt, SamplingSpec
+from core.model_facts import ModelFacts
+from drafters import Drafter, make_drafter
 from evals.conversation import conversation_token_ids
-from evals.datasets import Prompt, fingerprint as dataset_fingerprint, load_prompts
-from evals.errors import ConfigError
+from evals.datasets import dataset_name, load_prompts
+from evals.datasets.base import fingerprint as dataset_fingerprint
 from runners import checkpoints
-from runners.engine import SamplingSpec
+from runners.registry import runner_of
 
 
 def _embedded_targets() -> dict[str, tuple[Callable[[], Path], Callable[[], Path]]]:
@@ -37,6 +40,10 @@ class RunPlan:
     sampling: SamplingSpec
     # The operating points, resolved: requests in flight at once in each pass.
     batch_sizes: list[int]
+
+    @property
+    def dataset_name(self) -> str:
+        return dataset_name(self.config.dataset)
 
     @property
     def d(self) -> int | None:
@@ -88,15 +95,12 @@ def check_scalars(cfg: RunConfig) -> None:
 def check_logger(cfg: RunConfig) -> None:
     import importlib.util
 
-    if cfg.logger.name not in ("none", "wandb"):
-        raise ConfigError(f"logger={cfg.logger.name}: choose none or wandb.")
-    if cfg.logger.name == "wandb" and importlib.util.find_spec("wandb") is None:
+    if isinstance(cfg.logger, WandbLoggerConfig) and importlib.util.find_spec("wandb") is None:
         raise ConfigError("logger=wandb needs the wandb package: pip install -e '.[wandb]' (make install has it).")
 
 
 def check_context_window(cfg: RunConfig, target: ModelFacts) -> None:
-    text = target.raw.get("text_config") or target.raw
-    window = text.get("max_position_embeddings")
+    window = target.max_position_embeddings
     if window is not None and cfg.engine.max_model_len > window:
         raise ConfigError(
             f"engine.max_model_len={cfg.engine.max_model_len} is above target.model's context window "
@@ -165,11 +169,8 @@ def check_temperature_support(cfg: RunConfig, drafter: Drafter) -> None:
         )
 
 
-def make_plan(cfg: RunConfig, encoder_factory: Callable[[Path], Any] | None = None) -> RunPlan:
-    """Validate `cfg` and resolve every input; raises ConfigError naming the key to fix.
-
-    `encoder_factory(target_dir)` gives the chat tokenizer for length checks (tests pass a fake).
-    """
+def make_plan(cfg: RunConfig) -> RunPlan:
+    """Validate `cfg` and resolve every input; raises ConfigError naming the key to fix."""
     check_scalars(cfg)
     check_logger(cfg)
     drafter = make_drafter(cfg.drafter)
@@ -182,11 +183,7 @@ def make_plan(cfg: RunConfig, encoder_factory: Callable[[Path], Any] | None = No
     check_context_window(cfg, target)
     drafter.validate(cfg.d, target, draft)
     check_temperature_support(cfg, drafter)
-    if encoder_factory is None:
-        from runners.chat import ChatTokenizer
-
-        encoder_factory = ChatTokenizer
-    encoder = encoder_factory(target_dir)
+    encoder = runner_of(cfg).encoder(cfg, target_dir)
     prompts = load_prompts(cfg.dataset, cfg.seed, encoder)
     check_prompt_lengths(prompts, encoder, cfg)
     sampling = SamplingSpec(cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.max_tokens, cfg.seed)

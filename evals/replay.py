@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +22,13 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from evals import metrics
-from evals.config import register_configs
-from evals.errors import ConfigError, SpeclensError, report
+from core import metrics
+from core.errors import ConfigError, guarded, report, user_message
+from core.summary import REPLAY_VERSION, Fingerprints, ReplayRecord, ReplaySummary
+from drafters.base import ReplayKind
+from evals.compose import register_configs, to_run_config
+from evals.hydra_app import run_app
+from runners.registry import runner_name, runner_of
 
 register_configs()
 
@@ -44,7 +47,7 @@ def reference_contexts(plan, d_max: int, factory) -> tuple[list, list, tuple[int
     from drafters.replay import ReplayContext
     from evals.conversation import run_reference
 
-    engine = factory(plan, None)
+    engine = factory(plan.target_dir, None)
     try:
         reference = run_reference(engine, plan.prompts, plan.sampling, extra=d_max)
         limits = engine.scheduler_limits
@@ -53,7 +56,7 @@ def reference_contexts(plan, d_max: int, factory) -> tuple[list, list, tuple[int
     sequences = [list(t.prompt_token_ids) + list(t.continuation) for t in reference]
     predictions: list[Any] = [None] * len(reference)
     if plan.drafter.replay_needs_draft_predictions:
-        draft_engine = factory(replace(plan, target_dir=plan.draft_dir), None)
+        draft_engine = factory(plan.draft_dir, None)
         try:
             predictions = [np.asarray(p) for p in draft_engine.greedy_predictions(sequences)]
         finally:
@@ -99,13 +102,13 @@ def replay_exact(plan, d_max: int, factory) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def replay_estimated(plan, d_max: int, out_dir: Path, factory) -> pd.DataFrame:
+def replay_estimated(plan, d_max: int, out_dir: Path, factory, runner: str) -> pd.DataFrame:
     """AL(D) for D < d_max from the steps of one measured run at d_max."""
+    from core.records import read_parquet
     from evals.measure import execute
-    from evals.records import read_parquet
 
     run_dir = out_dir / f"measured_d{d_max}"
-    execute(plan, run_dir, factory)
+    execute(plan, run_dir, factory, runner)
     steps, requests = read_parquet(run_dir / "steps.parquet"), read_parquet(run_dir / "requests.parquet")
     rows = []
     for d in range(1, d_max + 1):
@@ -121,13 +124,9 @@ def replay_estimated(plan, d_max: int, out_dir: Path, factory) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def replay(cfg: DictConfig, out_dir: Path, factory=None) -> pd.DataFrame:
+def replay(cfg: DictConfig, out_dir: Path) -> pd.DataFrame:
     from evals.plan import make_plan
-    from evals.engine_factory import vllm_factory
-    from evals.run import to_run_config
-    from evals.summary import write_json_atomic
 
-    factory = factory or vllm_factory
     run_config = to_run_config(cfg)
     d_max = run_config.d_max
     if d_max < 1:
@@ -135,47 +134,54 @@ def replay(cfg: DictConfig, out_dir: Path, factory=None) -> pd.DataFrame:
     run_config.d = d_max
     plan = make_plan(run_config)
     drafter = plan.drafter
-    if drafter.replay == "exact" and cfg.sampling.temperature != 0:
+    if drafter.replay is ReplayKind.exact and run_config.sampling.temperature != 0:
         raise ConfigError(
             f"drafter={drafter.name} replays exactly only under greedy verification; use "
             "sampling.temperature=0, or measure each D with `python -m evals.run -m d=...`."
         )
-    if drafter.replay == "none":
+    if drafter.replay is ReplayKind.none:
         raise ConfigError(
             f"drafter={drafter.name} has no one-pass replay; measure each D with `python -m evals.run -m d=1,2,...`."
         )
+    factory = runner_of(run_config).engine_factory(run_config, plan.d)
     out_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    if drafter.replay == "exact":
+    if drafter.replay is ReplayKind.exact:
         curves = replay_exact(plan, d_max, factory)
     else:
-        curves = replay_estimated(plan, d_max, out_dir, factory)
+        curves = replay_estimated(plan, d_max, out_dir, factory, runner_name(run_config.runner))
     elapsed = time.perf_counter() - start
     curves.to_parquet(out_dir / "curves.parquet", index=False)
     curves.to_csv(out_dir / "curves.csv", index=False)
-    stamp = {"config": OmegaConf.to_container(OmegaConf.structured(run_config), resolve=True)}
-    summary = {"drafter": drafter.name, "d_max": d_max, "fingerprints": plan.fingerprints(), "replay": drafter.replay,
-               "elapsed_s": elapsed}
-    write_json_atomic({"summary": summary, "stamp": stamp}, out_dir / "replay.json")
+    stamp = {"config": OmegaConf.to_container(OmegaConf.structured(run_config), resolve=True, enum_to_str=True)}
+    summary = ReplaySummary(drafter.name, d_max, Fingerprints(**plan.fingerprints()), str(drafter.replay), elapsed)
+    ReplayRecord(REPLAY_VERSION, summary, stamp).write(out_dir)
     return curves
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="replay")
-def main(cfg: DictConfig) -> None:
+def hydra_main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
-    from runners.vllm_engine import set_process_env
-
     out_dir = Path(HydraConfig.get().runtime.output_dir)
-    set_process_env(cfg.engine.cpu_kvcache_space_gib)
     try:
+        run_config = to_run_config(cfg)
+        runner_of(run_config).prepare_process(run_config)
         curves = replay(cfg, out_dir)
-    except SpeclensError as exc:
-        sys.exit(report(exc))
+    except Exception as exc:  # noqa: BLE001 - user errors end the job in one line; bugs keep their traceback
+        message = user_message(exc)
+        if message is None:
+            raise
+        sys.exit(report(message))
     table = curves[curves.domain == "all"][["drafter", "d", "al", "al_ci95_lo", "al_ci95_hi", "tokens_per_step", "source"]]
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"curves: {out_dir / 'curves.csv'}")
 
 
+@guarded
+def main(argv: list[str]) -> int:
+    return run_app(hydra_main, argv, "replay", "python -m evals.replay")
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))

@@ -9,15 +9,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+from omegaconf import DictConfig
 
-from evals.config import RunConfig, config_fingerprint, register_configs
-from evals.engine_factory import vllm_factory
-from evals.errors import ConfigError, SpeclensError, report
+from core.config import WandbLoggerConfig
+from core.errors import ConfigError, guarded, report, user_message
+from core.summary import SUMMARY_FILE, RunSummary, read_summary
+from evals.compose import register_configs, run_fingerprint, to_run_config
+from evals.hydra_app import run_app
+from runners.registry import runner_name, runner_of
 
 register_configs()
 
@@ -37,24 +38,12 @@ class TqdmProgress:
         self.bar.close()
 
 
-def to_run_config(cfg: DictConfig) -> RunConfig:
-    try:
-        return OmegaConf.to_object(cfg)
-    except MissingMandatoryValue as exc:
-        raise SpeclensError(f"{exc.full_key} has no value; set {exc.full_key}=<value> on the command line.") from None
-    except OmegaConfBaseException as exc:
-        raise SpeclensError(f"invalid configuration: {exc}") from None
-
-
-def finished_summary(out_dir: Path, fingerprint: str) -> dict[str, Any] | None:
+def finished_summary(out_dir: Path, fingerprint: str, runner: str) -> RunSummary | None:
     """The summary of a finished run of this very configuration in `out_dir`, if there is one."""
-    from evals.summary import SUMMARY_FILE
-
-    file = out_dir / SUMMARY_FILE
-    if not file.is_file():
+    if not (out_dir / SUMMARY_FILE).is_file():
         return None  # never started, or killed before it finished: (re-)run it
-    summary = json.loads(file.read_text())
-    if summary.get("config_fingerprint") != fingerprint:
+    summary = read_summary(out_dir)
+    if summary.config_fingerprint != fingerprint or summary.runner != runner:
         raise ConfigError(
             f"{out_dir} already holds a finished run of a different configuration; force=true overwrites "
             "it, or choose another hydra.run.dir (hydra.sweep.dir for a multirun)."
@@ -62,31 +51,26 @@ def finished_summary(out_dir: Path, fingerprint: str) -> dict[str, Any] | None:
     return summary
 
 
-def run(
-    cfg: DictConfig,
-    out_dir: Path,
-    factory=vllm_factory,
-    progress=TqdmProgress,
-    encoder_factory=None,
-    group: str | None = None,
-) -> dict[str, Any]:
+def run(cfg: DictConfig, out_dir: Path, progress=TqdmProgress, group: str | None = None) -> RunSummary:
     """Plan, measure, print the table, log (logger=wandb, in `group`); skips a run dir that already
-    holds this run unless force=true. Tests pass a fake engine factory and encoder."""
+    holds this run unless force=true."""
     from evals.measure import execute
     from evals.plan import make_plan
     from reports.table import result_table
 
     run_config = to_run_config(cfg)
-    fingerprint = config_fingerprint(OmegaConf.to_container(cfg, resolve=True))
-    done = None if run_config.force else finished_summary(out_dir, fingerprint)
+    fingerprint = run_fingerprint(cfg, run_config)
+    runner = runner_name(run_config.runner)
+    done = None if run_config.force else finished_summary(out_dir, fingerprint, runner)
     if done is not None:
         print(f"speclens: {out_dir} already holds this run; skipped (force=true re-runs it)")
         return done
-    plan = make_plan(run_config, encoder_factory)
-    summary = execute(plan, out_dir, factory, progress, config_fingerprint=fingerprint)
+    plan = make_plan(run_config)
+    factory = runner_of(run_config).engine_factory(run_config, plan.d)
+    summary = execute(plan, out_dir, factory, runner, progress, config_fingerprint=fingerprint)
     print(result_table(summary))
     print(f"results: {out_dir}")
-    if run_config.logger.name == "wandb":
+    if isinstance(run_config.logger, WandbLoggerConfig):
         from reports.wandb_log import log_run
 
         stamp = json.loads((out_dir / "stamp.json").read_text())
@@ -99,21 +83,28 @@ def run(
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
-def main(cfg: DictConfig) -> None:
+def hydra_main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
-
-    from runners.vllm_engine import set_process_env
 
     hydra_cfg = HydraConfig.get()
     out_dir = Path(hydra_cfg.runtime.output_dir)
     group = Path(hydra_cfg.sweep.dir).name if hydra_cfg.mode == RunMode.MULTIRUN else None
-    set_process_env(cfg.engine.cpu_kvcache_space_gib)
     try:
+        run_config = to_run_config(cfg)
+        runner_of(run_config).prepare_process(run_config)
         run(cfg, out_dir, group=group)
-    except SpeclensError as exc:
-        sys.exit(report(exc))
+    except Exception as exc:  # noqa: BLE001 - user errors end the job in one line; bugs keep their traceback
+        message = user_message(exc)
+        if message is None:
+            raise
+        sys.exit(report(message))
+
+
+@guarded
+def main(argv: list[str]) -> int:
+    return run_app(hydra_main, argv, "config", "python -m evals.run")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))

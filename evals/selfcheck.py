@@ -16,10 +16,12 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
-from evals.config import compose_config
-from evals.errors import SpeclensError
+from core.errors import SpeclensError, guarded
+from core.summary import RunSummary
+from evals.compose import compose_config, to_run_config
+from runners.registry import runner_of
 
 # Relative shortfall of AL from 1 + D allowed at temperature > 0.
 TOLERANCE = 0.02
@@ -37,26 +39,26 @@ class CheckResult:
     detail: str
 
 
-def greedy_check(summary: dict[str, Any]) -> CheckResult:
-    d = summary["d"]
-    loss = summary["lossless"]
-    passed = summary["al"] == 1 + d and bool(loss and loss["identical"])
+def greedy_check(summary: RunSummary) -> CheckResult:
+    d = summary.d
+    loss = summary.lossless
+    passed = summary.al == 1 + d and bool(loss and loss.identical)
     detail = (
-        f"AL {summary['al']:.4f} (expected exactly {1 + d}); "
-        f"{loss['n_identical']}/{loss['n_compared']} outputs identical to plain decoding"
+        f"AL {summary.al:.4f} (expected exactly {1 + d}); "
+        f"{loss.n_identical}/{loss.n_compared} outputs identical to plain decoding"
     )
     return CheckResult("greedy draft == target", passed, detail)
 
 
-def sampled_check(summary: dict[str, Any]) -> CheckResult:
-    d = summary["d"]
+def sampled_check(summary: RunSummary) -> CheckResult:
+    d = summary.d
     floor = (1 + d) * (1 - TOLERANCE)
-    passed = summary["al"] >= floor
-    detail = f"AL {summary['al']:.4f} at temperature {SAMPLED_TEMPERATURE} (expected >= {floor:.3f}, i.e. 1 + D within {TOLERANCE:.0%})"
+    passed = summary.al >= floor
+    detail = f"AL {summary.al:.4f} at temperature {SAMPLED_TEMPERATURE} (expected >= {floor:.3f}, i.e. 1 + D within {TOLERANCE:.0%})"
     return CheckResult("sampled draft == target (probabilistic drafting)", passed, detail)
 
 
-CHECKS: list[tuple[str, list[str], Callable[[dict[str, Any]], CheckResult]]] = [
+CHECKS: list[tuple[str, list[str], Callable[[RunSummary], CheckResult]]] = [
     ("greedy", ["sampling.temperature=0", "baseline=true"], greedy_check),
     (
         "sampled",
@@ -66,16 +68,18 @@ CHECKS: list[tuple[str, list[str], Callable[[dict[str, Any]], CheckResult]]] = [
 ]
 
 
-def selfcheck(user_overrides: list[str], out_root: Path, run_fn=None) -> list[CheckResult]:
+def selfcheck(user_overrides: list[str], out_root: Path) -> list[CheckResult]:
     from evals.run import run
 
-    run_fn = run_fn or run
+    # Every check's config first: a bad override is refused before any engine starts.
+    configs = [(name, compose_config(DEFAULTS + SELF_DRAFT + user_overrides + overrides), judge)
+               for name, overrides, judge in CHECKS]
+    for _, cfg, _ in configs:
+        to_run_config(cfg)
     results = []
-    for name, overrides, judge in CHECKS:
-        cfg = compose_config(DEFAULTS + SELF_DRAFT + user_overrides + overrides)
+    for name, cfg, judge in configs:
         try:
-            summary = run_fn(cfg, out_root / name)
-            result = judge(summary)
+            result = judge(run(cfg, out_root / name))
         except SpeclensError as exc:
             result = CheckResult(name, False, f"run failed: {exc}")
         print(f"{'PASS' if result.passed else 'FAIL'}  {result.name}: {result.detail}", flush=True)
@@ -83,10 +87,13 @@ def selfcheck(user_overrides: list[str], out_root: Path, run_fn=None) -> list[Ch
     return results
 
 
+@guarded
 def main(argv: list[str]) -> int:
-    from runners.vllm_engine import set_process_env
-
-    set_process_env(4)
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        return 0
+    run_config = to_run_config(compose_config(DEFAULTS + SELF_DRAFT + argv))
+    runner_of(run_config).prepare_process(run_config)
     out_root = Path("outputs/selfcheck") / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     results = selfcheck(argv, out_root)
     failed = [r for r in results if not r.passed]

@@ -1,21 +1,17 @@
-"""summary.json: every headline figure of a run, written last and atomically.
-
-A run dir without summary.json is an incomplete run.
-"""
+"""Building a run's RunSummary (core/summary.py) from its passes and records."""
 
 from __future__ import annotations
 
-import json
-import os
-from dataclasses import asdict
-from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Mapping, Protocol, Sequence
 
 import pandas as pd
 
-from evals import costs, metrics
-from evals.records import SCHEMA_VERSION
-from runners.engine import SpecCounters, TurnResult
+from core import costs, metrics
+from core.generation import SpecCounters, TurnResult
+from core.summary import SUMMARY_VERSION, DomainPoint, Fingerprints, LosslessCheck, OperatingPoint, RunSummary, Timing
+
+# Mismatched outputs listed by name in summary.json (the count is always complete).
+MISMATCHES_SHOWN = 20
 
 
 class MeasuredPass(Protocol):
@@ -30,42 +26,38 @@ class MeasuredPass(Protocol):
     @property
     def generate_s(self) -> float: ...
 
-SUMMARY_FILE = "summary.json"
 
-
-def lossless(spec: Sequence[TurnResult], base: Sequence[TurnResult], greedy: bool) -> dict[str, Any]:
+def lossless(spec: Sequence[TurnResult], base: Sequence[TurnResult], greedy: bool) -> LosslessCheck:
     """Greedy speculative output must equal plain decoding token for token."""
     base_by_key = {(r.request_id, r.turn): r.output_token_ids for r in base}
     mismatches = [
         f"{r.request_id}#{r.turn}" for r in spec if base_by_key.get((r.request_id, r.turn)) != r.output_token_ids
     ]
-    return {
-        "checked": greedy,
-        "identical": (not mismatches) if greedy else None,
-        "n_compared": len(spec),
-        "n_identical": len(spec) - len(mismatches),
-        "mismatched": mismatches[:20],
-    }
-
-
-def merge_lossless(checks: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """One lossless verdict over all operating points."""
-    checked = all(c["checked"] for c in checks)
-    return {
-        "checked": checked,
-        "identical": all(c["identical"] for c in checks) if checked else None,
-        "n_compared": sum(c["n_compared"] for c in checks),
-        "n_identical": sum(c["n_identical"] for c in checks),
-        "mismatched": [m for c in checks for m in c["mismatched"]][:20],
-    }
-
-
-def _domain_point(steps: pd.DataFrame, requests: pd.DataFrame, seed: int, point_costs: dict) -> dict[str, Any]:
-    figures = metrics.group_summary(steps, requests, seed)
-    predicted, predicted_range = costs.predicted_speedup(
-        figures["tokens_per_step"], point_costs["t_verif"], point_costs["t_step"]
+    return LosslessCheck(
+        checked=greedy,
+        identical=(not mismatches) if greedy else None,
+        n_compared=len(spec),
+        n_identical=len(spec) - len(mismatches),
+        mismatched=mismatches[:MISMATCHES_SHOWN],
     )
-    return figures | {"predicted_speedup": predicted, "predicted_speedup_range": predicted_range}
+
+
+def merge_lossless(checks: Sequence[LosslessCheck]) -> LosslessCheck:
+    """One lossless verdict over all operating points."""
+    checked = all(c.checked for c in checks)
+    return LosslessCheck(
+        checked=checked,
+        identical=all(c.identical for c in checks) if checked else None,
+        n_compared=sum(c.n_compared for c in checks),
+        n_identical=sum(c.n_identical for c in checks),
+        mismatched=[m for c in checks for m in c.mismatched][:MISMATCHES_SHOWN],
+    )
+
+
+def _domain_point(steps: pd.DataFrame, requests: pd.DataFrame, seed: int, point_costs: costs.PointCosts) -> DomainPoint:
+    figures = metrics.group_summary(steps, requests, seed)
+    predicted, predicted_range = costs.predicted_speedup(figures.tokens_per_step, point_costs.t_verif, point_costs.t_step)
+    return DomainPoint(**vars(figures), predicted_speedup=predicted, predicted_speedup_range=predicted_range)
 
 
 def operating_points(
@@ -76,8 +68,8 @@ def operating_points(
     engine_steps: pd.DataFrame,
     d: int | None,
     seed: int,
-    lossless_checks: Mapping[int, dict[str, Any]],
-) -> list[dict[str, Any]]:
+    lossless_checks: Mapping[int, LosslessCheck],
+) -> list[OperatingPoint]:
     """Per batch size: acceptance, throughput, the cost decomposition and both speedups;
     `lossless_checks` holds each batch size's comparison with plain decoding, if it ran."""
     base_by_size = {p.batch_size: p for p in baseline}
@@ -88,33 +80,32 @@ def operating_points(
         b = p.batch_size
         at_b_steps, at_b_requests = steps_by_size.get(b, steps.iloc[0:0]), requests_by_size[b]
         point_costs = costs.operating_point_costs(engine_steps, b, d)
-        point = {"batch_size": b} | _domain_point(at_b_steps, at_b_requests, seed, point_costs)
+        overall = _domain_point(at_b_steps, at_b_requests, seed, point_costs)
         base = base_by_size.get(b)
         measured = None
         if base is not None and base.output_tokens_per_s > 0:
             measured = p.output_tokens_per_s / base.output_tokens_per_s
-        gap = costs.speedup_gap(point["predicted_speedup"], measured)
-        point |= {
-            "output_tokens_per_s": p.output_tokens_per_s,
-            "generate_s": p.generate_s,
-            # Start to end of the pass: the engine's steps plus the harness between them.
-            "elapsed_s": p.elapsed_s,
-            "baseline_output_tokens_per_s": base.output_tokens_per_s if base else None,
-            "speedup": measured,
-            "speedup_gap": gap,
-            "gap_above_tolerance": gap is not None and abs(gap) > costs.GAP_TOLERANCE,
-            **point_costs,
-            "lossless": lossless_checks.get(b),
-            "by_domain": {
+        points.append(OperatingPoint(
+            **vars(overall),
+            batch_size=b,
+            output_tokens_per_s=p.output_tokens_per_s,
+            generate_s=p.generate_s,
+            elapsed_s=p.elapsed_s,
+            baseline_output_tokens_per_s=base.output_tokens_per_s if base else None,
+            speedup=measured,
+            speedup_gap=costs.speedup_gap(overall.predicted_speedup, measured),
+            gap_above_tolerance=costs.gap_above_tolerance(overall.predicted_speedup, measured),
+            **vars(point_costs),
+            lossless=lossless_checks.get(b),
+            by_domain={
                 domain: _domain_point(domain_steps, group, seed, point_costs)
                 for domain, group, domain_steps in metrics.split_by_domain(at_b_steps, at_b_requests)
             },
-        }
-        points.append(point)
+        ))
     return points
 
 
-def pooled_timing(passes: Sequence[MeasuredPass], baseline: Sequence[MeasuredPass]) -> dict[str, float]:
+def pooled_timing(load_s: float, passes: Sequence[MeasuredPass], baseline: Sequence[MeasuredPass]) -> tuple[Timing, float | None]:
     """Generation time and throughput over all batch sizes together, and their speedup (per batch
     size: operating_points)."""
 
@@ -124,13 +115,13 @@ def pooled_timing(passes: Sequence[MeasuredPass], baseline: Sequence[MeasuredPas
         return seconds, tokens / seconds if seconds > 0 else 0.0
 
     generate_s, tokens_per_s = pooled(passes)
-    timing = {"generate_s": generate_s, "output_tokens_per_s": tokens_per_s}
+    timing = Timing(generate_s=generate_s, output_tokens_per_s=tokens_per_s, load_s=load_s)
+    speedup = None
     if baseline:
-        base_s, base_tokens_per_s = pooled(baseline)
-        timing |= {"baseline_generate_s": base_s, "baseline_output_tokens_per_s": base_tokens_per_s}
-        if base_tokens_per_s > 0:
-            timing["speedup"] = tokens_per_s / base_tokens_per_s
-    return timing
+        timing.baseline_generate_s, timing.baseline_output_tokens_per_s = pooled(baseline)
+        if timing.baseline_output_tokens_per_s > 0:
+            speedup = tokens_per_s / timing.baseline_output_tokens_per_s
+    return timing, speedup
 
 
 def build_summary(
@@ -139,49 +130,47 @@ def build_summary(
     d: int | None,
     target: str,
     dataset: str,
+    runner: str,
     steps: pd.DataFrame,
     requests: pd.DataFrame,
     counters: SpecCounters | None,
     seed: int,
-    timing: dict[str, float],
+    timing: Timing,
     versions: dict[str, str | None],
     fingerprints: dict[str, str | None],
     git_sha: str | None,
-    lossless_check: dict[str, Any] | None = None,
+    config_fingerprint: str | None,
+    lossless_check: LosslessCheck | None = None,
     speedup: float | None = None,
-    operating_points: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
+    operating_points: list[OperatingPoint] | None = None,
+) -> RunSummary:
     overall = metrics.group_summary(steps, requests, seed)
     per_position = metrics.per_position_acceptance(steps, d) if d else None
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "drafter": drafter,
-        "d": d,
-        "target": target,
-        "dataset": dataset,
-        "n_requests": overall["n_requests"],
-        "al": overall["al"],
-        "al_ci95": overall["al_ci95"],
-        "al_request_weighted": metrics.request_weighted_al(steps),
-        "tokens_per_step": overall["tokens_per_step"],
-        "per_position_acceptance": per_position,
-        "conditional_acceptance": metrics.conditional_acceptance(per_position) if per_position else None,
-        "acceptance_histogram": metrics.acceptance_histogram(steps, d) if d else None,
-        "al_by_position": metrics.al_by_position(steps),
-        "n_steps": overall["n_steps"],
-        "by_domain": metrics.by_domain(steps, requests, seed),
-        "vllm_counters": asdict(counters) if counters is not None else None,
-        "lossless": lossless_check,
-        "speedup": speedup,
-        "operating_points": operating_points or [],
-        "timing": timing,
-        "versions": versions,
-        "fingerprints": fingerprints,
-        "git_sha": git_sha,
-    }
-
-
-def write_json_atomic(data: dict[str, Any], path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
-    os.replace(tmp, path)
+    return RunSummary(
+        schema_version=SUMMARY_VERSION,
+        drafter=drafter,
+        d=d,
+        target=target,
+        dataset=dataset,
+        n_requests=overall.n_requests,
+        al=overall.al,
+        al_ci95=overall.al_ci95,
+        al_request_weighted=metrics.request_weighted_al(steps),
+        tokens_per_step=overall.tokens_per_step,
+        per_position_acceptance=per_position,
+        conditional_acceptance=metrics.conditional_acceptance(per_position) if per_position else None,
+        acceptance_histogram=metrics.acceptance_histogram(steps, d) if d else None,
+        al_by_position=metrics.al_by_position(steps),
+        n_steps=overall.n_steps,
+        by_domain=metrics.by_domain(steps, requests, seed),
+        vllm_counters=counters,
+        lossless=lossless_check,
+        speedup=speedup,
+        operating_points=operating_points or [],
+        timing=timing,
+        versions=versions,
+        fingerprints=Fingerprints(**fingerprints),
+        git_sha=git_sha,
+        config_fingerprint=config_fingerprint,
+        runner=runner,
+    )

@@ -12,16 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from evals.errors import SpeclensError
+from core.config import WandbLoggerConfig
+from core.errors import SpeclensError
+from core.redact import redact
+from reports.curves import write_curves
+from reports.rank import write_ranking
 
 
 def sweep_outputs(sweep_dir: Path) -> tuple[Any, Any, list[str]]:
     """(curves or None, ranking or None, notes on what was skipped)."""
-    from reports.curves import write_curves
-    from reports.rank import write_ranking
-
     curves = ranking = None
     notes = []
     try:
@@ -37,10 +38,6 @@ def sweep_outputs(sweep_dir: Path) -> tuple[Any, Any, list[str]]:
 
 def redact_saved_config(path: Path) -> None:
     """Hydra saves the sweep's config (overrides included) before any job runs: redact it in place."""
-    from omegaconf import OmegaConf
-
-    from reports.redact import redact
-
     saved = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     clean = redact(saved)
     if clean != saved:
@@ -66,7 +63,7 @@ class SweepReport(Callback):
             print(f"speclens: sweep {sweep_dir}: {note}")
         if curves is not None:
             print(f"speclens: sweep {sweep_dir}: curves.csv" + (", ranking.csv" if ranking is not None else ""))
-        if config.logger.name == "wandb" and curves is not None:
+        if OmegaConf.get_type(config.logger) is WandbLoggerConfig and curves is not None:
             from reports.wandb_log import log_sweep
 
             try:

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from evals.errors import SpeclensError, report
+from core.errors import SpeclensError, guarded
+from drafters.facts_table import HEADER as DRAFTER_HEADER, comparison_rows
 from reports import figures
 from reports.runs import Run, check_consistent, find_runs
-from reports.table import cell
+from reports.table import cell, markdown_table
 
 # Tells a browser test whether every image decoded and no script error happened.
 LOAD_CHECK = """<script>
@@ -85,27 +86,23 @@ def ranking_section(runs: list[Run]) -> Section:
 def stamp_section(runs: list[Run]) -> Section:
     section = Section("Run stamp")
     first = runs[0]
-    versions = first.summary.get("versions") or {}
-    section.text.append("Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
-    section.text.append(f"git: {first.summary.get('git_sha')}")
-    rows = [[figures.label(run), str(run.path.name), (run.summary.get("fingerprints") or {}).get("target") or "-",
-             (run.summary.get("fingerprints") or {}).get("draft") or "-",
-             (run.summary.get("fingerprints") or {}).get("dataset") or "-"] for run in runs]
+    section.text.append("Versions: " + ", ".join(f"{k} {v}" for k, v in first.summary.versions.items()))
+    section.text.append(f"git: {first.summary.git_sha}")
+    rows = [[run.summary.label, str(run.path.name), run.fingerprints.target or "-", run.fingerprints.draft or "-",
+             run.fingerprints.dataset or "-"] for run in runs]
     section.tables.append((["run", "dir", "target", "draft", "prompts"], rows))
     return section
 
 
 def build_sections(root: Path) -> list[Section]:
-    from evals.drafters import HEADER, comparison_rows
-
     runs = find_runs(root)
     if not runs:
         raise SpeclensError(f"{root}: no finished runs (summary.json) in it.")
     check_consistent(runs)
-    spec_runs = [r for r in runs if r.summary["d"] is not None]
+    spec_runs = [r for r in runs if r.summary.d is not None]
     sections = curve_sections(root)
-    summary_rows = [[figures.label(r), str(r.summary["n_requests"]), cell(r.summary["al"], 3),
-                     cell(r.summary["tokens_per_step"], 3), cell(r.summary.get("speedup"), 3)] for r in runs]
+    summary_rows = [[r.summary.label, str(r.summary.n_requests), cell(r.summary.al, 3),
+                     cell(r.summary.tokens_per_step, 3), cell(r.summary.speedup, 3)] for r in runs]
     sections.insert(0, Section("Runs", tables=[(["run", "requests", "AL", "tokens/step", "speedup"], summary_rows)]))
     sections.append(Section("Per-position acceptance", images=[("per_position", figures.per_position(spec_runs))]))
     sections.append(Section("Acceptance histogram", images=[("histogram", figures.histogram(spec_runs))]))
@@ -115,7 +112,7 @@ def build_sections(root: Path) -> list[Section]:
                             ["Predicted = T_verif(B)·tokens/step / (T_verif(B(1+D)) + T_draft(B,D)); needs baseline=true."]
                             if speed is None else [], images=[("speedup", speed)] if speed else []))
     sections.append(ranking_section(runs))
-    sections.append(Section("Drafters", tables=[(HEADER, comparison_rows())]))
+    sections.append(Section("Drafters", tables=[(DRAFTER_HEADER, comparison_rows())]))
     sections.append(stamp_section(runs))
     return sections
 
@@ -138,8 +135,6 @@ def render_html(root: Path, sections: list[Section]) -> str:
 
 
 def render_markdown(root: Path, sections: list[Section], out_dir: Path) -> str:
-    from reports.table import markdown_table
-
     out = ["# speclens report", "", str(root), ""]
     for s in sections:
         out += [f"## {s.title}", ""]
@@ -162,14 +157,12 @@ def build(root: Path) -> tuple[Path, Path]:
     return html_file, md_file
 
 
+@guarded
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m reports.build", description=__doc__.splitlines()[0])
     parser.add_argument("dir", type=Path, help="a run dir or a sweep dir")
     args = parser.parse_args(argv)
-    try:
-        html_file, md_file = build(args.dir)
-    except SpeclensError as exc:
-        return report(exc)
+    html_file, md_file = build(args.dir)
     print(f"report: {html_file}\nmarkdown: {md_file}")
     return 0
 

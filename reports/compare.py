@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from evals.errors import SpeclensError, report
-from evals.metrics import BOOTSTRAP_SAMPLES, resample_indices
-from evals.records import read_parquet
+from core.errors import SpeclensError, guarded
+from core.metrics import BOOTSTRAP_SAMPLES, resample_indices
+from core.records import read_parquet
 from reports.runs import CONSISTENT_KEYS, Run, check_consistent, find_runs
-from reports.table import cell
+from reports.table import cell, markdown_table, text_table
 
 COMPARE_COLUMNS = [
     "drafter", "d", "domain", "n_requests", "baseline_al", "candidate_al", "al_diff", "diff_ci95_lo",
@@ -59,9 +59,9 @@ def paired_al_difference(
 def _speculative_runs(root: Path) -> dict[tuple[str, int], Run]:
     runs: dict[tuple[str, int], Run] = {}
     for run in find_runs(root):
-        if run.summary["d"] is None:
+        if run.summary.d is None:
             continue
-        key = (run.summary["drafter"], run.summary["d"])
+        key = (run.summary.drafter, run.summary.d)
         if key in runs:
             raise SpeclensError(f"{root} holds drafter={key[0]} d={key[1]} twice ({runs[key].path} and {run.path}).")
         runs[key] = run
@@ -122,14 +122,10 @@ def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 def terminal_table(table: pd.DataFrame) -> str:
     header, rows = display_rows(table)
-    widths = [max(len(x) for x in col) for col in zip(header, *rows)]
-    line = lambda cells: "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+    return text_table(header, rows, left_columns=3)
 
 
 def write_comparison(baseline_dir: Path, candidate_dir: Path) -> tuple[pd.DataFrame, list[str]]:
-    from reports.table import markdown_table
-
     table, notes = compare(baseline_dir, candidate_dir)
     table.to_csv(candidate_dir / "compare.csv", index=False)
     header, rows = display_rows(table)
@@ -140,15 +136,13 @@ def write_comparison(baseline_dir: Path, candidate_dir: Path) -> tuple[pd.DataFr
     return table, notes
 
 
+@guarded
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m reports.compare", description=__doc__.splitlines()[0])
     parser.add_argument("baseline", type=Path, help="run or sweep dir measured first")
     parser.add_argument("candidate", type=Path, help="run or sweep dir to compare with it (outputs go here)")
     args = parser.parse_args(argv)
-    try:
-        table, notes = write_comparison(args.baseline, args.candidate)
-    except SpeclensError as exc:
-        return report(exc)
+    table, notes = write_comparison(args.baseline, args.candidate)
     print(terminal_table(table))
     for note in notes:
         print(note)

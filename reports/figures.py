@@ -1,115 +1,158 @@
-"""The report's plots, each drawn from finished runs into PNG bytes."""
+"""Every plot speclens draws, as PNG bytes: one matplotlib set-up for all of them."""
 
 from __future__ import annotations
 
 import io
-from typing import Callable
+from typing import Any, Callable
 
 import pandas as pd
 
+from core.costs import GAP_TOLERANCE
 from reports.runs import Run
 
 
-def _figure(draw: Callable, size: tuple[float, float] = (6.4, 4.0)) -> bytes:
+def draw(plot: Callable[[Any], None], size: tuple[float, float] = (6.4, 4.0), dpi: int = 100) -> bytes:
+    """Run `plot(ax)` on a fresh figure (grid, legend when labelled) and return it as PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=size)
-    draw(ax)
+    plot(ax)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
+    # Fixed margins: tight_layout costs more than the drawing itself.
     fig.subplots_adjust(left=0.12, right=0.97, top=0.91, bottom=0.13)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
+    fig.savefig(buf, format="png", dpi=dpi)
     plt.close(fig)
     return buf.getvalue()
 
 
-def label(run: Run) -> str:
-    s = run.summary
-    return s["drafter"] + (f" d={s['d']}" if s["d"] is not None else "")
-
-
 def al_vs_d(curves: pd.DataFrame, domain: str) -> bytes:
-    def draw(ax):
+    """AL against D, one line per drafter with its 95% CI band; measured points as dots."""
+    from matplotlib.ticker import MaxNLocator
+
+    def plot(ax):
         for drafter, g in curves[curves.domain == domain].groupby("drafter", sort=True):
             g = g.sort_values("d")
-            (line,) = ax.plot(g.d, g.al, "o-", label=drafter)
+            (line,) = ax.plot(g.d, g.al, label=drafter)
             ax.fill_between(g.d, g.al_ci95_lo, g.al_ci95_hi, color=line.get_color(), alpha=0.15, linewidth=0)
-        from matplotlib.ticker import MaxNLocator
-
+            measured = g[g.source == "measured"]
+            ax.plot(measured.d, measured.al, "o", color=line.get_color())
+            other = g[g.source != "measured"]
+            ax.plot(other.d, other.al, ".", color=line.get_color())
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("draft length D")
-        ax.set_ylabel("AL")
-        ax.set_title(f"AL vs D: {domain}")
+        ax.set_ylabel("AL (accepted + 1 per drafted step)")
+        ax.set_title(f"AL vs D — {domain}  (dots: measured)")
 
-    return _figure(draw)
+    return draw(plot, size=(6.4, 4.2), dpi=110)
 
 
 def per_position(runs: list[Run]) -> bytes:
-    def draw(ax):
+    def plot(ax):
         for run in runs:
-            rates = run.summary.get("per_position_acceptance")
+            rates = run.summary.per_position_acceptance
             if rates:
-                ax.plot(range(1, len(rates) + 1), rates, "o-", label=label(run))
+                ax.plot(range(1, len(rates) + 1), rates, "o-", label=run.summary.label)
         ax.set_xlabel("draft position k")
         ax.set_ylabel("P(k-th draft token accepted)")
         ax.set_ylim(0, 1.02)
         ax.set_title("Per-position acceptance")
 
-    return _figure(draw)
+    return draw(plot)
 
 
 def histogram(runs: list[Run]) -> bytes:
-    def draw(ax):
+    def plot(ax):
         for run in runs:
-            counts = run.summary.get("acceptance_histogram")
+            counts = run.summary.acceptance_histogram
             if counts and sum(counts):
                 total = sum(counts)
-                ax.plot(range(len(counts)), [c / total for c in counts], "o-", label=label(run))
+                ax.plot(range(len(counts)), [c / total for c in counts], "o-", label=run.summary.label)
         ax.set_xlabel("tokens accepted in a drafted step")
         ax.set_ylabel("share of drafted steps")
         ax.set_title("Acceptance histogram")
 
-    return _figure(draw)
+    return draw(plot)
 
 
 def al_by_position(runs: list[Run]) -> bytes:
-    def draw(ax):
+    def plot(ax):
         for run in runs:
-            bins = run.summary.get("al_by_position") or []
-            if bins and run.summary["d"] is not None:
-                ax.plot([b["from"] for b in bins], [b["al"] for b in bins], "o-", label=label(run))
+            bins = run.summary.al_by_position
+            if bins and run.summary.d is not None:
+                ax.plot([b.from_ for b in bins], [b.al for b in bins], "o-", label=run.summary.label)
         ax.set_xscale("symlog", linthresh=256)
         ax.set_xlabel("context length at the step (tokens, bin start)")
         ax.set_ylabel("AL")
         ax.set_title("AL by context position")
 
-    return _figure(draw)
+    return draw(plot)
 
 
 def speedups(runs: list[Run]) -> bytes | None:
     """Predicted against measured speedup, one point per run and batch size; None without any."""
-    points = [(label(run), p["batch_size"], p["speedup"], p["predicted_speedup"])
-              for run in runs for p in run.summary.get("operating_points") or []
-              if p.get("speedup") is not None and p.get("predicted_speedup") is not None]
+    points = [(run.summary.label, p.batch_size, p.speedup, p.predicted_speedup)
+              for run in runs for p in run.summary.operating_points
+              if p.speedup is not None and p.predicted_speedup is not None]
     if not points:
         return None
 
-    def draw(ax):
+    def plot(ax):
         for name, b, measured, predicted in points:
             ax.plot(measured, predicted, "o")
             ax.annotate(f"{name} B={b}", (measured, predicted), fontsize=7, xytext=(3, 3), textcoords="offset points")
         values = [v for _, _, m, p in points for v in (m, p)]
         lo, hi = min(values) * 0.9, max(values) * 1.1
         ax.plot([lo, hi], [lo, hi], "k--", linewidth=1, label="predicted = measured")
-        ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="grey", alpha=0.15,
-                        label="within 10%")
+        band = GAP_TOLERANCE
+        ax.fill_between([lo, hi], [lo * (1 - band), hi * (1 - band)], [lo * (1 + band), hi * (1 + band)],
+                        color="grey", alpha=0.15, label=f"within {band:.0%}")
         ax.set_xlabel("measured speedup")
         ax.set_ylabel("predicted speedup")
         ax.set_title("Predicted vs measured speedup")
 
-    return _figure(draw)
+    return draw(plot)
+
+
+def pareto(points: pd.DataFrame, front: pd.DataFrame) -> bytes:
+    """Total output tokens/s against tokens/s per request, one curve per (mechanism, D) over the
+    batch sizes; the Pareto front marked."""
+
+    def plot(ax):
+        for label, g in points.groupby("label", sort=True):
+            g = g.sort_values("batch_size")
+            ax.plot(g.tokens_per_s_per_request, g.output_tokens_per_s, "o-", label=label, markersize=4)
+            for r in g.itertuples():
+                ax.annotate(f"B={r.batch_size}", (r.tokens_per_s_per_request, r.output_tokens_per_s), fontsize=7,
+                            xytext=(3, 3), textcoords="offset points")
+        if not front.empty:
+            ax.plot(front.tokens_per_s_per_request, front.output_tokens_per_s, "k--", linewidth=1, label="Pareto front")
+            ax.scatter(front.tokens_per_s_per_request, front.output_tokens_per_s, s=90, facecolors="none",
+                       edgecolors="k", zorder=3)
+        ax.set_xlabel("interactivity: output tokens/s per request")
+        ax.set_ylabel("throughput: output tokens/s (all requests)")
+        ax.set_title("Throughput vs interactivity (measured, all prompts)")
+
+    return draw(plot, size=(6.8, 4.6), dpi=110)
+
+
+def trend(history: pd.DataFrame) -> bytes:
+    """AL per night, one line per (drafter, D) over all prompts; nights that regressed marked."""
+
+    def plot(ax):
+        pooled = history[history.domain == "all"].sort_values("night")
+        for (drafter, d), g in pooled.groupby(["drafter", "d"], sort=True):
+            ax.plot(g.night, g.al, "o-", label=f"{drafter} d={d}")
+            bad = g[g.regressed.eq(True)]
+            ax.plot(bad.night, bad.al, "x", color="red", markersize=10, markeredgewidth=2)
+        ax.set_xlabel("night")
+        ax.set_ylabel("AL (all prompts)")
+        ax.set_title("Nightly AL (red x: regression)")
+        ax.tick_params(axis="x", labelrotation=30)
+
+    return draw(plot, size=(7.0, 4.2), dpi=110)

@@ -19,10 +19,14 @@ from typing import Any
 
 import pandas as pd
 
-from evals import costs
-from evals.errors import SpeclensError, report
+from core import costs
+from core.errors import SpeclensError, guarded
+from core.guidelines import Guidelines, low_latency_speedup
+from core.summary import DomainPoint, OperatingPoint
+from drafters.facts_table import facts_of
+from reports import figures
 from reports.runs import Run, check_consistent, find_runs
-from reports.table import cell
+from reports.table import cell, markdown_table, median_ms, text_table
 
 RANK_COLUMNS = [
     "domain", "batch_size", "drafter", "d", "rank", "speedup", "speedup_source", "measured_speedup",
@@ -32,55 +36,47 @@ RANK_COLUMNS = [
 ]
 
 
-def _median(timing: dict | None) -> float | None:
-    return None if timing is None else timing["median_ms"]
-
-
 def _facts(drafter: str) -> tuple[str, str]:
-    from drafters import REGISTRY
-
-    cls = REGISTRY.get(drafter)
-    return (cls.facts.serve_memory, cls.facts.training_cost) if cls else ("?", "?")
+    facts = facts_of(drafter)
+    return (facts.serve_memory, facts.training_cost) if facts else ("?", "?")
 
 
-def _row(run: Run, point: dict, domain: str, figures: dict, measured: bool) -> dict[str, Any]:
+def _row(run: Run, point: OperatingPoint, domain: str, figures: DomainPoint, measured: bool) -> dict[str, Any]:
     s = run.summary
-    lo, hi = figures.get("predicted_speedup_range") or (None, None)
-    measured_speedup = point["speedup"] if measured else None
-    predicted = figures.get("predicted_speedup")
+    lo, hi = figures.predicted_speedup_range or (None, None)
+    measured_speedup = point.speedup if measured else None
+    predicted = figures.predicted_speedup
     speedup, source = (measured_speedup, "measured") if measured_speedup is not None else (predicted, "predicted")
-    gap = costs.speedup_gap(predicted, measured_speedup)
-    t_step, t_draft = _median(point["t_step"]), point["t_draft_ms"]
-    serve_memory, training_cost = _facts(s["drafter"])
-    tokens_per_s = point["output_tokens_per_s"] if measured else None
+    t_step, t_draft = median_ms(point.t_step), point.t_draft_ms
+    serve_memory, training_cost = _facts(s.drafter)
+    tokens_per_s = point.output_tokens_per_s if measured else None
     return {
-        "domain": domain, "batch_size": point["batch_size"], "drafter": s["drafter"], "d": s["d"],
+        "domain": domain, "batch_size": point.batch_size, "drafter": s.drafter, "d": s.d,
         "speedup": speedup, "speedup_source": source,
         "measured_speedup": measured_speedup, "predicted_speedup": predicted, "predicted_lo": lo,
-        "predicted_hi": hi, "speedup_gap": gap,
-        "gap_above_tolerance": gap is not None and abs(gap) > costs.GAP_TOLERANCE,
-        "al": figures["al"], "tokens_per_step": figures["tokens_per_step"],
-        "t_verif_ms": _median(point["t_verif"]), "t_verif_spec_ms": _median(point["t_verif_spec"]),
+        "predicted_hi": hi, "speedup_gap": costs.speedup_gap(predicted, measured_speedup),
+        "gap_above_tolerance": costs.gap_above_tolerance(predicted, measured_speedup),
+        "al": figures.al, "tokens_per_step": figures.tokens_per_step,
+        "t_verif_ms": median_ms(point.t_verif), "t_verif_spec_ms": median_ms(point.t_verif_spec),
         "t_draft_ms": t_draft, "t_step_ms": t_step,
         "draft_overhead": t_draft / t_step if t_draft is not None and t_step else None,
         "output_tokens_per_s": tokens_per_s,
-        "tokens_per_s_per_request": tokens_per_s / point["batch_size"] if tokens_per_s is not None else None,
+        "tokens_per_s_per_request": tokens_per_s / point.batch_size if tokens_per_s is not None else None,
         "serve_memory": serve_memory, "training_cost": training_cost, "run": str(run.path),
     }
 
 
-def _plain_row(run: Run, point: dict, domain: str) -> dict[str, Any]:
+def _plain_row(run: Run, point: OperatingPoint, domain: str) -> dict[str, Any]:
     """Plain decoding at this operating point: speedup 1 by definition."""
-    t_verif = point["t_verif"]
-    tokens_per_s = point["baseline_output_tokens_per_s"] if run.summary["d"] is not None else point["output_tokens_per_s"]
+    tokens_per_s = point.baseline_output_tokens_per_s if run.summary.d is not None else point.output_tokens_per_s
     memory, training = _facts("none")
     return {
-        "domain": domain, "batch_size": point["batch_size"], "drafter": "none", "d": None, "speedup": 1.0,
+        "domain": domain, "batch_size": point.batch_size, "drafter": "none", "d": None, "speedup": 1.0,
         "speedup_source": "measured", "measured_speedup": 1.0, "predicted_speedup": None, "predicted_lo": None,
         "predicted_hi": None, "speedup_gap": None, "gap_above_tolerance": False, "al": None,
-        "tokens_per_step": 1.0, "t_verif_ms": _median(t_verif), "t_verif_spec_ms": None, "t_draft_ms": None,
-        "t_step_ms": _median(t_verif), "draft_overhead": None, "output_tokens_per_s": tokens_per_s,
-        "tokens_per_s_per_request": tokens_per_s / point["batch_size"] if tokens_per_s else None,
+        "tokens_per_step": 1.0, "t_verif_ms": median_ms(point.t_verif), "t_verif_spec_ms": None, "t_draft_ms": None,
+        "t_step_ms": median_ms(point.t_verif), "draft_overhead": None, "output_tokens_per_s": tokens_per_s,
+        "tokens_per_s_per_request": tokens_per_s / point.batch_size if tokens_per_s else None,
         "serve_memory": memory, "training_cost": training, "run": str(run.path),
     }
 
@@ -90,16 +86,16 @@ def missing_baselines(runs: list[Run]) -> list[str]:
     missing = []
     for run in runs:
         s = run.summary
-        if s["d"] is None:
+        if s.d is None:
             continue
-        for point in s.get("operating_points") or []:
-            lacks = [name for name, value in (("plain-decoding throughput", point["baseline_output_tokens_per_s"]),
-                                              ("T_verif(B)", point["t_verif"])) if value is None]
+        for point in s.operating_points:
+            lacks = [name for name, value in (("plain-decoding throughput", point.baseline_output_tokens_per_s),
+                                              ("T_verif(B)", point.t_verif)) if value is None]
             if lacks:
-                missing.append(f"{run.path} (drafter={s['drafter']} d={s['d']}) at batch size "
-                               f"{point['batch_size']}: no {' and no '.join(lacks)}")
-        if not s.get("operating_points"):
-            missing.append(f"{run.path} (drafter={s['drafter']} d={s['d']}): no operating points (measured "
+                missing.append(f"{run.path} (drafter={s.drafter} d={s.d}) at batch size "
+                               f"{point.batch_size}: no {' and no '.join(lacks)}")
+        if not s.operating_points:
+            missing.append(f"{run.path} (drafter={s.drafter} d={s.d}): no operating points (measured "
                            "by a speclens before batch sizes were recorded)")
     return missing
 
@@ -109,16 +105,16 @@ def ranking_rows(runs: list[Run]) -> pd.DataFrame:
     plain: dict[tuple[str, int], dict] = {}
     for run in runs:
         s = run.summary
-        for point in s["operating_points"]:
-            domains = sorted(point["by_domain"])
+        for point in s.operating_points:
+            domains = sorted(point.by_domain)
             # A single-domain run measured that domain's speedup itself.
-            groups = [("all", point, True)] + [(dom, point["by_domain"][dom], len(domains) == 1) for dom in domains]
-            for domain, figures, measured in groups:
-                if s["d"] is not None:
-                    rows.append(_row(run, point, domain, figures, measured))
+            groups = [("all", point, True)] + [(dom, point.by_domain[dom], len(domains) == 1) for dom in domains]
+            for domain, group, measured in groups:
+                if s.d is not None:
+                    rows.append(_row(run, point, domain, group, measured))
                 # Plain decoding's row: from a drafter=none run first, else from any baseline pass.
-                key = (domain, point["batch_size"])
-                if point["t_verif"] is not None and (key not in plain or s["d"] is None):
+                key = (domain, point.batch_size)
+                if point.t_verif is not None and (key not in plain or s.d is None):
                     plain[key] = _plain_row(run, point, domain)
     frame = pd.DataFrame(rows + list(plain.values()), columns=RANK_COLUMNS)
     frame = frame.sort_values(["domain", "batch_size", "speedup"], ascending=[True, True, False], na_position="last")
@@ -130,12 +126,12 @@ def ranking_rows(runs: list[Run]) -> pd.DataFrame:
 def check_unique(runs: list[Run]) -> None:
     seen: dict[tuple, Path] = {}
     for run in runs:
-        key = (run.summary["drafter"], run.summary["d"])
-        for point in run.summary.get("operating_points") or []:
-            other = seen.setdefault(key + (point["batch_size"],), run.path)
+        key = (run.summary.drafter, run.summary.d)
+        for point in run.summary.operating_points:
+            other = seen.setdefault(key + (point.batch_size,), run.path)
             if other != run.path:
                 raise SpeclensError(
-                    f"drafter={key[0]} d={key[1]} at batch size {point['batch_size']} was measured twice "
+                    f"drafter={key[0]} d={key[1]} at batch size {point.batch_size} was measured twice "
                     f"({other} and {run.path}); rank each setting from its own dir."
                 )
 
@@ -170,8 +166,6 @@ def rank_runs(runs: list[Run]) -> pd.DataFrame:
 
 def guideline_notes(runs: list[Run], ranking: pd.DataFrame) -> list[str]:
     """Guidelines 2-4 for the runs' target (and drafts), set against the measured best D."""
-    from evals.guidelines import Guidelines, low_latency_speedup
-
     target_dir = next((r.stamp.get("target_dir") for r in runs if r.stamp.get("target_dir")), None)
     config_file = Path(target_dir) / "config.json" if target_dir else None
     if config_file is None or not config_file.is_file():
@@ -195,20 +189,20 @@ def guideline_notes(runs: list[Run], ranking: pd.DataFrame) -> list[str]:
     for run in runs:
         draft = (run.stamp.get("config", {}).get("drafter") or {}).get("model")
         draft_file = Path(draft) / "config.json" if draft else None
-        if draft_file is None or not draft_file.is_file() or run.summary["d"] is None:
+        if draft_file is None or not draft_file.is_file() or run.summary.d is None:
             continue
         g4 = Guidelines.for_configs(target_config, json.loads(draft_file.read_text()))
         s = run.summary
-        for point in s["operating_points"]:
-            if point["al"] is None:
+        for point in s.operating_points:
+            if point.al is None:
                 continue
-            predicted = low_latency_speedup(point["al"], g4.rho, s["d"])
-            measured = point["speedup"]
+            predicted = low_latency_speedup(point.al, g4.rho, s.d)
+            measured = point.speedup
             notes.append(
-                f"guideline 4, {s['drafter']} d={s['d']} B={point['batch_size']}: rho={g4.rho:.3f}, AL={point['al']:.2f} "
-                f"gives AL/(1+rho*D) = x{predicted:.2f}; measured x{measured:.2f}"
-                + (" — they disagree by more than 10% (the rule assumes verification costs one plain step)"
-                   if measured and abs(predicted / measured - 1) > costs.GAP_TOLERANCE else "")
+                f"guideline 4, {s.drafter} d={s.d} B={point.batch_size}: rho={g4.rho:.3f}, AL={point.al:.2f} "
+                f"gives AL/(1+rho*D) = x{predicted:.2f}; measured " + (f"x{measured:.2f}" if measured else "-")
+                + (f" — they disagree by more than {costs.GAP_TOLERANCE:.0%} (the rule assumes verification costs "
+                   "one plain step)" if costs.gap_above_tolerance(predicted, measured) else "")
             )
     return notes
 
@@ -248,8 +242,6 @@ def _verdict(group: pd.DataFrame) -> str:
 
 
 def ranking_markdown(ranking: pd.DataFrame, notes: list[str]) -> str:
-    from reports.table import markdown_table
-
     out = ["# Ranking: speedup over plain decoding", "",
            "Measured where the run measured it (all of its prompts); predicted per domain from the domain's "
            "tokens per step and the run's measured step costs: speedup = T_verif(B)·tokens/step / "
@@ -260,7 +252,7 @@ def ranking_markdown(ranking: pd.DataFrame, notes: list[str]) -> str:
         flagged = group[group.gap_above_tolerance.astype(bool)]
         for _, r in flagged.iterrows():
             out.append(f"- {r.drafter} d={int(r.d)}: predicted x{r.predicted_speedup:.2f} vs measured "
-                       f"x{r.measured_speedup:.2f}, a gap of {r.speedup_gap:+.0%} (above 10%: the step-cost model "
+                       f"x{r.measured_speedup:.2f}, a gap of {r.speedup_gap:+.0%} (above {costs.GAP_TOLERANCE:.0%}: the step-cost model "
                        "misses part of this run's time, e.g. prefill or a partly filled batch).")
         if len(flagged):
             out.append("")
@@ -273,43 +265,15 @@ def terminal_table(ranking: pd.DataFrame) -> str:
     for (domain, b), group in ranking.groupby(["domain", "batch_size"], sort=True):
         header = [label for _, label, _ in DISPLAY[:11]]
         rows = [r[:11] for r in display_rows(group)]
-        widths = [max(len(x) for x in col) for col in zip(header, *rows)]
-        line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths))  # noqa: E731
-        out += [f"{domain}, B={b}: {_verdict(group)}", line(header)] + [line(r) for r in rows] + [""]
+        out += [f"{domain}, B={b}: {_verdict(group)}", text_table(header, rows, left_columns=0), ""]
     return "\n".join(out)
 
 
-def plot_pareto(ranking: pd.DataFrame, out: Path) -> None:
-    """Total output tokens/s against tokens/s per request, one curve per (mechanism, D) over
-    the batch sizes; the Pareto front (no other point better on both axes) marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot_pareto(ranking: pd.DataFrame) -> bytes:
+    """The measured operating points (all prompts) with their Pareto front."""
     points = ranking[(ranking.domain == "all") & ranking.output_tokens_per_s.notna()].copy()
-    fig, ax = plt.subplots(figsize=(6.8, 4.6))
     points["label"] = [f"{r.drafter}" + ("" if pd.isna(r.d) else f" d={int(r.d)}") for r in points.itertuples()]
-    for label, g in points.groupby("label", sort=True):
-        g = g.sort_values("batch_size")
-        ax.plot(g.tokens_per_s_per_request, g.output_tokens_per_s, "o-", label=label, markersize=4)
-        for r in g.itertuples():
-            ax.annotate(f"B={r.batch_size}", (r.tokens_per_s_per_request, r.output_tokens_per_s), fontsize=7,
-                        xytext=(3, 3), textcoords="offset points")
-    front = pareto_front(points)
-    if not front.empty:
-        ax.plot(front.tokens_per_s_per_request, front.output_tokens_per_s, "k--", linewidth=1, label="Pareto front")
-        ax.scatter(front.tokens_per_s_per_request, front.output_tokens_per_s, s=90, facecolors="none",
-                   edgecolors="k", zorder=3)
-    ax.set_xlabel("interactivity: output tokens/s per request")
-    ax.set_ylabel("throughput: output tokens/s (all requests)")
-    ax.set_title("Throughput vs interactivity (measured, all prompts)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    # Fixed margins: tight_layout costs more than the drawing itself.
-    fig.subplots_adjust(left=0.12, right=0.97, top=0.91, bottom=0.12)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    return figures.pareto(points, pareto_front(points))
 
 
 def pareto_front(points: pd.DataFrame) -> pd.DataFrame:
@@ -320,26 +284,24 @@ def pareto_front(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_ranking(dirs: list[Path], out_dir: Path | None = None) -> tuple[pd.DataFrame, list[str]]:
+    runs = find_all_runs(dirs)
     out_dir = out_dir or dirs[0]
     out_dir.mkdir(parents=True, exist_ok=True)
-    runs = find_all_runs(dirs)
     ranking = rank_runs(runs)
     notes = guideline_notes(runs, ranking)
     ranking.to_csv(out_dir / "ranking.csv", index=False)
     (out_dir / "ranking.md").write_text(ranking_markdown(ranking, notes))
-    plot_pareto(ranking, out_dir / "pareto.png")
+    (out_dir / "pareto.png").write_bytes(plot_pareto(ranking))
     return ranking, notes
 
 
+@guarded
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m reports.rank", description=__doc__.splitlines()[0])
     parser.add_argument("dirs", type=Path, nargs="+", help="run dirs or sweep dirs")
     parser.add_argument("--out", type=Path, default=None, help="where to write (default: the first dir)")
     args = parser.parse_args(argv)
-    try:
-        ranking, notes = write_ranking(args.dirs, args.out)
-    except SpeclensError as exc:
-        return report(exc)
+    ranking, notes = write_ranking(args.dirs, args.out)
     print(terminal_table(ranking))
     print("\n".join(notes))
     print(f"ranking: {(args.out or args.dirs[0]) / 'ranking.csv'}")

@@ -1,14 +1,14 @@
-"""Finding and reading finished runs (run dirs holding summary.json) under a folder."""
+"""Finding and reading finished runs (run dirs holding summary.json) and replays under a folder."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from evals.errors import SpeclensError
-from evals.records import SCHEMA_VERSION
+from core.errors import SpeclensError
+from core.summary import REPLAY_FILE, SUMMARY_FILE, Fingerprints, ReplayRecord, RunSummary, read_replay, read_summary
 
 # What must be the same across runs that are drawn or ranked together.
 CONSISTENT_KEYS = (
@@ -22,16 +22,33 @@ CONSISTENT_KEYS = (
 
 
 @dataclass(frozen=True)
-class Run:
+class Measured:
+    """A run or a replay: where it is, what it measured with (fingerprints) and its stamp."""
+
     path: Path
-    summary: dict[str, Any]
+    fingerprints: Fingerprints
     stamp: dict[str, Any]
 
     def get(self, dotted: str) -> Any:
-        node: Any = {"fingerprints": self.summary.get("fingerprints", {}), "config": self.stamp.get("config", {})}
+        node: Any = {"fingerprints": asdict(self.fingerprints), "config": self.stamp.get("config", {})}
         for part in dotted.split("."):
             node = node.get(part) if isinstance(node, dict) else None
         return node
+
+
+@dataclass(frozen=True)
+class Run(Measured):
+    summary: RunSummary = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class Replay(Measured):
+    record: ReplayRecord = None  # type: ignore[assignment]
+
+
+def _stamp(run_dir: Path) -> dict[str, Any]:
+    stamp_file = run_dir / "stamp.json"
+    return json.loads(stamp_file.read_text()) if stamp_file.is_file() else {}
 
 
 def find_runs(root: Path) -> list[Run]:
@@ -39,20 +56,22 @@ def find_runs(root: Path) -> list[Run]:
     if not root.is_dir():
         raise SpeclensError(f"{root}: no such folder.")
     runs = []
-    for summary_file in sorted(root.rglob("summary.json")):
-        summary = json.loads(summary_file.read_text())
-        if summary.get("schema_version") != SCHEMA_VERSION:
-            raise SpeclensError(
-                f"{summary_file}: schema version {summary.get('schema_version')}, this speclens reads "
-                f"{SCHEMA_VERSION}; re-run it or use a matching speclens release."
-            )
-        stamp_file = summary_file.with_name("stamp.json")
-        stamp = json.loads(stamp_file.read_text()) if stamp_file.is_file() else {}
-        runs.append(Run(summary_file.parent, summary, stamp))
+    for summary_file in sorted(root.rglob(SUMMARY_FILE)):
+        summary = read_summary(summary_file.parent)
+        runs.append(Run(summary_file.parent, summary.fingerprints, _stamp(summary_file.parent), summary))
     return runs
 
 
-def check_consistent(runs: list[Run], keys: tuple[str, ...] = CONSISTENT_KEYS) -> None:
+def find_replays(root: Path) -> list[Replay]:
+    """Every replay (replay.json beside its curves) under `root`."""
+    replays = []
+    for replay_file in sorted(root.rglob(REPLAY_FILE)):
+        record = read_replay(replay_file.parent)
+        replays.append(Replay(replay_file.parent, record.summary.fingerprints, record.stamp, record))
+    return replays
+
+
+def check_consistent(runs: list[Measured], keys: tuple[str, ...] = CONSISTENT_KEYS) -> None:
     """Refuse runs measured under different settings, naming each differing key and its values."""
     differing = []
     for key in keys:

@@ -8,66 +8,69 @@ Configs are logged with secret-looking values redacted (reports/redact.py).
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from reports.redact import redact
+from core.redact import redact
+from core.summary import RunSummary
+from reports.table import median_ms
 
 # wandb refuses tags longer than 64 characters.
 MAX_TAG = 64
 
 
-def run_tags(summary: dict[str, Any]) -> list[str]:
-    target = (summary.get("fingerprints") or {}).get("target") or "unknown"
-    tags = [f"drafter={summary['drafter']}", f"d={summary['d']}",
-            f"domains={'+'.join(sorted(summary.get('by_domain') or {}))}", f"target={target.split(':')[-1][:16]}"]
+def run_tags(summary: RunSummary) -> list[str]:
+    target = summary.fingerprints.target or "unknown"
+    tags = [f"drafter={summary.drafter}", f"d={summary.d}",
+            f"domains={'+'.join(sorted(summary.by_domain))}", f"target={target.split(':')[-1][:16]}"]
     return [t[:MAX_TAG] for t in tags]
 
 
-def summary_figures(summary: dict[str, Any]) -> dict[str, Any]:
+def summary_figures(summary: RunSummary) -> dict[str, Any]:
     """The flat headline figures a dashboard's run table shows."""
-    lo, hi = summary.get("al_ci95") or (None, None)
-    lossless = summary.get("lossless") or {}
+    lo, hi = summary.al_ci95 or (None, None)
     flat: dict[str, Any] = {
-        "al": summary["al"], "al_ci95_lo": lo, "al_ci95_hi": hi, "al_request_weighted": summary.get("al_request_weighted"),
-        "tokens_per_step": summary["tokens_per_step"], "n_requests": summary["n_requests"], "n_steps": summary["n_steps"],
-        "speedup": summary.get("speedup"), "lossless_identical": lossless.get("identical"),
-        "output_tokens_per_s": summary["timing"].get("output_tokens_per_s"),
+        "al": summary.al, "al_ci95_lo": lo, "al_ci95_hi": hi, "al_request_weighted": summary.al_request_weighted,
+        "tokens_per_step": summary.tokens_per_step, "n_requests": summary.n_requests, "n_steps": summary.n_steps,
+        "speedup": summary.speedup, "lossless_identical": summary.lossless.identical if summary.lossless else None,
+        "output_tokens_per_s": summary.timing.output_tokens_per_s,
     }
-    for domain, figures in (summary.get("by_domain") or {}).items():
-        flat[f"al/{domain}"] = figures["al"]
-        flat[f"tokens_per_step/{domain}"] = figures["tokens_per_step"]
-    for k, rate in enumerate(summary.get("per_position_acceptance") or [], start=1):
+    for domain, figures in summary.by_domain.items():
+        flat[f"al/{domain}"] = figures.al
+        flat[f"tokens_per_step/{domain}"] = figures.tokens_per_step
+    for k, rate in enumerate(summary.per_position_acceptance or [], start=1):
         flat[f"acceptance/pos{k}"] = rate
-    for point in summary.get("operating_points") or []:
-        b = point["batch_size"]
-        flat[f"speedup/B{b}"] = point["speedup"]
-        flat[f"predicted_speedup/B{b}"] = point["predicted_speedup"]
-        flat[f"t_verif_ms/B{b}"] = (point["t_verif"] or {}).get("median_ms")
-        flat[f"t_draft_ms/B{b}"] = point["t_draft_ms"]
+    for point in summary.operating_points:
+        b = point.batch_size
+        flat[f"speedup/B{b}"] = point.speedup
+        flat[f"predicted_speedup/B{b}"] = point.predicted_speedup
+        flat[f"t_verif_ms/B{b}"] = median_ms(point.t_verif)
+        flat[f"t_draft_ms/B{b}"] = point.t_draft_ms
     return flat
 
 
-def _tables(summary: dict[str, Any]) -> dict[str, pd.DataFrame]:
-    domains = [{"domain": dom, "al": f["al"], "al_ci95_lo": (f["al_ci95"] or [None, None])[0],
-                "al_ci95_hi": (f["al_ci95"] or [None, None])[1], "tokens_per_step": f["tokens_per_step"],
-                "n_requests": f["n_requests"]} for dom, f in (summary.get("by_domain") or {}).items()]
-    per_pos = summary.get("per_position_acceptance") or []
-    conditional = summary.get("conditional_acceptance") or [None] * len(per_pos)
-    histogram = summary.get("acceptance_histogram") or []
-    points = [{"batch_size": p["batch_size"], "al": p["al"], "tokens_per_step": p["tokens_per_step"],
-               "output_tokens_per_s": p["output_tokens_per_s"], "speedup": p["speedup"],
-               "predicted_speedup": p["predicted_speedup"], "t_verif_ms": (p["t_verif"] or {}).get("median_ms"),
-               "t_verif_spec_ms": (p["t_verif_spec"] or {}).get("median_ms"), "t_draft_ms": p["t_draft_ms"]}
-              for p in summary.get("operating_points") or []]
+def _tables(summary: RunSummary) -> dict[str, pd.DataFrame]:
+    domains = [{"domain": dom, "al": f.al, "al_ci95_lo": (f.al_ci95 or [None, None])[0],
+                "al_ci95_hi": (f.al_ci95 or [None, None])[1], "tokens_per_step": f.tokens_per_step,
+                "n_requests": f.n_requests} for dom, f in summary.by_domain.items()]
+    per_pos = summary.per_position_acceptance or []
+    conditional = summary.conditional_acceptance or [None] * len(per_pos)
+    histogram = summary.acceptance_histogram or []
+    points = [{"batch_size": p.batch_size, "al": p.al, "tokens_per_step": p.tokens_per_step,
+               "output_tokens_per_s": p.output_tokens_per_s, "speedup": p.speedup,
+               "predicted_speedup": p.predicted_speedup, "t_verif_ms": median_ms(p.t_verif),
+               "t_verif_spec_ms": median_ms(p.t_verif_spec), "t_draft_ms": p.t_draft_ms}
+              for p in summary.operating_points]
+    bins = [{"from": b.from_, "to": b.to, "n_steps": b.n_steps, "al": b.al} for b in summary.al_by_position]
     return {
         "per_domain": pd.DataFrame(domains),
         "per_position_acceptance": pd.DataFrame({"position": range(1, len(per_pos) + 1), "acceptance": per_pos,
                                                  "conditional": conditional}),
         "acceptance_histogram": pd.DataFrame({"accepted": range(len(histogram)), "steps": histogram}),
-        "al_by_position": pd.DataFrame(summary.get("al_by_position") or [], columns=["from", "to", "n_steps", "al"]),
+        "al_by_position": pd.DataFrame(bins, columns=["from", "to", "n_steps", "al"]),
         "operating_points": pd.DataFrame(points),
     }
 
@@ -79,13 +82,14 @@ def _init(logger: Any, out_dir: Path, **kwargs: Any):
                       settings=wandb.Settings(console="off", silent=True), **kwargs)
 
 
-def log_run(out_dir: Path, summary: dict[str, Any], stamp: dict[str, Any], logger: Any, group: str | None) -> None:
+def log_run(out_dir: Path, summary: RunSummary, stamp: dict[str, Any], logger: Any, group: str | None) -> None:
     import wandb
 
-    config = redact({"config": stamp.get("config"), "fingerprints": summary.get("fingerprints"),
-                     "versions": summary.get("versions"), "git_sha": summary.get("git_sha"),
+    config = redact({"drafter": summary.drafter, "d": summary.d, "dataset": summary.dataset, "runner": summary.runner,
+                     "config": stamp.get("config"), "fingerprints": asdict(summary.fingerprints),
+                     "versions": summary.versions, "git_sha": summary.git_sha,
                      "speculative_config": stamp.get("speculative_config")})
-    name = summary["drafter"] + (f"-d{summary['d']}" if summary["d"] is not None else "")
+    name = summary.drafter + (f"-d{summary.d}" if summary.d is not None else "")
     run = _init(logger, out_dir, group=group or logger.group, job_type="run", name=name,
                 tags=run_tags(summary) + list(logger.tags), config=config)
     try:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-from evals.errors import ConfigError
+from core.assets import cache_dir
+from core.errors import ConfigError
+from core.files import write_text_atomic
 
 # Files that define what a checkpoint computes; their contents go into its fingerprint.
 FINGERPRINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".json", ".model", ".txt", ".gguf")
@@ -49,8 +50,6 @@ def fingerprint(path: Path) -> str:
     File digests are cached by (path, size, mtime) so re-runs do not re-read
     large weights; a fine-tuned checkpoint written in place gets a new mtime.
     """
-    from evals.assets import cache_dir
-
     cache_file = cache_dir() / "fingerprints.json"
     try:
         cache = json.loads(cache_file.read_text())
@@ -70,7 +69,5 @@ def fingerprint(path: Path) -> str:
             digest = cache[cache_key] = h.hexdigest()
         total.update(f"{file.relative_to(path)}\0{digest}\n".encode())
     if len(cache) != known:  # only new digests are worth a write
-        tmp = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cache))
-        os.replace(tmp, cache_file)
+        write_text_atomic(cache_file, json.dumps(cache))
     return "sha256:" + total.hexdigest()

@@ -1,24 +1,25 @@
-"""A scripted engine for unit tests: replays given per-step acceptance, no model involved.
+"""`runner=fake`: a scripted engine, no model involved, complete against the Engine protocol, so
+every command runs end to end in unit tests without vLLM.
 
 It batches like vLLM does: the requests in flight (at most `max_concurrency`) advance one
 step together; a request's first step is its prefill, and a finished request's slot goes to
 the next one. Each step's wall time comes from a cost function of what it carried, so the
-cost decomposition can be checked against hand-computed values.
+cost decomposition can be checked against hand-computed values. What each request accepts at
+each step is scripted: `runner.script=<json file>` (`{"<request_id>#<turn>": [steps]}`), else
+`runner.pattern` rotated per request.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+import json
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
 
-from runners.engine import (
-    DraftedStep,
-    EngineStep,
-    ProgressFn,
-    SamplingSpec,
-    SpecCounters,
-    TurnRequest,
-    TurnResult,
-)
+from core.generation import DraftedStep, EngineStep, SamplingSpec, SpecCounters, TurnRequest, TurnResult
+
+from runners.engine import ProgressFn
 
 # One script entry per decode step: None = the drafter proposed nothing (an
 # undrafted step), an int = accepted count with D drafted, a pair = (drafted, accepted).
@@ -30,24 +31,73 @@ MODES = ("speculative", "plain", "verify")
 StepCost = Callable[[str, int, int, int], float]
 
 
-def linear_cost(mode: str, num_requests: int, num_tokens: int, num_draft_tokens: int) -> float:
-    """10 ms per step + 1 ms per token processed + 2 ms per drafted token when a drafter ran."""
-    drafting = 0.002 * num_draft_tokens if mode == "speculative" else 0.0
-    return 0.010 + 0.001 * num_tokens + drafting
+# Output tokens: token i of every answer, and the id that ends one (the fake's end-of-sequence).
+EOS_TOKEN = 2
+
+
+def output_token(i: int) -> int:
+    return 100 + (i % 50)
+
+
+@dataclass
+class FakeRunnerConfig:
+    """runner=fake: the scripted engine (unit tests; no model, no vLLM)."""
+
+    # JSON file mapping "<request_id>#<turn>" to its decode steps: null = an undrafted step, an
+    # int = accepted count with D drafted, [drafted, accepted]; requests it lacks decode one step.
+    script: str | None = None
+    # Without a script: every request's decode steps cycle through this, starting at an offset
+    # fixed by its request id (null = an undrafted step; counts above D are capped at D) ...
+    pattern: list[Any] = field(default_factory=lambda: [2, 0, 3, None, 1])
+    # ... until it has this many output tokens (sampling.max_tokens caps it).
+    output_tokens: int = 24
+    # Step wall time: step_ms + token_ms per token processed + draft_token_ms per draft token
+    # in the drafter's own pass.
+    step_ms: float = 10.0
+    token_ms: float = 1.0
+    draft_token_ms: float = 2.0
+    # Added to the reported accepted-token counter (a miscount the run must catch).
+    counter_error: int = 0
+    # A request id whose generation raises, as an engine that dies mid-run would.
+    fail_on: str | None = None
+    # "<request_id>#<turn>" keys whose plain-decoding answer differs from the speculative one in
+    # its last token (a lossless check that fails).
+    diverge: list[str] = field(default_factory=list)
+
+
+def chat_token_ids(messages: Sequence[dict[str, str]]) -> list[int]:
+    """The fake's chat template: a role token, then one token per word (its length + 10)."""
+    ids = []
+    for m in messages:
+        ids.append(1 if m["role"] == "user" else 2)
+        ids.extend(len(word) + 10 for word in m["content"].split())
+    return ids + [3]
+
+
+def linear_cost(mode: str, num_requests: int, num_tokens: int, num_draft_tokens: int,
+                step_ms: float = 10.0, token_ms: float = 1.0, draft_token_ms: float = 2.0) -> float:
+    """step_ms per step + token_ms per token processed + draft_token_ms per drafted token when a
+    drafter ran (defaults: 10 ms, 1 ms, 2 ms)."""
+    drafting = draft_token_ms * num_draft_tokens if mode == "speculative" else 0.0
+    return (step_ms + token_ms * num_tokens + drafting) / 1000.0
 
 
 class FakeEngine:
     def __init__(
         self,
         d: int | None,
-        script: dict[str, StepScript],
+        script: Mapping[str, StepScript] | Callable[[str], StepScript],
         counter_error: int = 0,
         mode: str | None = None,
         cost: StepCost = linear_cost,
+        fail_on: str | None = None,
+        limits: tuple[int, int] = (64, 8192),
+        diverge: Sequence[str] = (),
     ) -> None:
-        """`script` maps `request_id#turn` to its speculative decode steps; missing keys decode
-        one plain step. In mode `plain` each script entry becomes accepted + 1 plain steps (the
-        same output); in mode `verify` every decode step drafts D tokens and accepts none.
+        """`script` maps `request_id#turn` to its speculative decode steps (a mapping, in which
+        missing keys decode one plain step, or a function of the key). In mode `plain` each
+        script entry becomes accepted + 1 plain steps (the same output); in mode `verify` every
+        decode step drafts D tokens and accepts none.
 
         `counter_error` is added to the reported accepted-token counter, to test
         that a disagreement between records and counters is caught.
@@ -55,22 +105,21 @@ class FakeEngine:
         self.mode = mode or ("speculative" if d else "plain")
         assert self.mode in MODES, self.mode
         self.d = d
-        self.script = script
+        self.script = script if callable(script) else (lambda key, s=script: s.get(key, [None]))
         self.counter_error = counter_error
         self.cost = cost
+        self.fail_on = fail_on
+        self.scheduler_limits = limits
+        self.diverge = set(diverge)
         self._counters = SpecCounters(num_accepted_tokens_per_pos=[0] * (d or 0))
         self._steps: list[EngineStep] = []
 
     def chat_token_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
-        ids = []
-        for m in messages:
-            ids.append(1 if m["role"] == "user" else 2)
-            ids.extend(len(word) + 10 for word in m["content"].split())
-        return ids + [3]
+        return chat_token_ids(messages)
 
     def _decode_steps(self, key: str) -> list[tuple[int, int] | None]:
         """This request's decode steps in this mode: (drafted, accepted), or None when undrafted."""
-        entries = [None if e is None else e if isinstance(e, tuple) else (self.d, e) for e in self.script.get(key, [None])]
+        entries = [None if e is None else tuple(e) if isinstance(e, (tuple, list)) else (self.d, e) for e in self.script(key)]
         if self.mode == "speculative":
             return entries
         decoded = sum(1 if e is None else e[1] + 1 for e in entries)
@@ -83,7 +132,9 @@ class FakeEngine:
         progress: ProgressFn | None = None,
         max_concurrency: int | None = None,
     ) -> list[TurnResult]:
-        queue = [_Flight(req, self._decode_steps(req.key)) for req in reversed(requests)]
+        if self.fail_on is not None and any(req.request_id == self.fail_on for req in requests):
+            raise RuntimeError(f"fake engine: scripted failure on request {self.fail_on}")
+        queue = [_Flight(req, self._decode_steps(req.key), sampling) for req in reversed(requests)]
         limit = max_concurrency or len(queue)
         in_flight: list[_Flight] = []
         done: dict[str, _Flight] = {}
@@ -103,7 +154,12 @@ class FakeEngine:
             for f in [f for f in in_flight if f.finished]:
                 in_flight.remove(f)
                 done[f.request.key] = f
-        return [done[req.key].result() for req in requests]
+        results = [done[req.key].result() for req in requests]
+        if self.mode == "plain":
+            for r in results:
+                if f"{r.request_id}#{r.turn}" in self.diverge:
+                    r.output_token_ids[-1] += 1
+        return results
 
     def _observe(self, drafted: int, accepted: int) -> None:
         if self.mode != "speculative":
@@ -120,6 +176,16 @@ class FakeEngine:
     def step_log(self) -> list[EngineStep]:
         return list(self._steps)
 
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return " ".join(f"w{t}" for t in token_ids)
+
+    def stop_token_ids(self) -> set[int]:
+        return {EOS_TOKEN}
+
+    def greedy_predictions(self, sequences: Sequence[Sequence[int]]) -> list[list[int]]:
+        """A draft that predicts the next token right except at every fourth position."""
+        return [[int(s[j + 1]) if j + 1 < len(s) and j % 4 != 3 else -5 for j in range(len(s))] for s in sequences]
+
     def counters(self) -> SpecCounters | None:
         if self.d is None:
             return None
@@ -133,9 +199,11 @@ class FakeEngine:
 class _Flight:
     """One request's progress: its prefill step, then its scripted decode steps."""
 
-    def __init__(self, request: TurnRequest, decode_steps: list[tuple[int, int] | None]) -> None:
+    def __init__(self, request: TurnRequest, decode_steps: list[tuple[int, int] | None], sampling: SamplingSpec) -> None:
         self.request = request
         self.remaining = list(decode_steps)
+        self.max_tokens = sampling.max_tokens
+        self.ignore_eos = sampling.ignore_eos
         self.prefilled = False
         self.generated = 0
         self.steps: list[DraftedStep] = []
@@ -144,7 +212,10 @@ class _Flight:
 
     @property
     def finished(self) -> bool:
-        return self.prefilled and not self.remaining
+        # With ignore_eos the answer runs to max_tokens, past where its script ends.
+        if self.ignore_eos:
+            return self.prefilled and self.generated >= self.max_tokens
+        return self.prefilled and (not self.remaining or self.generated >= self.max_tokens)
 
     def advance(self, engine: FakeEngine) -> tuple[int, int, int]:
         """One engine step for this request: (tokens processed, draft tokens, new output tokens)."""
@@ -153,7 +224,7 @@ class _Flight:
             self.prefilled = True
             self.generated = 1  # the prefill step samples the first token
             return len(self.request.prompt_token_ids), 0, 1
-        entry = self.remaining.pop(0)
+        entry = self.remaining.pop(0) if self.remaining else None
         if entry is None:
             self.generated += 1
             return 1, 0, 1
@@ -165,7 +236,12 @@ class _Flight:
         return 1 + drafted, drafted, accepted + 1
 
     def result(self) -> TurnResult:
-        out = [100 + (i % 50) for i in range(self.generated)]
+        # As vLLM does, the last step's accepted tokens past max_tokens are cut from the output
+        # (but were counted); an answer that ends on its own ends with EOS_TOKEN.
+        n = min(self.generated, self.max_tokens)
+        out = [output_token(i) for i in range(n)]
+        if not self.ignore_eos and not self.remaining and self.generated <= self.max_tokens:
+            out[-1] = EOS_TOKEN
         return TurnResult(
             request_id=self.request.request_id,
             turn=self.request.turn,
@@ -178,14 +254,66 @@ class _Flight:
         )
 
 
-def fake_factory(d: int, script: dict[str, StepScript], cost: StepCost = linear_cost, **kwargs: Any):
-    """An engine factory for `evals.run.run`: the mode follows the speculative config it is given."""
+def pattern_script(pattern: Sequence[Any], output_tokens: int, d: int | None) -> Callable[[str], StepScript]:
+    """Decode steps from `pattern`, rotated by a fixed offset per request, until `output_tokens`
+    output tokens (counts above D capped at D)."""
+
+    def steps(key: str) -> StepScript:
+        offset = zlib.crc32(key.encode()) % len(pattern)
+        out: StepScript = []
+        made = 1  # the prefill step's token
+        i = offset
+        while made < output_tokens:
+            entry = pattern[i % len(pattern)]
+            accepted = None if entry is None or not d else min(int(entry), d)
+            out.append(accepted)
+            made += 1 if accepted is None else accepted + 1
+            i += 1
+        return out
+
+    return steps
+
+
+def load_script(path: str) -> dict[str, StepScript]:
+    from core.errors import ConfigError
+
+    try:
+        raw = json.loads(Path(path).expanduser().read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"runner.script={path}: not a readable JSON file ({exc}).") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"runner.script={path}: expected an object mapping '<request_id>#<turn>' to steps.")
+    return raw
+
+
+def fake_factory(d: int | None, script: Mapping[str, StepScript] | Callable[[str], StepScript],
+                 cost: StepCost = linear_cost, **kwargs: Any):
+    """An engine factory (model_dir, speculative config) -> FakeEngine: the mode follows the
+    speculative config it is given (none: plain; the zero-cost proposer: verify)."""
     from runners.zero_cost_proposer import CLASS_PATH
 
-    def factory(plan: Any, spec: dict[str, Any] | None) -> FakeEngine:
+    def factory(model_dir: Any, spec: dict[str, Any] | None) -> FakeEngine:
         if spec is None:
             return FakeEngine(None, script, mode="plain", cost=cost, **kwargs)
         mode = "verify" if spec.get("model") == CLASS_PATH else "speculative"
         return FakeEngine(spec["num_speculative_tokens"], script, mode=mode, cost=cost, **kwargs)
 
     return factory
+
+
+def engine_factory(cfg: FakeRunnerConfig, d: int | None, max_num_seqs: int, max_num_batched_tokens: int | None):
+    """The factory `runner=fake` builds from its config."""
+    script: Any = load_script(cfg.script) if cfg.script else pattern_script(list(cfg.pattern), cfg.output_tokens, d)
+
+    def cost(mode: str, requests: int, tokens: int, drafts: int) -> float:
+        return linear_cost(mode, requests, tokens, drafts, cfg.step_ms, cfg.token_ms, cfg.draft_token_ms)
+
+    return fake_factory(d, script, cost, counter_error=cfg.counter_error, fail_on=cfg.fail_on,
+                        limits=(max_num_seqs, max_num_batched_tokens or 8192), diverge=list(cfg.diverge))
+
+
+class FakeEncoder:
+    """The fake engine's chat encoding, for pre-engine checks (prompt lengths, long-context cuts)."""
+
+    def chat_token_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        return chat_token_ids(messages)

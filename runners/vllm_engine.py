@@ -14,7 +14,8 @@ import time
 from typing import Any, Sequence
 
 from runners.chat import ChatTokenizer
-from runners.engine import DraftedStep, EngineStep, ProgressFn, SamplingSpec, SpecCounters, TurnRequest, TurnResult
+from core.generation import DraftedStep, EngineStep, SamplingSpec, SpecCounters, TurnRequest, TurnResult
+from runners.engine import ProgressFn
 
 COUNTER_PREFIX = "vllm:spec_decode_"
 

@@ -1,40 +1,55 @@
-"""Prompt sets by name (`dataset=<name>`): the one registry of loaders and their schemas."""
+"""Prompt sets by name (`dataset=<name>`): the one registry of loaders and their config classes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
-from evals.datasets import humaneval, jsonl, long_context, mt_bench, sample, speed_bench
-from evals.datasets.base import ChatEncoder, DatasetConfig, Prompt, filter_categories, fingerprint, select
-from evals.errors import ConfigError
+from core.config import DatasetConfig
+from core.errors import ConfigError
+from core.generation import ChatEncoder, Prompt
+from evals.datasets.base import filter_categories, select
+from evals.datasets.humaneval import HumanEvalConfig, load as load_humaneval
+from evals.datasets.jsonl import JsonlConfig, SpecBenchConfig, load as load_jsonl
+from evals.datasets.long_context import LongContextConfig, load as load_long_context
+from evals.datasets.mt_bench import MtBenchConfig, load as load_mt_bench
+from evals.datasets.sample import SampleConfig, load as load_sample
+from evals.datasets.speed_bench import SpeedBenchConfig, load as load_speed_bench
 
 
 @dataclass(frozen=True)
 class DatasetSpec:
     config_class: type[DatasetConfig]
     load: Callable[..., list[Prompt]]  # (config, encoder) -> prompts
+    # dataset.path=<file> is required.
+    needs_path: bool = False
 
 
 DATASETS: dict[str, DatasetSpec] = {
-    "sample": DatasetSpec(DatasetConfig, sample.load),
-    "mt_bench": DatasetSpec(DatasetConfig, mt_bench.load),
-    "humaneval": DatasetSpec(DatasetConfig, humaneval.load),
-    "jsonl": DatasetSpec(DatasetConfig, jsonl.load),
-    # Spec-Bench's question.jsonl has the jsonl layout; see conf/dataset/spec_bench.yaml.
-    "spec_bench": DatasetSpec(DatasetConfig, jsonl.load),
-    "speed_bench": DatasetSpec(speed_bench.SpeedBenchConfig, speed_bench.load),
-    "long_context": DatasetSpec(long_context.LongContextConfig, long_context.load),
+    "sample": DatasetSpec(SampleConfig, load_sample),
+    "mt_bench": DatasetSpec(MtBenchConfig, load_mt_bench),
+    "humaneval": DatasetSpec(HumanEvalConfig, load_humaneval),
+    "jsonl": DatasetSpec(JsonlConfig, load_jsonl, needs_path=True),
+    "spec_bench": DatasetSpec(SpecBenchConfig, load_jsonl, needs_path=True),
+    "speed_bench": DatasetSpec(SpeedBenchConfig, load_speed_bench),
+    "long_context": DatasetSpec(LongContextConfig, load_long_context),
 }
+
+
+def dataset_name(cfg: DatasetConfig) -> str:
+    """The registry name of a dataset config (its identity)."""
+    for name, spec in DATASETS.items():
+        if type(cfg) is spec.config_class:
+            return name
+    raise ConfigError(f"dataset: {type(cfg).__name__} is not a registered prompt set; choose one of {', '.join(DATASETS)}.")
 
 
 def load_prompts(cfg: DatasetConfig, seed: int, encoder: ChatEncoder) -> list[Prompt]:
     """The prompts `cfg` names: loaded, filtered by category, then the seeded stratified subset."""
-    if cfg.name not in DATASETS:
-        raise ConfigError(f"dataset={cfg.name!r} is unknown; choose one of {', '.join(sorted(DATASETS))}.")
-    prompts = DATASETS[cfg.name].load(cfg, encoder)
-    prompts = filter_categories(prompts, cfg.categories, f"dataset={cfg.name}")
+    name = dataset_name(cfg)
+    spec = DATASETS[name]
+    if spec.needs_path and not cfg.path:
+        raise ConfigError(f"dataset={name} needs dataset.path=<file>.")
+    prompts = spec.load(cfg, encoder)
+    prompts = filter_categories(prompts, cfg.categories, f"dataset={name}")
     return select(prompts, cfg.num_requests, seed)
-
-
-__all__ = ["DATASETS", "ChatEncoder", "DatasetConfig", "Prompt", "fingerprint", "load_prompts", "select"]

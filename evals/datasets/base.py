@@ -1,4 +1,4 @@
-"""Prompts as the evaluator sees them, dataset configs, and the seeded stratified subset."""
+"""Category filter, the seeded stratified subset, and the prompt-set fingerprint."""
 
 from __future__ import annotations
 
@@ -6,40 +6,10 @@ import hashlib
 import json
 import random
 from collections import defaultdict
-from dataclasses import asdict, dataclass
-from typing import Protocol, Sequence
+from dataclasses import asdict
 
-from omegaconf import MISSING
-
-from evals.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """One conversation: user turns sent in order, later turns carrying the model's answers."""
-
-    request_id: str
-    # What reports group by (evals/datasets/domains.py normalizes source categories).
-    domain: str
-    # The source's own category, kept next to the domain.
-    category: str
-    turns: tuple[str, ...]
-
-
-@dataclass
-class DatasetConfig:
-    """Hydra schema shared by every prompt set; sets with more keys subclass it."""
-
-    name: str = MISSING
-    path: str | None = None
-    # A deterministic, seeded subset of this many prompts, balanced across categories.
-    num_requests: int | None = None
-    # Keep only these source categories (null: all).
-    categories: list[str] | None = None
-
-
-class ChatEncoder(Protocol):
-    def chat_token_ids(self, messages: Sequence[dict[str, str]]) -> list[int]: ...
+from core.errors import ConfigError
+from core.generation import Prompt
 
 
 def filter_categories(prompts: list[Prompt], categories: list[str] | None, source: str) -> list[Prompt]:

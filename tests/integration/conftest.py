@@ -14,8 +14,8 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 pytest.importorskip("vllm", reason="integration tests need the CPU extra (make install)")
 
-from evals.config import compose_config  # noqa: E402
-from evals.records import read_parquet  # noqa: E402
+from evals.compose import compose_config  # noqa: E402
+from core.records import read_parquet  # noqa: E402
 from evals.run import run  # noqa: E402
 
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 def measure(out_dir: Path, *overrides: str) -> dict:
     """Run `evals.run` in-process with the real vLLM engine; returns summary.json's content."""
     cfg = compose_config(["engine.cpu_kvcache_space_gib=1", "engine.max_model_len=1024", *overrides])
-    return run(cfg, out_dir, progress=lambda label: None)
+    return run(cfg, out_dir, progress=lambda label: None).to_dict()
 
 
 def tiny_overrides(target: Path, *more: str) -> list[str]:

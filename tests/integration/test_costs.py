@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from evals.records import read_parquet
+from core.records import read_parquet
 from reports.rank import write_ranking
 from tests.integration.conftest import measure
 

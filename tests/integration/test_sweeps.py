@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.config import compose_config
+from evals.compose import compose_config
 from evals.replay import replay
 from reports.curves import collect
 from tests.fixtures.models import random_eagle3_head, tiny_draft, tiny_target

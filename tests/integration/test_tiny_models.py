@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.models import random_eagle3_head, tiny_draft, tiny_target
-from evals.records import read_parquet
+from core.records import read_parquet
 from tests.integration.conftest import measure, requests_of, steps_of, tiny_overrides
 
 D = 3
@@ -99,12 +99,13 @@ import json, os, sys
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 os.environ["VLLM_CPU_KVCACHE_SPACE"] = "1"
 from evals.conversation import run_conversations
-from evals.datasets import DatasetConfig, load_prompts
-from runners.engine import SamplingSpec
+from evals.datasets import load_prompts
+from evals.datasets.mt_bench import MtBenchConfig
+from core.generation import SamplingSpec
 from runners.vllm_engine import VllmEngine
 spec = {{"method": "draft_model", "model": "{target}", "num_speculative_tokens": {D}, "draft_sample_method": "probabilistic"}}
 engine = VllmEngine("{target}", spec, {{"max_model_len": 1024, "dtype": "float32", "enforce_eager": True, "seed": 0}})
-run_conversations(engine, load_prompts(DatasetConfig(name="mt_bench", num_requests=6), 0, None), SamplingSpec(0.8, 1.0, 48, 0))
+run_conversations(engine, load_prompts(MtBenchConfig(num_requests=6), 0, None), SamplingSpec(0.8, 1.0, 48, 0))
 c = engine.counters()
 print(json.dumps(1 + c.num_accepted_tokens / c.num_drafts))
 """

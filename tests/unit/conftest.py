@@ -1,4 +1,4 @@
-"""Unit-test helpers: a fake target checkpoint folder and a fake chat encoder."""
+"""Unit-test helpers: a fake target checkpoint folder, prompt files and fake-runner scripts."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from evals.config import compose_config
-from runners.fake_engine import FakeEngine
+
+from evals.compose import compose_config
+from runners import fake_engine
+
 
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path, monkeypatch):
@@ -26,16 +28,46 @@ def compose_run(*overrides: str):
     return compose_config(list(overrides))
 
 
-class FakeEncoder:
-    """Stands in for the target's chat tokenizer: the fake engine's encoding."""
-
-    def __init__(self, target_dir=None):
-        self._engine = FakeEngine(None, {})
-
-    def chat_token_ids(self, messages):
-        return self._engine.chat_token_ids(messages)
-
-
 def write_questions(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+def write_script(path: Path, script: dict) -> Path:
+    """A `runner.script` file for the fake runner: request#turn -> decode steps."""
+    path.write_text(json.dumps({key: [list(s) if isinstance(s, tuple) else s for s in steps]
+                                for key, steps in script.items()}))
+    return path
+
+
+def fake_overrides(tmp_path: Path, rows: list[dict], script: dict | None = None, name: str = "q",
+                   **target_config) -> list[str]:
+    """runner=fake on a fake target (config.json with `target_config`), these prompt rows and
+    this script (if any)."""
+    target = tmp_path / "target"
+    if not target.exists():
+        write_checkpoint(target, **target_config)
+    questions = write_questions(tmp_path / f"{name}.jsonl", rows)
+    overrides = ["runner=fake", "target=custom", f"target.model={target}", "dataset=jsonl", f"dataset.path={questions}"]
+    if script is not None:
+        overrides.append(f"runner.script={write_script(tmp_path / f'{name}_script.json', script)}")
+    return overrides
+
+
+@pytest.fixture
+def engines_started(monkeypatch) -> list:
+    """The speculative config of every fake engine started in the test, in order (None: plain)."""
+    started: list = []
+    original = fake_engine.fake_factory
+
+    def recording(*args, **kwargs):
+        inner = original(*args, **kwargs)
+
+        def factory(model_dir, spec):
+            started.append(spec)
+            return inner(model_dir, spec)
+
+        return factory
+
+    monkeypatch.setattr(fake_engine, "fake_factory", recording)
+    return started

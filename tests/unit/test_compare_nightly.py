@@ -7,12 +7,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.errors import SpeclensError
-from evals.nightly import main as nightly_main, nightly, parse_args
+from core.errors import SpeclensError
+from evals.nightly import main as nightly_main
 from evals.run import run
 from reports.compare import compare, main as compare_main, paired_al_difference
-from runners.fake_engine import fake_factory
-from tests.unit.conftest import FakeEncoder, compose_run, write_checkpoint, write_questions
+from tests.unit.conftest import compose_run, fake_overrides, write_checkpoint, write_questions, write_script
 
 D = 3
 ROWS = [{"question_id": f"q{i}", "category": "coding" if i % 2 else "writing", "turns": [f"task {i}"]}
@@ -25,12 +24,9 @@ def script(accepted: dict[str, int]) -> dict:
 
 
 def measure(tmp_path: Path, out: Path, accepted: dict[str, int], rows=ROWS, *overrides: str) -> Path:
-    target = write_checkpoint(tmp_path / "target")
-    questions = write_questions(tmp_path / f"{out.name}.jsonl", rows)
-    cfg = compose_run("target=custom", f"target.model={target}", "dataset=jsonl", f"dataset.path={questions}",
-                      "drafter=ngram", f"d={D}", *overrides)
-    run(cfg, out / "ngram", factory=fake_factory(D, script(accepted)), progress=lambda label: None,
-        encoder_factory=FakeEncoder)
+    cfg = compose_run(*fake_overrides(tmp_path, rows, script(accepted), name=out.name), "drafter=ngram", f"d={D}",
+                      *overrides)
+    run(cfg, out / "ngram", progress=lambda label: None)
     return out
 
 
@@ -82,17 +78,21 @@ def write_suite(tmp_path: Path, threshold: float = 0.1) -> Path:
     target = write_checkpoint(tmp_path / "target")
     suite = tmp_path / "suite.yaml"
     suite.write_text(
-        f"common: [target=custom, 'target.model={target}', dataset=jsonl, 'dataset.path={questions}']\n"
+        f"common: [runner=fake, target=custom, 'target.model={target}', dataset=jsonl, 'dataset.path={questions}']\n"
         f"jobs:\n  ngram_d3: [drafter=ngram, d={D}]\nthreshold: {threshold}\n"
     )
     return suite
 
 
 def night(tmp_path: Path, label: str, accepted: dict[str, int], baseline: str | None = None, *extra: str) -> int:
-    argv = [f"suite={write_suite(tmp_path)}", f"night={label}", f"out={tmp_path / 'nights' / label}", *extra]
+    """One night with the fake runner (every request accepting accepted[request], default 2), through
+    the command's own entry point."""
+    scripted = write_script(tmp_path / f"{label}_script.json", script(accepted))
+    argv = [f"suite={write_suite(tmp_path)}", f"night={label}", f"out={tmp_path / 'nights' / label}",
+            f"runner.script={scripted}", *extra]
     if baseline:
         argv.append(f"baseline={tmp_path / 'nights' / baseline}")
-    return nightly(parse_args(argv), factory=fake_factory(D, script(accepted)), encoder_factory=FakeEncoder)
+    return nightly_main(argv)
 
 
 def test_nightly_fails_on_a_regression_naming_drafter_and_domain(tmp_path, capsys):
@@ -118,12 +118,9 @@ def test_a_crashed_night_leaves_the_history_and_reruns(tmp_path):
     history = tmp_path / "nights" / "history.parquet"
     before = history.read_bytes()
 
-    def crashing(plan, spec):
-        raise RuntimeError("engine died")
-
-    with pytest.raises(RuntimeError):
-        nightly(parse_args([f"suite={write_suite(tmp_path)}", "night=n2", f"out={tmp_path / 'nights' / 'n2'}",
-                            f"baseline={tmp_path / 'nights' / 'n1'}"]), factory=crashing, encoder_factory=FakeEncoder)
+    # the engine dies on the first request
+    with pytest.raises(RuntimeError, match="scripted failure"):
+        night(tmp_path, "n2", {}, "n1", "runner.fail_on=q0")
     assert history.read_bytes() == before
     assert night(tmp_path, "n2", {}, "n1") == 0
     # running the same night again replaces its rows instead of adding them twice

@@ -10,13 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from evals import costs
-from evals.errors import ConfigError, SpeclensError
-from evals.records import read_parquet
+from core import costs
+from core.costs import StepTiming
+from core.errors import ConfigError, SpeclensError
+from core.records import read_parquet
 from evals.run import run
 from reports.rank import main as rank_main, pareto_front, rank, write_ranking
-from runners.fake_engine import fake_factory
-from tests.unit.conftest import FakeEncoder, compose_run, write_checkpoint, write_questions
+from tests.unit.conftest import compose_run, fake_overrides
 
 PROMPTS = [{"question_id": f"c{i}", "category": "coding", "turns": [f"write function number {i} " * (i + 1)]}
            for i in range(4)]
@@ -24,26 +24,13 @@ PROMPTS = [{"question_id": f"c{i}", "category": "coding", "turns": [f"write func
 SCRIPTS = {2: [2] * 6, 1: [1] * 9}
 
 
-def measure(tmp_path: Path, d: int, *overrides: str, rows=PROMPTS, cost=None, name=None) -> tuple[dict, Path]:
-    target = write_checkpoint(tmp_path / "target", num_attention_heads=8, num_key_value_heads=1)
-    questions = write_questions(tmp_path / "q.jsonl", rows)
-    cfg = compose_run("target=custom", f"target.model={target}", "dataset=jsonl", f"dataset.path={questions}",
-                      "drafter=ngram", f"d={d}", "batch_sizes=[1,2]", "baseline=true", *overrides)
+def measure(tmp_path: Path, d: int, *overrides: str, rows=PROMPTS, name=None) -> tuple[dict, Path]:
     script = {f"{r['question_id']}#0": SCRIPTS[d] for r in rows}
-    fake = fake_factory(d, script, **({"cost": cost} if cost else {}))
-    engines.clear()
-
-    def factory(plan, spec):
-        engines.append(spec)
-        return fake(plan, spec)
-
+    cfg = compose_run(*fake_overrides(tmp_path, rows, script, name=f"q{d}", num_attention_heads=8, num_key_value_heads=1),
+                      "drafter=ngram", f"d={d}", "batch_sizes=[1,2]", "baseline=true", *overrides)
     out = tmp_path / "sweep" / (name or f"d={d}")
-    summary = run(cfg, out, factory=factory, progress=lambda label: None, encoder_factory=FakeEncoder)
-    return summary, out
-
-
-# The speculative configs engines were started with, in order, by the last `measure`.
-engines: list = []
+    summary = run(cfg, out, progress=lambda label: None)
+    return summary.to_dict(), out
 
 
 def prefill_ms(out: Path, batch_size: int) -> float:
@@ -53,7 +40,7 @@ def prefill_ms(out: Path, batch_size: int) -> float:
     return sum(10 + sum(w) for w in waves)
 
 
-def test_cost_decomposition_and_both_speedups_match_hand_computation(tmp_path):
+def test_cost_decomposition_and_both_speedups_match_hand_computation(tmp_path, engines_started):
     summary, out = measure(tmp_path, 2)
     b1, b2 = summary["operating_points"]
     assert (b1["batch_size"], b2["batch_size"]) == (1, 2)
@@ -77,16 +64,16 @@ def test_cost_decomposition_and_both_speedups_match_hand_computation(tmp_path):
     engine_steps = read_parquet(out / "engine_steps.parquet")
     assert sorted(engine_steps["mode"].unique()) == ["plain", "speculative", "verify"]
     # a fresh engine for every pass: speculative, plain and zero-cost verify at B = 1 and 2
-    methods = [None if spec is None else spec["method"] for spec in engines]
+    methods = [None if spec is None else spec["method"] for spec in engines_started]
     assert methods == ["ngram", "ngram", None, None, "custom_class", "custom_class"]
 
 
 def test_step_timing_median_quartiles_and_predicted_range():
     timing = costs.step_timing(np.array([0.001, 0.002, 0.003, 0.004, 0.005]))
-    assert timing == {"median_ms": pytest.approx(3.0), "p25_ms": pytest.approx(2.0), "p75_ms": pytest.approx(4.0), "n": 5}
+    assert (timing.median_ms, timing.p25_ms, timing.p75_ms) == pytest.approx((3.0, 2.0, 4.0)) and timing.n == 5
     assert costs.step_timing(np.array([0.001] * (costs.MIN_STEADY_STEPS - 1))) is None
-    t_verif = {"median_ms": 10.0, "p25_ms": 9.0, "p75_ms": 12.0}
-    t_step = {"median_ms": 20.0, "p25_ms": 18.0, "p75_ms": 25.0}
+    t_verif = StepTiming(median_ms=10.0, p25_ms=9.0, p75_ms=12.0, n=5)
+    t_step = StepTiming(median_ms=20.0, p25_ms=18.0, p75_ms=25.0, n=5)
     point, (low, high) = costs.predicted_speedup(2.5, t_verif, t_step)
     assert point == pytest.approx(10 * 2.5 / 20)
     assert low == pytest.approx(9 * 2.5 / 25) and high == pytest.approx(12 * 2.5 / 18)
@@ -127,10 +114,7 @@ def test_ranking_orders_by_speedup_with_plain_decoding_ranked_beside(tmp_path):
 
 
 def test_ranking_says_when_speculation_loses(tmp_path):
-    def costly_drafting(mode, requests, tokens, drafts):
-        return 0.010 + 0.001 * tokens + (0.030 * drafts if mode == "speculative" else 0.0)
-
-    measure(tmp_path, 2, cost=costly_drafting)
+    measure(tmp_path, 2, "runner.draft_token_ms=30")
     ranking, _ = write_ranking([tmp_path / "sweep"])
     top = ranking[(ranking.domain == "all")].groupby("batch_size").head(1)
     assert top.drafter.tolist() == ["none", "none"]

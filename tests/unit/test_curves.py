@@ -9,11 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.errors import SpeclensError
+from core.errors import SpeclensError
 from evals.run import run
 from reports.curves import collect, main as curves_main, write_curves
-from runners.fake_engine import FakeEngine
-from tests.unit.conftest import FakeEncoder, compose_run, write_checkpoint, write_questions
+from tests.unit.conftest import compose_run, fake_overrides
 from tests.unit.test_run_fake import ROWS, check_golden
 
 
@@ -24,13 +23,10 @@ def accepted_script(d: int) -> dict:
 
 def sweep(tmp_path: Path, points, *extra: str) -> Path:
     root = tmp_path / "sweep"
-    target = write_checkpoint(tmp_path / "target")
-    questions = write_questions(tmp_path / "q.jsonl", ROWS)
     for drafter, d in points:
-        cfg = compose_run("target=custom", f"target.model={target}", "dataset=jsonl", f"dataset.path={questions}",
-                          f"drafter={drafter}", f"d={d}", *extra)
-        run(cfg, root / f"drafter={drafter},d={d}", factory=lambda plan, spec, d=d: FakeEngine(d, accepted_script(d)),
-            progress=lambda label: None, encoder_factory=FakeEncoder)
+        cfg = compose_run(*fake_overrides(tmp_path, ROWS, accepted_script(d), name=f"q{d}"), f"drafter={drafter}",
+                          f"d={d}", *extra)
+        run(cfg, root / f"drafter={drafter},d={d}", progress=lambda label: None)
     return root
 
 
@@ -73,7 +69,9 @@ def test_replayed_points_fill_in_and_measured_points_win(tmp_path):
     summary = json.loads((root / "drafter=ngram,d=2" / "summary.json").read_text())
     replay_dir = root / "replay"
     replay_dir.mkdir()
-    (replay_dir / "replay.json").write_text(json.dumps({"summary": {"fingerprints": summary["fingerprints"]}, "stamp": stamp}))
+    (replay_dir / "replay.json").write_text(json.dumps({"summary": {
+        "drafter": "ngram", "d_max": 3, "fingerprints": summary["fingerprints"], "replay": "exact", "elapsed_s": 1.0},
+        "stamp": stamp}))
     rows = [{"drafter": "ngram", "d": d, "domain": "all", "al": 9.0, "al_ci95_lo": 9.0, "al_ci95_hi": 9.0,
              "tokens_per_step": 1.0, "source": "replayed"} for d in (1, 2, 3)]
     pd.DataFrame(rows).to_parquet(replay_dir / "curves.parquet")

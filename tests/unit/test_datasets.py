@@ -9,11 +9,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from core.config import DatasetConfig
+from core.generation import Prompt
 from evals.datasets import DATASETS, load_prompts
-from evals.datasets.base import DatasetConfig, Prompt, select
+from evals.datasets.base import select
+from evals.datasets.jsonl import SpecBenchConfig
 from evals.datasets.domains import domain_of, long_context_domain
 from evals.datasets.speed_bench import PLACEHOLDER, SpeedBenchConfig
-from evals.errors import ConfigError
+from core.errors import ConfigError
 
 SPEC_BENCH = Path(__file__).resolve().parents[3] / "shared" / "data" / "spec_bench" / "question.jsonl"
 QUALITATIVE = ["coding", "math", "summarization", "writing"]
@@ -117,7 +120,7 @@ def test_spec_bench_layout_and_domains(tmp_path):
             {"question_id": 241, "category": "math_reasoning", "turns": ["What is 2 + 2?"]}]
     path = tmp_path / "question.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    prompts = load(DatasetConfig(name="spec_bench", path=str(path)))
+    prompts = load(SpecBenchConfig(path=str(path)))
     assert [(p.request_id, p.domain, len(p.turns)) for p in prompts] == [
         ("81", "writing", 2), ("121", "coding", 1), ("161", "summarization", 1), ("241", "math_reasoning", 1)]
 
@@ -127,13 +130,9 @@ def test_spec_bench_layout_and_domains(tmp_path):
 @pytest.mark.skipif(not SPEC_BENCH.is_file(),
                     reason="Spec-Bench's 240 rows (../shared/data/spec_bench, not redistributed here) are not beside this checkout")
 def test_spec_bench_from_shared_data():
-    prompts = load(DatasetConfig(name="spec_bench", path=str(SPEC_BENCH)))
+    prompts = load(SpecBenchConfig(path=str(SPEC_BENCH)))
     assert len(prompts) == 240
     domains = Counter(p.domain for p in prompts)
     assert domains["summarization"] == 80 and domains["math_reasoning"] == 80 and domains["coding"] == 10
     assert {p.category for p in prompts if p.domain == "writing"} == {"writing"}
 
-
-def test_every_dataset_has_a_conf_file():
-    conf = Path(__file__).resolve().parents[2] / "conf" / "dataset"
-    assert {p.stem for p in conf.glob("*.yaml")} == set(DATASETS)

@@ -2,33 +2,34 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from evals.errors import ConfigError, SpeclensError
+from core.errors import ConfigError, SpeclensError
 from evals.run import run
-from tests.unit.conftest import FakeEncoder, compose_run, write_checkpoint, write_questions
+from tests.unit.conftest import compose_run, fake_overrides, write_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS = [{"question_id": 1, "category": "qa", "turns": ["what is two plus two"]}]
 
 
-def never_called(plan, spec):
-    raise AssertionError("an engine was started despite invalid input")
+@pytest.fixture(autouse=True)
+def no_engine_starts(monkeypatch):
+    """Every case here must be refused before an engine starts."""
+
+    def never(*args, **kwargs):
+        raise AssertionError("an engine was started despite invalid input")
+
+    monkeypatch.setattr("runners.fake_engine.FakeEngine.__init__", never)
 
 
 def attempt(tmp_path: Path, *overrides: str, rows=ROWS):
-    target = tmp_path / "target"
-    if not target.exists():
-        write_checkpoint(target)
-    questions = write_questions(tmp_path / "q.jsonl", rows)
-    cfg = compose_run(
-        "target=custom", f"target.model={target}", "dataset=jsonl", f"dataset.path={questions}", *overrides
-    )
-    return run(cfg, tmp_path / "run", factory=never_called, progress=lambda label: None, encoder_factory=FakeEncoder)
+    cfg = compose_run(*fake_overrides(tmp_path, rows), *overrides)
+    return run(cfg, tmp_path / "run", progress=lambda label: None)
 
 
 @pytest.mark.parametrize(
@@ -86,28 +87,61 @@ def test_too_long_prompts_say_how_many_and_what_to_change(tmp_path):
 
 
 def test_missing_mandatory_value_names_the_key(tmp_path):
-    cfg = compose_run("target=custom")
+    cfg = compose_run("runner=fake", "target=custom")
     with pytest.raises(SpeclensError, match=r"target.model has no value"):
-        run(cfg, tmp_path, factory=never_called, progress=lambda label: None, encoder_factory=FakeEncoder)
+        run(cfg, tmp_path, progress=lambda label: None)
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "evals.run", *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+def run_cli(module: str, *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
-def test_cli_unknown_drafter_lists_the_choices():
-    proc = run_cli("drafter=eagle4")
-    assert proc.returncode != 0
-    assert "Could not find 'drafter/eagle4'" in proc.stderr
-    assert "\teagle3\n" in proc.stderr and "schema" not in proc.stderr.split("Config search path")[0]
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    """The command failed with exit status 2 and said why in one line, no traceback."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("speclens: error: "), proc.stderr
+    assert "Traceback" not in proc.stderr
+    return lines[0]
 
 
-def test_cli_typo_in_key_fails_at_composition():
-    proc = run_cli("drafter=ngram", "drafter.promt_lookup_min=3")
-    assert proc.returncode != 0 and "Key 'promt_lookup_min' not in 'NgramConfig'" in proc.stderr
+@pytest.mark.parametrize(
+    "module, args, message",
+    [
+        # a drafter is chosen by its name alone: its config has no `name` to contradict it
+        ("evals.run", ["drafter=ngram", "drafter.name=suffix"],
+         "drafter.name: no such key in NgramConfig (its keys: prompt_lookup_min, prompt_lookup_max)."),
+        ("evals.run", ["logger=wandbx"], "logger=wandbx is unknown; choose one of none, wandb."),
+        ("evals.run", ["dataset=long_context", "dataset.tier=lowentropy"],
+         "dataset.tier: Invalid value 'lowentropy', expected one of [low_entropy, mixed, high_entropy]"),
+        ("evals.run", ["drafter=eagle4"], "drafter=eagle4 is unknown; choose one of "),
+        ("evals.run", ["drafter=ngram", "drafter.promt_lookup_min=3"], "drafter.promt_lookup_min: no such key in NgramConfig"),
+        ("evals.run", ["drafter=eagle3", "drafter.sample_method=nucleus"],
+         "drafter.sample_method: Invalid value 'nucleus', expected one of [greedy, probabilistic]"),
+        # every job of a sweep is checked before the first one runs
+        ("evals.run", ["-m", "d=1,2", "dataset=long_context", "dataset.count_with=target,o100k"],
+         "dataset.count_with: Invalid value 'o100k', expected one of [target, o200k]"),
+        ("evals.replay", ["runner=fakes"], "runner=fakes is unknown; choose one of fake, vllm."),
+        ("evals.selfcheck", ["drafter.sample_method=maybe"],
+         "drafter.sample_method: Invalid value 'maybe', expected one of [greedy, probabilistic]"),
+        ("evals.nightly", ["engine.max_num_seqz=3"], "engine.max_num_seqz: no such key in EngineConfig"),
+        ("evals.guidelines", ["target=nope"], "target=nope is unknown; choose one of custom, smollm2_135m."),
+    ],
+)
+def test_cli_refuses_bad_input_in_one_line_before_any_engine(tmp_path, module, args, message):
+    # run from an empty folder: whatever a command writes lands under tmp_path
+    line = one_line_error(run_cli(module, *args, cwd=tmp_path))
+    assert message in line
+    # nothing was measured
+    assert not list(tmp_path.rglob("stamp.json"))
 
 
 def test_cli_error_exits_2_with_message(tmp_path):
-    proc = run_cli("d=0", f"hydra.run.dir={tmp_path}")
-    assert proc.returncode == 2
-    assert "speclens: error: d=0" in proc.stderr
+    line = one_line_error(run_cli("evals.run", "d=0", "runner=fake", f"hydra.run.dir={tmp_path}"))
+    assert "speclens: error: d=0" in line
+
+
+def test_report_commands_refuse_a_missing_dir_in_one_line(tmp_path):
+    for module in ("reports.build", "reports.curves", "reports.rank"):
+        assert "no such folder" in one_line_error(run_cli(module, str(tmp_path / "nothing")))

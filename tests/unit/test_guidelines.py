@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from evals.errors import ConfigError
-from evals.guidelines import (
+from core.errors import ConfigError
+from core.guidelines import (
     Guidelines,
     layer_ratio,
     low_latency_speedup,
-    main,
     query_heads_per_kv_head,
     starting_draft_length,
     tile_aligned_draft_lengths,
 )
+from evals.guidelines import main
 from tests.unit.conftest import write_checkpoint
 
 

@@ -6,8 +6,8 @@ Request A (domain x) accepted 3, 1, 0 of d=3; request B (domain y) accepted 2, 2
 import pandas as pd
 import pytest
 
-from evals import metrics
-from runners.engine import SpecCounters
+from core import metrics
+from core.generation import SpecCounters
 
 D = 3
 
@@ -60,9 +60,9 @@ def test_bootstrap_ci_with_two_requests_spans_the_single_request_resamples(steps
 def test_by_domain_splits_steps_and_requests(steps, requests):
     domains = metrics.by_domain(steps, requests, seed=0)
     assert set(domains) == {"x", "y"}
-    assert domains["x"]["al"] == pytest.approx(1 + 4 / 3)
-    assert domains["x"]["tokens_per_step"] == pytest.approx(9 / 5)
-    assert domains["y"]["n_steps"] == 2 and domains["y"]["n_requests"] == 1
+    assert domains["x"].al == pytest.approx(1 + 4 / 3)
+    assert domains["x"].tokens_per_step == pytest.approx(9 / 5)
+    assert domains["y"].n_steps == 2 and domains["y"].n_requests == 1
 
 
 def test_counter_check_passes_on_matching_and_names_mismatch(steps):
@@ -81,10 +81,10 @@ def test_empty_steps_give_null_al():
 def test_al_by_position_bins_steps_by_context_length():
     steps = pd.DataFrame({"position": [10, 255, 256, 3000, 70000], "num_accepted": [1, 3, 0, 2, 4]})
     assert metrics.al_by_position(steps) == [
-        {"from": 0, "to": 256, "n_steps": 2, "al": 3.0},
-        {"from": 256, "to": 512, "n_steps": 1, "al": 1.0},
-        {"from": 2048, "to": 4096, "n_steps": 1, "al": 3.0},
-        {"from": 65536, "to": None, "n_steps": 1, "al": 5.0},
+        metrics.PositionBin(from_=0, to=256, n_steps=2, al=3.0),
+        metrics.PositionBin(from_=256, to=512, n_steps=1, al=1.0),
+        metrics.PositionBin(from_=2048, to=4096, n_steps=1, al=3.0),
+        metrics.PositionBin(from_=65536, to=None, n_steps=1, al=5.0),
     ]
 
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from evals.errors import ConfigError, MeasurementError
-from evals.records import read_parquet
+from core.errors import ConfigError, MeasurementError
+from core.records import read_parquet
+from core.summary import read_summary
 from evals.run import run
 from reports.table import result_table
-from runners.fake_engine import FakeEngine
-from tests.unit.conftest import FakeEncoder, compose_run, write_checkpoint, write_questions
+from tests.unit.conftest import compose_run, fake_overrides
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 D = 3
@@ -27,21 +27,26 @@ VOLATILE = ("timing", "versions", "fingerprints", "git_sha", "target", "config_f
 
 
 def fake_run(tmp_path: Path, *overrides: str, script=SCRIPT, counter_error: int = 0):
-    target = write_checkpoint(tmp_path / "target")
-    questions = write_questions(tmp_path / "q.jsonl", ROWS)
-    cfg = compose_run(
-        "target=custom", f"target.model={target}", "dataset=jsonl", f"dataset.path={questions}",
-        "drafter=ngram", f"d={D}", *overrides,
-    )
+    """One run with the fake runner: (summary as a dict, run dir, speculative configs of the
+    engines it started)."""
+    from runners import fake_engine
+
     engines = []
+    original = fake_engine.fake_factory
 
-    def factory(plan, spec):
-        engines.append(spec)
-        return FakeEngine(D if spec else None, script if spec else {}, counter_error=counter_error)
+    def recording(*args, **kwargs):
+        inner = original(*args, **kwargs)
+        return lambda model_dir, spec: engines.append(spec) or inner(model_dir, spec)
 
-    out = tmp_path / "run"
-    summary = run(cfg, out, factory=factory, progress=lambda label: None, encoder_factory=FakeEncoder)
-    return summary, out, engines
+    fake_engine.fake_factory = recording
+    try:
+        cfg = compose_run(*fake_overrides(tmp_path, ROWS, script), "drafter=ngram", f"d={D}",
+                          f"runner.counter_error={counter_error}", *overrides)
+        out = tmp_path / "run"
+        summary = run(cfg, out, progress=lambda label: None)
+    finally:
+        fake_engine.fake_factory = original
+    return summary.to_dict(), out, engines
 
 
 def check_golden(name: str, text: str) -> None:
@@ -112,8 +117,9 @@ def test_golden_summary_and_table(tmp_path):
     stable["operating_points"] = [{k: v for k, v in p.items() if k != "elapsed_s"} for p in summary["operating_points"]]
     assert all(p["elapsed_s"] > 0 for p in summary["operating_points"])
     check_golden("fake_summary.json", json.dumps(stable, indent=2, sort_keys=True) + "\n")
-    fixed = summary | {"timing": {"load_s": 1.0, "generate_s": 2.0, "output_tokens_per_s": 12.5}}
-    check_golden("fake_table.txt", result_table(fixed) + "\n")
+    typed = read_summary(tmp_path / "run")
+    typed.timing.load_s, typed.timing.generate_s, typed.timing.output_tokens_per_s = 1.0, 2.0, 12.5
+    check_golden("fake_table.txt", result_table(typed) + "\n")
 
 
 def test_plain_decoding_has_null_al_and_one_token_per_step(tmp_path):
@@ -126,11 +132,13 @@ def test_plain_decoding_has_null_al_and_one_token_per_step(tmp_path):
 def test_baseline_reports_lossless_and_speedup(tmp_path):
     summary, out, engines = fake_run(tmp_path, "baseline=true")
     assert engines[0]["method"] == "ngram" and engines[1] is None
-    # the fake's tokens depend only on their count, so identical outputs mean equal lengths
-    assert summary["lossless"]["checked"] is True
-    assert summary["lossless"]["n_compared"] == 3
-    assert summary["lossless"]["identical"] is False
+    assert summary["lossless"] == {"checked": True, "identical": True, "n_compared": 3, "n_identical": 3,
+                                   "mismatched": []}
     assert summary["speedup"] is not None and (out / "baseline_outputs.jsonl").is_file()
+    # plain decoding's answer to q1's second turn differs in its last token: named as a mismatch
+    summary, _, _ = fake_run(tmp_path, "baseline=true", "force=true", "runner.diverge=['q1#1']")
+    assert summary["lossless"] == {"checked": True, "identical": False, "n_compared": 3, "n_identical": 2,
+                                   "mismatched": ["q1#1"]}
 
 
 def test_counter_mismatch_fails_the_run_and_keeps_records(tmp_path):

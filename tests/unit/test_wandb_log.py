@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from evals.config import LoggerConfig
+from core.config import WandbLoggerConfig
 from evals.sweep_report import SweepReport
 from tests.unit.test_costs import measure
 from tests.wandb_offline import offline_runs
@@ -44,7 +44,7 @@ def test_a_run_logs_its_figures_tables_and_tags_without_secrets(tmp_path):
     by_position = _table(out, run, "table/al_by_position")
     assert [row[3] for row in by_position["data"]] == pytest.approx([b["al"] for b in summary["al_by_position"]])
     assert {"plot/per_position_acceptance_table.path", "plot/al_by_position_table.path"} <= set(run.history)
-    assert run.config["config"]["drafter"]["name"] == "ngram" and run.config["config"]["d"] == 2
+    assert run.config["drafter"] == "ngram" and run.config["config"]["d"] == 2 and run.config["runner"] == "fake"
     assert run.config["config"]["engine"]["extra_args"]["hf_token"] == "***redacted***"
     # nowhere in the run dir: not in the wandb files, stamp.json or any log
     leaked = [p for p in out.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
@@ -56,7 +56,7 @@ def test_a_sweep_logs_its_curves_and_ranking_in_its_group(tmp_path):
     measure(tmp_path, 1)
     sweep_dir = tmp_path / "sweep"
     config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep_dir)}},
-                               "logger": OmegaConf.structured(LoggerConfig(name="wandb"))})
+                               "logger": OmegaConf.structured(WandbLoggerConfig())})
     SweepReport().on_multirun_end(config)
     assert (sweep_dir / "curves.csv").is_file() and (sweep_dir / "ranking.csv").is_file()
     (run,) = offline_runs(sweep_dir / "wandb")
@@ -75,15 +75,15 @@ def test_a_sweep_logs_its_curves_and_ranking_in_its_group(tmp_path):
     ("stop_token_ids", False), ("num_draft_tokens", False), ("author", False),
 ])
 def test_secret_keys_are_told_apart_from_token_counts(key, secret):
-    from reports.redact import REDACTED, redact
+    from core.redact import REDACTED, redact
 
     assert (redact({"a": [{key: "x"}]})["a"][0][key] == REDACTED) is secret
 
 
 def test_secrets_stay_out_of_job_dir_names_and_the_saved_sweep_config(tmp_path):
-    from evals.config import job_dirname
+    from evals.compose import job_dirname
     from evals.sweep_report import redact_saved_config
-    from reports.redact import REDACTED, redact_overrides
+    from core.redact import REDACTED, redact_overrides
 
     overrides = f"batch_sizes=[1,4],d=3,+engine.extra_args.hf_token={SECRET},sampling.max_tokens=64"
     assert redact_overrides(overrides) == f"batch_sizes=[1,4],d=3,+engine.extra_args.hf_token={REDACTED},sampling.max_tokens=64"

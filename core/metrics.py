@@ -11,15 +11,36 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from evals.errors import MeasurementError
-from runners.engine import SpecCounters
+from core.errors import MeasurementError
+from core.generation import SpecCounters
 
 BOOTSTRAP_SAMPLES = 2000
+
+
+@dataclass
+class GroupFigures:
+    """Acceptance of a group of requests (all, or one domain)."""
+
+    al: float | None
+    al_ci95: list[float] | None
+    tokens_per_step: float | None
+    n_requests: int
+    n_steps: int
+
+
+@dataclass
+class PositionBin:
+    """AL of the drafted steps starting at a context length in [from, to) (`to` None: open-ended)."""
+
+    from_: int
+    to: int | None
+    n_steps: int
+    al: float
 
 
 def acceptance_length(steps: pd.DataFrame) -> float | None:
@@ -87,7 +108,7 @@ def acceptance_histogram(steps: pd.DataFrame, d: int) -> list[int]:
 POSITION_EDGES = (0, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 
 
-def al_by_position(steps: pd.DataFrame) -> list[dict[str, Any]]:
+def al_by_position(steps: pd.DataFrame) -> list[PositionBin]:
     """AL of the drafted steps whose context length at the step's start falls in each bin
     [from, to) of POSITION_EDGES (`to` None: open-ended); empty bins left out."""
     edges = np.array(POSITION_EDGES)
@@ -97,23 +118,22 @@ def al_by_position(steps: pd.DataFrame) -> list[dict[str, Any]]:
     for b in np.unique(bins):
         mask = bins == b
         upper = int(edges[b + 1]) if b + 1 < len(edges) else None
-        out.append({"from": int(edges[b]), "to": upper, "n_steps": int(mask.sum()),
-                    "al": float(1.0 + accepted[mask].mean())})
+        out.append(PositionBin(int(edges[b]), upper, int(mask.sum()), float(1.0 + accepted[mask].mean())))
     return out
 
 
-def group_summary(steps: pd.DataFrame, requests: pd.DataFrame, seed: int) -> dict[str, Any]:
+def group_summary(steps: pd.DataFrame, requests: pd.DataFrame, seed: int) -> GroupFigures:
     al = acceptance_length(steps)
-    return {
-        "al": None if al is None else float(al),
-        "al_ci95": al_ci95(steps, seed),
-        "tokens_per_step": tokens_per_step(requests),
-        "n_requests": int(requests["request_id"].nunique()),
-        "n_steps": int(len(steps)),
-    }
+    return GroupFigures(
+        al=None if al is None else float(al),
+        al_ci95=al_ci95(steps, seed),
+        tokens_per_step=tokens_per_step(requests),
+        n_requests=int(requests["request_id"].nunique()),
+        n_steps=int(len(steps)),
+    )
 
 
-def by_domain(steps: pd.DataFrame, requests: pd.DataFrame, seed: int) -> dict[str, dict[str, Any]]:
+def by_domain(steps: pd.DataFrame, requests: pd.DataFrame, seed: int) -> dict[str, GroupFigures]:
     return {
         domain: group_summary(domain_steps, group, seed)
         for domain, group, domain_steps in split_by_domain(steps, requests)

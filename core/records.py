@@ -1,23 +1,23 @@
 """The per-step records (the single source of truth) and per-request rows, as parquet.
 
-Files carry `speclens_schema_version` in their metadata; readers refuse versions they
-do not know rather than guess.
+Files carry `speclens_schema_version` in their metadata. The reader takes every version this
+project has written (1: before records carried their batch size) and refuses newer ones.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Mapping, Sequence
 
 import pandas as pd
 
-from evals.datasets import Prompt
-from evals.errors import SpeclensError
-from runners.engine import EngineStep, TurnResult
+from core.generation import Prompt
+from core.errors import SpeclensError
+from core.files import write_atomic
+from core.generation import EngineStep, TurnResult
 
 # 2: every record carries the batch size (operating point) it was measured at; engine steps their pass.
-SCHEMA_VERSION = 2
+RECORDS_VERSION = 2
 SCHEMA_KEY = b"speclens_schema_version"
 
 STEP_COLUMNS = [
@@ -56,14 +56,13 @@ def request_frame(results: Sequence[TurnResult], prompts: Mapping[str, Prompt], 
     return frame.astype({c: "int64" for c in ints} | {"al": "float64", "latency_s": "float64"})
 
 
-# mode: speculative (the drafter's pass), plain (decoding without speculation) or verify
-# (the zero-cost proposer: verification of D free proposals per request), see evals/costs.py.
+# mode: the pass (core/costs.py PassMode).
 ENGINE_STEP_COLUMNS = ["mode", "batch_size", "step", "wall_s", "num_requests", "num_tokens", "num_draft_tokens"]
 
 
 def engine_step_frame(steps: Sequence[EngineStep], mode: str, batch_size: int) -> pd.DataFrame:
     """One row per engine step of one pass, in order (all turns)."""
-    rows = [(mode, batch_size, i, s.wall_s, s.num_requests, s.num_tokens, s.num_draft_tokens) for i, s in enumerate(steps)]
+    rows = [(str(mode), batch_size, i, s.wall_s, s.num_requests, s.num_tokens, s.num_draft_tokens) for i, s in enumerate(steps)]
     frame = pd.DataFrame(rows, columns=ENGINE_STEP_COLUMNS)
     ints = [c for c in ENGINE_STEP_COLUMNS if c not in ("mode", "wall_s")]
     return frame.astype({c: "int64" for c in ints} | {"wall_s": "float64", "mode": "object"})
@@ -75,21 +74,24 @@ def write_parquet(frame: pd.DataFrame, path: Path) -> None:
 
     table = pa.Table.from_pandas(frame, preserve_index=False)
     metadata = dict(table.schema.metadata or {})
-    metadata[SCHEMA_KEY] = str(SCHEMA_VERSION).encode()
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table.replace_schema_metadata(metadata), tmp)
-    os.replace(tmp, path)
+    metadata[SCHEMA_KEY] = str(RECORDS_VERSION).encode()
+    table = table.replace_schema_metadata(metadata)
+    write_atomic(path, lambda tmp: pq.write_table(table, tmp))
 
 
 def read_parquet(path: Path) -> pd.DataFrame:
     import pyarrow.parquet as pq
 
     table = pq.read_table(path)
-    version = (table.schema.metadata or {}).get(SCHEMA_KEY)
-    if version is None or int(version) != SCHEMA_VERSION:
+    raw = (table.schema.metadata or {}).get(SCHEMA_KEY)
+    version = int(raw) if raw is not None and raw.isdigit() else None
+    if version is None or version > RECORDS_VERSION:
         raise SpeclensError(
-            f"{path}: records schema version {version.decode() if version else 'missing'}, "
-            f"this speclens reads version {SCHEMA_VERSION}; re-run the measurement or use a "
-            "matching speclens release."
+            f"{path}: records schema version {raw.decode() if raw else 'missing'}; this speclens reads "
+            f"versions 1 to {RECORDS_VERSION}" + ("; upgrade speclens to read it." if version else ".")
         )
-    return table.to_pandas()
+    frame = table.to_pandas()
+    if version == 1 and "batch_size" not in frame.columns:
+        # Version 1 ran every prompt at once and did not record it: 0 marks "not recorded".
+        frame.insert(0, "batch_size", 0)
+    return frame

@@ -22,15 +22,51 @@ and can be negative.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+from core.config import Choice
+
+
+
+class PassMode(Choice):
+    """What one pass over the prompts runs (engine_steps.parquet's `mode`)."""
+
+    # the drafter's own speculative decoding
+    speculative = "speculative"
+    # decoding without speculation
+    plain = "plain"
+    # the zero-cost proposer: D free proposals per request verified at every step
+    verify = "verify"
+
 
 # Fewer steady steps than this and a term is not reported (a median of two steps is noise).
 MIN_STEADY_STEPS = 5
 # A predicted speedup further than this from the measured one is flagged.
 GAP_TOLERANCE = 0.10
+
+
+@dataclass
+class StepTiming:
+    """A step-time term over a pass's steady steps, in ms: median, quartiles, step count."""
+
+    median_ms: float
+    p25_ms: float
+    p75_ms: float
+    n: int
+
+
+@dataclass
+class PointCosts:
+    """The cost terms of one operating point; a term is None when its pass did not run or had
+    too few steady steps."""
+
+    t_verif: StepTiming | None
+    t_step: StepTiming | None
+    t_verif_spec: StepTiming | None
+    t_draft_ms: float | None
 
 
 def steady_walls(engine_steps: pd.DataFrame, mode: str, batch_size: int, d: int | None = None) -> np.ndarray:
@@ -48,37 +84,36 @@ def steady_walls(engine_steps: pd.DataFrame, mode: str, batch_size: int, d: int 
     return s.loc[keep, "wall_s"].to_numpy(dtype=float)
 
 
-def step_timing(walls: np.ndarray) -> dict[str, float] | None:
+def step_timing(walls: np.ndarray) -> StepTiming | None:
     """Median and quartiles in ms, with the number of steps; None when too few to trust."""
     if len(walls) < MIN_STEADY_STEPS:
         return None
     p25, median, p75 = np.percentile(walls * 1000.0, [25, 50, 75])
-    return {"median_ms": float(median), "p25_ms": float(p25), "p75_ms": float(p75), "n": int(len(walls))}
+    return StepTiming(float(median), float(p25), float(p75), int(len(walls)))
 
 
 def predicted_speedup(
-    tokens_per_step: float | None, t_verif: dict | None, t_step: dict | None
+    tokens_per_step: float | None, t_verif: StepTiming | None, t_step: StepTiming | None
 ) -> tuple[float, list[float]] | tuple[None, None]:
     """T_verif(B)·TPS / T_step(B, D) and its range from the quartiles of both timings."""
     if tokens_per_step is None or t_verif is None or t_step is None:
         return None, None
-    point = t_verif["median_ms"] * tokens_per_step / t_step["median_ms"]
-    low = t_verif["p25_ms"] * tokens_per_step / t_step["p75_ms"]
-    high = t_verif["p75_ms"] * tokens_per_step / t_step["p25_ms"]
+    point = t_verif.median_ms * tokens_per_step / t_step.median_ms
+    low = t_verif.p25_ms * tokens_per_step / t_step.p75_ms
+    high = t_verif.p75_ms * tokens_per_step / t_step.p25_ms
     return point, [low, high]
 
 
-def operating_point_costs(engine_steps: pd.DataFrame, batch_size: int, d: int | None) -> dict[str, Any]:
-    """T_verif(B), T_step(B, D), T_verif(B·(1+D)) and T_draft(B, D) for one operating point;
-    a term is None when its pass did not run or had too few steady steps."""
-    t_verif = step_timing(steady_walls(engine_steps, "plain", batch_size))
+def operating_point_costs(engine_steps: pd.DataFrame, batch_size: int, d: int | None) -> PointCosts:
+    """T_verif(B), T_step(B, D), T_verif(B·(1+D)) and T_draft(B, D) for one operating point."""
+    t_verif = step_timing(steady_walls(engine_steps, PassMode.plain, batch_size))
     t_step = t_verif_spec = t_draft = None
     if d is not None:
-        t_step = step_timing(steady_walls(engine_steps, "speculative", batch_size))
-        t_verif_spec = step_timing(steady_walls(engine_steps, "verify", batch_size, d))
+        t_step = step_timing(steady_walls(engine_steps, PassMode.speculative, batch_size))
+        t_verif_spec = step_timing(steady_walls(engine_steps, PassMode.verify, batch_size, d))
         if t_step is not None and t_verif_spec is not None:
-            t_draft = t_step["median_ms"] - t_verif_spec["median_ms"]
-    return {"t_verif": t_verif, "t_step": t_step, "t_verif_spec": t_verif_spec, "t_draft_ms": t_draft}
+            t_draft = t_step.median_ms - t_verif_spec.median_ms
+    return PointCosts(t_verif, t_step, t_verif_spec, t_draft)
 
 
 def speedup_gap(predicted: float | None, measured: float | None) -> float | None:
@@ -86,3 +121,9 @@ def speedup_gap(predicted: float | None, measured: float | None) -> float | None
     if predicted is None or not measured:
         return None
     return predicted / measured - 1.0
+
+
+def gap_above_tolerance(predicted: float | None, measured: float | None) -> bool:
+    """Whether the prediction misses the measurement by more than GAP_TOLERANCE."""
+    gap = speedup_gap(predicted, measured)
+    return gap is not None and abs(gap) > GAP_TOLERANCE

@@ -13,11 +13,9 @@ import pathlib
 import re
 from collections.abc import Iterator
 
-__all__ = ["AssetError", "cache_dir", "locked", "publish_dir", "wheel_member"]
+from core.errors import AssetError
 
-
-class AssetError(RuntimeError):
-    """An asset could not be fetched or prepared."""
+__all__ = ["cache_dir", "locked", "publish_dir", "wheel_member"]
 
 
 def cache_dir() -> pathlib.Path:

@@ -1,0 +1,153 @@
+"""The typed config schema: `python -m evals.run` composes one RunConfig from conf/ and the command
+line (Hydra's structured configs). A mistyped key or a value outside a choice fails at composition,
+naming the key and what it allows, before any engine starts.
+
+Components chosen by name (drafter=, dataset=, runner=, logger=) are one config class each,
+registered under their name (evals/compose.py): the name is their identity, nowhere restated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from omegaconf import MISSING
+
+from core.errors import ConfigError
+
+# vLLM's rejection sampler handles at most this many draft tokens per step
+# (vllm/v1/sample/rejection_sampler.py, MAX_SPEC_LEN).
+VLLM_MAX_SPEC_LEN = 128
+
+
+class Choice(str, Enum):
+    """A config value from a fixed set; reads and prints as its plain value."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @classmethod
+    def of(cls, value: Any, key: str) -> "Choice":
+        """`value` as a member (configs built in code may hold the plain string), or a ConfigError
+        naming `key` and the choices."""
+        try:
+            return cls(value)
+        except ValueError:
+            raise ConfigError(f"{key}={value!r} is unknown; choose one of {', '.join(m.value for m in cls)}.") from None
+
+
+@dataclass
+class TargetConfig:
+    # Local folder or hub id.
+    model: str = MISSING
+    # Key of a target speclens builds itself when `model` points at its cache folder.
+    embedded: str | None = None
+
+
+@dataclass
+class SamplingConfig:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 128
+
+
+@dataclass
+class EngineConfig:
+    max_model_len: int = 4096
+    dtype: str = "bfloat16"
+    enforce_eager: bool = True
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int | None = None
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    # VLLM_CPU_KVCACHE_SPACE in GiB (CPU builds only; start-up fails without it).
+    cpu_kvcache_space_gib: int = 4
+    gpu_memory_utilization: float = 0.9
+    # Any other vLLM engine argument, passed through unchanged.
+    extra_args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class NoLoggerConfig:
+    """logger=none: results stay in the run dir only."""
+
+
+@dataclass
+class WandbLoggerConfig:
+    """logger=wandb: each run (and each sweep's curves and ranking) logged to Weights & Biases."""
+
+    project: str = "speclens"
+    entity: str | None = None
+    # Runs of one group are compared together; default: the sweep dir's name in a multirun.
+    group: str | None = None
+    tags: list[str] = field(default_factory=list)
+
+
+LOGGERS: dict[str, type] = {"none": NoLoggerConfig, "wandb": WandbLoggerConfig}
+
+
+@dataclass
+class DatasetConfig:
+    """Keys every prompt set has; sets with more keys subclass it (evals/datasets/)."""
+
+    path: str | None = None
+    # A deterministic, seeded subset of this many prompts, balanced across categories.
+    num_requests: int | None = None
+    # Keep only these source categories (null: all).
+    categories: list[str] | None = None
+
+
+@dataclass
+class RunConfig:
+    target: TargetConfig = MISSING
+    # A drafter's config class (drafters/<name>.py), chosen with drafter=<name>.
+    drafter: Any = MISSING
+    # A prompt set's config class (evals/datasets/), chosen with dataset=<name>.
+    dataset: Any = MISSING
+    sampling: SamplingConfig = MISSING
+    engine: EngineConfig = MISSING
+    # NoLoggerConfig or WandbLoggerConfig, chosen with logger=<name>.
+    logger: Any = MISSING
+    # A runner's config class (runners/), chosen with runner=<name>.
+    runner: Any = MISSING
+    d: int = 3
+    seed: int = 0
+    # Operating points: for each B, the prompts run B at a time (null: all at once, up to
+    # engine.max_num_seqs).
+    batch_sizes: list[int] | None = None
+    # Also run without speculation at each B (lossless check, measured speedup, T_verif(B)) and
+    # with a zero-cost proposer (T_verif(B*(1+D)), hence T_draft): see core/costs.py.
+    baseline: bool = False
+    # Re-run even when the run dir already holds a finished run of this configuration.
+    force: bool = False
+
+
+@dataclass
+class ReplayConfig(RunConfig):
+    """`python -m evals.replay`: the run keys plus the largest draft length of the curve."""
+
+    d_max: int = 16
+
+
+# Keys that say how to run or report, not what is measured: left out of the config fingerprint.
+NOT_FINGERPRINTED = ("force", "logger", "runner")
+
+
+def config_fingerprint(resolved: dict[str, Any], names: dict[str, str]) -> str:
+    """sha256 of the resolved run config, the identity a finished run is recognised by.
+
+    `names` are the chosen components' names ({"drafter": "ngram", ...}); they enter the
+    fingerprint as `<group>.name`, where configs before schema 3 held them, so run dirs
+    measured then are still recognised."""
+    measured = {k: v for k, v in resolved.items() if k not in NOT_FINGERPRINTED}
+    for group, name in names.items():
+        if isinstance(measured.get(group), dict):
+            measured[group] = {"name": name, **measured[group]}
+    blob = json.dumps(measured, sort_keys=True, default=str)
+    return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()

@@ -1,0 +1,111 @@
+"""What goes into an engine and what comes out: prompts, turn requests, per-step records,
+engine steps, vLLM's speculative counters. Every runner produces these; everything above reads them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One conversation: user turns sent in order, later turns carrying the model's answers."""
+
+    request_id: str
+    # What reports group by (evals/datasets/domains.py normalizes source categories).
+    domain: str
+    # The source's own category, kept next to the domain.
+    category: str
+    turns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """One generation: a conversation's turn, already chat-templated into token ids."""
+
+    request_id: str
+    turn: int
+    prompt_token_ids: tuple[int, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.request_id}#{self.turn}"
+
+
+@dataclass(frozen=True)
+class DraftedStep:
+    """A verification step in which the drafter proposed at least one token."""
+
+    # Context length at the step's start: prompt tokens + tokens generated so far.
+    position: int
+    num_drafted: int
+    num_accepted: int
+
+
+@dataclass
+class TurnResult:
+    request_id: str
+    turn: int
+    prompt_tokens: int
+    output_token_ids: list[int]
+    output_text: str
+    steps: list[DraftedStep]
+    # Target forward passes that produced tokens for this request: the prefill
+    # step, undrafted decode steps and drafted steps.
+    target_steps: int
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class EngineStep:
+    """One engine step (one target forward pass over the batch): its wall time and load."""
+
+    wall_s: float
+    num_requests: int
+    # Tokens the target processed: prefill (chunks), decode tokens and draft tokens to verify.
+    num_tokens: int
+    num_draft_tokens: int
+
+
+@dataclass
+class SpecCounters:
+    """vLLM's own speculative-decoding counters for the whole run."""
+
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
+
+    def since(self, earlier: "SpecCounters") -> "SpecCounters":
+        """What was counted after `earlier` was read (the counters are cumulative)."""
+        return self._combine(earlier, -1)
+
+    def __add__(self, other: "SpecCounters") -> "SpecCounters":
+        return self._combine(other, 1)
+
+    def _combine(self, other: "SpecCounters", sign: int) -> "SpecCounters":
+        n = max(len(self.num_accepted_tokens_per_pos), len(other.num_accepted_tokens_per_pos))
+        mine = self.num_accepted_tokens_per_pos + [0] * (n - len(self.num_accepted_tokens_per_pos))
+        theirs = other.num_accepted_tokens_per_pos + [0] * (n - len(other.num_accepted_tokens_per_pos))
+        return SpecCounters(
+            self.num_drafts + sign * other.num_drafts,
+            self.num_draft_tokens + sign * other.num_draft_tokens,
+            self.num_accepted_tokens + sign * other.num_accepted_tokens,
+            [a + sign * b for a, b in zip(mine, theirs)],
+        )
+
+
+@dataclass(frozen=True)
+class SamplingSpec:
+    temperature: float
+    top_p: float
+    max_tokens: int
+    seed: int
+    # Generate past end-of-sequence (replay needs the target's tokens after a stop).
+    ignore_eos: bool = False
+
+
+class ChatEncoder(Protocol):
+    """Anything that turns chat messages into the target's prompt token ids (an engine, a tokenizer)."""
+
+    def chat_token_ids(self, messages: Sequence[dict[str, str]]) -> list[int]: ...

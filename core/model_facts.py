@@ -1,0 +1,37 @@
+"""What the checks read from a checkpoint's config.json, in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+def text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The language model's part of a config.json (multimodal configs nest it as text_config)."""
+    return config.get("text_config") or config
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """The parts of a checkpoint's config.json that drafters and pre-engine checks read."""
+
+    path: str
+    architectures: tuple[str, ...]
+    vocab_size: int | None
+    hidden_size: int | None
+    num_hidden_layers: int | None
+    max_position_embeddings: int | None
+    raw: dict[str, Any]
+
+    @classmethod
+    def from_config(cls, path: str, config: dict[str, Any]) -> "ModelFacts":
+        text = text_config(config)
+        return cls(
+            path=path,
+            architectures=tuple(config.get("architectures") or ()),
+            vocab_size=text.get("vocab_size"),
+            hidden_size=text.get("hidden_size"),
+            num_hidden_layers=text.get("num_hidden_layers"),
+            max_position_embeddings=text.get("max_position_embeddings"),
+            raw=config,
+        )

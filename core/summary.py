@@ -1,0 +1,269 @@
+"""summary.json and replay.json as typed records, with the one reader every report, nightly and
+self-check uses.
+
+The reader takes every schema version this project has written, migrating older layouts in
+memory (`MIGRATIONS`), and refuses a newer version than it knows, naming both. Writers only
+write the current version.
+
+Schema versions of summary.json:
+1  first release: no operating points, no AL by context position.
+2  operating points (per batch size), AL by context position, the config fingerprint.
+3  the runner that measured (`runner`: vllm | fake | ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from core.costs import StepTiming
+from core.errors import SpeclensError
+from core.files import write_json_atomic
+from core.generation import SpecCounters
+from core.metrics import GroupFigures, PositionBin
+
+SUMMARY_FILE = "summary.json"
+SUMMARY_VERSION = 3
+REPLAY_FILE = "replay.json"
+# replay.json: 1 had no version field (summary and stamp only); 2 carries `schema_version`.
+REPLAY_VERSION = 2
+
+
+@dataclass
+class DomainPoint(GroupFigures):
+    """A group's figures at one operating point, with the speedup the step costs predict."""
+
+    predicted_speedup: float | None = None
+    predicted_speedup_range: list[float] | None = None
+
+
+@dataclass
+class LosslessCheck:
+    """Greedy speculative outputs against plain decoding, token for token."""
+
+    checked: bool
+    identical: bool | None
+    n_compared: int
+    n_identical: int
+    mismatched: list[str]
+
+
+@dataclass
+class OperatingPoint(DomainPoint):
+    """One batch size: acceptance, throughput, step costs and both speedups."""
+
+    batch_size: int = 0
+    output_tokens_per_s: float = 0.0
+    generate_s: float = 0.0
+    # Start to end of the pass: the engine's steps plus the harness between them.
+    elapsed_s: float = 0.0
+    baseline_output_tokens_per_s: float | None = None
+    speedup: float | None = None
+    speedup_gap: float | None = None
+    gap_above_tolerance: bool = False
+    t_verif: StepTiming | None = None
+    t_step: StepTiming | None = None
+    t_verif_spec: StepTiming | None = None
+    t_draft_ms: float | None = None
+    lossless: LosslessCheck | None = None
+    by_domain: dict[str, DomainPoint] = field(default_factory=dict)
+
+
+@dataclass
+class Fingerprints:
+    target: str | None
+    draft: str | None
+    dataset: str | None
+
+
+@dataclass
+class Timing:
+    generate_s: float
+    output_tokens_per_s: float
+    load_s: float | None = None
+    baseline_generate_s: float | None = None
+    baseline_output_tokens_per_s: float | None = None
+
+
+@dataclass
+class RunSummary:
+    """Every headline figure of one run; written last, so a run dir without it is incomplete."""
+
+    schema_version: int
+    drafter: str
+    d: int | None
+    target: str
+    dataset: str
+    n_requests: int
+    al: float | None
+    al_ci95: list[float] | None
+    al_request_weighted: float | None
+    tokens_per_step: float | None
+    per_position_acceptance: list[float] | None
+    conditional_acceptance: list[float | None] | None
+    acceptance_histogram: list[int] | None
+    al_by_position: list[PositionBin]
+    n_steps: int
+    by_domain: dict[str, GroupFigures]
+    vllm_counters: SpecCounters | None
+    lossless: LosslessCheck | None
+    speedup: float | None
+    operating_points: list[OperatingPoint]
+    timing: Timing
+    versions: dict[str, str | None]
+    fingerprints: Fingerprints
+    git_sha: str | None
+    config_fingerprint: str | None = None
+    runner: str = "vllm"
+
+    @property
+    def label(self) -> str:
+        return self.drafter + (f" d={self.d}" if self.d is not None else "")
+
+    def groups(self) -> dict[str, GroupFigures]:
+        """`all` (this summary's own figures) and every domain."""
+        overall = GroupFigures(self.al, self.al_ci95, self.tokens_per_step, self.n_requests, self.n_steps)
+        return {"all": overall} | self.by_domain
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_plain(self)
+
+    def write(self, run_dir: Path) -> None:
+        write_json_atomic(self.to_dict(), run_dir / SUMMARY_FILE)
+
+
+@dataclass
+class ReplaySummary:
+    drafter: str
+    d_max: int
+    fingerprints: Fingerprints
+    # exact | estimated (drafters/base.py ReplayKind)
+    replay: str
+    elapsed_s: float
+
+
+@dataclass
+class ReplayRecord:
+    """replay.json: what a replay measured (its curves are curves.parquet beside it)."""
+
+    schema_version: int
+    summary: ReplaySummary
+    # The resolved config, as a run's stamp.json holds it.
+    stamp: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_plain(self)
+
+    def write(self, run_dir: Path) -> None:
+        write_json_atomic(self.to_dict(), run_dir / REPLAY_FILE)
+
+
+# -- plain JSON <-> typed ----------------------------------------------------------------------
+
+# JSON keys that are Python keywords are held with a trailing underscore.
+_KEYWORDS = {"from_": "from"}
+
+
+def to_plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return {_KEYWORDS.get(f.name, f.name): to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {k: to_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_plain(v) for v in value]
+    return value
+
+
+def from_plain(kind: Any, value: Any, where: str) -> Any:
+    """`value` (parsed JSON) as `kind` (a dataclass, container or scalar type hint)."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (types.UnionType, typing.Union):
+        if value is None:
+            return None
+        return from_plain(next(a for a in args if a is not type(None)), value, where)
+    if origin is list:
+        return [from_plain(args[0], v, f"{where}[{i}]") for i, v in enumerate(_expect(value, list, where))]
+    if origin is dict:
+        return {k: from_plain(args[1], v, f"{where}.{k}") for k, v in _expect(value, dict, where).items()}
+    if dataclasses.is_dataclass(kind):
+        data = _expect(value, dict, where)
+        hints = typing.get_type_hints(kind)
+        names = {_KEYWORDS.get(f.name, f.name): f.name for f in dataclasses.fields(kind)}
+        unknown = sorted(set(data) - set(names))
+        if unknown:
+            raise SpeclensError(f"{where}: unknown key(s) {', '.join(unknown)}")
+        return kind(**{names[k]: from_plain(hints[names[k]], v, f"{where}.{k}") for k, v in data.items()})
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind is Any or isinstance(value, kind):
+        return value
+    raise SpeclensError(f"{where}: expected {getattr(kind, '__name__', kind)}, found {value!r}")
+
+
+def _expect(value: Any, kind: type, where: str) -> Any:
+    if not isinstance(value, kind):
+        raise SpeclensError(f"{where}: expected {kind.__name__}, found {type(value).__name__}")
+    return value
+
+
+# -- reading any version ------------------------------------------------------------------------
+
+
+def _summary_1_to_2(data: dict[str, Any]) -> dict[str, Any]:
+    return {"al_by_position": [], "operating_points": [], "config_fingerprint": None, **data}
+
+
+def _summary_2_to_3(data: dict[str, Any]) -> dict[str, Any]:
+    # Early version-2 runs predate AL by context position; runs before version 3 were all vLLM's.
+    return {"al_by_position": [], "config_fingerprint": None, **data, "runner": "vllm"}
+
+
+# version -> the step from that version to the next.
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _summary_1_to_2, 2: _summary_2_to_3}
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SpeclensError(f"{path}: unreadable ({exc}).") from None
+    return _expect(data, dict, str(path))
+
+
+def _migrated(path: Path, data: dict[str, Any], current: int, steps: dict[int, Callable]) -> dict[str, Any]:
+    version = data.get("schema_version")
+    if not isinstance(version, int) or version < 1:
+        raise SpeclensError(f"{path}: no valid schema_version ({version!r}).")
+    if version > current:
+        raise SpeclensError(
+            f"{path}: schema version {version} is newer than this speclens reads (up to {current}); "
+            "upgrade speclens to read it."
+        )
+    while version < current:
+        data = steps[version](data) | {"schema_version": version + 1}
+        version += 1
+    return data
+
+
+def read_summary(run_dir: Path) -> RunSummary:
+    """The run's summary.json in the current layout, whatever version wrote it."""
+    path = run_dir / SUMMARY_FILE
+    data = _migrated(path, _read_json(path), SUMMARY_VERSION, MIGRATIONS)
+    return from_plain(RunSummary, data, str(path))
+
+
+def _replay_1_to_2(data: dict[str, Any]) -> dict[str, Any]:
+    return data
+
+
+def read_replay(run_dir: Path) -> ReplayRecord:
+    path = run_dir / REPLAY_FILE
+    data = _read_json(path)
+    data = {"schema_version": 1, **data}  # version 1 wrote none
+    data = _migrated(path, data, REPLAY_VERSION, {1: _replay_1_to_2})
+    return from_plain(ReplayRecord, data, str(path))

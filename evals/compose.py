@@ -1,0 +1,99 @@
+"""Composing the run config: the schemas and the named components registered with Hydra, the
+resolvers conf/ uses, and composition outside a Hydra app (`compose_config`).
+
+Named components are registered as the options of their group, each its own config class:
+`drafter=<name>` (drafters/), `dataset=<name>` (evals/datasets/), `runner=<name>` (runners/),
+`logger=<name>` (core/config.py). Their defaults live in those classes, stated once; conf/ holds
+only presets that differ from them (targets, sampling, engines, experiments, launchers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+
+from core.assets import cache_dir
+from core.config import (
+    LOGGERS, EngineConfig, ReplayConfig, RunConfig, SamplingConfig, TargetConfig, config_fingerprint,
+)
+from core.errors import ConfigError
+from core.redact import redact_overrides
+from drafters import REGISTRY as DRAFTERS, drafter_name
+from evals.datasets import DATASETS, dataset_name
+from runners.registry import RUNNERS
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+def cache_path(relative: str = "") -> str:
+    return str(cache_dir() / relative)
+
+
+def job_dirname(override_dirname: str) -> str:
+    """A sweep job's folder name from its overrides: readable, one level, bounded length."""
+    override_dirname = redact_overrides(override_dirname)
+    name = override_dirname.replace("/", "_").replace("\\", "_") or "defaults"
+    if len(name) > 120:
+        name = name[:100] + "-" + hashlib.sha256(override_dirname.encode()).hexdigest()[:12]
+    return name
+
+
+def register_configs() -> None:
+    """Register the schemas and components with Hydra's ConfigStore (idempotent)."""
+    from hydra.core.config_store import ConfigStore
+
+    if not OmegaConf.has_resolver("speclens_cache"):
+        OmegaConf.register_new_resolver("speclens_cache", cache_path)
+    if not OmegaConf.has_resolver("speclens_job_dir"):
+        OmegaConf.register_new_resolver("speclens_job_dir", job_dirname)
+    cs = ConfigStore.instance()
+    # Schemas of presets live under schema/ so they never show up as choices of a group.
+    cs.store(group="schema", name="run", node=RunConfig)
+    cs.store(group="schema", name="replay", node=ReplayConfig)
+    cs.store(group="schema", name="target", node=TargetConfig)
+    cs.store(group="schema", name="sampling", node=SamplingConfig)
+    cs.store(group="schema", name="engine", node=EngineConfig)
+    components = {
+        "drafter": {name: cls.config_class for name, cls in DRAFTERS.items()},
+        "dataset": {name: spec.config_class for name, spec in DATASETS.items()},
+        "runner": {name: runner.config_class for name, runner in RUNNERS.items()},
+        "logger": LOGGERS,
+    }
+    for group, options in components.items():
+        for name, config_class in options.items():
+            cs.store(group=group, name=name, node=config_class)
+
+
+def compose_config(overrides: list[str], config_name: str = "config") -> DictConfig:
+    """The config for `overrides`, composed as `python -m evals.run` (config_name="replay":
+    `python -m evals.replay`) would, outside a Hydra app."""
+    from hydra import compose, initialize_config_dir
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return compose(config_name=config_name, overrides=overrides)
+
+
+def to_run_config(cfg: DictConfig) -> Any:
+    """The typed RunConfig (or ReplayConfig) of a composed config."""
+    try:
+        return OmegaConf.to_object(cfg)
+    except MissingMandatoryValue as exc:
+        raise ConfigError(f"{exc.full_key} has no value; set {exc.full_key}=<value> on the command line.") from None
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"invalid configuration: {exc}") from None
+
+
+def component_names(cfg: RunConfig) -> dict[str, str]:
+    """The chosen target, drafter and dataset by name (a target is named by its embedded key or
+    `custom`, as conf/target/ names its presets)."""
+    return {"target": cfg.target.embedded or "custom", "drafter": drafter_name(cfg.drafter),
+            "dataset": dataset_name(cfg.dataset)}
+
+
+def run_fingerprint(cfg: DictConfig, run_config: RunConfig) -> str:
+    return config_fingerprint(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), component_names(run_config))

@@ -1,0 +1,48 @@
+"""Runners by name (`runner=<name>`): how an engine is started, and how prompts are encoded for
+the pre-engine checks. The pipeline asks for these and never names an engine itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from core.config import RunConfig
+from core.generation import ChatEncoder
+from runners import fake_engine, vllm_runner
+from runners.engine import EngineFactory
+
+
+@dataclass(frozen=True)
+class Runner:
+    config_class: type
+    # (run config, D or None without speculation) -> a factory of engines.
+    engine_factory: Callable[[RunConfig, "int | None"], EngineFactory]
+    # (run config, target folder) -> the chat encoding the engine will use.
+    encoder: Callable[[RunConfig, Path], ChatEncoder]
+    # Process-wide settings to make before any engine starts (environment variables).
+    prepare_process: Callable[[RunConfig], None]
+
+
+def _fake_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
+    return fake_engine.engine_factory(cfg.runner, d, cfg.engine.max_num_seqs, cfg.engine.max_num_batched_tokens)
+
+
+RUNNERS: dict[str, Runner] = {
+    "vllm": Runner(vllm_runner.VllmRunnerConfig, vllm_runner.engine_factory, vllm_runner.encoder,
+                   vllm_runner.prepare_process),
+    "fake": Runner(fake_engine.FakeRunnerConfig, _fake_factory, lambda cfg, target_dir: fake_engine.FakeEncoder(),
+                   lambda cfg: None),
+}
+
+
+def runner_name(cfg: Any) -> str:
+    """The registry name of a runner config."""
+    for name, runner in RUNNERS.items():
+        if type(cfg) is runner.config_class:
+            return name
+    raise TypeError(f"{type(cfg).__name__} is not a registered runner config")
+
+
+def runner_of(cfg: RunConfig) -> Runner:
+    return RUNNERS[runner_name(cfg.runner)]

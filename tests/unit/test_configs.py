@@ -1,0 +1,52 @@
+"""Every option of every config group composes and converts to its typed object (as
+lightning-hydra-template's test_configs does), and each named component is its registry's class."""
+
+from __future__ import annotations
+
+import pytest
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from core.config import LOGGERS, EngineConfig, ReplayConfig, RunConfig, SamplingConfig, TargetConfig
+from drafters import REGISTRY as DRAFTERS
+from evals.compose import CONF_DIR, compose_config, register_configs, to_run_config
+from evals.datasets import DATASETS
+from runners.registry import RUNNERS
+
+REGISTRIES = {
+    "drafter": {name: cls.config_class for name, cls in DRAFTERS.items()},
+    "dataset": {name: spec.config_class for name, spec in DATASETS.items()},
+    "runner": {name: runner.config_class for name, runner in RUNNERS.items()},
+    "logger": LOGGERS,
+}
+PRESETS = {"target": TargetConfig, "sampling": SamplingConfig, "engine": EngineConfig}
+# Values a group option needs before it converts (mandatory keys).
+NEEDS = {("target", "custom"): ["target.model=/models/any"]}
+
+
+def group_options(group: str) -> list[str]:
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return sorted(GlobalHydra.instance().config_loader().get_group_options(group))
+
+
+@pytest.mark.parametrize("group", sorted(REGISTRIES))
+def test_named_components_are_exactly_their_registry(group):
+    assert group_options(group) == sorted(REGISTRIES[group])
+
+
+@pytest.mark.parametrize("group, option", [(g, o) for g in [*REGISTRIES, *PRESETS] for o in group_options(g)])
+@pytest.mark.parametrize("config_name, schema", [("config", RunConfig), ("replay", ReplayConfig)])
+def test_every_option_composes_to_its_typed_object(group, option, config_name, schema):
+    cfg = to_run_config(compose_config([f"{group}={option}", *NEEDS.get((group, option), [])], config_name))
+    assert type(cfg) is schema
+    node = getattr(cfg, group)
+    expected = REGISTRIES[group][option] if group in REGISTRIES else PRESETS[group]
+    assert type(node) is expected
+
+
+def test_defaults_are_stated_once_in_the_schema():
+    """The default presets restate nothing: composing them gives the schema's own defaults."""
+    cfg = to_run_config(compose_config([]))
+    assert cfg.sampling == SamplingConfig() and cfg.engine == EngineConfig()
+    assert (cfg.d, cfg.seed, cfg.batch_sizes, cfg.baseline, cfg.force) == (3, 0, None, False, False)
