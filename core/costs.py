@@ -30,7 +30,6 @@ import pandas as pd
 from core.config import Choice
 
 
-
 class PassMode(Choice):
     """What one pass over the prompts runs (engine_steps.parquet's `mode`)."""
 

@@ -7,22 +7,25 @@ import functools
 import sys
 from typing import Callable
 
+from hydra.errors import HydraException, MissingConfigException
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    OmegaConfBaseException,
+)
+
 
 class SpeclensError(Exception):
     """A user-facing error: the message names the offending key and what to change."""
 
-
 class ConfigError(SpeclensError):
     """Invalid configuration, detected before any engine starts."""
-
 
 class MeasurementError(SpeclensError):
     """A run whose numbers cannot be trusted (e.g. records disagree with vLLM's counters)."""
 
-
 class AssetError(SpeclensError):
     """A file speclens fetches or prepares itself (a wheel member, the embedded target) could not be had."""
-
 
 # Exit status of every speclens command that stops on a user error.
 EXIT_USER_ERROR = 2
@@ -31,9 +34,6 @@ EXIT_INTERRUPTED = 130
 
 def _config_message(exc: BaseException) -> str | None:
     """One line for a Hydra/OmegaConf composition error (a bad override), None for anything else."""
-    from hydra.errors import HydraException, MissingConfigException
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
-
     if isinstance(exc, MissingConfigException):
         missing = getattr(exc, "missing_cfg_file", None) or ""
         group, _, option = missing.rpartition("/")
@@ -76,7 +76,6 @@ def report(message: str) -> int:
 
 def guarded(main: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
     """Wrap a command's main(argv): user errors become one line and exit status 2."""
-
     @functools.wraps(main)
     def wrapper(argv: list[str]) -> int:
         try:

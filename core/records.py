@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from core.generation import Prompt
 from core.errors import SpeclensError
 from core.files import write_atomic
-from core.generation import EngineStep, TurnResult
+from core.generation import EngineStep, Prompt, TurnResult
 
 # 2: every record carries the batch size (operating point) it was measured at; engine steps their pass.
 RECORDS_VERSION = 2
@@ -69,9 +70,6 @@ def engine_step_frame(steps: Sequence[EngineStep], mode: str, batch_size: int) -
 
 
 def write_parquet(frame: pd.DataFrame, path: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     table = pa.Table.from_pandas(frame, preserve_index=False)
     metadata = dict(table.schema.metadata or {})
     metadata[SCHEMA_KEY] = str(RECORDS_VERSION).encode()
@@ -80,8 +78,6 @@ def write_parquet(frame: pd.DataFrame, path: Path) -> None:
 
 
 def read_parquet(path: Path) -> pd.DataFrame:
-    import pyarrow.parquet as pq
-
     table = pq.read_table(path)
     raw = (table.schema.metadata or {}).get(SCHEMA_KEY)
     version = int(raw) if raw is not None and raw.isdigit() else None

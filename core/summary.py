@@ -17,7 +17,7 @@ import dataclasses
 import json
 import types
 import typing
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 

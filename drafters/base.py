@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 from core.config import VLLM_MAX_SPEC_LEN, Choice
 from core.errors import ConfigError
 from core.model_facts import ModelFacts
+from drafters.replay import replay_turn
 
 # vLLM 0.32 re-labels a draft as one of these methods when its path contains the substring,
 # whatever method was asked for (config/speculative.py), except for these methods themselves.
@@ -28,7 +29,6 @@ def check_path_hints(method: str, path: str, key: str) -> None:
 @dataclass(frozen=True)
 class MechanismFacts:
     """What is known about a mechanism before measuring it: the seed comparison table as data."""
-
     architecture: str
     # token ids | target hidden states | fused target hidden states | token stream
     inputs: str
@@ -53,7 +53,6 @@ class DrafterConfig:
 
 class ReplayKind(Choice):
     """How `evals.replay` gets AL(D) for D = 1..d_max."""
-
     # offline, from one greedy generation of the target
     exact = "exact"
     # from one measured run at d_max (accepted at D = min(accepted, D))
@@ -104,7 +103,6 @@ class Drafter:
         """Replay turn batches (each in engine order) at draft length `d`; per context
         (drafted steps, target steps). Drafters whose proposals depend only on their own
         request replay each context alone; drafters with state shared across requests override."""
-        from drafters.replay import replay_turn
 
         return [[replay_turn(self, ctx, d) for ctx in batch] for batch in batches]
 

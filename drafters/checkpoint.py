@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from drafters.base import Drafter, DrafterConfig, check_path_hints
-from core.model_facts import ModelFacts
 from core.config import Choice
 from core.errors import ConfigError
+from core.model_facts import ModelFacts
+from drafters.base import Drafter, DrafterConfig, check_path_hints
 
 
 class SampleMethod(Choice):

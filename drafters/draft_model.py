@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from drafters.base import ReplayKind, MechanismFacts
+from drafters.base import MechanismFacts, ReplayKind
 from drafters.checkpoint import CheckpointDrafter, CheckpointDrafterConfig
-
+from drafters.replay import UNKNOWN_TOKEN
 
 # Architecture-name fragments of heads and special drafters, which are not standalone draft models.
 HEAD_MARKERS = ("eagle", "medusa", "dflash", "dspark", "speculator", "mtp")
@@ -15,7 +15,6 @@ HEAD_MARKERS = ("eagle", "medusa", "dflash", "dspark", "speculator", "mtp")
 @dataclass
 class DraftModelConfig(CheckpointDrafterConfig):
     """drafter=draft_model: needs drafter.model=<local path or hub id>."""
-
 
 class DraftModel(CheckpointDrafter):
     config_class = DraftModelConfig
@@ -47,7 +46,6 @@ class DraftModel(CheckpointDrafter):
         """Greedy drafting from the target's prefix: while the draft agrees with the target, its
         next input is the target's token, so the teacher-forced argmax is its proposal; after the
         first miss its tokens are unknown, and none of them can be accepted."""
-        from drafters.replay import UNKNOWN_TOKEN
 
         proposal = []
         for j in range(d):

@@ -5,9 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from drafters.base import Drafter, DrafterConfig, MechanismFacts, ReplayKind, check_path_hints
-from core.model_facts import ModelFacts, text_config
 from core.errors import ConfigError
+from core.model_facts import ModelFacts, text_config
+from drafters.base import (
+    Drafter,
+    DrafterConfig,
+    MechanismFacts,
+    ReplayKind,
+    check_path_hints,
+)
 
 # config.json fields that count a target's MTP layers, by model family.
 MTP_LAYER_FIELDS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from drafters.base import Drafter, DrafterConfig, MechanismFacts, ReplayKind
-from core.model_facts import ModelFacts
 from core.errors import ConfigError
+from core.model_facts import ModelFacts
+from drafters.base import Drafter, DrafterConfig, MechanismFacts, ReplayKind
 
 
 @dataclass
@@ -40,7 +40,9 @@ class Ngram(Drafter):
 
     def replay_proposal(self, ctx, pos: int, d: int):
         # vLLM's own matcher, so replayed proposals are vLLM's by construction.
-        from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens
+        from vllm.v1.spec_decode.ngram_proposer import (
+            _find_longest_matched_ngram_and_propose_tokens,
+        )
 
         return _find_longest_matched_ngram_and_propose_tokens(
             ctx.tokens[:pos], self.cfg.prompt_lookup_min, self.cfg.prompt_lookup_max, ctx.max_model_len, d

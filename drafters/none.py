@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from drafters.base import MechanismFacts, Drafter, DrafterConfig
+from drafters.base import Drafter, DrafterConfig, MechanismFacts
 
 
 @dataclass

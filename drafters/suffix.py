@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from drafters.base import Drafter, DrafterConfig, MechanismFacts, ReplayKind
-from core.model_facts import ModelFacts
 from core.errors import ConfigError
+from core.model_facts import ModelFacts
+from drafters.base import Drafter, DrafterConfig, MechanismFacts, ReplayKind
+from drafters.replay import lockstep_replay
 
 
 @dataclass
@@ -53,7 +54,6 @@ class Suffix(Drafter):
         Assumes every prompt of a batch is prefilled in the first step (see evals.replay)."""
         from arctic_inference.suffix_decoding import SuffixDecodingCache
 
-        from drafters.replay import lockstep_replay
 
         cache = SuffixDecodingCache(
             max_tree_depth=self.cfg.max_tree_depth, max_cached_requests=self.cfg.max_cached_requests

@@ -13,16 +13,25 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from core.assets import cache_dir
 from core.config import (
-    LOGGERS, EngineConfig, ReplayConfig, RunConfig, SamplingConfig, TargetConfig, config_fingerprint,
+    LOGGERS,
+    EngineConfig,
+    ReplayConfig,
+    RunConfig,
+    SamplingConfig,
+    TargetConfig,
+    config_fingerprint,
 )
 from core.errors import ConfigError
 from core.redact import redact_overrides
-from drafters import REGISTRY as DRAFTERS, drafter_name
+from drafters import REGISTRY as DRAFTERS
+from drafters import drafter_name
 from evals.datasets import DATASETS, dataset_name
 from runners.registry import RUNNERS
 
@@ -44,8 +53,6 @@ def job_dirname(override_dirname: str) -> str:
 
 def register_configs() -> None:
     """Register the schemas and components with Hydra's ConfigStore (idempotent)."""
-    from hydra.core.config_store import ConfigStore
-
     if not OmegaConf.has_resolver("speclens_cache"):
         OmegaConf.register_new_resolver("speclens_cache", cache_path)
     if not OmegaConf.has_resolver("speclens_job_dir"):
@@ -71,7 +78,6 @@ def register_configs() -> None:
 def compose_config(overrides: list[str], config_name: str = "config") -> DictConfig:
     """The config for `overrides`, composed as `python -m evals.run` (config_name="replay":
     `python -m evals.replay`) would, outside a Hydra app."""
-    from hydra import compose, initialize_config_dir
 
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):

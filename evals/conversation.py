@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from evals.datasets import Prompt
 from core.generation import SamplingSpec, TurnRequest, TurnResult
+from evals.datasets import Prompt
 from runners.engine import Engine, ProgressFn
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import pathlib
+import shutil
 import sys
+import tempfile
 import time
 
 from core.assets import cache_dir, locked, publish_dir, wheel_member
@@ -54,7 +56,13 @@ def _convert(gguf: pathlib.Path, out: pathlib.Path) -> str:
 
 def _convert_quiet(gguf: pathlib.Path, out: pathlib.Path) -> str:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoTokenizer,
+        GenerationConfig,
+        LlamaConfig,
+        LlamaForCausalLM,
+    )
 
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     gmodel = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
@@ -97,8 +105,6 @@ def ensure_smollm2() -> pathlib.Path:
     dest = smollm2_path()
     if (dest / _MARKER).is_file():
         return dest
-    import shutil
-    import tempfile
 
     with locked(f"model-{SMOLLM2_DIRNAME}"):
         if (dest / _MARKER).is_file():  # another process prepared it while we waited

@@ -22,6 +22,7 @@ from evals.compose import compose_config, to_run_config
 from evals.plan import resolve_target
 from runners import checkpoints
 
+
 def _split_args(argv: list[str]) -> tuple[list[str], str | None]:
     overrides, draft = [], None
     for arg in argv:

@@ -10,6 +10,8 @@ import itertools
 import sys
 from typing import Callable
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
 from evals.compose import compose_config, to_run_config
 
 # Flags after which Hydra prints something (help, the config) instead of running a job.
@@ -20,8 +22,6 @@ MAX_CHECKED_JOBS = 512
 
 def job_overrides(overrides: list[str]) -> list[list[str]]:
     """Every job's overrides: sweeps (`d=1,2,3`, `range(...)`) expanded into their combinations."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     choices = []
     for override in OverridesParser.create().parse_overrides(overrides):
         if override.is_sweep_override():

@@ -18,7 +18,13 @@ from core.summary import SUMMARY_FILE, SUMMARY_VERSION, RunSummary
 from evals.passes import Pass, ProgressFactory, run_passes, zero_cost_spec
 from evals.plan import RunPlan
 from evals.stamp import git_sha, package_versions
-from evals.summary import build_summary, lossless, merge_lossless, operating_points, pooled_timing
+from evals.summary import (
+    build_summary,
+    lossless,
+    merge_lossless,
+    operating_points,
+    pooled_timing,
+)
 from runners.engine import EngineFactory
 
 STAMP_FILE = "stamp.json"

@@ -28,6 +28,7 @@ from omegaconf import OmegaConf
 from core.errors import ConfigError, guarded
 from core.files import write_atomic
 from evals.compose import compose_config, to_run_config
+from evals.run import TqdmProgress, run
 from reports import figures
 from reports.compare import terminal_table, write_comparison
 from reports.runs import find_runs
@@ -104,7 +105,6 @@ def parse_args(argv: list[str]) -> NightlyArgs:
 def run_suite(args: NightlyArgs) -> None:
     """Every job into its own dir under the night's dir; finished jobs are skipped. Every job's
     config is composed first, so a bad key stops the night before any engine starts."""
-    from evals.run import TqdmProgress, run
 
     jobs = {name: compose_config([*args.suite.common, *job, *args.run_overrides]) for name, job in args.suite.jobs.items()}
     typed = [to_run_config(cfg) for cfg in jobs.values()]
@@ -117,14 +117,14 @@ def run_suite(args: NightlyArgs) -> None:
 def night_rows(args: NightlyArgs, comparison: pd.DataFrame | None) -> pd.DataFrame:
     """The night's history rows: its own AL per (drafter, D, domain), and the comparison if any."""
     rows = []
-    for run in find_runs(args.out):
-        s = run.summary
+    for measured in find_runs(args.out):
+        s = measured.summary
         if s.d is None:
             continue
-        for domain, figures in s.groups().items():
+        for domain, group in s.groups().items():
             rows.append({"night": args.night, "night_dir": str(args.out.resolve()), "target": s.target,
                          "target_fingerprint": s.fingerprints.target, "drafter": s.drafter, "d": s.d,
-                         "domain": domain, "n_requests": figures.n_requests, "al": figures.al})
+                         "domain": domain, "n_requests": group.n_requests, "al": group.al})
     frame = pd.DataFrame(rows)
     if comparison is not None and not frame.empty:
         diff = comparison.drop(columns=["candidate_al", "n_requests"])

@@ -11,6 +11,7 @@ from core.generation import EngineStep, SpecCounters, TurnResult
 from evals.conversation import run_conversations
 from evals.plan import RunPlan
 from runners.engine import EngineFactory, ProgressFn
+from runners.zero_cost_proposer import CLASS_PATH
 
 # Called with a label when a pass starts; gives the per-step progress callback.
 ProgressFactory = Callable[[str], "ProgressFn | None"]
@@ -67,6 +68,4 @@ def run_passes(
 
 def zero_cost_spec(d: int) -> dict[str, Any]:
     """vLLM's speculative config for the verify pass: D free proposals per request and step."""
-    from runners.zero_cost_proposer import CLASS_PATH
-
     return {"method": "custom_class", "model": CLASS_PATH, "num_speculative_tokens": d}

@@ -6,6 +6,7 @@ not fit are reported here, with the key to change, not minutes into a run.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -15,6 +16,7 @@ from core.errors import ConfigError
 from core.generation import Prompt, SamplingSpec
 from core.model_facts import ModelFacts
 from drafters import Drafter, make_drafter
+from evals import embedded_target
 from evals.conversation import conversation_token_ids
 from evals.datasets import dataset_name, load_prompts
 from evals.datasets.base import fingerprint as dataset_fingerprint
@@ -23,8 +25,6 @@ from runners.registry import runner_of
 
 
 def _embedded_targets() -> dict[str, tuple[Callable[[], Path], Callable[[], Path]]]:
-    from evals import embedded_target
-
     return {"smollm2_135m": (embedded_target.smollm2_path, embedded_target.ensure_smollm2)}
 
 
@@ -93,8 +93,6 @@ def check_scalars(cfg: RunConfig) -> None:
 
 
 def check_logger(cfg: RunConfig) -> None:
-    import importlib.util
-
     if isinstance(cfg.logger, WandbLoggerConfig) and importlib.util.find_spec("wandb") is None:
         raise ConfigError("logger=wandb needs the wandb package: pip install -e '.[wandb]' (make install has it).")
 
@@ -154,21 +152,6 @@ def resolve_batch_sizes(cfg: RunConfig, num_prompts: int) -> list[int]:
     return sizes
 
 
-def check_temperature_support(cfg: RunConfig, drafter: Drafter) -> None:
-    """Refuse temperature > 0 with speculation on builds with vLLM issue #55005 and no fix."""
-    if cfg.sampling.temperature == 0 or not drafter.speculative:
-        return
-    from runners import cpu_expand_fix
-
-    if cpu_expand_fix.build_is_affected() and not cpu_expand_fix.fix_is_active():
-        raise ConfigError(
-            f"sampling.temperature={cfg.sampling.temperature} with speculation is wrong on this vLLM "
-            f"CPU build ({cpu_expand_fix.UPSTREAM_ISSUE}: target logits are scaled by garbage), and "
-            "speclens's fix is not active (install speclens with `pip install -e .` so vLLM loads its "
-            f"plugin, and leave {cpu_expand_fix.DISABLE_ENV} unset). Or use sampling.temperature=0."
-        )
-
-
 def make_plan(cfg: RunConfig) -> RunPlan:
     """Validate `cfg` and resolve every input; raises ConfigError naming the key to fix."""
     check_scalars(cfg)
@@ -182,8 +165,9 @@ def make_plan(cfg: RunConfig) -> RunPlan:
         draft = ModelFacts.from_config(str(draft_dir), checkpoints.read_config(draft_dir, "drafter.model"))
     check_context_window(cfg, target)
     drafter.validate(cfg.d, target, draft)
-    check_temperature_support(cfg, drafter)
-    encoder = runner_of(cfg).encoder(cfg, target_dir)
+    runner = runner_of(cfg)
+    runner.check_support(cfg, drafter.speculative)
+    encoder = runner.encoder(cfg, target_dir)
     prompts = load_prompts(cfg.dataset, cfg.seed, encoder)
     check_prompt_lengths(prompts, encoder, cfg)
     sampling = SamplingSpec(cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.max_tokens, cfg.seed)

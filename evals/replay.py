@@ -20,22 +20,27 @@ from typing import Any
 import hydra
 import numpy as np
 import pandas as pd
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from core import metrics
 from core.errors import ConfigError, guarded, report, user_message
+from core.records import read_parquet
 from core.summary import REPLAY_VERSION, Fingerprints, ReplayRecord, ReplaySummary
 from drafters.base import ReplayKind
-from evals.compose import register_configs, to_run_config
+from drafters.replay import ReplayContext
+from evals.compose import CONF_DIR, register_configs, to_run_config
+from evals.conversation import run_reference
 from evals.hydra_app import run_app
+from evals.measure import execute
+from evals.plan import make_plan
+from reports.curves import curve_row
 from runners.registry import runner_name, runner_of
 
 register_configs()
 
 
 def curve_rows(drafter: str, d: int, steps: pd.DataFrame, requests: pd.DataFrame, seed: int, source: str) -> list[dict]:
-    from reports.curves import curve_row
-
     groups = {"all": (steps, requests)}
     groups |= {dom: (steps[steps.domain == dom], g) for dom, g in requests.groupby("domain", sort=True)}
     return [curve_row(drafter, d, domain, metrics.group_summary(s, r, seed), source) for domain, (s, r) in groups.items()]
@@ -44,8 +49,6 @@ def curve_rows(drafter: str, d: int, steps: pd.DataFrame, requests: pd.DataFrame
 def reference_contexts(plan, d_max: int, factory) -> tuple[list, list, tuple[int, int]]:
     """One greedy generation of the target (d_max tokens past each stop), as replay contexts,
     plus the engine's (max_num_seqs, max_num_batched_tokens)."""
-    from drafters.replay import ReplayContext
-    from evals.conversation import run_reference
 
     engine = factory(plan.target_dir, None)
     try:
@@ -104,9 +107,6 @@ def replay_exact(plan, d_max: int, factory) -> pd.DataFrame:
 
 def replay_estimated(plan, d_max: int, out_dir: Path, factory, runner: str) -> pd.DataFrame:
     """AL(D) for D < d_max from the steps of one measured run at d_max."""
-    from core.records import read_parquet
-    from evals.measure import execute
-
     run_dir = out_dir / f"measured_d{d_max}"
     execute(plan, run_dir, factory, runner)
     steps, requests = read_parquet(run_dir / "steps.parquet"), read_parquet(run_dir / "requests.parquet")
@@ -125,8 +125,6 @@ def replay_estimated(plan, d_max: int, out_dir: Path, factory, runner: str) -> p
 
 
 def replay(cfg: DictConfig, out_dir: Path) -> pd.DataFrame:
-    from evals.plan import make_plan
-
     run_config = to_run_config(cfg)
     d_max = run_config.d_max
     if d_max < 1:
@@ -159,10 +157,8 @@ def replay(cfg: DictConfig, out_dir: Path) -> pd.DataFrame:
     return curves
 
 
-@hydra.main(version_base=None, config_path="../conf", config_name="replay")
+@hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="replay")
 def hydra_main(cfg: DictConfig) -> None:
-    from hydra.core.hydra_config import HydraConfig
-
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         run_config = to_run_config(cfg)

@@ -11,13 +11,20 @@ import sys
 from pathlib import Path
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
+from tqdm import tqdm
 
 from core.config import WandbLoggerConfig
 from core.errors import ConfigError, guarded, report, user_message
 from core.summary import SUMMARY_FILE, RunSummary, read_summary
-from evals.compose import register_configs, run_fingerprint, to_run_config
+from evals.compose import CONF_DIR, register_configs, run_fingerprint, to_run_config
 from evals.hydra_app import run_app
+from evals.measure import execute
+from evals.plan import make_plan
+from reports.table import result_table
+from reports.wandb_log import log_run
 from runners.registry import runner_name, runner_of
 
 register_configs()
@@ -25,10 +32,7 @@ register_configs()
 
 class TqdmProgress:
     """Output tokens generated so far, on stderr, while the engine runs."""
-
     def __init__(self, label: str) -> None:
-        from tqdm import tqdm
-
         self.bar = tqdm(desc=f"{label} generation", unit="tok", file=sys.stderr, dynamic_ncols=True, mininterval=1.0)
 
     def __call__(self, tokens: int) -> None:
@@ -54,9 +58,6 @@ def finished_summary(out_dir: Path, fingerprint: str, runner: str) -> RunSummary
 def run(cfg: DictConfig, out_dir: Path, progress=TqdmProgress, group: str | None = None) -> RunSummary:
     """Plan, measure, print the table, log (logger=wandb, in `group`); skips a run dir that already
     holds this run unless force=true."""
-    from evals.measure import execute
-    from evals.plan import make_plan
-    from reports.table import result_table
 
     run_config = to_run_config(cfg)
     fingerprint = run_fingerprint(cfg, run_config)
@@ -71,8 +72,6 @@ def run(cfg: DictConfig, out_dir: Path, progress=TqdmProgress, group: str | None
     print(result_table(summary))
     print(f"results: {out_dir}")
     if isinstance(run_config.logger, WandbLoggerConfig):
-        from reports.wandb_log import log_run
-
         stamp = json.loads((out_dir / "stamp.json").read_text())
         try:
             log_run(out_dir, summary, stamp, run_config.logger, group)
@@ -82,11 +81,8 @@ def run(cfg: DictConfig, out_dir: Path, progress=TqdmProgress, group: str | None
     return summary
 
 
-@hydra.main(version_base=None, config_path="../conf", config_name="config")
+@hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 def hydra_main(cfg: DictConfig) -> None:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
     hydra_cfg = HydraConfig.get()
     out_dir = Path(hydra_cfg.runtime.output_dir)
     group = Path(hydra_cfg.sweep.dir).name if hydra_cfg.mode == RunMode.MULTIRUN else None

@@ -21,6 +21,7 @@ from typing import Callable
 from core.errors import SpeclensError, guarded
 from core.summary import RunSummary
 from evals.compose import compose_config, to_run_config
+from evals.run import run
 from runners.registry import runner_of
 
 # Relative shortfall of AL from 1 + D allowed at temperature > 0.
@@ -69,8 +70,6 @@ CHECKS: list[tuple[str, list[str], Callable[[RunSummary], CheckResult]]] = [
 
 
 def selfcheck(user_overrides: list[str], out_root: Path) -> list[CheckResult]:
-    from evals.run import run
-
     # Every check's config first: a bad override is refused before any engine starts.
     configs = [(name, compose_config(DEFAULTS + SELF_DRAFT + user_overrides + overrides), judge)
                for name, overrides, judge in CHECKS]

@@ -8,7 +8,15 @@ import pandas as pd
 
 from core import costs, metrics
 from core.generation import SpecCounters, TurnResult
-from core.summary import SUMMARY_VERSION, DomainPoint, Fingerprints, LosslessCheck, OperatingPoint, RunSummary, Timing
+from core.summary import (
+    SUMMARY_VERSION,
+    DomainPoint,
+    Fingerprints,
+    LosslessCheck,
+    OperatingPoint,
+    RunSummary,
+    Timing,
+)
 
 # Mismatched outputs listed by name in summary.json (the count is always complete).
 MISMATCHES_SHOWN = 20

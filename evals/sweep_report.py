@@ -11,7 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from core.config import WandbLoggerConfig
@@ -19,6 +21,7 @@ from core.errors import SpeclensError
 from core.redact import redact
 from reports.curves import write_curves
 from reports.rank import write_ranking
+from reports.wandb_log import log_sweep
 
 
 def sweep_outputs(sweep_dir: Path) -> tuple[Any, Any, list[str]]:
@@ -46,9 +49,6 @@ def redact_saved_config(path: Path) -> None:
 
 class SweepReport(Callback):
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-
         hydra_cfg = HydraConfig.get()
         saved = Path(hydra_cfg.sweep.dir) / "multirun.yaml"
         if hydra_cfg.mode == RunMode.MULTIRUN and saved.is_file():
@@ -64,8 +64,6 @@ class SweepReport(Callback):
         if curves is not None:
             print(f"speclens: sweep {sweep_dir}: curves.csv" + (", ranking.csv" if ranking is not None else ""))
         if OmegaConf.get_type(config.logger) is WandbLoggerConfig and curves is not None:
-            from reports.wandb_log import log_sweep
-
             try:
                 log_sweep(sweep_dir, curves, ranking, config.logger, config.logger.group or sweep_dir.name)
             except Exception as exc:  # noqa: BLE001 - the sweep's files are written; only the dashboard lacks them

@@ -14,10 +14,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 from core.errors import SpeclensError, guarded
-from drafters.facts_table import HEADER as DRAFTER_HEADER, comparison_rows
+from drafters.facts_table import HEADER as DRAFTER_HEADER
+from drafters.facts_table import comparison_rows
 from reports import figures
+from reports.curves import collect, safe_name
+from reports.rank import DISPLAY, display_rows, guideline_notes, rank_runs
 from reports.runs import Run, check_consistent, find_runs
 from reports.table import cell, markdown_table
 
@@ -52,8 +54,6 @@ class Section:
 
 
 def curve_sections(root: Path) -> list[Section]:
-    from reports.curves import collect, safe_name
-
     try:
         curves = collect(root)
     except SpeclensError as exc:
@@ -68,8 +68,6 @@ def curve_sections(root: Path) -> list[Section]:
 
 
 def ranking_section(runs: list[Run]) -> Section:
-    from reports.rank import DISPLAY, display_rows, guideline_notes, rank_runs
-
     section = Section("Ranking")
     try:
         ranking = rank_runs(runs)

@@ -8,7 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import SpeclensError
-from core.summary import REPLAY_FILE, SUMMARY_FILE, Fingerprints, ReplayRecord, RunSummary, read_replay, read_summary
+from core.summary import (
+    REPLAY_FILE,
+    SUMMARY_FILE,
+    Fingerprints,
+    ReplayRecord,
+    RunSummary,
+    read_replay,
+    read_summary,
+)
 
 # What must be the same across runs that are drawn or ranked together.
 CONSISTENT_KEYS = (

@@ -6,7 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
-from core.generation import EngineStep, SamplingSpec, SpecCounters, TurnRequest, TurnResult
+from core.generation import (
+    EngineStep,
+    SamplingSpec,
+    SpecCounters,
+    TurnRequest,
+    TurnResult,
+)
 
 # Called with the number of new output tokens after each engine step.
 ProgressFn = Callable[[int], None]

@@ -17,9 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from core.generation import DraftedStep, EngineStep, SamplingSpec, SpecCounters, TurnRequest, TurnResult
-
+from core.errors import ConfigError
+from core.generation import (
+    DraftedStep,
+    EngineStep,
+    SamplingSpec,
+    SpecCounters,
+    TurnRequest,
+    TurnResult,
+)
 from runners.engine import ProgressFn
+from runners.zero_cost_proposer import CLASS_PATH
 
 # One script entry per decode step: None = the drafter proposed nothing (an
 # undrafted step), an int = accepted count with D drafted, a pair = (drafted, accepted).
@@ -42,7 +50,6 @@ def output_token(i: int) -> int:
 @dataclass
 class FakeRunnerConfig:
     """runner=fake: the scripted engine (unit tests; no model, no vLLM)."""
-
     # JSON file mapping "<request_id>#<turn>" to its decode steps: null = an undrafted step, an
     # int = accepted count with D drafted, [drafted, accepted]; requests it lacks decode one step.
     script: str | None = None
@@ -198,7 +205,6 @@ class FakeEngine:
 
 class _Flight:
     """One request's progress: its prefill step, then its scripted decode steps."""
-
     def __init__(self, request: TurnRequest, decode_steps: list[tuple[int, int] | None], sampling: SamplingSpec) -> None:
         self.request = request
         self.remaining = list(decode_steps)
@@ -275,8 +281,6 @@ def pattern_script(pattern: Sequence[Any], output_tokens: int, d: int | None) ->
 
 
 def load_script(path: str) -> dict[str, StepScript]:
-    from core.errors import ConfigError
-
     try:
         raw = json.loads(Path(path).expanduser().read_text())
     except (OSError, json.JSONDecodeError) as exc:
@@ -290,7 +294,6 @@ def fake_factory(d: int | None, script: Mapping[str, StepScript] | Callable[[str
                  cost: StepCost = linear_cost, **kwargs: Any):
     """An engine factory (model_dir, speculative config) -> FakeEngine: the mode follows the
     speculative config it is given (none: plain; the zero-cost proposer: verify)."""
-    from runners.zero_cost_proposer import CLASS_PATH
 
     def factory(model_dir: Any, spec: dict[str, Any] | None) -> FakeEngine:
         if spec is None:
@@ -314,6 +317,5 @@ def engine_factory(cfg: FakeRunnerConfig, d: int | None, max_num_seqs: int, max_
 
 class FakeEncoder:
     """The fake engine's chat encoding, for pre-engine checks (prompt lengths, long-context cuts)."""
-
     def chat_token_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
         return chat_token_ids(messages)

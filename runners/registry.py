@@ -22,6 +22,8 @@ class Runner:
     encoder: Callable[[RunConfig, Path], ChatEncoder]
     # Process-wide settings to make before any engine starts (environment variables).
     prepare_process: Callable[[RunConfig], None]
+    # (run config, speculative?) -> raises ConfigError for what this engine cannot measure right.
+    check_support: Callable[[RunConfig, bool], None]
 
 
 def _fake_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
@@ -30,9 +32,9 @@ def _fake_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
 
 RUNNERS: dict[str, Runner] = {
     "vllm": Runner(vllm_runner.VllmRunnerConfig, vllm_runner.engine_factory, vllm_runner.encoder,
-                   vllm_runner.prepare_process),
+                   vllm_runner.prepare_process, vllm_runner.check_support),
     "fake": Runner(fake_engine.FakeRunnerConfig, _fake_factory, lambda cfg, target_dir: fake_engine.FakeEncoder(),
-                   lambda cfg: None),
+                   lambda cfg: None, lambda cfg, speculative: None),
 }
 
 

@@ -9,13 +9,23 @@ step's exact start position. (vLLM's own `LLM.generate` runs the same
 
 from __future__ import annotations
 
+import gc
 import os
 import time
+from pathlib import Path
 from typing import Any, Sequence
 
+from core.generation import (
+    DraftedStep,
+    EngineStep,
+    SamplingSpec,
+    SpecCounters,
+    TurnRequest,
+    TurnResult,
+)
 from runners.chat import ChatTokenizer
-from core.generation import DraftedStep, EngineStep, SamplingSpec, SpecCounters, TurnRequest, TurnResult
 from runners.engine import ProgressFn
+from runners.vllm_compat import make_kernel_registration_safe
 
 COUNTER_PREFIX = "vllm:spec_decode_"
 
@@ -38,11 +48,9 @@ class VllmEngine:
         cpu_kvcache_space_gib: int = 4,
     ) -> None:
         set_process_env(cpu_kvcache_space_gib)
-        from pathlib import Path
 
         from vllm import LLM
 
-        from runners.vllm_compat import make_kernel_registration_safe
 
         make_kernel_registration_safe()
         self.speculative = speculative_config is not None
@@ -195,8 +203,6 @@ class VllmEngine:
         return self._read_counters().since(self._counters_at_start)
 
     def close(self) -> None:
-        import gc
-
         engine_core = getattr(self.engine, "engine_core", None)
         if engine_core is not None:
             engine_core.shutdown()
@@ -206,7 +212,6 @@ class VllmEngine:
 
 class _Tracked:
     """One request's progress through the step loop."""
-
     def __init__(self, request: TurnRequest, spec_metrics: Any) -> None:
         self.request = request
         # vLLM's per-request accumulator; the same object outlives the request's removal.

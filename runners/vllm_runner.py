@@ -7,13 +7,16 @@ from pathlib import Path
 from typing import Any
 
 from core.config import EngineConfig, RunConfig
+from core.errors import ConfigError
+from runners import cpu_expand_fix
+from runners.chat import ChatTokenizer
 from runners.engine import Engine, EngineFactory
+from runners.vllm_engine import VllmEngine, set_process_env
 
 
 @dataclass
 class VllmRunnerConfig:
     """runner=vllm: vLLM in-process, stepped one engine step at a time; `engine.*` sets its arguments."""
-
 
 def engine_args(engine: EngineConfig, seed: int) -> dict[str, Any]:
     """vLLM engine arguments from `engine.*`."""
@@ -35,7 +38,6 @@ def engine_args(engine: EngineConfig, seed: int) -> dict[str, Any]:
 def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
     def start(model_dir: Path, spec: dict[str, Any] | None) -> Engine:
         # vllm is imported only when an engine starts: light commands never load it.
-        from runners.vllm_engine import VllmEngine
 
         return VllmEngine(model=str(model_dir), speculative_config=spec, engine_args=engine_args(cfg.engine, cfg.seed),
                           cpu_kvcache_space_gib=cfg.engine.cpu_kvcache_space_gib)
@@ -45,12 +47,23 @@ def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
 
 def encoder(cfg: RunConfig, target_dir: Path) -> Any:
     """The target's own chat tokenizer (transformers, imported on use)."""
-    from runners.chat import ChatTokenizer
-
     return ChatTokenizer(target_dir)
 
 
-def prepare_process(cfg: RunConfig) -> None:
-    from runners.vllm_engine import set_process_env
+def check_support(cfg: RunConfig, speculative: bool) -> None:
+    """Refuse temperature > 0 with speculation on builds with vLLM issue #55005 and no fix."""
+    if cfg.sampling.temperature == 0 or not speculative:
+        return
+    # vllm is imported only here, where a sampled speculative run is asked for.
 
+    if cpu_expand_fix.build_is_affected() and not cpu_expand_fix.fix_is_active():
+        raise ConfigError(
+            f"sampling.temperature={cfg.sampling.temperature} with speculation is wrong on this vLLM "
+            f"CPU build ({cpu_expand_fix.UPSTREAM_ISSUE}: target logits are scaled by garbage), and "
+            "speclens's fix is not active (install speclens with `pip install -e .` so vLLM loads its "
+            f"plugin, and leave {cpu_expand_fix.DISABLE_ENV} unset). Or use sampling.temperature=0."
+        )
+
+
+def prepare_process(cfg: RunConfig) -> None:
     set_process_env(cfg.engine.cpu_kvcache_space_gib)

@@ -9,12 +9,18 @@ from core.config import DatasetConfig
 from core.errors import ConfigError
 from core.generation import ChatEncoder, Prompt
 from evals.datasets.base import filter_categories, select
-from evals.datasets.humaneval import HumanEvalConfig, load as load_humaneval
-from evals.datasets.jsonl import JsonlConfig, SpecBenchConfig, load as load_jsonl
-from evals.datasets.long_context import LongContextConfig, load as load_long_context
-from evals.datasets.mt_bench import MtBenchConfig, load as load_mt_bench
-from evals.datasets.sample import SampleConfig, load as load_sample
-from evals.datasets.speed_bench import SpeedBenchConfig, load as load_speed_bench
+from evals.datasets.humaneval import HumanEvalConfig
+from evals.datasets.humaneval import load as load_humaneval
+from evals.datasets.jsonl import JsonlConfig, SpecBenchConfig
+from evals.datasets.jsonl import load as load_jsonl
+from evals.datasets.long_context import LongContextConfig
+from evals.datasets.long_context import load as load_long_context
+from evals.datasets.mt_bench import MtBenchConfig
+from evals.datasets.mt_bench import load as load_mt_bench
+from evals.datasets.sample import SampleConfig
+from evals.datasets.sample import load as load_sample
+from evals.datasets.speed_bench import SpeedBenchConfig
+from evals.datasets.speed_bench import load as load_speed_bench
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import gzip
 import json
+from dataclasses import dataclass
 
+from core.assets import wheel_member
 from core.config import DatasetConfig
 from core.generation import ChatEncoder, Prompt
 from evals.datasets.domains import domain_of
@@ -16,8 +16,6 @@ INSTRUCTION = "Complete the following Python function. Reply with the whole func
 
 
 def problems() -> list[Prompt]:
-    from core.assets import wheel_member
-
     with gzip.open(wheel_member(*WHEEL), "rt", encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()]
     return [

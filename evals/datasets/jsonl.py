@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from core.config import DatasetConfig
+from core.errors import ConfigError
 from core.generation import ChatEncoder, Prompt
 from evals.datasets.domains import domain_of
-from core.errors import ConfigError
 
 REQUIRED_FIELDS = ("question_id", "category", "turns")
 

@@ -28,15 +28,14 @@ from dataclasses import dataclass
 from typing import Callable
 
 from core.config import Choice, DatasetConfig
+from core.errors import ConfigError
 from core.generation import ChatEncoder, Prompt
 from evals.datasets.domains import long_context_domain
-from core.errors import ConfigError
-
+from evals.datasets.mt_bench import questions
 
 
 class Tier(Choice):
     """SPEED-Bench's entropy tiers."""
-
     low_entropy = "low_entropy"
     mixed = "mixed"
     high_entropy = "high_entropy"
@@ -72,7 +71,6 @@ class LongContextConfig(DatasetConfig):
 @dataclass(frozen=True)
 class Task:
     """An instruction around a long body; only the body is cut to reach the length."""
-
     head: str
     body: str
     tail: str
@@ -152,8 +150,6 @@ def mixed_task(index: int, rng: random.Random, min_chars: int) -> Task:
 
 def high_entropy_task(index: int, rng: random.Random, min_chars: int) -> Task:
     if index % 2 == 0:
-        from evals.datasets.mt_bench import questions
-
         asks = [t for p in questions() for t in p.turns]
         answers = _long_text(_docstrings, rng, min_chars).split("\n\n")
         rng.shuffle(asks)

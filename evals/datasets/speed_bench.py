@@ -13,18 +13,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from core.config import Choice, DatasetConfig
+from core.errors import ConfigError
 from core.generation import ChatEncoder, Prompt
 from evals.datasets.domains import domain_of, long_context_domain
 from evals.datasets.jsonl import read_jsonl
-from core.errors import ConfigError
 
 HUB_ID = "nvidia/SPEED-Bench"
 
 
 class SpeedBenchSplit(Choice):
     """SPEED-Bench's configs: the qualitative categories, or one throughput length."""
-
     qualitative = "qualitative"
     throughput_1k = "throughput_1k"
     throughput_2k = "throughput_2k"
@@ -53,8 +54,6 @@ class SpeedBenchConfig(DatasetConfig):
 
 def _read_file(file: Path) -> list[dict[str, Any]]:
     if file.suffix == ".parquet":
-        import pandas as pd
-
         return pd.read_parquet(file).to_dict(orient="records")
     return read_jsonl(file)
 

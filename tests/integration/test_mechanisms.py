@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fixtures.mechanisms import tiny_dflash_draft, tiny_medusa_heads, tiny_mtp_target
+from tests.fixtures.mechanisms import (
+    tiny_dflash_draft,
+    tiny_medusa_heads,
+    tiny_mtp_target,
+)
 from tests.fixtures.models import random_eagle_head, tiny_target
 from tests.integration.conftest import measure, tiny_overrides
 

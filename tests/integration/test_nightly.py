@@ -9,7 +9,12 @@ from pathlib import Path
 import pandas as pd
 
 from evals.nightly import nightly, parse_args
-from tests.fixtures.models import fixture_info, tiny_draft, tiny_target, tiny_target_finetuned
+from tests.fixtures.models import (
+    fixture_info,
+    tiny_draft,
+    tiny_target,
+    tiny_target_finetuned,
+)
 
 
 def night(tmp_path: Path, label: str, target: Path, baseline: str | None = None) -> tuple[int, float]:

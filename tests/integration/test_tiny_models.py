@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.models import random_eagle3_head, tiny_draft, tiny_target
 from core.records import read_parquet
+from tests.fixtures.models import random_eagle3_head, tiny_draft, tiny_target
 from tests.integration.conftest import measure, requests_of, steps_of, tiny_overrides
 
 D = 3

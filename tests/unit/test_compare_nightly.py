@@ -10,8 +10,15 @@ import pytest
 from core.errors import SpeclensError
 from evals.nightly import main as nightly_main
 from evals.run import run
-from reports.compare import compare, main as compare_main, paired_al_difference
-from tests.unit.conftest import compose_run, fake_overrides, write_checkpoint, write_questions, write_script
+from reports.compare import compare, paired_al_difference
+from reports.compare import main as compare_main
+from tests.unit.conftest import (
+    compose_run,
+    fake_overrides,
+    write_checkpoint,
+    write_questions,
+    write_script,
+)
 
 D = 3
 ROWS = [{"question_id": f"q{i}", "category": "coding" if i % 2 else "writing", "turns": [f"task {i}"]}

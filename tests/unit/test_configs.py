@@ -7,7 +7,14 @@ import pytest
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from core.config import LOGGERS, EngineConfig, ReplayConfig, RunConfig, SamplingConfig, TargetConfig
+from core.config import (
+    LOGGERS,
+    EngineConfig,
+    ReplayConfig,
+    RunConfig,
+    SamplingConfig,
+    TargetConfig,
+)
 from drafters import REGISTRY as DRAFTERS
 from evals.compose import CONF_DIR, compose_config, register_configs, to_run_config
 from evals.datasets import DATASETS

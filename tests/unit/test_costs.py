@@ -15,7 +15,8 @@ from core.costs import StepTiming
 from core.errors import ConfigError, SpeclensError
 from core.records import read_parquet
 from evals.run import run
-from reports.rank import main as rank_main, pareto_front, rank, write_ranking
+from reports.rank import main as rank_main
+from reports.rank import pareto_front, rank, write_ranking
 from tests.unit.conftest import compose_run, fake_overrides
 
 PROMPTS = [{"question_id": f"c{i}", "category": "coding", "turns": [f"write function number {i} " * (i + 1)]}

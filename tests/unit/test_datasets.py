@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 
 from core.config import DatasetConfig
-from core.generation import Prompt
-from evals.datasets import DATASETS, load_prompts
-from evals.datasets.base import select
-from evals.datasets.jsonl import SpecBenchConfig
-from evals.datasets.domains import domain_of, long_context_domain
-from evals.datasets.speed_bench import PLACEHOLDER, SpeedBenchConfig
 from core.errors import ConfigError
+from core.generation import Prompt
+from evals.datasets import load_prompts
+from evals.datasets.base import select
+from evals.datasets.domains import domain_of, long_context_domain
+from evals.datasets.jsonl import SpecBenchConfig
+from evals.datasets.speed_bench import PLACEHOLDER, SpeedBenchConfig
 
 SPEC_BENCH = Path(__file__).resolve().parents[3] / "shared" / "data" / "spec_bench" / "question.jsonl"
 QUALITATIVE = ["coding", "math", "summarization", "writing"]

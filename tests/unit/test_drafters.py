@@ -8,9 +8,10 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from drafters import REGISTRY, make_drafter
-from evals.drafters import HEADER, main as table_main
 from core.errors import ConfigError
+from drafters import REGISTRY, make_drafter
+from evals.drafters import HEADER
+from evals.drafters import main as table_main
 
 
 @pytest.mark.parametrize("d", [1, 4, 9])

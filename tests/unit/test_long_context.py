@@ -6,9 +6,9 @@ import os
 
 import pytest
 
+from core.errors import ConfigError
 from evals.datasets.long_context import LongContextConfig, load, o200k_counter
 from evals.embedded_target import ensure_smollm2
-from core.errors import ConfigError
 from evals.run import run
 from runners.chat import ChatTokenizer
 from tests.unit.conftest import compose_run

@@ -7,7 +7,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from reports.build import build, main as build_main
+from reports.build import build
+from reports.build import main as build_main
 from tests.unit.test_costs import measure
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

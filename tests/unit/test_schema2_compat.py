@@ -4,9 +4,11 @@ through every report command with the same content as that release produced
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from reports.build import main as build_main
@@ -40,3 +42,52 @@ def test_reports_of_schema2_runs_are_unchanged(schema2, capsys):
                                (baseline / "ranking.md", "ranking.md"), (candidate / "compare.csv", "compare.csv"),
                                (candidate / "compare.md", "compare.md"), (baseline / "report.md", "report.md")]:
         same_content(produced, expected, schema2)
+
+
+ROWS = [{"question_id": f"q{i}", "category": "coding" if i % 2 else "writing", "turns": [f"task number {i} please"]}
+        for i in range(6)]
+
+
+def schema2_script(shift: int, d: int) -> dict:
+    """The fake engine's script the schema-2 runs were measured with (tests/data/README.md)."""
+    return {f"q{i}#0": [min((i + k + shift) % 4, d) if (i + k) % 5 else None for k in range(8)] for i in range(6)}
+
+
+def test_a_schema2_night_is_a_nightly_baseline(schema2, tmp_path, capsys):
+    from evals.nightly import main as nightly_main
+    from tests.unit.conftest import write_checkpoint, write_questions, write_script
+
+    target = write_checkpoint(tmp_path / "target")
+    questions = write_questions(tmp_path / "q.jsonl", ROWS)
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(f"common: [runner=fake, target=custom, 'target.model={target}', dataset=jsonl, "
+                     f"'dataset.path={questions}']\njobs:\n  ngram_d3: [drafter=ngram, d=3]\n")
+    for night, shift, status in (("same", 0, 0), ("worse", 1, 1)):
+        script = write_script(tmp_path / f"{night}.json", schema2_script(shift, 3))
+        assert nightly_main([f"suite={suite}", f"night={night}", f"out={tmp_path / night}", f"runner.script={script}",
+                             f"baseline={schema2 / 'baseline'}", f"history={tmp_path / 'history.parquet'}"]) == status
+    history = pd.read_parquet(tmp_path / "history.parquet").set_index(["night", "domain"])
+    old = json.loads((schema2 / "baseline" / "drafter=ngram,d=3" / "summary.json").read_text())
+    assert history.loc[("same", "all"), "baseline_al"] == pytest.approx(old["al"])
+    assert history.loc[("same", "all"), "al_diff"] == 0.0
+    assert history.loc[("worse", "all"), "regressed"]
+    assert "REGRESSION drafter=ngram d=3" in capsys.readouterr().err
+
+
+def test_the_reader_migrates_every_earlier_summary_and_refuses_a_newer_one(schema2):
+    from core.errors import SpeclensError
+    from core.summary import SUMMARY_VERSION, read_summary
+
+    run_dir = schema2 / "baseline" / "drafter=ngram,d=3"
+    summary = read_summary(run_dir)
+    assert (summary.schema_version, summary.runner, summary.drafter, summary.d) == (SUMMARY_VERSION, "vllm", "ngram", 3)
+    assert summary.operating_points[1].t_verif.median_ms == pytest.approx(12.0)
+    # schema 1: no operating points, no AL by position (as the first release wrote it)
+    raw = json.loads((run_dir / "summary.json").read_text())
+    v1 = {k: v for k, v in raw.items() if k not in ("operating_points", "al_by_position", "config_fingerprint")}
+    (run_dir / "summary.json").write_text(json.dumps(v1 | {"schema_version": 1}))
+    migrated = read_summary(run_dir)
+    assert migrated.operating_points == [] and migrated.al_by_position == [] and migrated.al == summary.al
+    (run_dir / "summary.json").write_text(json.dumps(raw | {"schema_version": SUMMARY_VERSION + 1}))
+    with pytest.raises(SpeclensError, match=rf"schema version {SUMMARY_VERSION + 1} is newer than this speclens reads \(up to {SUMMARY_VERSION}\)"):
+        read_summary(run_dir)

@@ -81,9 +81,9 @@ def test_secret_keys_are_told_apart_from_token_counts(key, secret):
 
 
 def test_secrets_stay_out_of_job_dir_names_and_the_saved_sweep_config(tmp_path):
+    from core.redact import REDACTED, redact_overrides
     from evals.compose import job_dirname
     from evals.sweep_report import redact_saved_config
-    from core.redact import REDACTED, redact_overrides
 
     overrides = f"batch_sizes=[1,4],d=3,+engine.extra_args.hf_token={SECRET},sampling.max_tokens=64"
     assert redact_overrides(overrides) == f"batch_sizes=[1,4],d=3,+engine.extra_args.hf_token={REDACTED},sampling.max_tokens=64"
@@ -98,12 +98,12 @@ def test_secrets_stay_out_of_job_dir_names_and_the_saved_sweep_config(tmp_path):
 
 
 def test_a_wandb_failure_warns_and_keeps_the_run(tmp_path, monkeypatch, capsys):
-    import reports.wandb_log
+    import evals.run
 
     def unreachable(*args, **kwargs):
         raise ConnectionError("api.wandb.ai unreachable")
 
-    monkeypatch.setattr(reports.wandb_log, "log_run", unreachable)
+    monkeypatch.setattr(evals.run, "log_run", unreachable)
     summary, out = measure(tmp_path, 2, "logger=wandb")
     assert json.loads((out / "summary.json").read_text())["al"] == summary["al"] == pytest.approx(3.0)
     assert "logging to wandb failed (ConnectionError: api.wandb.ai unreachable)" in capsys.readouterr().err

@@ -1,0 +1,86 @@
+"""runner=fake drives every command end to end without vLLM: run (as a command and as a sweep),
+replay, selfcheck, through the `speclens` front door too."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from core.records import read_parquet
+from core.summary import read_replay, read_summary
+from evals.cli import COMMANDS
+from evals.cli import main as speclens_main
+from evals.compose import compose_config
+from evals.replay import replay
+from evals.selfcheck import selfcheck
+from tests.unit.conftest import fake_overrides, write_checkpoint
+
+REPO = Path(__file__).resolve().parents[2]
+ROWS = [{"question_id": f"q{i}", "category": "coding" if i % 2 else "writing", "turns": [f"task {i}", f"more {i}"]}
+        for i in range(4)]
+
+
+def speclens(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "evals.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_a_sweep_runs_every_job_and_writes_its_curves_then_resumes(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = ["run", "-m", *fake_overrides(tmp_path, ROWS), "drafter=ngram,suffix", "d=1,3", f"hydra.sweep.dir={sweep}"]
+    first = speclens(*args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    summaries = [read_summary(p.parent) for p in sweep.rglob("summary.json")]
+    assert sorted((s.drafter, s.d) for s in summaries) == [("ngram", 1), ("ngram", 3), ("suffix", 1), ("suffix", 3)]
+    assert {s.runner for s in summaries} == {"fake"}
+    curves = pd.read_csv(sweep / "curves.csv")
+    assert set(zip(curves.drafter, curves.d)) == {("ngram", 1), ("ngram", 3), ("suffix", 1), ("suffix", 3)}
+    # the pattern [2, 0, 3, None, 1] capped at D: D=3 accepts more per drafted step than D=1
+    pooled = curves[curves.domain == "all"].set_index(["drafter", "d"]).al
+    assert 1 < pooled[("ngram", 1)] < pooled[("ngram", 3)] <= 4
+    again = speclens(*args, cwd=tmp_path)
+    assert again.returncode == 0 and again.stdout.count("already holds this run; skipped") == 4
+
+
+def test_replay_is_exact_for_a_draft_model_and_estimated_for_eagle3(tmp_path):
+    draft = write_checkpoint(tmp_path / "draft")
+    base = fake_overrides(tmp_path, ROWS)
+    curves = replay(compose_config([*base, "drafter=draft_model", f"drafter.model={draft}", "d_max=4"], "replay"),
+                    tmp_path / "exact")
+    pooled = curves[curves.domain == "all"].set_index("d")
+    assert list(pooled.index) == [1, 2, 3, 4] and set(pooled.source) == {"replayed"}
+    # the fake's draft predicts every token but every fourth: acceptance grows with D, then saturates
+    assert 1 < pooled.al[1] <= pooled.al[2] <= pooled.al[3] <= pooled.al[4] < 5
+    record = read_replay(tmp_path / "exact")
+    assert (record.schema_version, record.summary.drafter, record.summary.replay) == (2, "draft_model", "exact")
+
+    head = write_checkpoint(tmp_path / "head", architectures=["LlamaForCausalLMEagle3"])
+    curves = replay(compose_config([*base, "drafter=eagle3", f"drafter.model={head}", "d_max=3"], "replay"),
+                    tmp_path / "estimated")
+    pooled = curves[curves.domain == "all"].set_index("d")
+    steps = read_parquet(tmp_path / "estimated" / "measured_d3" / "steps.parquet")
+    # D = d_max is the measured run itself; D = 1 accepts one token wherever the run accepted any
+    assert pooled.al[3] == pytest.approx(read_summary(tmp_path / "estimated" / "measured_d3").al)
+    assert pooled.al[1] == pytest.approx(1 + (steps.num_accepted > 0).mean())
+    assert list(pooled.source) == ["estimated", "estimated", "measured"]
+
+
+@pytest.mark.parametrize("pattern, outcome", [("[3]", [True, True]), ("[3,1]", [False, False])])
+def test_selfcheck_passes_only_when_every_draft_is_accepted(tmp_path, pattern, outcome):
+    results = selfcheck([*fake_overrides(tmp_path, ROWS), f"runner.pattern={pattern}"], tmp_path / "checks")
+    assert [r.passed for r in results] == outcome
+    assert "AL 4.0000 (expected exactly 4)" in results[0].detail or not outcome[0]
+
+
+def test_the_front_door_lists_every_command_and_reaches_each(capsys):
+    assert speclens_main(["--help"]) == 0
+    listed = capsys.readouterr().out
+    assert all(f"  {name} " in listed and f"python -m {module}" in listed for name, (module, _) in COMMANDS.items())
+    assert speclens_main(["nonsense"]) == 2 and "unknown command 'nonsense'" in capsys.readouterr().err
+    assert speclens_main(["drafters", "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith("drafter,checkpoint,replay")
