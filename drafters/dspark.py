@@ -17,6 +17,7 @@ class DsparkConfig(CheckpointDrafterConfig):
 
 def v2_runner_available() -> bool:
     """vLLM's V2 model runner needs Triton with a backend for this device."""
+    # vllm is loaded only where an engine or its code is needed: light commands never pay for it.
     from vllm.triton_utils import HAS_TRITON
 
     return bool(HAS_TRITON)

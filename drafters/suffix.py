@@ -52,6 +52,7 @@ class Suffix(Drafter):
         engine step, every running request (in input-batch order) adds its sampled tokens and
         speculates; finished requests leave the batch and the batch is condensed as vLLM does.
         Assumes every prompt of a batch is prefilled in the first step (see evals.replay)."""
+        # optional (built from source by make install): only suffix decoding needs it.
         from arctic_inference.suffix_decoding import SuffixDecodingCache
 
 
@@ -83,6 +84,7 @@ class Suffix(Drafter):
 
     def validate(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
         super().validate(d, target, draft)
+        # optional (built from source by make install): only suffix decoding needs it.
         try:
             import arctic_inference  # noqa: F401
         except ImportError as exc:

@@ -51,6 +51,16 @@ def job_dirname(override_dirname: str) -> str:
     return name
 
 
+def components() -> dict[str, dict[str, type]]:
+    """Every group whose options are config classes: group -> option name -> class."""
+    return {
+        "drafter": {name: cls.config_class for name, cls in DRAFTERS.items()},
+        "dataset": {name: spec.config_class for name, spec in DATASETS.items()},
+        "runner": {name: runner.config_class for name, runner in RUNNERS.items()},
+        "logger": LOGGERS,
+    }
+
+
 def register_configs() -> None:
     """Register the schemas and components with Hydra's ConfigStore (idempotent)."""
     if not OmegaConf.has_resolver("speclens_cache"):
@@ -64,13 +74,7 @@ def register_configs() -> None:
     cs.store(group="schema", name="target", node=TargetConfig)
     cs.store(group="schema", name="sampling", node=SamplingConfig)
     cs.store(group="schema", name="engine", node=EngineConfig)
-    components = {
-        "drafter": {name: cls.config_class for name, cls in DRAFTERS.items()},
-        "dataset": {name: spec.config_class for name, spec in DATASETS.items()},
-        "runner": {name: runner.config_class for name, runner in RUNNERS.items()},
-        "logger": LOGGERS,
-    }
-    for group, options in components.items():
+    for group, options in components().items():
         for name, config_class in options.items():
             cs.store(group=group, name=name, node=config_class)
 

@@ -43,6 +43,7 @@ def smollm2_path() -> pathlib.Path:
 
 def _convert(gguf: pathlib.Path, out: pathlib.Path) -> str:
     """Dequantize ``gguf`` into a bf16 Llama HF folder ``out``; returns where the chat template came from."""
+    # transformers is loaded only where a tokenizer or model is built.
     from transformers.utils import logging as hf_logging
 
     bars = hf_logging.is_progress_bar_enabled()
@@ -55,6 +56,7 @@ def _convert(gguf: pathlib.Path, out: pathlib.Path) -> str:
 
 
 def _convert_quiet(gguf: pathlib.Path, out: pathlib.Path) -> str:
+    # torch is loaded only where tensors are computed.
     import torch
     from transformers import (
         AutoModelForCausalLM,

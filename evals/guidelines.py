@@ -1,14 +1,5 @@
 """`python -m evals.guidelines target=<name> | target.model=<path> [drafter.model=<path>]`:
-the draft-length guidelines computed from the target's (and the draft's) config.
-
-- G = query heads per KV head (grouped-query attention).
-- Guideline 2: start the D sweep at D = 128/G − 1, where verifying B·(1+D) tokens fills
-  one 128-row attention tile per KV head (rounded down when G does not divide 128).
-- Guideline 3: prefer tile-aligned D, those with G·(1+D) a multiple of 128.
-- Guideline 4: ρ = L_draft / L_target (layers); in low-latency serving (B = 1, verification
-  about as cheap as one plain step) the speedup is about AL / (1 + ρ·D), so a draft length D
-  only pays when AL > 1 + ρ·D.
-"""
+the draft-length guidelines (core/guidelines.py) computed from the target's (and the draft's) config."""
 
 from __future__ import annotations
 
@@ -17,6 +8,7 @@ from pathlib import Path
 
 from core.errors import ConfigError, guarded
 from core.guidelines import Guidelines
+from core.guidelines import __doc__ as guidelines_doc
 from core.model_facts import text_config
 from evals.compose import compose_config, to_run_config
 from evals.plan import resolve_target
@@ -38,7 +30,7 @@ def _split_args(argv: list[str]) -> tuple[list[str], str | None]:
 @guarded
 def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
-        print(__doc__)
+        print(__doc__ + "\n" + guidelines_doc)
         return 0
     overrides, draft = _split_args(argv)
     cfg = to_run_config(compose_config(["drafter=none", *overrides]))

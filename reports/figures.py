@@ -13,6 +13,7 @@ from reports.runs import Run
 
 def draw(plot: Callable[[Any], None], size: tuple[float, float] = (6.4, 4.0), dpi: int = 100) -> bytes:
     """Run `plot(ax)` on a fresh figure (grid, legend when labelled) and return it as PNG."""
+    # matplotlib is loaded only when a plot is drawn.
     import matplotlib
 
     matplotlib.use("Agg")
@@ -33,6 +34,7 @@ def draw(plot: Callable[[Any], None], size: tuple[float, float] = (6.4, 4.0), dp
 
 def al_vs_d(curves: pd.DataFrame, domain: str) -> bytes:
     """AL against D, one line per drafter with its 95% CI band; measured points as dots."""
+    # matplotlib is loaded only when a plot is drawn.
     from matplotlib.ticker import MaxNLocator
 
     def plot(ax):

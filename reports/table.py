@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from core.costs import StepTiming
+from core.costs import GAP_TOLERANCE, StepTiming
 from core.summary import OperatingPoint, RunSummary
 
 
@@ -81,7 +81,7 @@ def operating_point_line(point: OperatingPoint) -> str:
         lo, hi = point.predicted_speedup_range
         speedups += f", x{point.predicted_speedup:.2f} predicted [{lo:.2f}, {hi:.2f}]"
     if point.gap_above_tolerance:
-        speedups += f" (gap {point.speedup_gap:+.0%}: above 10%)"
+        speedups += f" (gap {point.speedup_gap:+.0%}: above {GAP_TOLERANCE:.0%})"
     return (
         f"B={point.batch_size}: {point.output_tokens_per_s:.1f} output tokens/s{speedups}; "
         f"T_verif(B) {cell(median_ms(point.t_verif), 1)} ms, T_step {cell(median_ms(point.t_step), 1)} ms, "

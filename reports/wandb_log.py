@@ -76,6 +76,7 @@ def _tables(summary: RunSummary) -> dict[str, pd.DataFrame]:
 
 
 def _init(logger: Any, out_dir: Path, **kwargs: Any):
+    # wandb is loaded only with logger=wandb.
     import wandb
 
     return wandb.init(project=logger.project, entity=logger.entity, dir=str(out_dir), reinit="finish_previous",
@@ -83,6 +84,7 @@ def _init(logger: Any, out_dir: Path, **kwargs: Any):
 
 
 def log_run(out_dir: Path, summary: RunSummary, stamp: dict[str, Any], logger: Any, group: str | None) -> None:
+    # wandb is loaded only with logger=wandb.
     import wandb
 
     config = redact({"drafter": summary.drafter, "d": summary.d, "dataset": summary.dataset, "runner": summary.runner,
@@ -112,6 +114,7 @@ def log_run(out_dir: Path, summary: RunSummary, stamp: dict[str, Any], logger: A
 
 def log_sweep(sweep_dir: Path, curves: pd.DataFrame, ranking: pd.DataFrame | None, logger: Any, group: str) -> None:
     """AL-vs-D tables and line plots per domain, and the ranking, as one run of the sweep's group."""
+    # wandb is loaded only with logger=wandb.
     import wandb
 
     run = _init(logger, sweep_dir, group=group, job_type="sweep", name=f"sweep {group}",

@@ -8,6 +8,7 @@ from typing import Sequence
 
 class ChatTokenizer:
     def __init__(self, model_dir: Path) -> None:
+        # transformers is loaded only where a tokenizer or model is built.
         from transformers import AutoTokenizer
 
         # The engine's max_model_len is the real limit; this only silences a length warning.

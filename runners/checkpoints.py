@@ -25,6 +25,7 @@ def resolve(ref: str, key: str) -> Path:
         return path
     if path.exists() or ref.startswith(("/", ".", "~")) or ref.count("/") != 1:
         raise ConfigError(f"{key}={ref}: no such checkpoint folder (expected a local folder or a hub id org/name).")
+    # optional: only hub ids (not local folders) need huggingface_hub.
     try:
         from huggingface_hub import snapshot_download
 

@@ -18,6 +18,7 @@ leave vLLM untouched (the self-check then shows the upstream bug).
 from __future__ import annotations
 
 import os
+from importlib.metadata import entry_points
 
 AFFECTED_VLLM_PREFIX = "0.32."
 UPSTREAM_ISSUE = "https://github.com/vllm-project/vllm/issues/55005"
@@ -26,6 +27,7 @@ DISABLE_ENV = "SPECLENS_CPU_EXPAND_FIX"
 
 def _expand_torch(output, input_val, cu_num_tokens, replace_from, replace_to, MAX_NUM_TOKENS=None):  # noqa: N803
     """expand_kernel semantics in plain torch, writing into `output` in place."""
+    # torch is loaded only where tensors are computed.
     import torch
 
     values = torch.where(
@@ -41,6 +43,7 @@ def _expand_torch(output, input_val, cu_num_tokens, replace_from, replace_to, MA
 
 def kernel_is_broken(kernel) -> bool:
     """Run `kernel` (an expand-kernel CPU fallback) on a float input and check its output."""
+    # torch is loaded only where tensors are computed.
     import torch
 
     values = torch.tensor([0.5, 2.0], dtype=torch.float32)
@@ -55,6 +58,7 @@ def kernel_is_broken(kernel) -> bool:
 
 def build_is_affected() -> bool:
     """This process's vLLM is a 0.32 CPU build whose expand kernel drops its output."""
+    # vllm is loaded only where an engine or its code is needed: light commands never pay for it.
     import vllm
     from vllm.platforms import current_platform
     from vllm.triton_utils import HAS_TRITON
@@ -70,8 +74,6 @@ def build_is_affected() -> bool:
 
 def fix_is_active() -> bool:
     """vLLM will load register() in its processes (entry point installed, not disabled)."""
-    from importlib.metadata import entry_points
-
     if os.environ.get(DISABLE_ENV, "1") == "0":
         return False
     return any(ep.value == f"{__name__}:register" for ep in entry_points(group="vllm.general_plugins"))
@@ -81,6 +83,7 @@ def register() -> None:
     """vLLM general-plugin entry point (may be called several times per process)."""
     if os.environ.get(DISABLE_ENV, "1") == "0" or not build_is_affected():
         return
+    # vllm is loaded only where an engine or its code is needed: light commands never pay for it.
     from vllm.utils import cpu_triton_utils
 
     if not hasattr(cpu_triton_utils, "_speclens_original_expand"):

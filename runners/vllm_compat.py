@@ -33,6 +33,7 @@ def _breaks_kernel_scan(module: ModuleType) -> bool:
 
 def make_kernel_registration_safe() -> None:
     """Wrap the platform's kernel-override registration (idempotent)."""
+    # vllm is loaded only where an engine or its code is needed: light commands never pay for it.
     from vllm.platforms import current_platform
 
     platform_cls = type(current_platform)

@@ -49,8 +49,8 @@ class VllmEngine:
     ) -> None:
         set_process_env(cpu_kvcache_space_gib)
 
+        # vllm reads VLLM_* variables at import: imported after set_process_env, never at module load.
         from vllm import LLM
-
 
         make_kernel_registration_safe()
         self.speculative = speculative_config is not None
@@ -85,6 +85,7 @@ class VllmEngine:
         progress: ProgressFn | None = None,
         max_concurrency: int | None = None,
     ) -> list[TurnResult]:
+        # vllm reads VLLM_* variables at import: imported after set_process_env, never at module load.
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -164,6 +165,7 @@ class VllmEngine:
         return ids
 
     def greedy_predictions(self, sequences: Sequence[Sequence[int]]) -> list[list[int]]:
+        # vllm reads VLLM_* variables at import: imported after set_process_env, never at module load.
         from vllm import SamplingParams
 
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=1, detokenize=False)
@@ -177,6 +179,7 @@ class VllmEngine:
         return predictions
 
     def _read_counters(self) -> SpecCounters:
+        # vllm reads VLLM_* variables at import: imported after set_process_env, never at module load.
         from vllm.v1.metrics.reader import Vector
 
         totals: dict[str, Any] = {}

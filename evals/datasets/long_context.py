@@ -171,6 +171,7 @@ TASKS = {"low_entropy": low_entropy_task, "mixed": mixed_task, "high_entropy": h
 
 def o200k_counter() -> Callable[[str], int]:
     """o200k_base token counts, from tiktoken's cache or the bpe-openai package (both offline)."""
+    # optional: o200k_base counts from tiktoken's cache, else from bpe-openai.
     try:
         import tiktoken
 

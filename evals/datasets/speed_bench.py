@@ -75,6 +75,7 @@ def _data_file(folder: Path, config: str) -> Path:
 
 
 def _rows_from_hub(cfg: SpeedBenchConfig) -> list[dict[str, Any]]:
+    # optional: only SPEED-Bench read from the hub needs `datasets`.
     try:
         from datasets import load_dataset
     except ImportError:

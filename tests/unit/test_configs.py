@@ -16,16 +16,11 @@ from core.config import (
     TargetConfig,
 )
 from drafters import REGISTRY as DRAFTERS
-from evals.compose import CONF_DIR, compose_config, register_configs, to_run_config
+from evals.compose import CONF_DIR, components, compose_config, register_configs, to_run_config
 from evals.datasets import DATASETS
 from runners.registry import RUNNERS
 
-REGISTRIES = {
-    "drafter": {name: cls.config_class for name, cls in DRAFTERS.items()},
-    "dataset": {name: spec.config_class for name, spec in DATASETS.items()},
-    "runner": {name: runner.config_class for name, runner in RUNNERS.items()},
-    "logger": LOGGERS,
-}
+REGISTRIES = components()
 PRESETS = {"target": TargetConfig, "sampling": SamplingConfig, "engine": EngineConfig}
 # Values a group option needs before it converts (mandatory keys).
 NEEDS = {("target", "custom"): ["target.model=/models/any"]}
@@ -39,7 +34,10 @@ def group_options(group: str) -> list[str]:
 
 @pytest.mark.parametrize("group", sorted(REGISTRIES))
 def test_named_components_are_exactly_their_registry(group):
+    """Hydra's options of each group are the registry's names: no stray YAML restating a component."""
     assert group_options(group) == sorted(REGISTRIES[group])
+    registry = {"drafter": DRAFTERS, "dataset": DATASETS, "runner": RUNNERS, "logger": LOGGERS}[group]
+    assert set(REGISTRIES[group]) == set(registry)
 
 
 @pytest.mark.parametrize("group, option", [(g, o) for g in [*REGISTRIES, *PRESETS] for o in group_options(g)])

@@ -91,3 +91,18 @@ def test_the_reader_migrates_every_earlier_summary_and_refuses_a_newer_one(schem
     (run_dir / "summary.json").write_text(json.dumps(raw | {"schema_version": SUMMARY_VERSION + 1}))
     with pytest.raises(SpeclensError, match=rf"schema version {SUMMARY_VERSION + 1} is newer than this speclens reads \(up to {SUMMARY_VERSION}\)"):
         read_summary(run_dir)
+
+
+def test_a_run_measured_by_the_schema2_release_is_recognised_as_the_same_configuration(schema2):
+    """The skip-on-rerun fingerprint is unchanged by the reshape (components are named by their
+    registry key now, not by a config `name`): a sweep resumed by today's code skips those jobs."""
+    from core.summary import read_summary
+    from evals.compose import compose_config, run_fingerprint, to_run_config
+
+    # The overrides the schema-2 runs were made with (their paths, before tests/data rewrote them).
+    for drafter, d in (("ngram", 1), ("ngram", 3), ("suffix", 3)):
+        cfg = compose_config(["target=custom", "target.model=/tmp/gen/work/target", "dataset=jsonl",
+                              "dataset.path=/tmp/gen/work/q.jsonl", f"drafter={drafter}", f"d={d}", "baseline=true",
+                              "batch_sizes=[1,2]", "runner=fake"])
+        stored = read_summary(schema2 / "baseline" / f"drafter={drafter},d={d}").config_fingerprint
+        assert run_fingerprint(cfg, to_run_config(cfg)) == stored
