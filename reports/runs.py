@@ -46,12 +46,12 @@ class Measured:
 
 @dataclass(frozen=True)
 class Run(Measured):
-    summary: RunSummary = None  # type: ignore[assignment]
+    summary: RunSummary
 
 
 @dataclass(frozen=True)
 class Replay(Measured):
-    record: ReplayRecord = None  # type: ignore[assignment]
+    record: ReplayRecord
 
 
 def _stamp(run_dir: Path) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from core.costs import PassMode
 from core.errors import ConfigError
 from core.generation import (
     DraftedStep,
@@ -32,9 +33,6 @@ from runners.zero_cost_proposer import CLASS_PATH
 # One script entry per decode step: None = the drafter proposed nothing (an
 # undrafted step), an int = accepted count with D drafted, a pair = (drafted, accepted).
 StepScript = list["int | tuple[int, int] | None"]
-# The modes a run uses: the drafter's speculative pass, plain decoding, and verification of
-# D free proposals per request (the zero-cost proposer).
-MODES = ("speculative", "plain", "verify")
 # Step wall time in seconds from (mode, num_requests, num_tokens, num_draft_tokens).
 StepCost = Callable[[str, int, int, int], float]
 
@@ -50,6 +48,7 @@ def output_token(i: int) -> int:
 @dataclass
 class FakeRunnerConfig:
     """runner=fake: the scripted engine (unit tests; no model, no vLLM)."""
+
     # JSON file mapping "<request_id>#<turn>" to its decode steps: null = an undrafted step, an
     # int = accepted count with D drafted, [drafted, accepted]; requests it lacks decode one step.
     script: str | None = None
@@ -110,7 +109,7 @@ class FakeEngine:
         that a disagreement between records and counters is caught.
         """
         self.mode = mode or ("speculative" if d else "plain")
-        assert self.mode in MODES, self.mode
+        assert self.mode in set(PassMode), self.mode
         self.d = d
         self.script = script if callable(script) else (lambda key, s=script: s.get(key, [None]))
         self.counter_error = counter_error
