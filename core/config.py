@@ -57,10 +57,21 @@ class SamplingConfig:
     max_tokens: int = 128
 
 
+class Dtype(Choice):
+    """The weights' and activations' dtype, as vLLM's --dtype takes it."""
+
+    auto = "auto"
+    half = "half"
+    float16 = "float16"
+    bfloat16 = "bfloat16"
+    float = "float"
+    float32 = "float32"
+
+
 @dataclass
 class EngineConfig:
     max_model_len: int = 4096
-    dtype: str = "bfloat16"
+    dtype: Dtype = Dtype.bfloat16
     enforce_eager: bool = True
     max_num_seqs: int = 64
     max_num_batched_tokens: int | None = None

@@ -88,8 +88,28 @@ def compose_config(overrides: list[str], config_name: str = "config") -> DictCon
         return compose(config_name=config_name, overrides=overrides)
 
 
+def unknown_keys(node: DictConfig, prefix: str = "") -> list[str]:
+    """Keys of typed nodes that their schema does not have (`+sampling.max_tokenz=5` adds one,
+    and converting to the typed object would silently drop it)."""
+    kind = OmegaConf.get_type(node)
+    fields = getattr(kind, "__dataclass_fields__", None)
+    found = []
+    for key in node.keys():
+        path = f"{prefix}{key}"
+        if fields is not None and key not in fields:
+            found.append(f"{path} (not a key of {kind.__name__}; its keys: {', '.join(fields) or 'none'})")
+            continue
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+            found += unknown_keys(child, f"{path}.")
+    return found
+
+
 def to_run_config(cfg: DictConfig) -> Any:
     """The typed RunConfig (or ReplayConfig) of a composed config."""
+    extra = unknown_keys(cfg)
+    if extra:
+        raise ConfigError(f"unknown key {extra[0]}.")
     try:
         return OmegaConf.to_object(cfg)
     except MissingMandatoryValue as exc:

@@ -7,6 +7,7 @@ not fit are reported here, with the key to change, not minutes into a run.
 from __future__ import annotations
 
 import importlib.util
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -78,18 +79,25 @@ def resolve_target(cfg: RunConfig) -> Path:
 
 
 def check_scalars(cfg: RunConfig) -> None:
-    if cfg.d < 1:
-        raise ConfigError(f"d={cfg.d}: the draft length must be >= 1.")
-    if cfg.sampling.temperature < 0:
-        raise ConfigError(f"sampling.temperature={cfg.sampling.temperature}: must be >= 0 (0 is greedy).")
+    """Every numeric key in range before anything runs (a bad seed would otherwise fail only in the
+    bootstrap, after every pass had run)."""
+    at_least = [("d", cfg.d, 1), ("seed", cfg.seed, 0), ("sampling.max_tokens", cfg.sampling.max_tokens, 1),
+                ("engine.max_model_len", cfg.engine.max_model_len, 2), ("engine.max_num_seqs", cfg.engine.max_num_seqs, 1),
+                ("engine.tensor_parallel_size", cfg.engine.tensor_parallel_size, 1),
+                ("engine.pipeline_parallel_size", cfg.engine.pipeline_parallel_size, 1),
+                ("engine.cpu_kvcache_space_gib", cfg.engine.cpu_kvcache_space_gib, 1),
+                ("engine.max_num_batched_tokens", cfg.engine.max_num_batched_tokens, 1),
+                ("dataset.num_requests", cfg.dataset.num_requests, 1)]
+    for key, value, low in at_least:
+        if value is not None and value < low:
+            raise ConfigError(f"{key}={value}: must be >= {low}" + (" (or null for all)." if key == "dataset.num_requests" else "."))
+    temperature = cfg.sampling.temperature
+    if not math.isfinite(temperature) or temperature < 0:
+        raise ConfigError(f"sampling.temperature={temperature}: must be a finite number >= 0 (0 is greedy).")
     if not 0 < cfg.sampling.top_p <= 1:
         raise ConfigError(f"sampling.top_p={cfg.sampling.top_p}: must be in (0, 1].")
-    if cfg.sampling.max_tokens < 1:
-        raise ConfigError(f"sampling.max_tokens={cfg.sampling.max_tokens}: must be >= 1.")
-    if cfg.dataset.num_requests is not None and cfg.dataset.num_requests <= 0:
-        raise ConfigError(f"dataset.num_requests={cfg.dataset.num_requests}: must be >= 1 (or null for all).")
-    if cfg.engine.max_model_len < 2:
-        raise ConfigError(f"engine.max_model_len={cfg.engine.max_model_len}: must be >= 2.")
+    if not 0 < cfg.engine.gpu_memory_utilization <= 1:
+        raise ConfigError(f"engine.gpu_memory_utilization={cfg.engine.gpu_memory_utilization}: must be in (0, 1].")
 
 
 def check_logger(cfg: RunConfig) -> None:

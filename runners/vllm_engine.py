@@ -34,7 +34,8 @@ def set_process_env(cpu_kvcache_space_gib: int) -> None:
     """Environment vLLM reads at import and start-up; call before anything imports vllm."""
     # In-process engine core: required to reach the scheduler between steps.
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cpu_kvcache_space_gib))
+    # engine.cpu_kvcache_space_gib wins over the environment, so stamp.json records what ran.
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kvcache_space_gib)
     # vLLM's INFO lines would bury the progress bar; VLLM_LOGGING_LEVEL=INFO brings them back.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 

@@ -22,7 +22,7 @@ def engine_args(engine: EngineConfig, seed: int) -> dict[str, Any]:
     """vLLM engine arguments from `engine.*`."""
     args: dict[str, Any] = {
         "max_model_len": engine.max_model_len,
-        "dtype": engine.dtype,
+        "dtype": str(engine.dtype),
         "enforce_eager": engine.enforce_eager,
         "max_num_seqs": engine.max_num_seqs,
         "tensor_parallel_size": engine.tensor_parallel_size,

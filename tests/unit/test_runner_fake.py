@@ -84,3 +84,13 @@ def test_the_front_door_lists_every_command_and_reaches_each(capsys):
     assert speclens_main(["nonsense"]) == 2 and "unknown command 'nonsense'" in capsys.readouterr().err
     assert speclens_main(["drafters", "--format", "csv"]) == 0
     assert capsys.readouterr().out.splitlines()[0].startswith("drafter,checkpoint,replay")
+
+
+def test_the_configured_kv_cache_wins_over_the_environment(monkeypatch):
+    from runners.vllm_engine import set_process_env
+
+    for name in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_LOGGING_LEVEL"):  # restored after the test
+        monkeypatch.setenv(name, os.environ.get(name, ""))
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "9")
+    set_process_env(2)
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "2"
