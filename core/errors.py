@@ -22,13 +22,17 @@ class ConfigError(SpeclensError):
     """Invalid configuration, detected before any engine starts."""
 
 class MeasurementError(SpeclensError):
-    """A run whose numbers cannot be trusted (e.g. records disagree with vLLM's counters)."""
+    """A measurement that failed or whose numbers cannot be trusted (the engine died, the disk
+    filled, records disagree with vLLM's counters)."""
 
 class AssetError(SpeclensError):
     """A file speclens fetches or prepares itself (a wheel member, the embedded target) could not be had."""
 
-# Exit status of every speclens command that stops on a user error.
-EXIT_USER_ERROR = 2
+# Exit status of every speclens command (the README's table).
+EXIT_OK = 0
+EXIT_REGRESSION = 1  # evals.nightly found an AL regression
+EXIT_USER_ERROR = 2  # bad input or configuration, refused before anything is measured
+EXIT_MEASUREMENT = 3  # a measurement failed: engine crash, lost server, disk full, records that do not add up
 EXIT_INTERRUPTED = 130
 
 
@@ -68,10 +72,14 @@ def user_message(exc: BaseException) -> str | None:
         return None
 
 
-def report(message: str) -> int:
-    """Print a user error the one way speclens commands do, on stderr; gives the exit status."""
+def exit_status(exc: BaseException) -> int:
+    return EXIT_MEASUREMENT if isinstance(exc, MeasurementError) else EXIT_USER_ERROR
+
+
+def report(message: str, status: int = EXIT_USER_ERROR) -> int:
+    """Print an error the one way speclens commands do, on stderr; gives the exit status."""
     print(f"speclens: error: {message}", file=sys.stderr)
-    return EXIT_USER_ERROR
+    return status
 
 
 def guarded(main: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
@@ -87,6 +95,6 @@ def guarded(main: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
             message = user_message(exc)
             if message is None:
                 raise
-            return report(message)
+            return report(message, exit_status(exc))
 
     return wrapper

@@ -30,7 +30,8 @@ from core.metrics import GroupFigures, PositionBin
 SUMMARY_FILE = "summary.json"
 SUMMARY_VERSION = 3
 REPLAY_FILE = "replay.json"
-# replay.json: 1 had no version field (summary and stamp only); 2 carries `schema_version`.
+# replay.json: 1 had no version field (summary and stamp only); 2 carries `schema_version`, the
+# config fingerprint and the runner.
 REPLAY_VERSION = 2
 
 
@@ -145,6 +146,9 @@ class ReplaySummary:
     # exact | estimated (drafters/base.py ReplayKind)
     replay: str
     elapsed_s: float
+    # Since replay.json version 2: what evals.replay recognises a finished replay by.
+    config_fingerprint: str | None = None
+    runner: str = "vllm"
 
 
 @dataclass
@@ -214,6 +218,10 @@ def _expect(value: Any, kind: type, where: str) -> Any:
 # -- reading any version ------------------------------------------------------------------------
 
 
+class CorruptRecord(SpeclensError):
+    """A record file that is not what its name says: not JSON, or not the layout of any version."""
+
+
 def _summary_1_to_2(data: dict[str, Any]) -> dict[str, Any]:
     return {"al_by_position": [], "operating_points": [], "config_fingerprint": None, **data}
 
@@ -229,16 +237,18 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _summary
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise SpeclensError(f"{path}: unreadable ({exc}).") from None
-    return _expect(data, dict, str(path))
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptRecord(f"{path} is unreadable ({exc})") from None
+    if not isinstance(data, dict):
+        raise CorruptRecord(f"{path} is not a JSON object")
+    return data
 
 
 def _migrated(path: Path, data: dict[str, Any], current: int, steps: dict[int, Callable]) -> dict[str, Any]:
     version = data.get("schema_version")
     if not isinstance(version, int) or version < 1:
-        raise SpeclensError(f"{path}: no valid schema_version ({version!r}).")
+        raise CorruptRecord(f"{path} has no valid schema_version ({version!r})")
     if version > current:
         raise SpeclensError(
             f"{path}: schema version {version} is newer than this speclens reads (up to {current}); "
@@ -254,7 +264,7 @@ def read_summary(run_dir: Path) -> RunSummary:
     """The run's summary.json in the current layout, whatever version wrote it."""
     path = run_dir / SUMMARY_FILE
     data = _migrated(path, _read_json(path), SUMMARY_VERSION, MIGRATIONS)
-    return from_plain(RunSummary, data, str(path))
+    return _typed(RunSummary, data, path)
 
 
 def _replay_1_to_2(data: dict[str, Any]) -> dict[str, Any]:
@@ -266,4 +276,11 @@ def read_replay(run_dir: Path) -> ReplayRecord:
     data = _read_json(path)
     data = {"schema_version": 1, **data}  # version 1 wrote none
     data = _migrated(path, data, REPLAY_VERSION, {1: _replay_1_to_2})
-    return from_plain(ReplayRecord, data, str(path))
+    return _typed(ReplayRecord, data, path)
+
+
+def _typed(kind: type, data: dict[str, Any], path: Path) -> Any:
+    try:
+        return from_plain(kind, data, path.name)
+    except (SpeclensError, TypeError) as exc:
+        raise CorruptRecord(f"{path} does not have the layout of a {kind.__name__} ({exc})") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from omegaconf import OmegaConf
 
 from core import metrics, records
 from core.costs import PassMode
+from core.errors import MeasurementError, SpeclensError
 from core.files import write_json_atomic, write_text_atomic
 from core.generation import SpecCounters
 from core.redact import redact
@@ -28,6 +30,10 @@ from evals.summary import (
 from runners.engine import EngineFactory
 
 STAMP_FILE = "stamp.json"
+ERROR_LOG = "error.log"
+# Everything a measurement writes into a run dir (evals/run_dir.py publishes them; summary.json last).
+RUN_ARTIFACTS = (STAMP_FILE, "steps.parquet", "requests.parquet", "engine_steps.parquet", "outputs.jsonl",
+                 "baseline_outputs.jsonl", ERROR_LOG, "failure.json", SUMMARY_FILE)
 
 
 def write_outputs(passes: list[Pass], path: Path) -> None:
@@ -43,6 +49,25 @@ def write_engine_steps(passes: list[Pass], path: Path) -> pd.DataFrame:
     return frame
 
 
+def measure(
+    plan: RunPlan,
+    out_dir: Path,
+    factory: EngineFactory,
+    runner: str,
+    progress: ProgressFactory = lambda label: None,
+    config_fingerprint: str | None = None,
+) -> RunSummary:
+    """`execute`, with any failure that is not the user's (an engine crash, a full disk) turned into
+    a one-line MeasurementError; its traceback goes to error.log beside the records."""
+    try:
+        return execute(plan, out_dir, factory, runner, progress, config_fingerprint)
+    except SpeclensError:
+        raise
+    except Exception as exc:
+        (out_dir / ERROR_LOG).write_text(traceback.format_exc())
+        raise MeasurementError(f"the measurement failed: {type(exc).__name__}: {exc} (traceback in {ERROR_LOG})") from exc
+
+
 def execute(
     plan: RunPlan,
     out_dir: Path,
@@ -52,12 +77,9 @@ def execute(
     config_fingerprint: str | None = None,
 ) -> RunSummary:
     out_dir.mkdir(parents=True, exist_ok=True)
-    # The dir is being (re-)measured: until the new summary lands it is an incomplete run, even
-    # if an earlier summary was there (force=true) and this run dies half-way.
-    (out_dir / SUMMARY_FILE).unlink(missing_ok=True)
     cfg = plan.config
     versions = package_versions()
-    fingerprints = plan.fingerprints()
+    fingerprints = plan.fingerprints
     sha = git_sha()
     spec = plan.speculative_config()
     stamp = {

@@ -6,6 +6,7 @@ not fit are reported here, with the key to change, not minutes into a run.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 from dataclasses import dataclass
@@ -56,7 +57,9 @@ class RunPlan:
             spec = spec | {"model": str(self.draft_dir)}
         return spec
 
+    @functools.cached_property
     def fingerprints(self) -> dict[str, str | None]:
+        """Content fingerprints of the target, the draft and the prompts (computed once)."""
         return {
             "target": checkpoints.fingerprint(self.target_dir),
             "draft": checkpoints.fingerprint(self.draft_dir) if self.draft_dir else None,

@@ -24,20 +24,33 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from core import metrics
-from core.errors import ConfigError, guarded, report, user_message
+from core.errors import ConfigError, exit_status, guarded, report, user_message
 from core.records import read_parquet
-from core.summary import REPLAY_VERSION, Fingerprints, ReplayRecord, ReplaySummary
+from core.redact import redact
+from core.summary import (
+    REPLAY_FILE,
+    REPLAY_VERSION,
+    CorruptRecord,
+    Fingerprints,
+    ReplayRecord,
+    ReplaySummary,
+    read_replay,
+)
 from drafters.base import ReplayKind
 from drafters.replay import ReplayContext
-from evals.compose import CONF_DIR, register_configs, to_run_config
+from evals.compose import CONF_DIR, register_configs, run_fingerprint, to_run_config
 from evals.conversation import run_reference
 from evals.hydra_app import run_app
-from evals.measure import execute
+from evals.measure import measure
 from evals.plan import make_plan
+from evals.run_dir import claimed, staged
 from reports.curves import curve_row
 from runners.registry import runner_name, runner_of
 
 register_configs()
+
+# What a replay writes into its dir (with measured_d<d_max>/ for estimated curves); replay.json last.
+REPLAY_ARTIFACTS = ("curves.parquet", "curves.csv", "error.log", REPLAY_FILE)
 
 
 def curve_rows(drafter: str, d: int, steps: pd.DataFrame, requests: pd.DataFrame, seed: int, source: str) -> list[dict]:
@@ -108,7 +121,7 @@ def replay_exact(plan, d_max: int, factory) -> pd.DataFrame:
 def replay_estimated(plan, d_max: int, out_dir: Path, factory, runner: str) -> pd.DataFrame:
     """AL(D) for D < d_max from the steps of one measured run at d_max."""
     run_dir = out_dir / f"measured_d{d_max}"
-    execute(plan, run_dir, factory, runner)
+    measure(plan, run_dir, factory, runner)
     steps, requests = read_parquet(run_dir / "steps.parquet"), read_parquet(run_dir / "requests.parquet")
     rows = []
     for d in range(1, d_max + 1):
@@ -124,36 +137,68 @@ def replay_estimated(plan, d_max: int, out_dir: Path, factory, runner: str) -> p
     return pd.DataFrame(rows)
 
 
+def finished_replay(out_dir: Path, fingerprint: str, runner: str, content: dict[str, str | None]) -> bool:
+    """Whether `out_dir` holds a finished replay of this configuration on this content (the rule
+    evals.run applies to run dirs)."""
+    if not (out_dir / REPLAY_FILE).is_file():
+        return False
+    try:
+        record = read_replay(out_dir)
+    except CorruptRecord as exc:
+        print(f"speclens: {exc}; taken as an incomplete replay and run again.", file=sys.stderr)
+        return False
+    if record.summary.config_fingerprint != fingerprint or record.summary.runner != runner:
+        raise ConfigError(
+            f"{out_dir} already holds a replay of a different configuration; force=true overwrites it, or "
+            "choose another hydra.run.dir."
+        )
+    changed = [name for name, value in content.items() if getattr(record.summary.fingerprints, name) != value]
+    if changed:
+        print(f"speclens: {out_dir} holds this replay on other content ({', '.join(changed)} changed since); "
+              "running it again.", file=sys.stderr)
+    return not changed
+
+
 def replay(cfg: DictConfig, out_dir: Path) -> pd.DataFrame:
+    """The curve for D = 1..d_max into `out_dir` (held by this process throughout; published whole
+    when complete; a finished replay of the same configuration and content is kept unless force=true)."""
     run_config = to_run_config(cfg)
     d_max = run_config.d_max
     if d_max < 1:
         raise ConfigError(f"d_max={d_max}: must be >= 1.")
     run_config.d = d_max
-    plan = make_plan(run_config)
-    drafter = plan.drafter
-    if drafter.replay is ReplayKind.exact and run_config.sampling.temperature != 0:
-        raise ConfigError(
-            f"drafter={drafter.name} replays exactly only under greedy verification; use "
-            "sampling.temperature=0, or measure each D with `python -m evals.run -m d=...`."
-        )
-    if drafter.replay is ReplayKind.none:
-        raise ConfigError(
-            f"drafter={drafter.name} has no one-pass replay; measure each D with `python -m evals.run -m d=1,2,...`."
-        )
-    factory = runner_of(run_config).engine_factory(run_config, plan.d)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    if drafter.replay is ReplayKind.exact:
-        curves = replay_exact(plan, d_max, factory)
-    else:
-        curves = replay_estimated(plan, d_max, out_dir, factory, runner_name(run_config.runner))
-    elapsed = time.perf_counter() - start
-    curves.to_parquet(out_dir / "curves.parquet", index=False)
-    curves.to_csv(out_dir / "curves.csv", index=False)
-    stamp = {"config": OmegaConf.to_container(OmegaConf.structured(run_config), resolve=True, enum_to_str=True)}
-    summary = ReplaySummary(drafter.name, d_max, Fingerprints(**plan.fingerprints()), str(drafter.replay), elapsed)
-    ReplayRecord(REPLAY_VERSION, summary, stamp).write(out_dir)
+    fingerprint = run_fingerprint(cfg, run_config)
+    runner = runner_name(run_config.runner)
+    with claimed(out_dir):
+        plan = make_plan(run_config)
+        drafter = plan.drafter
+        if drafter.replay is ReplayKind.exact and run_config.sampling.temperature != 0:
+            raise ConfigError(
+                f"drafter={drafter.name} replays exactly only under greedy verification; use "
+                "sampling.temperature=0, or measure each D with `python -m evals.run -m d=...`."
+            )
+        if drafter.replay is ReplayKind.none:
+            raise ConfigError(
+                f"drafter={drafter.name} has no one-pass replay; measure each D with `python -m evals.run -m d=1,2,...`."
+            )
+        if not run_config.force and finished_replay(out_dir, fingerprint, runner, plan.fingerprints):
+            print(f"speclens: {out_dir} already holds this replay; skipped (force=true runs it again)")
+            return pd.read_parquet(out_dir / "curves.parquet")
+        factory = runner_of(run_config).engine_factory(run_config, plan.d)
+        artifacts = [*REPLAY_ARTIFACTS, *(p.name for p in out_dir.glob("measured_d*"))]
+        with staged(out_dir, artifacts, REPLAY_FILE) as staging:
+            start = time.perf_counter()
+            if drafter.replay is ReplayKind.exact:
+                curves = replay_exact(plan, d_max, factory)
+            else:
+                curves = replay_estimated(plan, d_max, staging, factory, runner)
+            elapsed = time.perf_counter() - start
+            curves.to_parquet(staging / "curves.parquet", index=False)
+            curves.to_csv(staging / "curves.csv", index=False)
+            config = OmegaConf.to_container(OmegaConf.structured(run_config), resolve=True, enum_to_str=True)
+            summary = ReplaySummary(drafter.name, d_max, Fingerprints(**plan.fingerprints), str(drafter.replay),
+                                    elapsed, config_fingerprint=fingerprint, runner=runner)
+            ReplayRecord(REPLAY_VERSION, summary, {"config": redact(config)}).write(staging)
     return curves
 
 
@@ -168,7 +213,7 @@ def hydra_main(cfg: DictConfig) -> None:
         message = user_message(exc)
         if message is None:
             raise
-        sys.exit(report(message))
+        sys.exit(report(message, exit_status(exc)))
     table = curves[curves.domain == "all"][["drafter", "d", "al", "al_ci95_lo", "al_ci95_hi", "tokens_per_step", "source"]]
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"curves: {out_dir / 'curves.csv'}")

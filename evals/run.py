@@ -17,12 +17,22 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from core.config import WandbLoggerConfig
-from core.errors import ConfigError, guarded, report, user_message
-from core.summary import SUMMARY_FILE, RunSummary, read_summary
+from core.errors import (
+    EXIT_MEASUREMENT,
+    ConfigError,
+    exit_status,
+    guarded,
+    report,
+    user_message,
+)
+from core.summary import SUMMARY_FILE, CorruptRecord, RunSummary, read_summary
+from evals import sweep_report
 from evals.compose import CONF_DIR, register_configs, run_fingerprint, to_run_config
 from evals.hydra_app import run_app
-from evals.measure import execute
+from evals.measure import RUN_ARTIFACTS, STAMP_FILE, measure
 from evals.plan import make_plan
+from evals.run_dir import claimed, staged
+from evals.sweep_report import record_failure
 from reports.table import result_table
 from reports.wandb_log import log_run
 from runners.registry import runner_name, runner_of
@@ -42,37 +52,48 @@ class TqdmProgress:
         self.bar.close()
 
 
-def finished_summary(out_dir: Path, fingerprint: str, runner: str) -> RunSummary | None:
-    """The summary of a finished run of this very configuration in `out_dir`, if there is one."""
+def finished_summary(out_dir: Path, fingerprint: str, runner: str, content: dict[str, str | None]) -> RunSummary | None:
+    """The summary of a finished run of this very configuration, on this very content (target,
+    draft and prompts, by their fingerprints), in `out_dir`, if there is one."""
     if not (out_dir / SUMMARY_FILE).is_file():
         return None  # never started, or killed before it finished: (re-)run it
-    summary = read_summary(out_dir)
+    try:
+        summary = read_summary(out_dir)
+    except CorruptRecord as exc:
+        print(f"speclens: {exc}; taken as an incomplete run and measured again.", file=sys.stderr)
+        return None
     if summary.config_fingerprint != fingerprint or summary.runner != runner:
         raise ConfigError(
             f"{out_dir} already holds a finished run of a different configuration; force=true overwrites "
             "it, or choose another hydra.run.dir (hydra.sweep.dir for a multirun)."
         )
+    changed = [name for name, value in content.items() if getattr(summary.fingerprints, name) != value]
+    if changed:
+        print(f"speclens: {out_dir} holds this configuration measured on other content ({', '.join(changed)} "
+              "changed since); measuring again.", file=sys.stderr)
+        return None
     return summary
 
 
 def run(cfg: DictConfig, out_dir: Path, progress=TqdmProgress, group: str | None = None) -> RunSummary:
     """Plan, measure, print the table, log (logger=wandb, in `group`); skips a run dir that already
-    holds this run unless force=true."""
-
+    holds this run unless force=true. The dir is held by this process throughout (evals/run_dir.py)."""
     run_config = to_run_config(cfg)
     fingerprint = run_fingerprint(cfg, run_config)
     runner = runner_name(run_config.runner)
-    done = None if run_config.force else finished_summary(out_dir, fingerprint, runner)
-    if done is not None:
-        print(f"speclens: {out_dir} already holds this run; skipped (force=true re-runs it)")
-        return done
-    plan = make_plan(run_config)
-    factory = runner_of(run_config).engine_factory(run_config, plan.d)
-    summary = execute(plan, out_dir, factory, runner, progress, config_fingerprint=fingerprint)
+    with claimed(out_dir):
+        plan = make_plan(run_config)
+        done = None if run_config.force else finished_summary(out_dir, fingerprint, runner, plan.fingerprints)
+        if done is not None:
+            print(f"speclens: {out_dir} already holds this run; skipped (force=true re-runs it)")
+            return done
+        factory = runner_of(run_config).engine_factory(run_config, plan.d)
+        with staged(out_dir, RUN_ARTIFACTS, SUMMARY_FILE) as staging:
+            summary = measure(plan, staging, factory, runner, progress, fingerprint)
     print(result_table(summary))
     print(f"results: {out_dir}")
     if isinstance(run_config.logger, WandbLoggerConfig):
-        stamp = json.loads((out_dir / "stamp.json").read_text())
+        stamp = json.loads((out_dir / STAMP_FILE).read_text())
         try:
             log_run(out_dir, summary, stamp, run_config.logger, group)
         except Exception as exc:  # noqa: BLE001 - a dashboard hiccup must not stop a sweep
@@ -85,21 +106,30 @@ def run(cfg: DictConfig, out_dir: Path, progress=TqdmProgress, group: str | None
 def hydra_main(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
     out_dir = Path(hydra_cfg.runtime.output_dir)
-    group = Path(hydra_cfg.sweep.dir).name if hydra_cfg.mode == RunMode.MULTIRUN else None
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    group = Path(hydra_cfg.sweep.dir).name if multirun else None
     try:
         run_config = to_run_config(cfg)
         runner_of(run_config).prepare_process(run_config)
         run(cfg, out_dir, group=group)
-    except Exception as exc:  # noqa: BLE001 - user errors end the job in one line; bugs keep their traceback
+    except Exception as exc:  # noqa: BLE001 - every failure ends this job in one line (a sweep goes on)
         message = user_message(exc)
-        if message is None:
-            raise
-        sys.exit(report(message))
+        if message is None and not multirun:
+            raise  # a bug, not a user's error: its traceback is what a report needs
+        status = exit_status(exc) if message is not None else EXIT_MEASUREMENT
+        message = message or f"{type(exc).__name__}: {exc}"
+        if not multirun:
+            sys.exit(report(message, status))
+        record_failure(out_dir, list(hydra_cfg.overrides.task), message, status)
+        print(f"speclens: error: job {hydra_cfg.job.override_dirname or out_dir.name}: {message}", file=sys.stderr)
 
 
 @guarded
 def main(argv: list[str]) -> int:
-    return run_app(hydra_main, argv, "config", "python -m evals.run")
+    """A run: 0, or the error's status. A sweep runs every job; it exits with the worst failed
+    job's status, each failed job named on stderr and in the sweep dir's failures.json."""
+    run_app(hydra_main, argv, "config", "python -m evals.run")
+    return max((f["exit_status"] for f in sweep_report.LAST_SWEEP_FAILURES), default=0)
 
 
 if __name__ == "__main__":

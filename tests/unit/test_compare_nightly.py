@@ -120,15 +120,15 @@ def test_nightly_fails_on_a_regression_naming_drafter_and_domain(tmp_path, capsy
     assert (tmp_path / "nights" / "trend.png").stat().st_size > 5000
 
 
-def test_a_crashed_night_leaves_the_history_and_reruns(tmp_path):
+def test_a_crashed_night_leaves_the_history_and_reruns(tmp_path, capsys):
     assert night(tmp_path, "n1", {}) == 0
     history = tmp_path / "nights" / "history.parquet"
     before = history.read_bytes()
 
-    # the engine dies on the first request
-    with pytest.raises(RuntimeError, match="scripted failure"):
-        night(tmp_path, "n2", {}, "n1", "runner.fail_on=q0")
+    # the engine dies on the first request: a failed measurement (3), not a regression (1)
+    assert night(tmp_path, "n2", {}, "n1", "runner.fail_on=q0") == 3
     assert history.read_bytes() == before
+    assert "the measurement failed: RuntimeError: fake engine: scripted failure on request q0" in capsys.readouterr().err
     assert night(tmp_path, "n2", {}, "n1") == 0
     # running the same night again replaces its rows instead of adding them twice
     assert night(tmp_path, "n2", {}, "n1") == 0

@@ -16,7 +16,13 @@ from core.config import (
     TargetConfig,
 )
 from drafters import REGISTRY as DRAFTERS
-from evals.compose import CONF_DIR, components, compose_config, register_configs, to_run_config
+from evals.compose import (
+    CONF_DIR,
+    components,
+    compose_config,
+    register_configs,
+    to_run_config,
+)
 from evals.datasets import DATASETS
 from runners.registry import RUNNERS
 

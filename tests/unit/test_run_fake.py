@@ -158,10 +158,52 @@ def test_a_finished_run_is_skipped_and_a_killed_one_rerun(tmp_path):
     assert len(engines_after_kill) == 1 and (out / "summary.json").is_file()
     _, _, forced = fake_run(tmp_path, "force=true")
     assert len(forced) == 1
-    # a forced re-run that fails leaves an incomplete dir, not the old summary over new records
-    with pytest.raises(MeasurementError):
+
+
+def test_a_forced_rerun_that_fails_leaves_the_earlier_result_whole(tmp_path):
+    fake_run(tmp_path)
+    out = tmp_path / "run"
+    before = {name: (out / name).read_bytes() for name in ("summary.json", "steps.parquet", "stamp.json")}
+    # records that do not add up, and an engine that dies at its first request
+    with pytest.raises(MeasurementError, match="do not sum to vLLM's speculative counters"):
         fake_run(tmp_path, "force=true", counter_error=1)
-    assert not (out / "summary.json").exists()
+    with pytest.raises(MeasurementError, match="the measurement failed: RuntimeError: fake engine: scripted failure"):
+        fake_run(tmp_path, "force=true", "runner.fail_on=q1")
+    assert {name: (out / name).read_bytes() for name in before} == before
+    # the failed attempt's files are kept beside it, for inspection
+    assert (out / "failed_attempt" / "error.log").is_file() and not (out / "failed_attempt" / "summary.json").exists()
+
+
+def test_a_corrupt_summary_is_measured_again_and_said_so(tmp_path, capsys):
+    _, out, _ = fake_run(tmp_path)
+    (out / "summary.json").write_text('{"schema_version": 3, "al": ')
+    _, _, engines = fake_run(tmp_path)
+    assert len(engines) == 1 and "summary.json is unreadable" in capsys.readouterr().err
+    assert read_summary(out).al == pytest.approx(1 + 13 / 7)
+
+
+def test_a_target_changed_in_place_is_measured_again(tmp_path, capsys):
+    fake_run(tmp_path)
+    # new weights under the same path, as a nightly's target.model=/models/target-latest gets them
+    (tmp_path / "target" / "model.safetensors").write_bytes(b"fine-tuned weights")
+    _, _, engines = fake_run(tmp_path)
+    assert len(engines) == 1 and "measured on other content (target changed since)" in capsys.readouterr().err
+    _, _, engines = fake_run(tmp_path)
+    assert engines == []
+
+
+def test_a_second_process_is_refused_naming_the_holder(tmp_path):
+    from evals.run_dir import claimed
+
+    with claimed(tmp_path / "run"):
+        with pytest.raises(ConfigError, match=rf"run is being measured by another process \(pid {os.getpid()}\)"):
+            fake_run(tmp_path)
+
+
+def test_a_run_refused_before_measuring_leaves_no_dir(tmp_path):
+    with pytest.raises(ConfigError, match="d=0"):
+        fake_run(tmp_path, "d=0")
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_run_dir_holding_another_configuration_is_not_overwritten(tmp_path):

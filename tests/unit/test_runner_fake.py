@@ -3,6 +3,7 @@ replay, selfcheck, through the `speclens` front door too."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from core.errors import ConfigError
 from core.records import read_parquet
 from core.summary import read_replay, read_summary
 from evals.cli import COMMANDS
@@ -94,3 +96,36 @@ def test_the_configured_kv_cache_wins_over_the_environment(monkeypatch):
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "9")
     set_process_env(2)
     assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "2"
+
+
+def test_a_failing_sweep_job_does_not_stop_the_others(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = speclens("run", "-m", *fake_overrides(tmp_path, ROWS), "drafter=ngram", "d=0,1,2",
+                    f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert sorted(read_summary(p.parent).d for p in sweep.rglob("summary.json")) == [1, 2]
+    failures = json.loads((sweep / "failures.json").read_text())
+    assert [f["error"] for f in failures] == ["d=0: must be >= 1."] and failures[0]["exit_status"] == 2
+    assert "sweep job" in proc.stderr and "d=0: must be >= 1." in proc.stderr
+    assert set(pd.read_csv(sweep / "curves.csv").d) == {1, 2}
+    # an engine that dies in every job: each job's failure is collected, the sweep exits 3
+    crashed = speclens("run", "-m", *fake_overrides(tmp_path, ROWS), "drafter=ngram", "d=3,4", "runner.fail_on=q1",
+                       f"hydra.sweep.dir={tmp_path / 'crashed'}", cwd=tmp_path)
+    assert crashed.returncode == 3, crashed.stderr[-2000:]
+    assert len(json.loads((tmp_path / "crashed" / "failures.json").read_text())) == 2
+
+
+def test_replay_keeps_a_finished_replay_refuses_another_config_and_redacts(tmp_path, capsys):
+    secret = "hf_do-not-store-0815"
+    base = [*fake_overrides(tmp_path, ROWS), "drafter=eagle3", f"drafter.model={write_checkpoint(tmp_path / 'h', architectures=['LlamaForCausalLMEagle3'])}",
+            f"+engine.extra_args.hf_token={secret}"]
+    out = tmp_path / "replay"
+    replay(compose_config([*base, "d_max=2"], "replay"), out)
+    assert not [p for p in out.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    first = (out / "replay.json").read_bytes()
+    replay(compose_config([*base, "d_max=2"], "replay"), out)
+    assert "already holds this replay; skipped" in capsys.readouterr().out and (out / "replay.json").read_bytes() == first
+    with pytest.raises(ConfigError, match="already holds a replay of a different configuration; force=true"):
+        replay(compose_config([*base, "d_max=3"], "replay"), out)
+    replay(compose_config([*base, "d_max=3", "force=true"], "replay"), out)
+    assert read_replay(out).summary.d_max == 3 and not (out / "measured_d2").exists()
