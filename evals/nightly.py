@@ -26,8 +26,9 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from core.errors import ConfigError, guarded
-from core.files import write_atomic
+from core.files import exclusive, write_atomic
 from evals.compose import compose_config, to_run_config
+from evals.plan import RunPlan, make_plan
 from evals.run import TqdmProgress, run
 from reports import figures
 from reports.compare import terminal_table, write_comparison
@@ -37,7 +38,7 @@ from runners.registry import runner_of
 NIGHTLY_KEYS = ("baseline", "history", "threshold", "suite", "night", "out")
 DEFAULT_SUITE = Path(__file__).resolve().parent.parent / "conf" / "experiment" / "nightly.yaml"
 HISTORY_COLUMNS = [
-    "night", "night_dir", "target", "target_fingerprint", "drafter", "d", "domain", "n_requests", "al",
+    "night", "night_dir", "job", "target", "target_fingerprint", "drafter", "d", "domain", "n_requests", "al",
     "baseline_dir", "baseline_al", "al_diff", "diff_ci95_lo", "diff_ci95_hi", "significant", "regressed",
 ]
 
@@ -52,13 +53,23 @@ class Suite:
     def load(cls, path: Path) -> "Suite":
         if not path.is_file():
             raise ConfigError(f"suite={path}: no such file.")
-        raw = OmegaConf.to_container(OmegaConf.load(path))
-        unknown = set(raw) - {"jobs", "common", "threshold"}
-        if unknown or not raw.get("jobs"):
-            raise ConfigError(f"suite={path}: needs `jobs` (name: [overrides]) and may hold `common` and "
-                              f"`threshold`{'; unknown keys: ' + ', '.join(sorted(unknown)) if unknown else ''}.")
-        return cls({str(k): [str(o) for o in v] for k, v in raw["jobs"].items()},
-                   [str(o) for o in raw.get("common") or []], float(raw.get("threshold", 0.1)))
+        layout = ("needs `jobs` (a mapping of job name to a list of evals.run overrides) and may hold `common` "
+                  "(a list of overrides) and `threshold` (a number)")
+        try:
+            raw = OmegaConf.to_container(OmegaConf.load(path))
+        except Exception as exc:  # noqa: BLE001 - YAML's and OmegaConf's errors alike: not a suite file
+            raise ConfigError(f"suite={path}: not readable YAML ({str(exc).splitlines()[0]}); a suite {layout}.") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"suite={path}: a suite {layout}.")
+        unknown = sorted(set(raw) - {"jobs", "common", "threshold"})
+        jobs, common, threshold = raw.get("jobs"), raw.get("common") or [], raw.get("threshold", 0.1)
+        well_formed = (
+            not unknown and isinstance(jobs, dict) and jobs and isinstance(common, list)
+            and all(isinstance(v, list) for v in jobs.values()) and isinstance(threshold, (int, float))
+        )
+        if not well_formed:
+            raise ConfigError(f"suite={path}: a suite {layout}" + (f"; unknown keys: {', '.join(unknown)}" if unknown else "") + ".")
+        return cls({str(k): [str(o) for o in v] for k, v in jobs.items()}, [str(o) for o in common], float(threshold))
 
 
 @dataclass
@@ -102,13 +113,36 @@ def parse_args(argv: list[str]) -> NightlyArgs:
     return NightlyArgs(overrides, baseline, history, threshold, suite, night, out)
 
 
+def check_baseline(baseline: Path, plans: list[RunPlan]) -> None:
+    """The baseline holds finished runs over the prompts, sampling and seed this night uses: checked
+    before the suite runs, not after hours of measuring."""
+    runs = [r for r in find_runs(baseline) if r.summary.d is not None]
+    if not runs:
+        raise ConfigError(f"baseline={baseline} holds no finished speculative runs (summary.json); give an "
+                          "earlier night's dir, or no baseline to make this night the baseline.")
+    for plan in plans:
+        cfg = plan.config
+        mine = {"fingerprints.dataset": plan.fingerprints["dataset"], "config.sampling.temperature": cfg.sampling.temperature,
+                "config.sampling.top_p": cfg.sampling.top_p, "config.sampling.max_tokens": cfg.sampling.max_tokens,
+                "config.seed": cfg.seed}
+        for key, value in mine.items():
+            theirs = {r.get(key) for r in runs}
+            if value not in theirs:
+                what = "other prompts" if key == "fingerprints.dataset" else f"{key} in {sorted(map(str, theirs))}"
+                raise ConfigError(f"baseline={baseline} was measured with {what}; this night's {key} is {value}. "
+                                  "Compare nights over the same prompts, sampling and seed.")
+
+
 def run_suite(args: NightlyArgs) -> None:
     """Every job into its own dir under the night's dir; finished jobs are skipped. Every job's
-    config is composed first, so a bad key stops the night before any engine starts."""
+    config is composed and planned first, and the baseline checked against them, so a bad key or
+    a baseline that cannot be compared stops the night before any engine starts."""
 
     jobs = {name: compose_config([*args.suite.common, *job, *args.run_overrides]) for name, job in args.suite.jobs.items()}
     typed = [to_run_config(cfg) for cfg in jobs.values()]
     runner_of(typed[0]).prepare_process(typed[0])
+    if args.baseline is not None:
+        check_baseline(args.baseline, [make_plan(cfg) for cfg in typed])
     for name, cfg in jobs.items():
         print(f"speclens nightly: {name} ({' '.join(args.suite.jobs[name])})", flush=True)
         run(cfg, args.out / name, progress=TqdmProgress)
@@ -122,7 +156,8 @@ def night_rows(args: NightlyArgs, comparison: pd.DataFrame | None) -> pd.DataFra
         if s.d is None:
             continue
         for domain, group in s.groups().items():
-            rows.append({"night": args.night, "night_dir": str(args.out.resolve()), "target": s.target,
+            rows.append({"night": args.night, "night_dir": str(args.out.resolve()), "job": measured.path.name,
+                         "target": s.target,
                          "target_fingerprint": s.fingerprints.target, "drafter": s.drafter, "d": s.d,
                          "domain": domain, "n_requests": group.n_requests, "al": group.al})
     frame = pd.DataFrame(rows)
@@ -140,14 +175,28 @@ def regressed(table: pd.DataFrame, threshold: float) -> pd.Series:
     return (diff < -threshold) & (hi < 0)
 
 
-def append_history(history: Path, rows: pd.DataFrame, night: str) -> pd.DataFrame:
-    """The store with this night's rows (a re-run night replaces its earlier rows), written atomically."""
-    old = pd.read_parquet(history) if history.is_file() else pd.DataFrame(columns=HISTORY_COLUMNS)
-    kept = old[old.night != night]
-    merged = pd.concat([f for f in (kept, rows) if not f.empty], ignore_index=True).reindex(columns=HISTORY_COLUMNS)
+def append_history(history: Path, rows: pd.DataFrame) -> pd.DataFrame:
+    """The store with these rows added, written atomically under a lock (nightlies may share it).
+    A (night, target fingerprint, suite job) measured again replaces its earlier rows; two targets
+    measured the same night both stay."""
     history.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(history, lambda tmp: merged.to_parquet(tmp, index=False))
+    with exclusive(history.with_name(history.name + ".lock"), wait=True):
+        old = _read_history(history)
+        measured = set(zip(rows.night, rows.target_fingerprint, rows.job))
+        kept = old[[key not in measured for key in zip(old.night, old.target_fingerprint, old.job)]]
+        merged = pd.concat([f for f in (kept, rows) if not f.empty], ignore_index=True).reindex(columns=HISTORY_COLUMNS)
+        write_atomic(history, lambda tmp: merged.to_parquet(tmp, index=False))
     return merged
+
+
+def _read_history(history: Path) -> pd.DataFrame:
+    if not history.is_file():
+        return pd.DataFrame(columns=HISTORY_COLUMNS)
+    try:
+        return pd.read_parquet(history).reindex(columns=HISTORY_COLUMNS)
+    except (OSError, ValueError) as exc:  # pyarrow's errors for a file that is not parquet
+        raise ConfigError(f"history={history} is not a readable history file ({exc}); move it aside or give "
+                          "history=<another path>.") from None
 
 
 def nightly(args: NightlyArgs) -> int:
@@ -159,7 +208,7 @@ def nightly(args: NightlyArgs) -> int:
         for note in notes:
             print(note)
     rows = night_rows(args, comparison)
-    history = append_history(args.history, rows, args.night)
+    history = append_history(args.history, rows)
     args.history.with_name("trend.png").write_bytes(figures.trend(history))
     print(f"history: {args.history} ({history.night.nunique()} nights); trend: {args.history.with_name('trend.png')}")
     if args.baseline is None:

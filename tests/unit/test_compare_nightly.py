@@ -141,3 +141,40 @@ def test_nightly_arguments_are_checked(tmp_path, capsys):
     assert nightly_main([f"suite={tmp_path / 'missing.yaml'}"]) == 2
     assert nightly_main([f"suite={write_suite(tmp_path)}", "threshold=lots"]) == 2
     assert "must be a number" in capsys.readouterr().err
+
+
+def test_a_baseline_that_cannot_be_compared_is_refused_before_the_suite_runs(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert nightly_main([f"suite={write_suite(tmp_path)}", f"baseline={tmp_path / 'empty'}",
+                         f"out={tmp_path / 'n1'}"]) == 2
+    assert "holds no finished speculative runs" in capsys.readouterr().err and not (tmp_path / "n1").exists()
+    other = measure(tmp_path, tmp_path / "other", {}, ROWS[:8])
+    assert nightly_main([f"suite={write_suite(tmp_path)}", f"baseline={other}", f"out={tmp_path / 'n1'}"]) == 2
+    assert "was measured with other prompts" in capsys.readouterr().err and not (tmp_path / "n1").exists()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("jobs: [drafter=ngram]\n", "a suite needs `jobs` (a mapping of job name to a list"),
+    ("jobs:\n  a: [d=1\n", "not readable YAML"),
+    ("jobs:\n  a: [d=1]\nthreshhold: 2\n", "unknown keys: threshhold"),
+])
+def test_a_malformed_suite_is_one_clear_error(tmp_path, capsys, text, message):
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(text)
+    assert nightly_main([f"suite={suite}", f"out={tmp_path / 'n'}"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_two_targets_measured_the_same_night_both_stay_in_the_history(tmp_path):
+    assert night(tmp_path, "n1", {}) == 0
+    # the same night, another target (another fingerprint) into another dir, one shared history
+    suite = write_suite(tmp_path)
+    write_checkpoint(tmp_path / "target", tuned=True)
+    argv = [f"suite={suite}", "night=n1", f"out={tmp_path / 'nights' / 'n1b'}",
+            f"history={tmp_path / 'nights' / 'history.parquet'}"]
+    assert nightly_main(argv) == 0
+    history = pd.read_parquet(tmp_path / "nights" / "history.parquet")
+    assert history[history.domain == "all"].target_fingerprint.nunique() == 2 and len(history) == 6
+    # the first target's night measured again replaces its own rows only
+    assert night(tmp_path, "n1", {}) == 0
+    assert len(pd.read_parquet(tmp_path / "nights" / "history.parquet")) == 6
