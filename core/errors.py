@@ -25,6 +25,11 @@ class MeasurementError(SpeclensError):
     """A measurement that failed or whose numbers cannot be trusted (the engine died, the disk
     filled, records disagree with vLLM's counters)."""
 
+class CorruptRecord(SpeclensError):
+    """A record file (summary, stamp, parquet records) that is not what its name says: unreadable,
+    or not the layout of any version speclens wrote."""
+
+
 class AssetError(SpeclensError):
     """A file speclens fetches or prepares itself (a wheel member, the embedded target) could not be had."""
 

@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from core.errors import SpeclensError
+from core.errors import CorruptRecord, SpeclensError
 from core.files import write_atomic
 from core.generation import EngineStep, Prompt, TurnResult
 
@@ -78,7 +78,10 @@ def write_parquet(frame: pd.DataFrame, path: Path) -> None:
 
 
 def read_parquet(path: Path) -> pd.DataFrame:
-    table = pq.read_table(path)
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise CorruptRecord(f"{path} is not a readable parquet file ({str(exc).splitlines()[0]})") from None
     raw = (table.schema.metadata or {}).get(SCHEMA_KEY)
     version = int(raw) if raw is not None and raw.isdigit() else None
     if version is None or version > RECORDS_VERSION:
@@ -87,6 +90,10 @@ def read_parquet(path: Path) -> pd.DataFrame:
             f"versions 1 to {RECORDS_VERSION}" + ("; upgrade speclens to read it." if version else ".")
         )
     frame = table.to_pandas()
+    expected = STEP_COLUMNS if path.name == "steps.parquet" else REQUEST_COLUMNS if path.name == "requests.parquet" else None
+    missing = sorted(set(expected or ()) - set(frame.columns) - ({"batch_size"} if version == 1 else set()))
+    if missing:
+        raise CorruptRecord(f"{path} lacks the columns {', '.join(missing)}")
     if version == 1 and "batch_size" not in frame.columns:
         # Version 1 ran every prompt at once and did not record it: 0 marks "not recorded".
         frame.insert(0, "batch_size", 0)

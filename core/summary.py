@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from core.costs import StepTiming
-from core.errors import SpeclensError
+from core.errors import CorruptRecord, SpeclensError
 from core.files import write_json_atomic
 from core.generation import SpecCounters
 from core.metrics import GroupFigures, PositionBin
@@ -216,10 +216,6 @@ def _expect(value: Any, kind: type, where: str) -> Any:
 
 
 # -- reading any version ------------------------------------------------------------------------
-
-
-class CorruptRecord(SpeclensError):
-    """A record file that is not what its name says: not JSON, or not the layout of any version."""
 
 
 def _summary_1_to_2(data: dict[str, Any]) -> dict[str, Any]:

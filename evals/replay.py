@@ -24,13 +24,19 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from core import metrics
-from core.errors import ConfigError, exit_status, guarded, report, user_message
+from core.errors import (
+    ConfigError,
+    CorruptRecord,
+    exit_status,
+    guarded,
+    report,
+    user_message,
+)
 from core.records import read_parquet
 from core.redact import redact
 from core.summary import (
     REPLAY_FILE,
     REPLAY_VERSION,
-    CorruptRecord,
     Fingerprints,
     ReplayRecord,
     ReplaySummary,

@@ -20,12 +20,13 @@ from core.config import WandbLoggerConfig
 from core.errors import (
     EXIT_MEASUREMENT,
     ConfigError,
+    CorruptRecord,
     exit_status,
     guarded,
     report,
     user_message,
 )
-from core.summary import SUMMARY_FILE, CorruptRecord, RunSummary, read_summary
+from core.summary import SUMMARY_FILE, RunSummary, read_summary
 from evals import sweep_report
 from evals.compose import CONF_DIR, register_configs, run_fingerprint, to_run_config
 from evals.hydra_app import run_app

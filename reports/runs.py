@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from core.errors import SpeclensError
+from core.errors import CorruptRecord, SpeclensError
 from core.summary import (
     REPLAY_FILE,
     SUMMARY_FILE,
@@ -56,7 +56,15 @@ class Replay(Measured):
 
 def _stamp(run_dir: Path) -> dict[str, Any]:
     stamp_file = run_dir / "stamp.json"
-    return json.loads(stamp_file.read_text()) if stamp_file.is_file() else {}
+    if not stamp_file.is_file():
+        return {}
+    try:
+        stamp = json.loads(stamp_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptRecord(f"{stamp_file} is unreadable ({exc})") from None
+    if not isinstance(stamp, dict) or not isinstance(stamp.get("config", {}), dict):
+        raise CorruptRecord(f"{stamp_file} does not have the layout of a run stamp")
+    return stamp
 
 
 def find_runs(root: Path) -> list[Run]:

@@ -19,7 +19,7 @@ from core.config import Choice, DatasetConfig
 from core.errors import ConfigError
 from core.generation import ChatEncoder, Prompt
 from evals.datasets.domains import domain_of, long_context_domain
-from evals.datasets.jsonl import read_jsonl
+from evals.datasets.jsonl import check_unique, data_file, read_jsonl, text_turns
 
 HUB_ID = "nvidia/SPEED-Bench"
 
@@ -54,7 +54,10 @@ class SpeedBenchConfig(DatasetConfig):
 
 def _read_file(file: Path) -> list[dict[str, Any]]:
     if file.suffix == ".parquet":
-        return pd.read_parquet(file).to_dict(orient="records")
+        try:
+            return pd.read_parquet(data_file(file)).to_dict(orient="records")
+        except (OSError, ValueError) as exc:  # pyarrow's errors for a file that is not parquet
+            raise ConfigError(f"{file}: not a readable parquet file ({str(exc).splitlines()[0]}).") from None
     return read_jsonl(file)
 
 
@@ -90,35 +93,42 @@ def _rows_from_hub(cfg: SpeedBenchConfig) -> list[dict[str, Any]]:
         ) from None
 
 
-def turns_of(row: dict[str, Any]) -> list[str]:
+def turns_of(row: dict[str, Any], where: str = "row") -> list[str]:
     """User turns from `turns` or from `messages` (a system message is put before the first turn)."""
     if row.get("turns") is not None:
-        turns = row["turns"]
-        return [turns] if isinstance(turns, str) else [str(t) for t in turns]
-    messages = row.get("messages")
+        return text_turns(_plain(row["turns"]), where)
+    messages = _plain(row.get("messages"))
     if messages is None:
         return []
+    if not isinstance(messages, list) or not all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages):
+        raise ConfigError(f"{where}: messages must be a list of {{role, content}} objects.")
     system = [m["content"] for m in messages if m.get("role") == "system"]
     user = [m["content"] for m in messages if m.get("role") == "user"]
     if system and user:
         user[0] = "\n\n".join(system + [user[0]])
-    return user
+    return text_turns(user, where) if user else []
+
+
+def _plain(value: Any) -> Any:
+    """Parquet gives arrays where JSON gives lists."""
+    return value.tolist() if hasattr(value, "tolist") else value
 
 
 def prompts_from_rows(rows: list[dict[str, Any]], config: str, source: str) -> list[Prompt]:
     length = re.fullmatch(r"throughput_(\d+)k", config)
     prompts, placeholders = [], {}
     for i, row in enumerate(rows, start=1):
-        turns = turns_of(row)
-        if not turns or "category" not in row:
+        turns = turns_of(row, f"{source}: row {i}")
+        if not turns or row.get("category") is None:
             raise ConfigError(f"{source}: row {i} lacks category or turns/messages (SPEED-Bench schema).")
         category = str(row["category"])
         if any(PLACEHOLDER in t for t in turns):
             placeholders[category] = placeholders.get(category, 0) + 1
             continue
         domain = long_context_domain(category, int(length.group(1)) * 1000) if length else domain_of(category)
-        request_id = str(row.get("question_id", row.get("id", i)))
+        request_id = str(next((row[k] for k in ("question_id", "id") if row.get(k) is not None), i))
         prompts.append(Prompt(request_id, domain, category, tuple(turns)))
+    check_unique(prompts, source, "question_id")
     if placeholders:
         counts = ", ".join(f"{c}: {n}" for c, n in sorted(placeholders.items()))
         raise ConfigError(

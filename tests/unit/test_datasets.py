@@ -15,7 +15,7 @@ from core.generation import Prompt
 from evals.datasets import load_prompts
 from evals.datasets.base import select
 from evals.datasets.domains import domain_of, long_context_domain
-from evals.datasets.jsonl import SpecBenchConfig
+from evals.datasets.jsonl import JsonlConfig, SpecBenchConfig
 from evals.datasets.speed_bench import PLACEHOLDER, SpeedBenchConfig
 
 SPEC_BENCH = Path(__file__).resolve().parents[3] / "shared" / "data" / "spec_bench" / "question.jsonl"
@@ -136,3 +136,52 @@ def test_spec_bench_from_shared_data():
     assert domains["summarization"] == 80 and domains["math_reasoning"] == 80 and domains["coding"] == 10
     assert {p.category for p in prompts if p.domain == "writing"} == {"writing"}
 
+
+
+def _jsonl_lines(tmp_path: Path, *lines: str) -> Path:
+    path = tmp_path / "bad.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+GOOD = '{"question_id": "a", "category": "qa", "turns": ["hello"]}'
+
+
+@pytest.mark.parametrize("lines, message", [
+    ([GOOD, "[1, 2]"], r"bad.jsonl: line 2 is not a JSON object but a list"),
+    (['{"question_id": "a", "category": "qa", "turns": 42}'], r"row 1: turns must be a string or a non-empty list of strings, not int 42"),
+    (['{"question_id": "a", "category": "qa", "turns": {"x": "y"}}'], r"row 1: turns must be .* not a mapping"),
+    (['{"question_id": "a", "category": "qa", "turns": ["  \\n "]}'], r"row 1: a turn is empty or only whitespace"),
+    (['{"question_id": null, "category": "qa", "turns": ["hi"]}'], r"row 1 lacks question_id \(or holds null\)"),
+    (['{"question_id": "a", "category": null, "turns": ["hi"]}'], r"row 1 lacks category \(or holds null\)"),
+    ([GOOD, GOOD.replace('"qa"', '"math"')], r"question_id values are not unique: a\."),
+])
+def test_malformed_jsonl_rows_are_named(tmp_path, lines, message):
+    with pytest.raises(ConfigError, match=message):
+        load(JsonlConfig(path=str(_jsonl_lines(tmp_path, *lines))))
+
+
+def test_unreadable_prompt_files_are_named(tmp_path):
+    with pytest.raises(ConfigError, match=r"dataset.path=.*: is a folder, not a file"):
+        load(JsonlConfig(path=str(tmp_path)))
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"question_id": "a", "category": "qa", "turns": ["caf\xe9"]}\n')
+    with pytest.raises(ConfigError, match=r"latin.jsonl: not UTF-8 text"):
+        load(JsonlConfig(path=str(latin)))
+    fake = tmp_path / "qualitative.parquet"
+    fake.write_text("not parquet at all")
+    with pytest.raises(ConfigError, match=r"qualitative.parquet: not a readable parquet file"):
+        load(SpeedBenchConfig(path=str(fake)))
+
+
+def test_speed_bench_rows_with_one_id_twice_or_bad_messages_are_refused(tmp_path):
+    rows = speed_rows(per_category=2)
+    rows[1]["question_id"] = rows[0]["question_id"]
+    file = tmp_path / "q.jsonl"
+    file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ConfigError, match=r"question_id values are not unique: coding-0\."):
+        load(SpeedBenchConfig(path=str(file)))
+    bad = [{k: v for k, v in r.items() if k != "turns"} | {"messages": "hello"} for r in speed_rows(per_category=1)]
+    file.write_text("".join(json.dumps(r) + "\n" for r in bad))
+    with pytest.raises(ConfigError, match=r"row 1: messages must be a list of \{role, content\} objects"):
+        load(SpeedBenchConfig(path=str(file)))

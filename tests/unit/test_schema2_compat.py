@@ -106,3 +106,18 @@ def test_a_run_measured_by_the_schema2_release_is_recognised_as_the_same_configu
                               "batch_sizes=[1,2]", "runner=fake"])
         stored = read_summary(schema2 / "baseline" / f"drafter={drafter},d={d}").config_fingerprint
         assert run_fingerprint(cfg, to_run_config(cfg)) == stored
+
+
+@pytest.mark.parametrize("file, content, message", [
+    ("summary.json", b'{"schema_version": 2, "al": ', "summary.json is unreadable"),
+    ("summary.json", b'{"schema_version": 2, "al": "high"}', "summary.json does not have the layout of a RunSummary"),
+    ("stamp.json", b"[1, 2]", "stamp.json does not have the layout of a run stamp"),
+    ("steps.parquet", b"PAR1 not really", "steps.parquet is not a readable parquet file"),
+])
+def test_report_commands_name_a_corrupt_record_in_one_line(schema2, capsys, file, content, message):
+    (schema2 / "baseline" / "drafter=ngram,d=3" / file).write_bytes(content)
+    for main in (build_main, rank_main, curves_main) if file != "steps.parquet" else (compare_main,):
+        args = [str(schema2 / "baseline")] + ([str(schema2 / "candidate")] if main is compare_main else [])
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("speclens: error: ") and message in err[0], err
