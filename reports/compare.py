@@ -86,13 +86,32 @@ def _check_same_prompts(base: Run, cand: Run, base_requests: pd.DataFrame, cand_
         )
 
 
+def _check_same_setting(base: Run, cand: Run) -> None:
+    """The same drafter settings and batch sizes on both sides (the target may differ)."""
+    for what, key in (("drafter settings", "config.drafter"), ("batch sizes", "config.batch_sizes")):
+        if _setting(base, key) != _setting(cand, key):
+            raise SpeclensError(
+                f"{base.path} and {cand.path} were measured with different {what} ({key}: {base.get(key)} vs "
+                f"{cand.get(key)}); compare runs of the same setting."
+            )
+
+
+def _setting(run: Run, key: str):
+    value = run.get(key)
+    # Stamps before summary schema 3 restated the drafter's name inside its settings.
+    return {k: v for k, v in value.items() if k != "name"} if isinstance(value, dict) else value
+
+
 def compare(baseline_dir: Path, candidate_dir: Path, seed: int = 0) -> tuple[pd.DataFrame, list[str]]:
     """The comparison table and notes on runs found on one side only."""
+    if baseline_dir.resolve() == candidate_dir.resolve():
+        raise SpeclensError(f"{baseline_dir} is given as both baseline and candidate; compare two different dirs.")
     base_runs, cand_runs = _speculative_runs(baseline_dir), _speculative_runs(candidate_dir)
     check_consistent(list(base_runs.values()) + list(cand_runs.values()), PAIRED_KEYS)
     rows = []
     for key in sorted(base_runs.keys() & cand_runs.keys()):
         base, cand = base_runs[key], cand_runs[key]
+        _check_same_setting(base, cand)
         b_req, c_req = read_parquet(base.path / "requests.parquet"), read_parquet(cand.path / "requests.parquet")
         _check_same_prompts(base, cand, b_req, c_req)
         b_steps, c_steps = read_parquet(base.path / "steps.parquet"), read_parquet(cand.path / "steps.parquet")

@@ -137,7 +137,12 @@ def check_unique(runs: list[Run]) -> None:
 
 
 def find_all_runs(dirs: list[Path]) -> list[Run]:
-    runs = [run for root in dirs for run in find_runs(root)]
+    """Every finished run under `dirs`, each once (a sweep and one of its runs name it twice)."""
+    unique: dict[Path, Run] = {}
+    for root in dirs:
+        for run in find_runs(root):
+            unique.setdefault(run.path.resolve(), run)
+    runs = list(unique.values())
     if not runs:
         raise SpeclensError(f"no finished runs (summary.json) under {', '.join(map(str, dirs))}.")
     return runs

@@ -178,3 +178,15 @@ def test_two_targets_measured_the_same_night_both_stay_in_the_history(tmp_path):
     # the first target's night measured again replaces its own rows only
     assert night(tmp_path, "n1", {}) == 0
     assert len(pd.read_parquet(tmp_path / "nights" / "history.parquet")) == 6
+
+
+def test_compare_refuses_one_dir_twice_and_runs_of_other_settings(tmp_path, capsys):
+    base = measure(tmp_path, tmp_path / "base", {})
+    assert compare_main([str(base), str(base)]) == 2
+    assert "is given as both baseline and candidate" in capsys.readouterr().err
+    wider = measure(tmp_path, tmp_path / "wider", {}, ROWS, "drafter.prompt_lookup_max=7")
+    with pytest.raises(SpeclensError, match=r"different drafter settings \(config.drafter: .*'prompt_lookup_max': 5.* vs .*'prompt_lookup_max': 7"):
+        compare(base, wider)
+    batched = measure(tmp_path, tmp_path / "batched", {}, ROWS, "batch_sizes=[2]")
+    with pytest.raises(SpeclensError, match=r"different batch sizes \(config.batch_sizes: None vs \[2\]\)"):
+        compare(base, batched)

@@ -152,3 +152,22 @@ def test_batch_sizes_are_checked_before_any_engine_starts(tmp_path):
         measure(tmp_path, 2, "batch_sizes=[1,8]")
     with pytest.raises(ConfigError, match="above engine.max_num_seqs=2"):
         measure(tmp_path, 2, "engine.max_num_seqs=2", "batch_sizes=[4]")
+
+
+def test_a_run_named_twice_is_ranked_once(tmp_path):
+    measure(tmp_path, 2)
+    once = rank([tmp_path / "sweep"])
+    twice = rank([tmp_path / "sweep", tmp_path / "sweep" / "d=2"])
+    pd.testing.assert_frame_equal(once, twice)
+
+
+def test_a_sweep_that_cannot_be_ranked_any_more_drops_its_stale_ranking(tmp_path, capsys):
+    from evals.sweep_report import sweep_outputs
+
+    measure(tmp_path, 2)
+    sweep = tmp_path / "sweep"
+    assert sweep_outputs(sweep)[1] is not None and (sweep / "ranking.csv").is_file()
+    measure(tmp_path, 1, "baseline=false")  # a run without baseline timings joins the sweep
+    _, ranking, notes = sweep_outputs(sweep)
+    assert ranking is None and any("no ranking: cannot rank without plain-decoding timings" in n for n in notes)
+    assert not any((sweep / name).exists() for name in ("ranking.csv", "ranking.md", "pareto.png"))

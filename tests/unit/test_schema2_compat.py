@@ -61,7 +61,7 @@ def test_a_schema2_night_is_a_nightly_baseline(schema2, tmp_path, capsys):
     questions = write_questions(tmp_path / "q.jsonl", ROWS)
     suite = tmp_path / "suite.yaml"
     suite.write_text(f"common: [runner=fake, target=custom, 'target.model={target}', dataset=jsonl, "
-                     f"'dataset.path={questions}']\njobs:\n  ngram_d3: [drafter=ngram, d=3]\n")
+                     f"'dataset.path={questions}', 'batch_sizes=[1,2]']\njobs:\n  ngram_d3: [drafter=ngram, d=3]\n")
     for night, shift, status in (("same", 0, 0), ("worse", 1, 1)):
         script = write_script(tmp_path / f"{night}.json", schema2_script(shift, 3))
         assert nightly_main([f"suite={suite}", f"night={night}", f"out={tmp_path / night}", f"runner.script={script}",
