@@ -29,16 +29,18 @@ def redact(value: Any) -> Any:
     return value
 
 
-# One `key=value` item of a command line or of Hydra's comma-joined override_dirname.
-_OVERRIDE = re.compile(r"(^|,)([+~]*[\w.\-]+)=([^,]*)")
+# A `key=value` item of a command line or of Hydra's comma-joined override_dirname, or a `key: value`
+# entry of a dict-valued override (`engine.extra_args={hf_token: x}`); a value ends at a separator.
+_PAIR = re.compile(r"""(['"]?)([\w.\-]+)\1(\s*[=:]\s*)('[^']*'|"[^"]*"|[^,{}\[\]\s]*)""")
 
 
 def redact_overrides(text: str) -> str:
-    """`text` (`a.b=1,engine.extra_args.hf_token=xyz`) with secret-keyed values replaced."""
+    """`text` (`a.b=1,engine.extra_args.hf_token=xyz`, `+engine.extra_args={hf_token: xyz}`) with
+    secret-keyed values replaced."""
 
     def replace(match: re.Match) -> str:
-        lead, key, value = match.groups()
+        quote, key, sep, value = match.groups()
         secret = value and is_secret_key(key.rsplit(".", 1)[-1])
-        return f"{lead}{key}={REDACTED if secret else value}"
+        return f"{quote}{key}{quote}{sep}{REDACTED if secret else value}"
 
-    return _OVERRIDE.sub(replace, text)
+    return _PAIR.sub(replace, text)

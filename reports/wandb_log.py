@@ -8,6 +8,7 @@ Configs are logged with secret-looking values redacted (reports/redact.py).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -76,11 +77,20 @@ def _tables(summary: RunSummary) -> dict[str, pd.DataFrame]:
 
 
 def _init(logger: Any, out_dir: Path, **kwargs: Any):
+    """A wandb run that records what speclens logs and nothing of the process: no command line
+    (it may hold credentials given as overrides), no environment metadata, no code or git state."""
     # wandb is loaded only with logger=wandb.
     import wandb
 
-    return wandb.init(project=logger.project, entity=logger.entity, dir=str(out_dir), reinit="finish_previous",
-                      settings=wandb.Settings(console="off", silent=True), **kwargs)
+    settings = wandb.Settings(console="off", silent=True, x_disable_meta=True, save_code=False, disable_git=True,
+                              program="speclens")
+    argv = sys.argv
+    sys.argv = [argv[0]]  # wandb reads the command line from sys.argv when the run starts
+    try:
+        return wandb.init(project=logger.project, entity=logger.entity, dir=str(out_dir), reinit="finish_previous",
+                          settings=settings, **kwargs)
+    finally:
+        sys.argv = argv
 
 
 def log_run(out_dir: Path, summary: RunSummary, stamp: dict[str, Any], logger: Any, group: str | None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,27 @@ def test_a_wandb_failure_warns_and_keeps_the_run(tmp_path, monkeypatch, capsys):
     summary, out = measure(tmp_path, 2, "logger=wandb")
     assert json.loads((out / "summary.json").read_text())["al"] == summary["al"] == pytest.approx(3.0)
     assert "logging to wandb failed (ConnectionError: api.wandb.ai unreachable)" in capsys.readouterr().err
+
+
+def test_the_command_line_with_a_secret_is_not_stored_by_wandb(tmp_path, monkeypatch):
+    """wandb records the process's command line and environment metadata in its run file."""
+    override = f"+engine.extra_args.api_key={SECRET}"
+    monkeypatch.setattr(sys, "argv", ["speclens", "run", "logger=wandb", override])
+    _, out = measure(tmp_path, 2, "logger=wandb", override)
+    assert offline_runs(out)
+    leaked = [p for p in out.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert leaked == []
+
+
+@pytest.mark.parametrize("override", [
+    f"+engine.extra_args={{hf_token: {SECRET}}}",
+    f"+engine.extra_args={{dtype: half, 'api_key': '{SECRET}'}}",
+    f'+engine.extra_args={{"password": "{SECRET}"}}',
+])
+def test_a_dict_valued_override_is_redacted_too(override):
+    from core.redact import redact
+    from evals.compose import job_dirname
+
+    assert SECRET not in job_dirname(override)
+    assert SECRET not in json.dumps(redact({"hydra": {"overrides": {"task": [override, "d=3"]}}}))
+    assert "d=3" in json.dumps(redact({"task": [override, "d=3"]}))
