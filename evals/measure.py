@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import traceback
 from datetime import datetime, timezone
@@ -64,7 +65,8 @@ def measure(
     except SpeclensError:
         raise
     except Exception as exc:
-        (out_dir / ERROR_LOG).write_text(traceback.format_exc())
+        with contextlib.suppress(OSError):  # a full disk may refuse this too; the message still says why
+            (out_dir / ERROR_LOG).write_text(traceback.format_exc())
         raise MeasurementError(f"the measurement failed: {type(exc).__name__}: {exc} (traceback in {ERROR_LOG})") from exc
 
 

@@ -12,6 +12,7 @@ each step is scripted: `runner.script=<json file>` (`{"<request_id>#<turn>": [st
 from __future__ import annotations
 
 import json
+import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +70,9 @@ class FakeRunnerConfig:
     # "<request_id>#<turn>" keys whose plain-decoding answer differs from the speculative one in
     # its last token (a lossless check that fails).
     diverge: list[str] = field(default_factory=list)
+    # Real seconds each engine step takes (the scripted step cost is what is recorded): a run that
+    # lasts long enough to be interrupted, for fault-injection tests.
+    step_sleep_s: float = 0.0
 
 
 def chat_token_ids(messages: Sequence[dict[str, str]]) -> list[int]:
@@ -99,6 +103,7 @@ class FakeEngine:
         fail_on: str | None = None,
         limits: tuple[int, int] = (64, 8192),
         diverge: Sequence[str] = (),
+        step_sleep_s: float = 0.0,
     ) -> None:
         """`script` maps `request_id#turn` to its speculative decode steps (a mapping, in which
         missing keys decode one plain step, or a function of the key). In mode `plain` each
@@ -117,6 +122,7 @@ class FakeEngine:
         self.fail_on = fail_on
         self.scheduler_limits = limits
         self.diverge = set(diverge)
+        self.step_sleep_s = step_sleep_s
         self._counters = SpecCounters(num_accepted_tokens_per_pos=[0] * (d or 0))
         self._steps: list[EngineStep] = []
 
@@ -151,6 +157,8 @@ class FakeEngine:
             for f in in_flight:
                 t, dr, n = f.advance(self)
                 tokens, drafts, new_tokens = tokens + t, drafts + dr, new_tokens + n
+            if self.step_sleep_s:
+                time.sleep(self.step_sleep_s)
             wall = self.cost(self.mode, len(in_flight), tokens, drafts)
             self._steps.append(EngineStep(wall, len(in_flight), tokens, drafts))
             for f in in_flight:
@@ -311,7 +319,8 @@ def engine_factory(cfg: FakeRunnerConfig, d: int | None, max_num_seqs: int, max_
         return linear_cost(mode, requests, tokens, drafts, cfg.step_ms, cfg.token_ms, cfg.draft_token_ms)
 
     return fake_factory(d, script, cost, counter_error=cfg.counter_error, fail_on=cfg.fail_on,
-                        limits=(max_num_seqs, max_num_batched_tokens or 8192), diverge=list(cfg.diverge))
+                        limits=(max_num_seqs, max_num_batched_tokens or 8192), diverge=list(cfg.diverge),
+                        step_sleep_s=cfg.step_sleep_s)
 
 
 class FakeEncoder:
