@@ -69,8 +69,9 @@ def safe_name(domain: str) -> str:
 
 
 def write_curves(root: Path, out_dir: Path | None = None) -> pd.DataFrame:
-    out_dir = out_dir or root
     curves = collect(root)
+    out_dir = out_dir or root
+    out_dir.mkdir(parents=True, exist_ok=True)
     curves.to_parquet(out_dir / "curves.parquet", index=False)
     curves.to_csv(out_dir / "curves.csv", index=False)
     for domain in sorted(curves.domain.unique()):

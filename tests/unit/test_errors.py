@@ -154,3 +154,12 @@ def test_cli_error_exits_2_with_message(tmp_path):
 def test_report_commands_refuse_a_missing_dir_in_one_line(tmp_path):
     for module in ("reports.build", "reports.curves", "reports.rank"):
         assert "no such folder" in one_line_error(run_cli(module, str(tmp_path / "nothing")))
+
+
+def test_no_report_command_creates_its_output_dir_before_its_input_is_valid(tmp_path, capsys):
+    from reports.curves import main as curves_main
+    from reports.rank import main as rank_main
+
+    for main in (curves_main, rank_main):
+        assert main([str(tmp_path / "nothing"), "--out", str(tmp_path / "new")]) == 2
+        assert not (tmp_path / "new").exists()
