@@ -88,7 +88,9 @@ def report(message: str, status: int = EXIT_USER_ERROR) -> int:
 
 
 def guarded(main: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
-    """Wrap a command's main(argv): user errors become one line and exit status 2."""
+    """Wrap a command's main(argv): an error the user can act on becomes one line and exit status 2
+    (3 for a failed measurement); anything else is a bug and keeps its traceback."""
+
     @functools.wraps(main)
     def wrapper(argv: list[str]) -> int:
         try:

@@ -43,6 +43,7 @@ register_configs()
 
 class TqdmProgress:
     """Output tokens generated so far, on stderr, while the engine runs."""
+
     def __init__(self, label: str) -> None:
         self.bar = tqdm(desc=f"{label} generation", unit="tok", file=sys.stderr, dynamic_ncols=True, mininterval=1.0)
 

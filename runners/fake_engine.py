@@ -212,6 +212,7 @@ class FakeEngine:
 
 class _Flight:
     """One request's progress: its prefill step, then its scripted decode steps."""
+
     def __init__(self, request: TurnRequest, decode_steps: list[tuple[int, int] | None], sampling: SamplingSpec) -> None:
         self.request = request
         self.remaining = list(decode_steps)
@@ -325,5 +326,6 @@ def engine_factory(cfg: FakeRunnerConfig, d: int | None, max_num_seqs: int, max_
 
 class FakeEncoder:
     """The fake engine's chat encoding, for pre-engine checks (prompt lengths, long-context cuts)."""
+
     def chat_token_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
         return chat_token_ids(messages)

@@ -216,6 +216,7 @@ class VllmEngine:
 
 class _Tracked:
     """One request's progress through the step loop."""
+
     def __init__(self, request: TurnRequest, spec_metrics: Any) -> None:
         self.request = request
         # vLLM's per-request accumulator; the same object outlives the request's removal.

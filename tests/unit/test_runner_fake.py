@@ -129,3 +129,14 @@ def test_replay_keeps_a_finished_replay_refuses_another_config_and_redacts(tmp_p
         replay(compose_config([*base, "d_max=3"], "replay"), out)
     replay(compose_config([*base, "d_max=3", "force=true"], "replay"), out)
     assert read_replay(out).summary.d_max == 3 and not (out / "measured_d2").exists()
+
+
+def test_the_replay_command_leaves_no_secret_in_its_dir(tmp_path):
+    secret = "hf_cli-secret-4242"
+    out = tmp_path / "replay"
+    head = write_checkpoint(tmp_path / "h", architectures=["LlamaForCausalLMEagle3"])
+    proc = speclens("replay", *fake_overrides(tmp_path, ROWS), "drafter=eagle3", f"drafter.model={head}", "d_max=2",
+                    f"+engine.extra_args.hf_token={secret}", f"hydra.run.dir={out}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (out / "replay.json").is_file() and not (out / ".hydra").exists()
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
