@@ -34,8 +34,9 @@ class Pass:
     @property
     def generate_s(self) -> float:
         """Time the engine spent generating: the sum of its step times, which is what throughput
-        and the speedup are measured over (so the fake engine's scripted times carry through)."""
-        return sum(s.wall_s for s in self.engine_steps)
+        and the speedup are measured over (so the fake engine's scripted times carry through); the
+        pass's wall time where the engine shows no steps (a server)."""
+        return sum(s.wall_s for s in self.engine_steps) if self.engine_steps else self.elapsed_s
 
     @property
     def output_tokens_per_s(self) -> float:

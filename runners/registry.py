@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from core.config import RunConfig
 from core.generation import ChatEncoder
-from runners import fake_engine, vllm_runner
+from runners import fake_engine, server_runner, vllm_runner
 from runners.engine import EngineFactory
 
 
@@ -33,6 +33,8 @@ def _fake_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
 RUNNERS: dict[str, Runner] = {
     "vllm": Runner(vllm_runner.VllmRunnerConfig, vllm_runner.engine_factory, vllm_runner.encoder,
                    vllm_runner.prepare_process, vllm_runner.check_support),
+    "server": Runner(server_runner.ServerRunnerConfig, server_runner.engine_factory, vllm_runner.encoder,
+                     lambda cfg: None, server_runner.check_support),
     "fake": Runner(fake_engine.FakeRunnerConfig, _fake_factory, lambda cfg, target_dir: fake_engine.FakeEncoder(),
                    lambda cfg: None, lambda cfg, speculative: None),
 }
