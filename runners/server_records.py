@@ -43,9 +43,11 @@ def drafted_steps(
     `chunks` are the token counts of the streamed chunks (one per engine step while the client keeps
     up; the first is the prefill's token); `accepted`/`drafted` the per-step arrays, drafted steps
     only. A chunk of n > 1 tokens is a drafted step that accepted n - 1; a one-token chunk is an
-    undrafted step or a drafted one that accepted nothing. Where the chunks can be matched to the
-    arrays in order (the last chunk may be cut short by max_tokens or a stop), each drafted step's
-    position is the context length before its chunk, and the passes are the chunks. Where they
+    undrafted step or a drafted one that accepted nothing, which nothing the server sends tells
+    apart. Where the chunks can be matched to the arrays in order (the last chunk may be cut short
+    by max_tokens or a stop), each drafted step's position is the context length before its chunk
+    (a step that accepted nothing takes the earliest one-token chunk it can: its position may be a
+    few tokens early where undrafted steps came first), and the passes are the chunks. Where they
     cannot (the server merged chunks), positions assume no undrafted step came between drafted
     ones, and the passes are 1 + drafted steps + the tokens no drafted step accounts for."""
     plan = _match(list(chunks), list(accepted))

@@ -187,14 +187,20 @@ def check_support(cfg: RunConfig, speculative: bool) -> None:
                           f"{', '.join(map(str, served)) or 'nothing'}); set runner.model=<served name>.")
     if not speculative:
         return
-    probe = {"model": endpoint.model, "prompt": "Hello", "max_tokens": 4, "temperature": 0, "stream": True,
-             "stream_options": {"include_usage": True}}
+    # A repetitive prompt, so that even n-gram matching drafts within a few steps.
+    probe = {"model": endpoint.model, "prompt": "1 2 3 4 5 " * 8, "max_tokens": 24, "temperature": 0,
+             "stream": True, "stream_options": {"include_usage": True}}
     metrics = None
     for event in endpoint.stream("/v1/completions", probe):
         metrics = (event.get("metrics") or {}).get("speculative_decoding") or metrics
     if metrics is None or metrics.get("per_step_accepted") is None:
+        status, text = endpoint.get("/metrics", timeout=ATTACH_TIMEOUT_S)
+        if "vllm:spec_decode_num_drafts" not in text:
+            raise ConfigError(f"runner.url={rc.url} runs without speculative decoding: start it with "
+                              "--speculative-config '<json>' (and --per-request-spec-decode-metrics detailed), or use "
+                              "drafter=none.")
         raise ConfigError(f"runner.url={rc.url} reports no per-step speculative metrics: start it with "
-                          "--speculative-config '<json>' and --per-request-spec-decode-metrics detailed.")
+                          "--per-request-spec-decode-metrics detailed.")
     if metrics.get("num_spec_tokens") != cfg.d:
         raise ConfigError(f"runner.url={rc.url} drafts num_spec_tokens={metrics.get('num_spec_tokens')} per step "
                           f"but d={cfg.d}; set d={metrics.get('num_spec_tokens')} or restart the server.")

@@ -27,9 +27,11 @@ ACCEPTED, DRAFTED = [3, 1], [3, 3]
 
 
 class FakeVllm(ThreadingHTTPServer):
-    def __init__(self, model: str, spec_metrics: bool = True, num_spec_tokens: int = D, busy_first: int = 0) -> None:
+    def __init__(self, model: str, spec_metrics: bool = True, num_spec_tokens: int = D, busy_first: int = 0,
+                 speculative: bool = True) -> None:
         super().__init__(("127.0.0.1", 0), Handler)
-        self.model, self.spec_metrics, self.num_spec_tokens = model, spec_metrics, num_spec_tokens
+        self.model, self.spec_metrics, self.num_spec_tokens = model, spec_metrics and speculative, num_spec_tokens
+        self.speculative = speculative
         self.busy = busy_first
         self.counters = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}
         self.per_pos = [0] * D
@@ -42,6 +44,8 @@ class FakeVllm(ThreadingHTTPServer):
         return f"http://127.0.0.1:{self.server_address[1]}"
 
     def metrics_text(self) -> str:
+        if not self.speculative:  # vLLM registers the spec-decode series only with a speculative config
+            return 'vllm:num_requests_running{engine="0"} 0.0\n'
         lines = [f'vllm:spec_decode_{k}_total{{engine="0",model_name="{self.model}"}} {v}.0' for k, v in self.counters.items()]
         lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="{k}"}} {v}.0'
                   for k, v in enumerate(self.per_pos)]
@@ -140,8 +144,10 @@ def test_a_busy_server_is_retried(tmp_path, smollm2):
 def test_an_attached_server_is_checked_before_any_prompt(tmp_path, smollm2):
     with pytest.raises(ConfigError, match=r"does not serve '.*SmolLM2-135M-Instruct' \(it serves: /models/other\); set runner.model"):
         attach(tmp_path, smollm2, FakeVllm("/models/other"))
-    with pytest.raises(ConfigError, match="reports no per-step speculative metrics.*--per-request-spec-decode-metrics detailed"):
+    with pytest.raises(ConfigError, match="reports no per-step speculative metrics: start it with --per-request-spec-decode-metrics detailed"):
         attach(tmp_path, smollm2, FakeVllm(str(smollm2), spec_metrics=False))
+    with pytest.raises(ConfigError, match=r"runs without speculative decoding: start it with --speculative-config"):
+        attach(tmp_path, smollm2, FakeVllm(str(smollm2), speculative=False))
     with pytest.raises(ConfigError, match=r"drafts num_spec_tokens=5 per step but d=3"):
         attach(tmp_path, smollm2, FakeVllm(str(smollm2), num_spec_tokens=5))
     with pytest.raises(ConfigError, match=r"baseline=true with runner.url"):

@@ -1,0 +1,87 @@
+"""runner=server with real vLLM servers on CPU (SmolLM2): the same records as in-process, and an
+attached server checked before any prompt is sent."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from core.errors import ConfigError
+from evals.embedded_target import ensure_smollm2
+from tests.integration.conftest import measure, requests_of, steps_of
+
+SETTINGS = ["drafter=ngram", "d=3", "dataset=mt_bench", "dataset.num_requests=3", "sampling.max_tokens=40",
+            "engine.max_model_len=2048"]
+
+
+def servers_running() -> list[str]:
+    out = subprocess.run(["pgrep", "-f", "vllm.entrypoints.openai.api_server"], capture_output=True, text=True).stdout
+    return out.split()
+
+
+def per_request(out: Path):
+    steps = steps_of(out).sort_values(["request_id", "turn", "step"])
+    accepted = steps.groupby(["request_id", "turn"]).num_accepted.apply(list).to_dict()
+    requests = requests_of(out).set_index(["request_id", "turn"])[["output_tokens", "target_steps"]]
+    return accepted, requests.sort_index().to_dict("index")
+
+
+def test_a_launched_server_measures_what_the_in_process_engine_measures(tmp_path):
+    before = servers_running()
+    served = measure(tmp_path / "server", "runner=server", *SETTINGS)
+    inproc = measure(tmp_path / "inproc", *SETTINGS)
+    # greedy, same prompts (two-turn conversations carrying their answers): the same steps
+    assert served["al"] == inproc["al"] and served["tokens_per_step"] == inproc["tokens_per_step"]
+    assert per_request(tmp_path / "server") == per_request(tmp_path / "inproc")
+    assert served["vllm_counters"] == inproc["vllm_counters"] and served["runner"] == "server"
+    assert servers_running() == before
+
+
+@pytest.fixture
+def attached_server(tmp_path):
+    """A vLLM server the test starts itself (ngram, D = 3, per-step metrics), stopped afterwards."""
+    target = ensure_smollm2()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    spec = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 5})
+    log = open(tmp_path / "server.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(target), "--host", "127.0.0.1",
+         "--port", str(port), "--max-model-len", "2048", "--enforce-eager", "--dtype", "bfloat16",
+         "--speculative-config", spec, "--per-request-spec-decode-metrics", "detailed"],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert proc.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+            try:
+                if urllib.request.urlopen(f"{url}/health", timeout=2).status == 200:
+                    break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(1)
+        yield url
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(60)
+        log.close()
+
+
+def test_an_attached_server_is_checked_then_measured(tmp_path, attached_server):
+    with pytest.raises(ConfigError, match=r"drafts num_spec_tokens=3 per step but d=2"):
+        measure(tmp_path / "wrong_d", "runner=server", f"runner.url={attached_server}", *SETTINGS, "d=2")
+    first = measure(tmp_path / "a", "runner=server", f"runner.url={attached_server}", *SETTINGS)
+    # a second run against the same server: its counters are read as deltas, per pass
+    second = measure(tmp_path / "b", "runner=server", f"runner.url={attached_server}", *SETTINGS)
+    assert first["al"] == second["al"] > 1 and first["vllm_counters"] == second["vllm_counters"]
+    assert per_request(tmp_path / "a") == per_request(tmp_path / "b")
