@@ -53,7 +53,12 @@ class TurnResult:
     # Target forward passes that produced tokens for this request: the prefill
     # step, undrafted decode steps and drafted steps.
     target_steps: int
+    # End to end: from sending the request to its last token.
     latency_s: float
+    # From sending the request to its first output token.
+    ttft_s: float | None = None
+    # Times between successive output chunks (with speculation a chunk may carry several tokens).
+    chunk_gaps_s: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

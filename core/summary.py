@@ -9,6 +9,7 @@ Schema versions of summary.json:
 1  first release: no operating points, no AL by context position.
 2  operating points (per batch size), AL by context position, the config fingerprint.
 3  the runner that measured (`runner`: vllm | fake | ...).
+4  latency per operating point (`operating_points[].latency`: TTFT, TPOT, ITL, end to end).
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from core.costs import StepTiming
 from core.errors import CorruptRecord, SpeclensError
 from core.files import write_json_atomic
 from core.generation import SpecCounters
+from core.latency import Latency
 from core.metrics import GroupFigures, PositionBin
 
 SUMMARY_FILE = "summary.json"
-SUMMARY_VERSION = 3
+SUMMARY_VERSION = 4
 REPLAY_FILE = "replay.json"
 # replay.json: 1 had no version field (summary and stamp only); 2 carries `schema_version`, the
 # config fingerprint and the runner.
@@ -73,6 +75,7 @@ class OperatingPoint(DomainPoint):
     t_draft_ms: float | None = None
     lossless: LosslessCheck | None = None
     by_domain: dict[str, DomainPoint] = field(default_factory=dict)
+    latency: Latency | None = None
 
 
 @dataclass
@@ -227,8 +230,14 @@ def _summary_2_to_3(data: dict[str, Any]) -> dict[str, Any]:
     return {"al_by_position": [], "config_fingerprint": None, **data, "runner": "vllm"}
 
 
+def _summary_3_to_4(data: dict[str, Any]) -> dict[str, Any]:
+    return data  # latency was not measured: operating points keep latency = null
+
+
 # version -> the step from that version to the next.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _summary_1_to_2, 2: _summary_2_to_3}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    1: _summary_1_to_2, 2: _summary_2_to_3, 3: _summary_3_to_4,
+}
 
 
 def _read_json(path: Path) -> dict[str, Any]:

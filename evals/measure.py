@@ -99,7 +99,7 @@ def execute(
     write_json_atomic(stamp, out_dir / STAMP_FILE)
 
     mode = PassMode.speculative if spec is not None else PassMode.plain
-    passes = run_passes(plan, factory, spec, mode, progress)
+    passes = run_passes(plan, factory, spec, mode, progress, out_dir)
     by_id = {p.request_id: p for p in plan.prompts}
     steps = pd.concat([records.step_frame(p.results, by_id, p.batch_size) for p in passes], ignore_index=True)
     requests = pd.concat([records.request_frame(p.results, by_id, p.batch_size) for p in passes], ignore_index=True)
@@ -113,9 +113,9 @@ def execute(
 
     baseline: list[Pass] = []
     if cfg.baseline and spec is not None:
-        baseline = run_passes(plan, factory, None, PassMode.plain, progress)
+        baseline = run_passes(plan, factory, None, PassMode.plain, progress, out_dir)
         write_outputs(baseline, out_dir / "baseline_outputs.jsonl")
-        verify = run_passes(plan, factory, zero_cost_spec(plan.config.d), PassMode.verify, progress)
+        verify = run_passes(plan, factory, zero_cost_spec(plan.config.d), PassMode.verify, progress, out_dir)
         engine_steps = write_engine_steps(passes + baseline + verify, out_dir / "engine_steps.parquet")
 
     counters = sum((p.counters for p in passes), SpecCounters()) if spec is not None else None

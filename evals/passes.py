@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from core.costs import PassMode
@@ -45,10 +47,12 @@ class Pass:
 
 
 def run_passes(
-    plan: RunPlan, factory: EngineFactory, spec: dict[str, Any] | None, mode: PassMode, progress: ProgressFactory
+    plan: RunPlan, factory: EngineFactory, spec: dict[str, Any] | None, mode: PassMode, progress: ProgressFactory,
+    logs_dir: Path | None = None,
 ) -> list[Pass]:
     """The prompts once per batch size, each on a freshly started engine: nothing cached in one
-    pass (vLLM's prefix cache, a suffix tree built from earlier outputs) may help the next."""
+    pass (vLLM's prefix cache, a suffix tree built from earlier outputs) may help the next. An
+    engine's own log (a launched server's) is moved into `logs_dir` as server-<mode>-B<b>.log."""
     passes = []
     for batch_size in plan.batch_sizes:
         start = time.perf_counter()
@@ -64,6 +68,9 @@ def run_passes(
             if hasattr(show, "close"):
                 show.close()
             engine.close()
+            log = engine.log_file()
+            if log is not None and logs_dir is not None and log.is_file():
+                shutil.move(log, logs_dir / f"server-{mode}-B{batch_size}.log")
     return passes
 
 

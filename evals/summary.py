@@ -8,6 +8,7 @@ import pandas as pd
 
 from core import costs, metrics
 from core.generation import SpecCounters, TurnResult
+from core.latency import latency_of
 from core.summary import (
     SUMMARY_VERSION,
     DomainPoint,
@@ -23,10 +24,11 @@ MISMATCHES_SHOWN = 20
 
 
 class MeasuredPass(Protocol):
-    """What the summary needs of a pass (evals.passes.Pass): its batch size and throughput."""
+    """What the summary needs of a pass (evals.passes.Pass): its batch size, results and throughput."""
 
     batch_size: int
     elapsed_s: float
+    results: list[TurnResult]
 
     @property
     def output_tokens_per_s(self) -> float: ...
@@ -109,6 +111,7 @@ def operating_points(
                 domain: _domain_point(domain_steps, group, seed, point_costs)
                 for domain, group, domain_steps in metrics.split_by_domain(at_b_steps, at_b_requests)
             },
+            latency=latency_of(p.results, p.generate_s),
         ))
     return points
 

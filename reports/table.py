@@ -82,8 +82,13 @@ def operating_point_line(point: OperatingPoint) -> str:
         speedups += f", x{point.predicted_speedup:.2f} predicted [{lo:.2f}, {hi:.2f}]"
     if point.gap_above_tolerance:
         speedups += f" (gap {point.speedup_gap:+.0%}: above {GAP_TOLERANCE:.0%})"
+    latency = point.latency
+    p50 = lambda p: cell(p.p50 if p else None, 1)  # noqa: E731
+    waits = "" if latency is None else (
+        f"; latency p50: TTFT {p50(latency.ttft_ms)} ms, TPOT {p50(latency.tpot_ms)} ms, e2e {p50(latency.e2e_ms)} ms"
+    )
     return (
         f"B={point.batch_size}: {point.output_tokens_per_s:.1f} output tokens/s{speedups}; "
         f"T_verif(B) {cell(median_ms(point.t_verif), 1)} ms, T_step {cell(median_ms(point.t_step), 1)} ms, "
-        f"T_verif(B(1+D)) {cell(median_ms(point.t_verif_spec), 1)} ms, T_draft {cell(point.t_draft_ms, 1)} ms"
+        f"T_verif(B(1+D)) {cell(median_ms(point.t_verif_spec), 1)} ms, T_draft {cell(point.t_draft_ms, 1)} ms" + waits
     )

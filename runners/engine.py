@@ -52,6 +52,9 @@ class Engine(Protocol):
     def scheduler_limits(self) -> tuple[int, int]:
         """(max_num_seqs, max_num_batched_tokens): how many requests and tokens one step takes."""
 
+    def log_file(self) -> Path | None:
+        """The engine's own log file (a launched server's), if it keeps one apart from this process."""
+
     def close(self) -> None: ...
 
 

@@ -163,6 +163,7 @@ class FakeEngine:
             self._steps.append(EngineStep(wall, len(in_flight), tokens, drafts))
             for f in in_flight:
                 f.latency_s += wall
+                f.chunk_times.append(f.latency_s)
             if progress:
                 progress(new_tokens)
             for f in [f for f in in_flight if f.finished]:
@@ -206,6 +207,9 @@ class FakeEngine:
         c = self._counters
         return SpecCounters(c.num_drafts, c.num_draft_tokens, c.num_accepted_tokens, list(c.num_accepted_tokens_per_pos))
 
+    def log_file(self) -> Path | None:
+        return None
+
     def close(self) -> None:
         pass
 
@@ -223,6 +227,8 @@ class _Flight:
         self.steps: list[DraftedStep] = []
         self.target_steps = 0
         self.latency_s = 0.0
+        # Scripted time (since the request started) at which each of its steps ended.
+        self.chunk_times: list[float] = []
 
     @property
     def finished(self) -> bool:
@@ -265,6 +271,8 @@ class _Flight:
             steps=self.steps,
             target_steps=self.target_steps,
             latency_s=self.latency_s,
+            ttft_s=self.chunk_times[0],
+            chunk_gaps_s=[b - a for a, b in zip(self.chunk_times, self.chunk_times[1:])],
         )
 
 

@@ -89,7 +89,7 @@ class _Reply:
     chunks: list[list[int]] = field(default_factory=list)
     metrics: dict[str, Any] | None = None
     started: float = 0.0
-    first_token: float | None = None
+    chunk_times: list[float] = field(default_factory=list)
     finished: float = 0.0
 
 
@@ -147,7 +147,7 @@ class ServerEngine:
             for choice in event.get("choices") or []:
                 tokens = choice.get("token_ids") or []
                 if tokens:
-                    reply.first_token = reply.first_token or time.perf_counter()
+                    reply.chunk_times.append(time.perf_counter())
                     reply.chunks.append(tokens)
                     if progress:
                         with self._lock:
@@ -163,8 +163,15 @@ class ServerEngine:
     ) -> list[TurnResult]:
         """At most `max_concurrency` requests in flight (closed loop): a finished request's slot
         goes to the next, as in-process."""
-        with ThreadPoolExecutor(max_workers=max_concurrency or max(1, len(requests))) as pool:
-            replies = list(pool.map(lambda r: self._complete(r, sampling, progress), requests))
+        try:
+            with ThreadPoolExecutor(max_workers=max_concurrency or max(1, len(requests))) as pool:
+                replies = list(pool.map(lambda r: self._complete(r, sampling, progress), requests))
+        except (OSError, http.client.HTTPException, json.JSONDecodeError) as exc:
+            if self.process is not None and self.process.proc.poll() is not None:
+                raise MeasurementError(f"the vLLM server died during the pass (exit {self.process.proc.returncode}); "
+                                       f"its log ends: {self.process.log_tail()}") from exc
+            raise MeasurementError(f"{self.endpoint.url} stopped answering during the pass "
+                                   f"({type(exc).__name__}: {exc}).") from exc
         return [self._result(req, reply) for req, reply in zip(requests, replies)]
 
     def _result(self, request: TurnRequest, reply: _Reply) -> TurnResult:
@@ -178,8 +185,13 @@ class ServerEngine:
                 )
             steps, passes, _ = drafted_steps(len(request.prompt_token_ids), [len(c) for c in reply.chunks],
                                              reply.metrics["per_step_accepted"], reply.metrics["per_step_drafted"])
+        times = reply.chunk_times
         return TurnResult(request.request_id, request.turn, len(request.prompt_token_ids), output, self.decode(output),
-                          steps, passes, reply.finished - reply.started)
+                          steps, passes, reply.finished - reply.started, times[0] - reply.started if times else None,
+                          [b - a for a, b in zip(times, times[1:])])
+
+    def log_file(self) -> Path | None:
+        return self.process.log_file if self.process is not None else None
 
     def close(self) -> None:
         if self.process is not None:

@@ -206,6 +206,9 @@ class VllmEngine:
             return None
         return self._read_counters().since(self._counters_at_start)
 
+    def log_file(self) -> Path | None:
+        return None  # vLLM logs to this process's own output
+
     def close(self) -> None:
         engine_core = getattr(self.engine, "engine_core", None)
         if engine_core is not None:
@@ -227,10 +230,12 @@ class _Tracked:
         self.target_steps = 0
         self.started = time.perf_counter()
         self.latency_s = 0.0
+        self.chunk_times: list[float] = []
 
     def observe_step(self, delta: list[int]) -> None:
         """Called for each engine step that produced tokens for this request."""
         self.target_steps += 1
+        self.chunk_times.append(time.perf_counter())
         if self.spec_metrics is not None:
             drafted = len(self.spec_metrics.per_step_accepted)
             if drafted > self.seen_drafted:
@@ -255,4 +260,6 @@ class _Tracked:
             steps=self.steps,
             target_steps=self.target_steps,
             latency_s=self.latency_s,
+            ttft_s=self.chunk_times[0] - self.started if self.chunk_times else None,
+            chunk_gaps_s=[b - a for a, b in zip(self.chunk_times, self.chunk_times[1:])],
         )

@@ -43,6 +43,10 @@ def test_a_launched_server_measures_what_the_in_process_engine_measures(tmp_path
     assert per_request(tmp_path / "server") == per_request(tmp_path / "inproc")
     assert served["vllm_counters"] == inproc["vllm_counters"] and served["runner"] == "server"
     assert servers_running() == before
+    # the server's own log is kept in the run dir; latency is measured from the stream
+    assert "Application startup complete" in (tmp_path / "server" / "server-speculative-B3.log").read_text()
+    latency = served["operating_points"][0]["latency"]
+    assert 0 < latency["ttft_ms"]["p50"] < latency["e2e_ms"]["p50"] and latency["tpot_ms"]["p50"] > 0
 
 
 @pytest.fixture
