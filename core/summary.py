@@ -67,6 +67,9 @@ class OperatingPoint(DomainPoint):
     elapsed_s: float = 0.0
     baseline_output_tokens_per_s: float | None = None
     speedup: float | None = None
+    # Plain decoding's median TPOT over the speculative pass's, at the same B (what a user of the
+    # served model feels; `speedup` is the throughput ratio).
+    latency_speedup: float | None = None
     speedup_gap: float | None = None
     gap_above_tolerance: bool = False
     t_verif: StepTiming | None = None

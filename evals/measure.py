@@ -115,8 +115,10 @@ def execute(
     if cfg.baseline and spec is not None:
         baseline = run_passes(plan, factory, None, PassMode.plain, progress, out_dir)
         write_outputs(baseline, out_dir / "baseline_outputs.jsonl")
-        verify = run_passes(plan, factory, zero_cost_spec(plan.config.d), PassMode.verify, progress, out_dir)
-        engine_steps = write_engine_steps(passes + baseline + verify, out_dir / "engine_steps.parquet")
+        # The zero-cost pass only times engine steps: useless where the engine shows none (a server).
+        if any(p.engine_steps for p in passes):
+            verify = run_passes(plan, factory, zero_cost_spec(plan.config.d), PassMode.verify, progress, out_dir)
+            engine_steps = write_engine_steps(passes + baseline + verify, out_dir / "engine_steps.parquet")
 
     counters = sum((p.counters for p in passes), SpecCounters()) if spec is not None else None
     greedy = plan.sampling.temperature == 0

@@ -8,7 +8,7 @@ import pandas as pd
 
 from core import costs, metrics
 from core.generation import SpecCounters, TurnResult
-from core.latency import latency_of
+from core.latency import Latency, latency_of
 from core.summary import (
     SUMMARY_VERSION,
     DomainPoint,
@@ -95,6 +95,8 @@ def operating_points(
         measured = None
         if base is not None and base.output_tokens_per_s > 0:
             measured = p.output_tokens_per_s / base.output_tokens_per_s
+        latency = latency_of(p.results, p.generate_s)
+        base_latency = latency_of(base.results, base.generate_s) if base is not None else None
         points.append(OperatingPoint(
             **vars(overall),
             batch_size=b,
@@ -103,6 +105,7 @@ def operating_points(
             elapsed_s=p.elapsed_s,
             baseline_output_tokens_per_s=base.output_tokens_per_s if base else None,
             speedup=measured,
+            latency_speedup=_tpot_ratio(base_latency, latency),
             speedup_gap=costs.speedup_gap(overall.predicted_speedup, measured),
             gap_above_tolerance=costs.gap_above_tolerance(overall.predicted_speedup, measured),
             **vars(point_costs),
@@ -111,9 +114,16 @@ def operating_points(
                 domain: _domain_point(domain_steps, group, seed, point_costs)
                 for domain, group, domain_steps in metrics.split_by_domain(at_b_steps, at_b_requests)
             },
-            latency=latency_of(p.results, p.generate_s),
+            latency=latency,
         ))
     return points
+
+
+def _tpot_ratio(base: Latency | None, spec: Latency) -> float | None:
+    """Plain decoding's median time per output token over the speculative one's, at the same B."""
+    if base is None or base.tpot_ms is None or spec.tpot_ms is None or spec.tpot_ms.p50 <= 0:
+        return None
+    return base.tpot_ms.p50 / spec.tpot_ms.p50
 
 
 def pooled_timing(load_s: float, passes: Sequence[MeasuredPass], baseline: Sequence[MeasuredPass]) -> tuple[Timing, float | None]:

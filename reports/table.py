@@ -77,6 +77,8 @@ def operating_point_line(point: OperatingPoint) -> str:
     speedups = ""
     if point.speedup is not None:
         speedups += f", speedup x{point.speedup:.2f} measured"
+    if point.latency_speedup is not None:
+        speedups += f" (TPOT x{point.latency_speedup:.2f})"
     if point.predicted_speedup is not None:
         lo, hi = point.predicted_speedup_range
         speedups += f", x{point.predicted_speedup:.2f} predicted [{lo:.2f}, {hi:.2f}]"

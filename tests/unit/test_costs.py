@@ -56,6 +56,10 @@ def test_cost_decomposition_and_both_speedups_match_hand_computation(tmp_path, e
         assert point["predicted_speedup"] == pytest.approx(plain * (19 / 7) / spec)
         assert point["predicted_speedup_range"] == pytest.approx([plain * (19 / 7) / spec] * 2)
     assert b1["t_verif"]["n"] == 4 * 18 and b2["t_step"]["n"] == 2 * 6
+    # at B=1 every request decodes its 18 tokens after the first in 6 steps of 17 ms (speculative)
+    # or 18 steps of 11 ms (plain): TPOT 102/18 and 198/18 ms
+    assert b1["latency"]["tpot_ms"]["p50"] == pytest.approx(102 / 18)
+    assert b1["latency_speedup"] == pytest.approx(198 / 102)
     # measured: same tokens, so the speedup is plain time / speculative time, prefill steps included
     for point, b, plain, spec, steps_plain, steps_spec in ((b1, 1, 11, 17, 4 * 18, 4 * 6), (b2, 2, 12, 24, 2 * 18, 2 * 6)):
         expected = (prefill_ms(out, b) + steps_plain * plain) / (prefill_ms(out, b) + steps_spec * spec)
