@@ -29,6 +29,7 @@ from evals.summary import (
     pooled_timing,
 )
 from runners.engine import EngineFactory
+from runners.registry import runner_of
 
 STAMP_FILE = "stamp.json"
 ERROR_LOG = "error.log"
@@ -109,7 +110,8 @@ def execute(
     engine_steps = write_engine_steps(passes, out_dir / "engine_steps.parquet")
     if spec is not None:
         for p in passes:
-            metrics.check_counters(steps[steps.batch_size == p.batch_size], p.counters, plan.d, f"batch size {p.batch_size}")
+            metrics.check_counters(steps[steps.batch_size == p.batch_size], p.counters, plan.d, f"batch size {p.batch_size}",
+                                   enforce=runner_of(cfg).exclusive(cfg))
 
     baseline: list[Pass] = []
     if cfg.baseline and spec is not None:

@@ -24,6 +24,8 @@ class Runner:
     prepare_process: Callable[[RunConfig], None]
     # (run config, speculative?) -> raises ConfigError for what this engine cannot measure right.
     check_support: Callable[[RunConfig, bool], None]
+    # (run config) -> whether the engine serves this run alone, so its counters must equal the records.
+    exclusive: Callable[[RunConfig], bool] = lambda cfg: True
 
 
 def _fake_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
@@ -34,7 +36,7 @@ RUNNERS: dict[str, Runner] = {
     "vllm": Runner(vllm_runner.VllmRunnerConfig, vllm_runner.engine_factory, vllm_runner.encoder,
                    vllm_runner.prepare_process, vllm_runner.check_support),
     "server": Runner(server_runner.ServerRunnerConfig, server_runner.engine_factory, vllm_runner.encoder,
-                     lambda cfg: None, server_runner.check_support),
+                     lambda cfg: None, server_runner.check_support, lambda cfg: bool(cfg.runner.exclusive)),
     "fake": Runner(fake_engine.FakeRunnerConfig, _fake_factory, lambda cfg, target_dir: fake_engine.FakeEncoder(),
                    lambda cfg: None, lambda cfg, speculative: None),
 }

@@ -5,6 +5,7 @@ pass's counters from `/metrics` deltas. Standard library only: every request is 
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import threading
@@ -15,7 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from core.assets import cache_dir
 from core.errors import ConfigError, MeasurementError
+from core.files import exclusive
 from core.generation import (
     EngineStep,
     SamplingSpec,
@@ -101,8 +104,16 @@ class ServerEngine:
         self.tokenizer = ChatTokenizer(target_dir)
         self.speculative = speculative
         self.process = process
-        self._counters_at_start = self._read_counters() if speculative else None
         self._lock = threading.Lock()
+        # Passes of this machine's jobs on one attached server take turns, so that each pass's
+        # counter deltas are its own (a sweep's jobs may share the server).
+        self._turn = None
+        if process is None:
+            parts = urllib.parse.urlsplit(endpoint.url)
+            self._turn = contextlib.ExitStack()
+            self._turn.enter_context(exclusive(cache_dir() / "locks" / f"server-{parts.hostname}-{parts.port}.lock",
+                                               wait=True))
+        self._counters_at_start = self._read_counters() if speculative else None
 
     def chat_token_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
         return self.tokenizer.chat_token_ids(messages)
@@ -196,3 +207,5 @@ class ServerEngine:
     def close(self) -> None:
         if self.process is not None:
             self.process.stop()
+        if self._turn is not None:
+            self._turn.close()

@@ -140,3 +140,15 @@ def test_the_replay_command_leaves_no_secret_in_its_dir(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (out / "replay.json").is_file() and not (out / ".hydra").exists()
     assert not [p for p in tmp_path.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+
+
+def test_the_slurm_launcher_settings_run_a_sweep_through_submitit(tmp_path):
+    """hydra/launcher=slurm_local: the Slurm launcher's settings with submitit's local executor, jobs
+    as processes of their own; a failed job is collected from its process as from any other."""
+    sweep = tmp_path / "sweep"
+    proc = speclens("run", "-m", "hydra/launcher=slurm_local", *fake_overrides(tmp_path, ROWS), "drafter=ngram",
+                    "d=0,2", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert [read_summary(p.parent).d for p in sweep.rglob("summary.json")] == [2]
+    assert [f["error"] for f in json.loads((sweep / "failures.json").read_text())] == ["d=0: must be >= 1."]
+    assert list((sweep / ".submitit").rglob("*_result.pkl"))  # the jobs ran through submitit

@@ -112,6 +112,7 @@ def smollm2():
 
 
 def attach(tmp_path, smollm2, server: FakeVllm, *overrides: str):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     questions = write_questions(tmp_path / "q.jsonl", ROWS)
     cfg = compose_config(["runner=server", f"runner.url={server.url}", "target=custom", f"target.model={smollm2}",
                           "dataset=jsonl", f"dataset.path={questions}", "drafter=ngram", f"d={D}", *overrides])
@@ -134,6 +135,27 @@ def test_an_attached_server_gives_exact_records_checked_against_its_counters(tmp
     # positions: after the prefill token, and after 1 + 4 + 1 tokens (the undrafted step counted)
     for rid, group in steps.groupby("request_id"):
         assert list(group.position - prompt[rid]) == [1, 6]
+
+
+def test_other_traffic_on_the_server_fails_the_check_unless_it_is_declared(tmp_path, smollm2, capsys):
+    from core.errors import MeasurementError
+
+    server = FakeVllm(str(smollm2))
+    real = server.metrics_text
+    calls = []
+
+    def busy_metrics() -> str:  # someone else's requests land between our two reads
+        calls.append(1)
+        text = real()
+        return text.replace(f"num_drafts_total{{engine=\"0\",model_name=\"{server.model}\"}} ",
+                            f"num_drafts_total{{engine=\"0\",model_name=\"{server.model}\"}} 1") if len(calls) > 1 else text
+
+    server.metrics_text = busy_metrics
+    with pytest.raises(MeasurementError, match="do not sum to vLLM's speculative counters"):
+        attach(tmp_path, smollm2, server)
+    calls.clear()
+    summary = attach(tmp_path / "shared", smollm2, server, "runner.exclusive=false")
+    assert summary.al == pytest.approx(3.0) and "not enforced" in capsys.readouterr().err
 
 
 def test_a_busy_server_is_retried(tmp_path, smollm2):
