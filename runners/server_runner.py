@@ -64,10 +64,10 @@ def server_flags(cfg: RunConfig) -> list[str]:
     flags: list[str] = []
     for key, value in engine_args(cfg.engine, cfg.seed).items():
         flag = "--" + key.replace("_", "-")
-        if value is None or value is False:
+        if value is None:
             continue
-        if value is True:
-            flags.append(flag)
+        if isinstance(value, bool):  # vLLM's boolean flags take --x / --no-x
+            flags.append(flag if value else f"--no-{flag[2:]}")
         else:
             flags += [flag, json.dumps(value) if isinstance(value, (dict, list)) else str(value)]
     return flags

@@ -196,3 +196,5 @@ def test_engine_keys_become_server_flags():
     assert flags[flags.index("--max-model-len") + 1] == "1024" and flags[flags.index("--dtype") + 1] == "float32"
     assert "--enforce-eager" in flags and flags[flags.index("--seed") + 1] == "7"
     assert flags[flags.index("--max-num-batched-tokens") + 1] == "2048"
+    flags = server_flags(to_run_config(compose_config(["runner=server", "engine=gpu"])))
+    assert "--no-enforce-eager" in flags and "--enforce-eager" not in flags
