@@ -175,6 +175,9 @@ def replay(cfg: DictConfig, out_dir: Path) -> pd.DataFrame:
     run_config.d = d_max
     fingerprint = run_fingerprint(cfg, run_config)
     runner = runner_name(run_config.runner)
+    if not runner_of(run_config).replays:
+        raise ConfigError(f"runner={runner} cannot replay; measure each D with `python -m evals.run -m d=1,2,...`, "
+                          "or replay with runner=vllm.")
     with claimed(out_dir):
         plan = make_plan(run_config)
         drafter = plan.drafter

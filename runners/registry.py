@@ -26,6 +26,8 @@ class Runner:
     check_support: Callable[[RunConfig, bool], None]
     # (run config) -> whether the engine serves this run alone, so its counters must equal the records.
     exclusive: Callable[[RunConfig], bool] = lambda cfg: True
+    # Whether evals.replay can use it (replay needs the target's own argmax and scheduler limits).
+    replays: bool = True
 
 
 def _fake_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
@@ -36,7 +38,8 @@ RUNNERS: dict[str, Runner] = {
     "vllm": Runner(vllm_runner.VllmRunnerConfig, vllm_runner.engine_factory, vllm_runner.encoder,
                    vllm_runner.prepare_process, vllm_runner.check_support),
     "server": Runner(server_runner.ServerRunnerConfig, server_runner.engine_factory, vllm_runner.encoder,
-                     lambda cfg: None, server_runner.check_support, lambda cfg: bool(cfg.runner.exclusive)),
+                     lambda cfg: None, server_runner.check_support, lambda cfg: bool(cfg.runner.exclusive),
+                     replays=False),
     "fake": Runner(fake_engine.FakeRunnerConfig, _fake_factory, lambda cfg, target_dir: fake_engine.FakeEncoder(),
                    lambda cfg: None, lambda cfg, speculative: None),
 }

@@ -113,7 +113,11 @@ class ServerEngine:
             self._turn = contextlib.ExitStack()
             self._turn.enter_context(exclusive(cache_dir() / "locks" / f"server-{parts.hostname}-{parts.port}.lock",
                                                wait=True))
-        self._counters_at_start = self._read_counters() if speculative else None
+        try:
+            self._counters_at_start = self._read_counters() if speculative else None
+        except BaseException:
+            self.close()
+            raise
 
     def chat_token_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
         return self.tokenizer.chat_token_ids(messages)
@@ -135,9 +139,11 @@ class ServerEngine:
     def step_log(self) -> list[EngineStep]:
         return []  # a server does not show its engine steps: step costs are not measured through it
 
+    # Replay is refused for runner=server before any engine starts (runners/registry.py): these
+    # are never reached through evals.replay.
     @property
     def scheduler_limits(self) -> tuple[int, int]:
-        raise ConfigError("runner=server does not replay (its engine steps are not visible); use runner=vllm.")
+        raise ConfigError("runner=server does not replay; use runner=vllm.")
 
     def stop_token_ids(self) -> set[int]:
         raise ConfigError("runner=server does not replay; use runner=vllm.")

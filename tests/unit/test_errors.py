@@ -132,6 +132,7 @@ def one_line_error(proc: subprocess.CompletedProcess) -> str:
         ("evals.run", ["-m", "d=1,2", "dataset=long_context", "dataset.count_with=target,o100k"],
          "dataset.count_with: Invalid value 'o100k', expected one of [target, o200k]"),
         ("evals.replay", ["runner=fakes"], "runner=fakes is unknown; choose one of fake, server, vllm."),
+        ("evals.replay", ["runner=server"], "runner=server cannot replay; measure each D with"),
         ("evals.selfcheck", ["drafter.sample_method=maybe"],
          "drafter.sample_method: Invalid value 'maybe', expected one of [greedy, probabilistic]"),
         ("evals.nightly", ["engine.max_num_seqz=3"], "engine.max_num_seqz: no such key in EngineConfig"),
