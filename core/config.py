@@ -132,6 +132,9 @@ class RunConfig:
     # Operating points: for each B, the prompts run B at a time (null: all at once, up to
     # engine.max_num_seqs).
     batch_sizes: list[int] | None = None
+    # Open-loop load instead: requests arrive at this mean rate (per second, Poisson, seeded),
+    # however many are in flight (runner=server).
+    request_rate: float | None = None
     # Also run without speculation at each B (lossless check, measured speedup, T_verif(B)) and
     # with a zero-cost proposer (T_verif(B*(1+D)), hence T_draft): see core/costs.py.
     baseline: bool = False
@@ -148,6 +151,9 @@ class ReplayConfig(RunConfig):
 
 # Keys that say how to run or report, not what is measured: left out of the config fingerprint.
 NOT_FINGERPRINTED = ("force", "logger", "runner")
+# Keys added after run dirs were first fingerprinted: they enter the fingerprint only when set, so
+# a configuration that does not use them keeps the identity its finished runs were stored under.
+FINGERPRINTED_WHEN_SET = ("request_rate",)
 
 
 def config_fingerprint(resolved: dict[str, Any], names: dict[str, str]) -> str:
@@ -156,7 +162,8 @@ def config_fingerprint(resolved: dict[str, Any], names: dict[str, str]) -> str:
     `names` are the chosen components' names ({"drafter": "ngram", ...}); they enter the
     fingerprint as `<group>.name`, where configs before schema 3 held them, so run dirs
     measured then are still recognised."""
-    measured = {k: v for k, v in resolved.items() if k not in NOT_FINGERPRINTED}
+    measured = {k: v for k, v in resolved.items()
+                if k not in NOT_FINGERPRINTED and not (k in FINGERPRINTED_WHEN_SET and v is None)}
     for group, name in names.items():
         if isinstance(measured.get(group), dict):
             measured[group] = {"name": name, **measured[group]}

@@ -61,6 +61,8 @@ class OperatingPoint(DomainPoint):
     """One batch size: acceptance, throughput, step costs and both speedups."""
 
     batch_size: int = 0
+    # Open-loop load (requests/s) when the pass ran at a request rate instead of B at a time.
+    request_rate: float | None = None
     output_tokens_per_s: float = 0.0
     generate_s: float = 0.0
     # Start to end of the pass: the engine's steps plus the harness between them.

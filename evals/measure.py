@@ -125,7 +125,7 @@ def execute(
     counters = sum((p.counters for p in passes), SpecCounters()) if spec is not None else None
     greedy = plan.sampling.temperature == 0
     checks = {b.batch_size: lossless(p.results, b.results, greedy) for p, b in zip(passes, baseline)}
-    points = operating_points(passes, baseline, steps, requests, engine_steps, plan.d, cfg.seed, checks)
+    points = operating_points(passes, baseline, steps, requests, engine_steps, plan.d, cfg.seed, checks, cfg.request_rate)
     timing, speedup = pooled_timing(sum(p.load_s for p in passes), passes, baseline)
     summary = build_summary(
         drafter=plan.drafter.name,

@@ -99,6 +99,12 @@ def check_scalars(cfg: RunConfig) -> None:
         raise ConfigError(f"sampling.temperature={temperature}: must be a finite number >= 0 (0 is greedy).")
     if not 0 < cfg.sampling.top_p <= 1:
         raise ConfigError(f"sampling.top_p={cfg.sampling.top_p}: must be in (0, 1].")
+    if cfg.request_rate is not None:
+        if not math.isfinite(cfg.request_rate) or cfg.request_rate <= 0:
+            raise ConfigError(f"request_rate={cfg.request_rate}: must be a finite number of requests per second > 0.")
+        if cfg.batch_sizes is not None:
+            raise ConfigError("request_rate= (open loop) and batch_sizes= (closed loop) are two kinds of load; "
+                              "give one of them.")
     if not 0 < cfg.engine.gpu_memory_utilization <= 1:
         raise ConfigError(f"engine.gpu_memory_utilization={cfg.engine.gpu_memory_utilization}: must be in (0, 1].")
 

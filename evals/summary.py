@@ -79,6 +79,7 @@ def operating_points(
     d: int | None,
     seed: int,
     lossless_checks: Mapping[int, LosslessCheck],
+    request_rate: float | None = None,
 ) -> list[OperatingPoint]:
     """Per batch size: acceptance, throughput, the cost decomposition and both speedups;
     `lossless_checks` holds each batch size's comparison with plain decoding, if it ran."""
@@ -100,6 +101,7 @@ def operating_points(
         points.append(OperatingPoint(
             **vars(overall),
             batch_size=b,
+            request_rate=request_rate,
             output_tokens_per_s=p.output_tokens_per_s,
             generate_s=p.generate_s,
             elapsed_s=p.elapsed_s,

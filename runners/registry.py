@@ -41,7 +41,7 @@ RUNNERS: dict[str, Runner] = {
                      lambda cfg: None, server_runner.check_support, lambda cfg: bool(cfg.runner.exclusive),
                      replays=False),
     "fake": Runner(fake_engine.FakeRunnerConfig, _fake_factory, lambda cfg, target_dir: fake_engine.FakeEncoder(),
-                   lambda cfg: None, lambda cfg, speculative: None),
+                   lambda cfg: None, lambda cfg, speculative: vllm_runner.closed_loop_only(cfg)),
 }
 
 

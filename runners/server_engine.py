@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import random
 import threading
 import time
 import urllib.parse
@@ -96,11 +97,30 @@ class _Reply:
     finished: float = 0.0
 
 
-class ServerEngine:
-    """The Engine protocol over one server; `process` is the server speclens launched, if any."""
+@dataclass
+class Arrivals:
+    """Open-loop load: request i is sent at the i-th arrival of a Poisson process of this rate."""
 
-    def __init__(self, endpoint: Endpoint, target_dir: Path, speculative: bool, process: Any = None) -> None:
+    rate_per_s: float
+    seed: int
+
+    def offsets_s(self, n: int) -> list[float]:
+        gaps = random.Random(self.seed).expovariate
+        times, t = [], 0.0
+        for _ in range(n):
+            t += gaps(self.rate_per_s)
+            times.append(t)
+        return times
+
+
+class ServerEngine:
+    """The Engine protocol over one server; `process` is the server speclens launched, if any;
+    with `arrivals`, requests are sent open loop at those times instead of B at a time."""
+
+    def __init__(self, endpoint: Endpoint, target_dir: Path, speculative: bool, process: Any = None,
+                 arrivals: Arrivals | None = None) -> None:
         self.endpoint = endpoint
+        self.arrivals = arrivals
         self.tokenizer = ChatTokenizer(target_dir)
         self.speculative = speculative
         self.process = process
@@ -178,11 +198,21 @@ class ServerEngine:
         self, requests: Sequence[TurnRequest], sampling: SamplingSpec, progress: ProgressFn | None = None,
         max_concurrency: int | None = None,
     ) -> list[TurnResult]:
-        """At most `max_concurrency` requests in flight (closed loop): a finished request's slot
-        goes to the next, as in-process."""
+        """Closed loop: at most `max_concurrency` requests in flight, a finished request's slot going
+        to the next, as in-process. Open loop (with arrivals): request i is sent at its arrival
+        time, however many are in flight."""
+        offsets = self.arrivals.offsets_s(len(requests)) if self.arrivals else [None] * len(requests)
+        workers = len(requests) if self.arrivals else (max_concurrency or len(requests))
+        began = time.perf_counter()
+
+        def send(request: TurnRequest, offset_s: float | None) -> _Reply:
+            if offset_s is not None:
+                time.sleep(max(0.0, began + offset_s - time.perf_counter()))
+            return self._complete(request, sampling, progress)
+
         try:
-            with ThreadPoolExecutor(max_workers=max_concurrency or max(1, len(requests))) as pool:
-                replies = list(pool.map(lambda r: self._complete(r, sampling, progress), requests))
+            with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+                replies = list(pool.map(send, requests, offsets))
         except (OSError, http.client.HTTPException, json.JSONDecodeError) as exc:
             if self.process is not None and self.process.proc.poll() is not None:
                 raise MeasurementError(f"the vLLM server died during the pass (exit {self.process.proc.returncode}); "

@@ -29,7 +29,7 @@ from typing import Any
 from core.config import RunConfig
 from core.errors import ConfigError, MeasurementError
 from runners.engine import Engine, EngineFactory
-from runners.server_engine import Endpoint, ServerEngine
+from runners.server_engine import Arrivals, Endpoint, ServerEngine
 from runners.vllm_runner import engine_args
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -149,11 +149,14 @@ def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
     rc = cfg.runner
 
     def start(model_dir: Path, spec: dict[str, Any] | None) -> Engine:
+        arrivals = Arrivals(cfg.request_rate, cfg.seed) if cfg.request_rate else None
         if rc.url:
-            return ServerEngine(_endpoint(cfg, rc.url, rc.model or cfg.target.model), model_dir, spec is not None)
+            return ServerEngine(_endpoint(cfg, rc.url, rc.model or cfg.target.model), model_dir, spec is not None,
+                                arrivals=arrivals)
         process = ServerProcess(model_dir, spec, cfg)
         try:
-            return ServerEngine(_endpoint(cfg, process.url, str(model_dir)), model_dir, spec is not None, process)
+            return ServerEngine(_endpoint(cfg, process.url, str(model_dir)), model_dir, spec is not None, process,
+                                arrivals)
         except BaseException:
             process.stop()
             raise

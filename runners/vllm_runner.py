@@ -50,8 +50,17 @@ def encoder(cfg: RunConfig, target_dir: Path) -> Any:
     return ChatTokenizer(target_dir)
 
 
+def closed_loop_only(cfg: RunConfig) -> None:
+    """An in-process engine takes requests B at a time: open-loop load needs a server."""
+    if cfg.request_rate is not None:
+        raise ConfigError(f"request_rate={cfg.request_rate} (open-loop load) needs runner=server; in-process runners "
+                          "take batch_sizes=[...] (requests in flight).")
+
+
 def check_support(cfg: RunConfig, speculative: bool) -> None:
-    """Refuse temperature > 0 with speculation on builds with vLLM issue #55005 and no fix."""
+    """Refuse open-loop load, and temperature > 0 with speculation on builds with vLLM issue
+    #55005 and no fix."""
+    closed_loop_only(cfg)
     if cfg.sampling.temperature == 0 or not speculative:
         return
     # vllm is imported only here, where a sampled speculative run is asked for.

@@ -198,3 +198,24 @@ def test_engine_keys_become_server_flags():
     assert flags[flags.index("--max-num-batched-tokens") + 1] == "2048"
     flags = server_flags(to_run_config(compose_config(["runner=server", "engine=gpu"])))
     assert "--no-enforce-eager" in flags and "--enforce-eager" not in flags
+
+
+def test_open_loop_load_sends_requests_at_seeded_poisson_arrivals(tmp_path, smollm2):
+    from runners.server_engine import Arrivals
+
+    offsets = Arrivals(50.0, seed=0).offsets_s(2000)
+    assert offsets == Arrivals(50.0, seed=0).offsets_s(2000) and offsets != Arrivals(50.0, seed=1).offsets_s(2000)
+    assert all(b > a for a, b in zip(offsets, offsets[1:]))
+    assert offsets[-1] / len(offsets) == pytest.approx(1 / 50.0, rel=0.1)  # mean gap 1/rate
+    summary = attach(tmp_path, smollm2, FakeVllm(str(smollm2)), "request_rate=20")
+    assert summary.al == pytest.approx(3.0) and summary.operating_points[0].request_rate == 20.0
+    assert summary.operating_points[0].latency.ttft_ms.p50 > 0
+
+
+def test_open_loop_load_needs_a_server(tmp_path):
+    from tests.unit.conftest import fake_overrides
+
+    with pytest.raises(ConfigError, match=r"request_rate=5.0 \(open-loop load\) needs runner=server"):
+        run(compose_config([*fake_overrides(tmp_path, ROWS), "request_rate=5"]), tmp_path / "run")
+    with pytest.raises(ConfigError, match="give one of them"):
+        run(compose_config([*fake_overrides(tmp_path, ROWS), "request_rate=5", "batch_sizes=[1]"]), tmp_path / "run")
