@@ -184,10 +184,15 @@ def check_support(cfg: RunConfig, speculative: bool) -> None:
     if status != 200:
         raise ConfigError(f"runner.url={rc.url}: /health answered HTTP {status}.")
     status, text = endpoint.get("/v1/models", timeout=ATTACH_TIMEOUT_S)
-    served = [m.get("id") for m in json.loads(text).get("data", [])] if status == 200 else []
-    if endpoint.model not in served:
+    models = {m.get("id"): m for m in json.loads(text).get("data", [])} if status == 200 else {}
+    if endpoint.model not in models:
         raise ConfigError(f"runner.url={rc.url} does not serve {endpoint.model!r} (it serves: "
-                          f"{', '.join(map(str, served)) or 'nothing'}); set runner.model=<served name>.")
+                          f"{', '.join(map(str, models)) or 'nothing'}); set runner.model=<served name>.")
+    window = models[endpoint.model].get("max_model_len")
+    if window is not None and cfg.engine.max_model_len > window:
+        # The prompt-length check before sending uses engine.max_model_len: it must not exceed the server's.
+        raise ConfigError(f"runner.url={rc.url} serves {endpoint.model!r} with max_model_len={window}, below "
+                          f"engine.max_model_len={cfg.engine.max_model_len}; set engine.max_model_len={window}.")
     if not speculative:
         return
     # A repetitive prompt, so that even n-gram matching drafts within a few steps.

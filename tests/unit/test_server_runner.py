@@ -69,7 +69,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/health":
             self._send(200, "")
         elif self.path == "/v1/models":
-            self._send(200, json.dumps({"data": [{"id": self.server.model}]}))
+            self._send(200, json.dumps({"data": [{"id": self.server.model, "max_model_len": 2048}]}))
         elif self.path == "/metrics":
             self._send(200, self.server.metrics_text(), "text/plain")
 
@@ -115,7 +115,8 @@ def attach(tmp_path, smollm2, server: FakeVllm, *overrides: str):
     tmp_path.mkdir(parents=True, exist_ok=True)
     questions = write_questions(tmp_path / "q.jsonl", ROWS)
     cfg = compose_config(["runner=server", f"runner.url={server.url}", "target=custom", f"target.model={smollm2}",
-                          "dataset=jsonl", f"dataset.path={questions}", "drafter=ngram", f"d={D}", *overrides])
+                          "dataset=jsonl", f"dataset.path={questions}", "drafter=ngram", f"d={D}",
+                          "engine.max_model_len=2048", *overrides])
     return run(cfg, tmp_path / "run", progress=lambda label: None)
 
 
@@ -172,6 +173,8 @@ def test_an_attached_server_is_checked_before_any_prompt(tmp_path, smollm2):
         attach(tmp_path, smollm2, FakeVllm(str(smollm2), speculative=False))
     with pytest.raises(ConfigError, match=r"drafts num_spec_tokens=5 per step but d=3"):
         attach(tmp_path, smollm2, FakeVllm(str(smollm2), num_spec_tokens=5))
+    with pytest.raises(ConfigError, match=r"serves '.*' with max_model_len=2048, below engine.max_model_len=4096; set engine"):
+        attach(tmp_path, smollm2, FakeVllm(str(smollm2)), "engine.max_model_len=4096")
     with pytest.raises(ConfigError, match=r"baseline=true with runner.url"):
         attach(tmp_path, smollm2, FakeVllm(str(smollm2)), "baseline=true")
 
