@@ -81,6 +81,27 @@ def ranking_section(runs: list[Run]) -> Section:
     return section
 
 
+def latency_section(runs: list[Run]) -> Section | None:
+    """Latency percentiles per run and operating point (runs measured before latency was recorded
+    have none: no section then)."""
+    rows = []
+    for run in runs:
+        for point in run.summary.operating_points:
+            lat = point.latency
+            if lat is None:
+                continue
+            pct = lambda p: "-" if p is None else f"{p.p50:.1f} / {p.p90:.1f} / {p.p99:.1f}"  # noqa: E731
+            load = f"{point.request_rate:g} req/s" if point.request_rate else f"B={point.batch_size}"
+            rows.append([run.summary.label, load, pct(lat.ttft_ms), pct(lat.tpot_ms), pct(lat.itl_ms), pct(lat.e2e_ms),
+                         cell(lat.output_tokens_per_s, 1), cell(point.latency_speedup, 2)])
+    if not rows:
+        return None
+    return Section("Latency", ["p50 / p90 / p99 in ms. TPOT = (end − first token) / (output tokens − 1); ITL is "
+                               "between streamed chunks, which carry several tokens with speculation. TPOT speedup = "
+                               "plain decoding's p50 TPOT / the drafter's, same load."],
+                   tables=[(["run", "load", "TTFT", "TPOT", "ITL", "end to end", "tokens/s", "TPOT speedup"], rows)])
+
+
 def stamp_section(runs: list[Run]) -> Section:
     section = Section("Run stamp")
     first = runs[0]
@@ -109,6 +130,9 @@ def build_sections(root: Path) -> list[Section]:
     sections.append(Section("Measured vs predicted speedup",
                             ["Predicted = T_verif(B)·tokens/step / (T_verif(B(1+D)) + T_draft(B,D)); needs baseline=true."]
                             if speed is None else [], images=[("speedup", speed)] if speed else []))
+    latency = latency_section(runs)
+    if latency is not None:
+        sections.append(latency)
     sections.append(ranking_section(runs))
     sections.append(Section("Drafters", tables=[(DRAFTER_HEADER, comparison_rows())]))
     sections.append(stamp_section(runs))

@@ -61,3 +61,13 @@ def test_report_loads_in_headless_chromium_with_its_plots(tmp_path):
 def test_report_refuses_an_empty_dir(tmp_path, capsys):
     assert build_main([str(tmp_path)]) == 2
     assert "no finished runs" in capsys.readouterr().err
+
+
+def test_the_report_shows_latency_where_it_was_measured(tmp_path):
+    measure(tmp_path, 2)
+    build(tmp_path / "sweep")
+    md = (tmp_path / "sweep" / "report.md").read_text()
+    section = md.split("## Latency")[1].split("## ")[0]
+    assert "| ngram d=2 | B=1 |" in section and "| ngram d=2 | B=2 |" in section
+    # the fake's scripted steps: TPOT p50 at B=1 is 102/18 ms (see test_costs), the TPOT speedup 198/102
+    assert f"{102 / 18:.1f} / " in section and f"| {198 / 102:.2f} |" in section
