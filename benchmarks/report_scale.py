@@ -75,7 +75,7 @@ def synthetic_run(rng: np.random.Generator, d: int, n_steps: int) -> dict:
 
 
 def summarize(run: dict, drafter: str, d: int, out_dir: Path) -> None:
-    """A run's summary.json from its records, as `evals.measure.execute` builds it."""
+    """A run's summary.json from its records, as `evals.measure.measure` builds it."""
     steps, requests = run["steps"], run["requests"]
     passes = [SyntheticPass(b, 100.0 * b, 10.0, 10.5) for b in BATCH_SIZES]
     baseline = [SyntheticPass(b, 80.0 * b, 10.0, 10.5) for b in BATCH_SIZES]

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import itertools
 import sys
+from pathlib import Path
 from typing import Callable
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.types import RunMode
 
+from core.errors import EXIT_MEASUREMENT, exit_status, report, user_message
 from evals.compose import compose_config, to_run_config
+from evals.sweep_report import record_failure
 
 # Flags after which Hydra prints something (help, the config) instead of running a job.
 MULTIRUN_FLAGS = ("-m", "--multirun")
@@ -47,3 +52,20 @@ def run_app(hydra_main: Callable[[], None], argv: list[str], config_name: str, p
     sys.argv = [prog, *argv]
     hydra_main()
     return 0
+
+
+def end_job(exc: Exception, job_dir: Path) -> None:
+    """A Hydra job's failure: one line on stderr. A single run exits with its status (2 or 3); a
+    sweep's job records it (failure.json) and the sweep goes on. A bug outside a sweep keeps its
+    traceback."""
+    hydra_cfg = HydraConfig.get()
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    message = user_message(exc)
+    if message is None and not multirun:
+        raise exc
+    status = exit_status(exc) if message is not None else EXIT_MEASUREMENT
+    message = message or f"{type(exc).__name__}: {exc}"
+    if not multirun:
+        sys.exit(report(message, status))
+    record_failure(job_dir, list(hydra_cfg.overrides.task), message, status)
+    print(f"speclens: error: job {hydra_cfg.job.override_dirname or job_dir.name}: {message}", file=sys.stderr)

@@ -59,10 +59,11 @@ def measure(
     progress: ProgressFactory = lambda label: None,
     config_fingerprint: str | None = None,
 ) -> RunSummary:
-    """`execute`, with any failure that is not the user's (an engine crash, a full disk) turned into
-    a one-line MeasurementError; its traceback goes to error.log beside the records."""
+    """Stamp `out_dir`, run the passes, write the records and the summary. Any failure that is not
+    the user's (an engine crash, a full disk) becomes a one-line MeasurementError; its traceback
+    goes to error.log beside the records."""
     try:
-        return execute(plan, out_dir, factory, runner, progress, config_fingerprint)
+        return _execute(plan, out_dir, factory, runner, progress, config_fingerprint)
     except SpeclensError:
         raise
     except Exception as exc:
@@ -71,13 +72,9 @@ def measure(
         raise MeasurementError(f"the measurement failed: {type(exc).__name__}: {exc} (traceback in {ERROR_LOG})") from exc
 
 
-def execute(
-    plan: RunPlan,
-    out_dir: Path,
-    factory: EngineFactory,
-    runner: str,
-    progress: ProgressFactory = lambda label: None,
-    config_fingerprint: str | None = None,
+def _execute(
+    plan: RunPlan, out_dir: Path, factory: EngineFactory, runner: str, progress: ProgressFactory,
+    config_fingerprint: str | None,
 ) -> RunSummary:
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = plan.config

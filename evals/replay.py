@@ -27,10 +27,7 @@ from core import metrics
 from core.errors import (
     ConfigError,
     CorruptRecord,
-    exit_status,
     guarded,
-    report,
-    user_message,
 )
 from core.records import read_parquet
 from core.redact import redact
@@ -46,7 +43,7 @@ from drafters.base import ReplayKind
 from drafters.replay import ReplayContext
 from evals.compose import CONF_DIR, register_configs, run_fingerprint, to_run_config
 from evals.conversation import run_reference
-from evals.hydra_app import run_app
+from evals.hydra_app import end_job, run_app
 from evals.measure import measure
 from evals.plan import make_plan
 from evals.run_dir import claimed, staged
@@ -218,11 +215,9 @@ def hydra_main(cfg: DictConfig) -> None:
         run_config = to_run_config(cfg)
         runner_of(run_config).prepare_process(run_config)
         curves = replay(cfg, out_dir)
-    except Exception as exc:  # noqa: BLE001 - user errors end the job in one line; bugs keep their traceback
-        message = user_message(exc)
-        if message is None:
-            raise
-        sys.exit(report(message, exit_status(exc)))
+    except Exception as exc:  # noqa: BLE001 - every failure ends this job in one line (a sweep goes on)
+        end_job(exc, out_dir)
+        return
     table = curves[curves.domain == "all"][["drafter", "d", "al", "al_ci95_lo", "al_ci95_hi", "tokens_per_step", "source"]]
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"curves: {out_dir / 'curves.csv'}")

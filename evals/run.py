@@ -18,22 +18,17 @@ from tqdm import tqdm
 
 from core.config import WandbLoggerConfig
 from core.errors import (
-    EXIT_MEASUREMENT,
     ConfigError,
     CorruptRecord,
-    exit_status,
     guarded,
-    report,
-    user_message,
 )
 from core.summary import SUMMARY_FILE, RunSummary, read_summary
 from evals import sweep_report
 from evals.compose import CONF_DIR, register_configs, run_fingerprint, to_run_config
-from evals.hydra_app import run_app
+from evals.hydra_app import end_job, run_app
 from evals.measure import RUN_ARTIFACTS, STAMP_FILE, measure
 from evals.plan import make_plan
 from evals.run_dir import claimed, staged
-from evals.sweep_report import record_failure
 from reports.table import result_table
 from reports.wandb_log import log_run
 from runners.registry import runner_name, runner_of
@@ -115,15 +110,7 @@ def hydra_main(cfg: DictConfig) -> None:
         runner_of(run_config).prepare_process(run_config)
         run(cfg, out_dir, group=group)
     except Exception as exc:  # noqa: BLE001 - every failure ends this job in one line (a sweep goes on)
-        message = user_message(exc)
-        if message is None and not multirun:
-            raise  # a bug, not a user's error: its traceback is what a report needs
-        status = exit_status(exc) if message is not None else EXIT_MEASUREMENT
-        message = message or f"{type(exc).__name__}: {exc}"
-        if not multirun:
-            sys.exit(report(message, status))
-        record_failure(out_dir, list(hydra_cfg.overrides.task), message, status)
-        print(f"speclens: error: job {hydra_cfg.job.override_dirname or out_dir.name}: {message}", file=sys.stderr)
+        end_job(exc, out_dir)
 
 
 @guarded
