@@ -99,8 +99,10 @@ def unknown_keys(node: DictConfig, prefix: str = "") -> list[str]:
         if fields is not None and key not in fields:
             found.append(f"{path} (not a key of {kind.__name__}; its keys: {', '.join(fields) or 'none'})")
             continue
-        child = node._get_node(key)
-        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+        if OmegaConf.is_missing(node, key):
+            continue
+        child = node[key]
+        if isinstance(child, DictConfig):
             found += unknown_keys(child, f"{path}.")
     return found
 
