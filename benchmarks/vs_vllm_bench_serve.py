@@ -94,6 +94,7 @@ def main(argv: list[str]) -> int:
             rows.append(("vllm bench serve", *bench_serve(server.url, target, args)))
     finally:
         server.stop()
+        server.log_file.unlink(missing_ok=True)
     for name, al, rate in rows:
         print(f"{name:17s} AL {al:.4f}  output tokens/s {rate:.1f}")
     ours = [r for r in rows if r[0] == "speclens"]
