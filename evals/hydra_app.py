@@ -6,6 +6,7 @@ and before a sweep's first job runs."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import sys
 from pathlib import Path
@@ -66,6 +67,8 @@ def end_job(exc: Exception, job_dir: Path) -> None:
     status = exit_status(exc) if message is not None else EXIT_MEASUREMENT
     message = message or f"{type(exc).__name__}: {exc}"
     if not multirun:
+        with contextlib.suppress(OSError):  # Hydra made the run dir; a refused run leaves none
+            job_dir.rmdir()
         sys.exit(report(message, status))
     record_failure(job_dir, list(hydra_cfg.overrides.task), message, status)
     print(f"speclens: error: job {hydra_cfg.job.override_dirname or job_dir.name}: {message}", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -132,19 +133,27 @@ def one_line_error(proc: subprocess.CompletedProcess) -> str:
         ("evals.run", ["-m", "d=1,2", "dataset=long_context", "dataset.count_with=target,o100k"],
          "dataset.count_with: Invalid value 'o100k', expected one of [target, o200k]"),
         ("evals.replay", ["runner=fakes"], "runner=fakes is unknown; choose one of fake, server, vllm."),
-        ("evals.replay", ["runner=server"], "runner=server cannot replay; measure each D with"),
         ("evals.selfcheck", ["drafter.sample_method=maybe"],
          "drafter.sample_method: Invalid value 'maybe', expected one of [greedy, probabilistic]"),
         ("evals.nightly", ["engine.max_num_seqz=3"], "engine.max_num_seqz: no such key in EngineConfig"),
         ("evals.guidelines", ["target=nope"], "target=nope is unknown; choose one of custom, smollm2_135m."),
     ],
 )
-def test_cli_refuses_bad_input_in_one_line_before_any_engine(tmp_path, module, args, message):
-    # run from an empty folder: whatever a command writes lands under tmp_path
-    line = one_line_error(run_cli(module, *args, cwd=tmp_path))
+def test_cli_refuses_bad_input_in_one_line_before_any_engine(tmp_path, monkeypatch, capsys, module, args, message):
+    # the command's own main(argv), as `python -m` calls it, from an empty folder: whatever it
+    # writes lands under tmp_path (refusals inside a Hydra job run as a real process below)
+    monkeypatch.chdir(tmp_path)
+    status = importlib.import_module(module).main(list(args))
+    err = capsys.readouterr().err
+    line = one_line_error(subprocess.CompletedProcess(args, status, "", err))
     assert message in line
     # nothing was measured
     assert not list(tmp_path.rglob("stamp.json"))
+
+
+def test_a_refusal_inside_a_hydra_job_is_one_line_too(tmp_path):
+    line = one_line_error(run_cli("evals.replay", "runner=server", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path))
+    assert "runner=server cannot replay; measure each D with" in line and not (tmp_path / "r").exists()
 
 
 def test_cli_error_exits_2_with_message(tmp_path):

@@ -160,7 +160,7 @@ def test_other_traffic_on_the_server_fails_the_check_unless_it_is_declared(tmp_p
 
 
 def test_a_busy_server_is_retried(tmp_path, smollm2):
-    server = FakeVllm(str(smollm2), busy_first=2)
+    server = FakeVllm(str(smollm2), busy_first=1)
     assert attach(tmp_path, smollm2, server).al == pytest.approx(3.0)
 
 
