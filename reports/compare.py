@@ -89,17 +89,11 @@ def _check_same_prompts(base: Run, cand: Run, base_requests: pd.DataFrame, cand_
 def _check_same_setting(base: Run, cand: Run) -> None:
     """The same drafter settings and batch sizes on both sides (the target may differ)."""
     for what, key in (("drafter settings", "config.drafter"), ("batch sizes", "config.batch_sizes")):
-        if _setting(base, key) != _setting(cand, key):
+        if base.get(key) != cand.get(key):
             raise SpeclensError(
                 f"{base.path} and {cand.path} were measured with different {what} ({key}: {base.get(key)} vs "
                 f"{cand.get(key)}); compare runs of the same setting."
             )
-
-
-def _setting(run: Run, key: str):
-    value = run.get(key)
-    # Stamps before summary schema 3 restated the drafter's name inside its settings.
-    return {k: v for k, v in value.items() if k != "name"} if isinstance(value, dict) else value
 
 
 def compare(baseline_dir: Path, candidate_dir: Path, seed: int = 0) -> tuple[pd.DataFrame, list[str]]:

@@ -64,6 +64,10 @@ def _stamp(run_dir: Path) -> dict[str, Any]:
         raise CorruptRecord(f"{stamp_file} is unreadable ({exc})") from None
     if not isinstance(stamp, dict) or not isinstance(stamp.get("config", {}), dict):
         raise CorruptRecord(f"{stamp_file} does not have the layout of a run stamp")
+    drafter = stamp.get("config", {}).get("drafter")
+    if isinstance(drafter, dict):
+        # Stamps before summary schema 3 restated the drafter's name inside its settings.
+        drafter.pop("name", None)
     return stamp
 
 
