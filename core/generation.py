@@ -4,6 +4,7 @@ engine steps, vLLM's speculative counters. Every runner produces these; everythi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Protocol, Sequence
 
 
@@ -42,6 +43,23 @@ class DraftedStep:
     num_accepted: int
 
 
+class RecordGranularity(str, Enum):
+    """How finely an engine reports acceptance: every drafted step (position and count), each
+    request's totals, or only counters, which speclens attributes to one domain at a time."""
+
+    step = "step"
+    request = "request"
+    domain = "domain"
+
+
+@dataclass(frozen=True)
+class RequestTotals:
+    """One request's speculative totals, where the engine reports no per-step records."""
+
+    num_drafts: int
+    num_accepted: int
+
+
 @dataclass
 class TurnResult:
     request_id: str
@@ -59,6 +77,8 @@ class TurnResult:
     ttft_s: float | None = None
     # Times between successive output chunks (with speculation a chunk may carry several tokens).
     chunk_gaps_s: list[float] = field(default_factory=list)
+    # Request granularity: the engine's totals for this request (`steps` is then empty).
+    totals: RequestTotals | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +90,10 @@ class EngineStep:
     # Tokens the target processed: prefill (chunks), decode tokens and draft tokens to verify.
     num_tokens: int
     num_draft_tokens: int
+
+
+# SpecCounters' fields, each a counter an engine may keep.
+COUNTER_NAMES = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos")
 
 
 @dataclass

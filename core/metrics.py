@@ -3,6 +3,10 @@
 - AL: mean over drafted steps of (accepted + 1), pooled over all requests
   (= 1 + num_accepted_tokens / num_drafts in vLLM's counters).
 - request-weighted AL: mean over requests (conversations) of each request's AL.
+
+Where an engine reports only each request's totals (record granularity `request`), AL, its
+interval and the request-weighted AL come from those totals, which is the same arithmetic; where it
+reports only counters (`domain`), AL comes from the counters of the requests it was given.
 - tokens per target step: output tokens / target forward passes, counting the
   prefill step and undrafted steps.
 - per-position acceptance: steps with more than k accepted / drafted steps.
@@ -18,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from core.errors import MeasurementError
-from core.generation import SpecCounters
+from core.generation import COUNTER_NAMES, SpecCounters
 
 BOOTSTRAP_SAMPLES = 2000
 
@@ -44,19 +48,33 @@ class PositionBin:
     al: float
 
 
-def acceptance_length(steps: pd.DataFrame) -> float | None:
-    if steps.empty:
+def per_request(steps: pd.DataFrame, requests: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Each request (conversation) with at least one drafted step: its accepted tokens and drafted
+    steps, by request id. From the step records where there are any, else from the requests'
+    totals (request granularity)."""
+    if not steps.empty or requests is None or "drafted_steps" not in requests.columns:
+        grouped = steps.groupby("request_id", sort=True)["num_accepted"].agg(["sum", "count"])
+        return grouped.set_axis(["accepted", "drafts"], axis=1)
+    drafted = requests[requests["drafted_steps"].fillna(0) > 0]
+    grouped = drafted.groupby("request_id", sort=True)[["num_accepted", "drafted_steps"]].sum()
+    return grouped.set_axis(["accepted", "drafts"], axis=1).astype("int64")
+
+
+def acceptance_length(steps: pd.DataFrame, requests: pd.DataFrame | None = None) -> float | None:
+    totals = per_request(steps, requests)
+    if totals.empty:
         return None
-    return 1.0 + steps["num_accepted"].sum() / len(steps)
+    return 1.0 + totals["accepted"].sum() / totals["drafts"].sum()
 
 
-def al_ci95(steps: pd.DataFrame, seed: int, samples: int = BOOTSTRAP_SAMPLES) -> list[float] | None:
+def al_ci95(steps: pd.DataFrame, seed: int, samples: int = BOOTSTRAP_SAMPLES,
+            requests: pd.DataFrame | None = None) -> list[float] | None:
     """95% percentile bootstrap over requests (conversations), pooled AL in each resample."""
-    if steps.empty:
+    totals = per_request(steps, requests)
+    if totals.empty:
         return None
-    per_request = steps.groupby("request_id", sort=True)["num_accepted"].agg(["sum", "count"])
-    accepted = per_request["sum"].to_numpy(dtype=float)
-    counts = per_request["count"].to_numpy(dtype=float)
+    accepted = totals["accepted"].to_numpy(dtype=float)
+    counts = totals["drafts"].to_numpy(dtype=float)
     idx = resample_indices(seed, samples, len(accepted))
     resampled = 1.0 + accepted[idx].sum(axis=1) / counts[idx].sum(axis=1)
     lo, hi = np.percentile(resampled, [2.5, 97.5])
@@ -72,10 +90,11 @@ def resample_indices(seed: int, samples: int, n: int) -> np.ndarray:
     return idx
 
 
-def request_weighted_al(steps: pd.DataFrame) -> float | None:
-    if steps.empty:
+def request_weighted_al(steps: pd.DataFrame, requests: pd.DataFrame | None = None) -> float | None:
+    totals = per_request(steps, requests)
+    if totals.empty:
         return None
-    return float(1.0 + steps.groupby("request_id")["num_accepted"].mean().mean())
+    return float(1.0 + (totals["accepted"] / totals["drafts"]).mean())
 
 
 def tokens_per_step(requests: pd.DataFrame) -> float | None:
@@ -123,20 +142,28 @@ def al_by_position(steps: pd.DataFrame) -> list[PositionBin]:
     return out
 
 
-def group_summary(steps: pd.DataFrame, requests: pd.DataFrame, seed: int) -> GroupFigures:
-    al = acceptance_length(steps)
+def group_summary(steps: pd.DataFrame, requests: pd.DataFrame, seed: int,
+                  counters: SpecCounters | None = None) -> GroupFigures:
+    """A group's figures; with `counters` (domain granularity: the group's counter deltas are its
+    only acceptance record), AL from them and no interval."""
+    if counters is not None:
+        al = 1.0 + counters.num_accepted_tokens / counters.num_drafts if counters.num_drafts else None
+        return GroupFigures(al=al, al_ci95=None, tokens_per_step=tokens_per_step(requests),
+                            n_requests=int(requests["request_id"].nunique()), n_steps=counters.num_drafts)
+    al = acceptance_length(steps, requests)
     return GroupFigures(
         al=None if al is None else float(al),
-        al_ci95=al_ci95(steps, seed),
+        al_ci95=al_ci95(steps, seed, requests=requests),
         tokens_per_step=tokens_per_step(requests),
         n_requests=int(requests["request_id"].nunique()),
-        n_steps=int(len(steps)),
+        n_steps=int(per_request(steps, requests)["drafts"].sum()),
     )
 
 
-def by_domain(steps: pd.DataFrame, requests: pd.DataFrame, seed: int) -> dict[str, GroupFigures]:
+def by_domain(steps: pd.DataFrame, requests: pd.DataFrame, seed: int,
+              counters: dict[str, SpecCounters] | None = None) -> dict[str, GroupFigures]:
     return {
-        domain: group_summary(domain_steps, group, seed)
+        domain: group_summary(domain_steps, group, seed, counters[domain] if counters else None)
         for domain, group, domain_steps in split_by_domain(steps, requests)
     }
 
@@ -158,18 +185,36 @@ def counters_from_steps(steps: pd.DataFrame, d: int) -> SpecCounters:
     )
 
 
-def check_counters(steps: pd.DataFrame, counters: SpecCounters, d: int, where: str = "", enforce: bool = True) -> None:
-    """The per-step records must sum to vLLM's counters exactly, or the run is not trusted. Where
-    other traffic may share the engine (`enforce` false), a difference is reported, not enforced."""
-    from_steps = counters_from_steps(steps, d)
+def per_position_from_counters(counters: SpecCounters, d: int) -> list[float] | None:
+    """Per-position acceptance from counters (domain granularity), where they count per position."""
+    per_pos = counters.num_accepted_tokens_per_pos
+    if not counters.num_drafts or not per_pos:
+        return None
+    return [(per_pos[k] if k < len(per_pos) else 0) / counters.num_drafts for k in range(d)]
+
+
+def check_counters(steps: pd.DataFrame, counters: SpecCounters, d: int, where: str = "", enforce: bool = True,
+                   requests: pd.DataFrame | None = None, counted: tuple[str, ...] = COUNTER_NAMES) -> None:
+    """The records must sum to the engine's counters exactly, or the run is not trusted: every
+    counter from per-step records; drafts and accepted tokens from per-request totals (request
+    granularity, given as `requests` with no step records); of these, those the engine keeps
+    (`counted`). Where other traffic may share the engine (`enforce` false), a difference is
+    reported, not enforced."""
+    if steps.empty and requests is not None and "drafted_steps" in requests.columns:
+        totals = per_request(steps, requests)
+        from_records = SpecCounters(int(totals["drafts"].sum()), 0, int(totals["accepted"].sum()))
+        names = ("num_drafts", "num_accepted_tokens")
+        kind = "per-request totals"
+    else:
+        from_records, names, kind = counters_from_steps(steps, d), COUNTER_NAMES, "per-step records"
     diffs = [
-        f"{name}: records {getattr(from_steps, name)} vs vLLM {getattr(counters, name)}"
-        for name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos")
-        if getattr(from_steps, name) != getattr(counters, name)
+        f"{name}: records {getattr(from_records, name)} vs engine {getattr(counters, name)}"
+        for name in names
+        if name in counted and getattr(from_records, name) != getattr(counters, name)
     ]
     if not diffs:
         return
-    problem = (f"per-step records{' at ' + where if where else ''} do not sum to vLLM's speculative counters ("
+    problem = (f"{kind}{' at ' + where if where else ''} do not sum to the engine's speculative counters ("
                + "; ".join(diffs) + ")")
     if not enforce:
         print(f"speclens: warning: {problem}; not enforced, as the engine is not exclusive to this run "

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from core.errors import CorruptRecord, SpeclensError
 from core.files import write_atomic
-from core.generation import EngineStep, Prompt, TurnResult
+from core.generation import EngineStep, Prompt, RecordGranularity, TurnResult
 
 # 2: every record carries the batch size (operating point) it was measured at; engine steps their pass.
 RECORDS_VERSION = 2
@@ -42,19 +42,31 @@ def step_frame(results: Sequence[TurnResult], prompts: Mapping[str, Prompt], bat
     return frame.astype({c: "int64" for c in ints})
 
 
-def request_frame(results: Sequence[TurnResult], prompts: Mapping[str, Prompt], batch_size: int) -> pd.DataFrame:
+def request_frame(
+    results: Sequence[TurnResult], prompts: Mapping[str, Prompt], batch_size: int,
+    granularity: RecordGranularity = RecordGranularity.step,
+) -> pd.DataFrame:
+    """One row per request and turn. Its acceptance (drafted_steps, num_accepted, al) sums its
+    step records, or is the engine's totals for it; unknown (null) at domain granularity, as are
+    its target forward passes there."""
     rows = []
     for r in results:
-        accepted = sum(s.num_accepted for s in r.steps)
-        drafted = len(r.steps)
+        passes: int | None = r.target_steps
+        if granularity == RecordGranularity.domain:
+            drafted = accepted = passes = None
+        elif r.totals is not None:
+            drafted, accepted = r.totals.num_drafts, r.totals.num_accepted
+        else:
+            drafted, accepted = len(r.steps), sum(s.num_accepted for s in r.steps)
         rows.append((
             batch_size, r.request_id, prompts[r.request_id].domain, prompts[r.request_id].category, r.turn,
-            r.prompt_tokens, len(r.output_token_ids), drafted, r.target_steps, accepted,
+            r.prompt_tokens, len(r.output_token_ids), drafted, passes, accepted,
             1 + accepted / drafted if drafted else None, r.latency_s,
         ))
     frame = pd.DataFrame(rows, columns=REQUEST_COLUMNS)
     ints = ("batch_size", "turn", "prompt_tokens", "output_tokens", "drafted_steps", "target_steps", "num_accepted")
-    return frame.astype({c: "int64" for c in ints} | {"al": "float64", "latency_s": "float64"})
+    nullable = ("drafted_steps", "num_accepted", "target_steps") if granularity == RecordGranularity.domain else ()
+    return frame.astype({c: "Int64" if c in nullable else "int64" for c in ints} | {"al": "float64", "latency_s": "float64"})
 
 
 # mode: the pass (core/costs.py PassMode).

@@ -10,6 +10,7 @@ Schema versions of summary.json:
 2  operating points (per batch size), AL by context position, the config fingerprint.
 3  the runner that measured (`runner`: vllm | fake | ...).
 4  latency per operating point (`operating_points[].latency`: TTFT, TPOT, ITL, end to end).
+5  `record_granularity`: step | request | domain (how finely the engine reported acceptance).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from core.latency import Latency
 from core.metrics import GroupFigures, PositionBin
 
 SUMMARY_FILE = "summary.json"
-SUMMARY_VERSION = 4
+SUMMARY_VERSION = 5
 REPLAY_FILE = "replay.json"
 # replay.json: 1 had no version field (summary and stamp only); 2 carries `schema_version`, the
 # config fingerprint and the runner.
@@ -129,6 +130,10 @@ class RunSummary:
     git_sha: str | None
     config_fingerprint: str | None = None
     runner: str = "vllm"
+    # step: per-step records (per-position acceptance, histogram, AL by position); request: each
+    # request's totals (AL and its interval, no per-position figures); domain: counter deltas of
+    # one domain at a time (AL per domain, no interval).
+    record_granularity: str = "step"
 
     @property
     def label(self) -> str:
@@ -239,9 +244,13 @@ def _summary_3_to_4(data: dict[str, Any]) -> dict[str, Any]:
     return data  # latency was not measured: operating points keep latency = null
 
 
+def _summary_4_to_5(data: dict[str, Any]) -> dict[str, Any]:
+    return data | {"record_granularity": "step"}  # every earlier runner recorded every step
+
+
 # version -> the step from that version to the next.
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    1: _summary_1_to_2, 2: _summary_2_to_3, 3: _summary_3_to_4,
+    1: _summary_1_to_2, 2: _summary_2_to_3, 3: _summary_3_to_4, 4: _summary_4_to_5,
 }
 
 

@@ -8,7 +8,7 @@ from typing import Callable, Sequence
 
 from core.generation import SamplingSpec, TurnRequest, TurnResult
 from evals.datasets import Prompt
-from runners.engine import Engine, ProgressFn
+from runners.engine import Engine, EngineFailed, ProgressFn
 
 
 def _run_turns(
@@ -42,7 +42,11 @@ def run_conversations(
         results.extend(generated)
         return [r.output_text for r in generated]
 
-    _run_turns(engine, prompts, answer)
+    try:
+        _run_turns(engine, prompts, answer)
+    except EngineFailed as exc:
+        exc.finished = results + exc.finished  # earlier turns finished too
+        raise
     return results
 
 

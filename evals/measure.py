@@ -7,6 +7,7 @@ import json
 import traceback
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 from omegaconf import OmegaConf
@@ -15,10 +16,10 @@ from core import metrics, records
 from core.costs import PassMode
 from core.errors import MeasurementError, SpeclensError
 from core.files import write_json_atomic, write_text_atomic
-from core.generation import SpecCounters
+from core.generation import RecordGranularity, SpecCounters
 from core.redact import redact
 from core.summary import SUMMARY_FILE, SUMMARY_VERSION, RunSummary
-from evals.passes import Pass, ProgressFactory, run_passes, zero_cost_spec
+from evals.passes import SERVER_LOG, Pass, ProgressFactory, run_passes, zero_cost_spec
 from evals.plan import RunPlan
 from evals.stamp import git_sha, package_versions
 from evals.summary import (
@@ -28,14 +29,14 @@ from evals.summary import (
     operating_points,
     pooled_timing,
 )
-from runners.engine import EngineFactory
+from runners.engine import EngineFactory, EngineFailed
 from runners.registry import runner_of
 
 STAMP_FILE = "stamp.json"
 ERROR_LOG = "error.log"
 # Everything a measurement writes into a run dir (evals/run_dir.py publishes them; summary.json last).
 RUN_ARTIFACTS = (STAMP_FILE, "steps.parquet", "requests.parquet", "engine_steps.parquet", "outputs.jsonl",
-                 "baseline_outputs.jsonl", ERROR_LOG, "failure.json", SUMMARY_FILE)
+                 "baseline_outputs.jsonl", SERVER_LOG, ERROR_LOG, "failure.json", SUMMARY_FILE)
 
 
 def write_outputs(passes: list[Pass], path: Path) -> None:
@@ -49,6 +50,39 @@ def write_engine_steps(passes: list[Pass], path: Path) -> pd.DataFrame:
     frame = pd.concat([records.engine_step_frame(p.engine_steps, p.mode, p.batch_size) for p in passes], ignore_index=True)
     records.write_parquet(frame, path)
     return frame
+
+
+def _pooled_domain_counters(passes: list[Pass]) -> dict[str, SpecCounters] | None:
+    """Each domain's counter deltas summed over the passes (domain granularity), else None."""
+    if any(p.domain_counters is None for p in passes):
+        return None
+    pooled: dict[str, SpecCounters] = {}
+    for p in passes:
+        for domain, c in p.domain_counters.items():
+            pooled[domain] = pooled.get(domain, SpecCounters()) + c
+    return pooled
+
+
+def write_records(passes: list[Pass], plan: RunPlan, out_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """steps.parquet, requests.parquet and outputs.jsonl of these passes; the two frames."""
+    by_id = {p.request_id: p for p in plan.prompts}
+    steps = pd.concat([records.step_frame(p.results, by_id, p.batch_size) for p in passes], ignore_index=True)
+    requests = pd.concat([records.request_frame(p.results, by_id, p.batch_size, p.record_granularity)
+                          for p in passes], ignore_index=True)
+    records.write_parquet(steps, out_dir / "steps.parquet")
+    records.write_parquet(requests, out_dir / "requests.parquet")
+    write_outputs(passes, out_dir / "outputs.jsonl")
+    return steps, requests
+
+
+def _kept_on_failure(run: Callable[[], list[Pass]], keep: Callable[[list[Pass]], object]) -> list[Pass]:
+    """`run()`; where the engine fails mid-pass, `keep` writes what finished before the error goes on."""
+    try:
+        return run()
+    except EngineFailed as exc:
+        with contextlib.suppress(OSError):
+            keep(exc.passes)
+        raise
 
 
 def measure(
@@ -97,22 +131,23 @@ def _execute(
     write_json_atomic(stamp, out_dir / STAMP_FILE)
 
     mode = PassMode.speculative if spec is not None else PassMode.plain
-    passes = run_passes(plan, factory, spec, mode, progress, out_dir)
-    by_id = {p.request_id: p for p in plan.prompts}
-    steps = pd.concat([records.step_frame(p.results, by_id, p.batch_size) for p in passes], ignore_index=True)
-    requests = pd.concat([records.request_frame(p.results, by_id, p.batch_size) for p in passes], ignore_index=True)
-    records.write_parquet(steps, out_dir / "steps.parquet")
-    records.write_parquet(requests, out_dir / "requests.parquet")
-    write_outputs(passes, out_dir / "outputs.jsonl")
+    passes = _kept_on_failure(lambda: run_passes(plan, factory, spec, mode, progress, out_dir),
+                              lambda finished: write_records(finished, plan, out_dir))
+    steps, requests = write_records(passes, plan, out_dir)
     engine_steps = write_engine_steps(passes, out_dir / "engine_steps.parquet")
     if spec is not None:
         for p in passes:
-            metrics.check_counters(steps[steps.batch_size == p.batch_size], p.counters, plan.d, f"batch size {p.batch_size}",
-                                   enforce=runner_of(cfg).exclusive(cfg))
+            if p.record_granularity == RecordGranularity.domain:
+                continue  # its counters are its only acceptance record: nothing to check them against
+            at_b = steps.batch_size == p.batch_size
+            metrics.check_counters(steps[at_b], p.counters, plan.d, f"batch size {p.batch_size}",
+                                   enforce=runner_of(cfg).exclusive(cfg),
+                                   requests=requests[requests.batch_size == p.batch_size], counted=p.counted)
 
     baseline: list[Pass] = []
     if cfg.baseline and spec is not None:
-        baseline = run_passes(plan, factory, None, PassMode.plain, progress, out_dir)
+        baseline = _kept_on_failure(lambda: run_passes(plan, factory, None, PassMode.plain, progress, out_dir),
+                                    lambda finished: write_outputs(finished, out_dir / "baseline_outputs.jsonl"))
         write_outputs(baseline, out_dir / "baseline_outputs.jsonl")
         # The zero-cost pass only times engine steps: useless where the engine shows none (a server).
         if any(p.engine_steps for p in passes):
@@ -123,6 +158,7 @@ def _execute(
     greedy = plan.sampling.temperature == 0
     checks = {b.batch_size: lossless(p.results, b.results, greedy) for p, b in zip(passes, baseline)}
     points = operating_points(passes, baseline, steps, requests, engine_steps, plan.d, cfg.seed, checks, cfg.request_rate)
+    granularity = passes[0].record_granularity if spec is not None else RecordGranularity.step
     timing, speedup = pooled_timing(sum(p.load_s for p in passes), passes, baseline)
     summary = build_summary(
         drafter=plan.drafter.name,
@@ -133,6 +169,8 @@ def _execute(
         steps=steps,
         requests=requests,
         counters=counters,
+        record_granularity=granularity,
+        domain_counters=_pooled_domain_counters(passes),
         seed=cfg.seed,
         timing=timing,
         versions=versions,

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from core.costs import PassMode
-from core.generation import EngineStep, SpecCounters, TurnResult
+from core.generation import (
+    COUNTER_NAMES,
+    EngineStep,
+    RecordGranularity,
+    SpecCounters,
+    TurnResult,
+)
 from evals.conversation import run_conversations
 from evals.plan import RunPlan
-from runners.engine import EngineFactory, ProgressFn
+from runners.engine import Engine, EngineFactory, EngineFailed, ProgressFn
 from runners.zero_cost_proposer import CLASS_PATH
+
+# A launched server's log, every pass's appended under a header line.
+SERVER_LOG = "server.log"
 
 # Called with a label when a pass starts; gives the per-step progress callback.
 ProgressFactory = Callable[[str], "ProgressFn | None"]
@@ -32,6 +40,11 @@ class Pass:
     # Wall time of the pass, start to end (includes the harness between engine steps).
     elapsed_s: float
     engine_steps: list[EngineStep]
+    record_granularity: RecordGranularity = RecordGranularity.step
+    # The counters the engine keeps (core.generation.COUNTER_NAMES, or fewer).
+    counted: tuple[str, ...] = COUNTER_NAMES
+    # Domain granularity: each domain's counter deltas (its requests ran on their own).
+    domain_counters: dict[str, SpecCounters] | None = None
 
     @property
     def generate_s(self) -> float:
@@ -52,26 +65,60 @@ def run_passes(
 ) -> list[Pass]:
     """The prompts once per batch size, each on a freshly started engine: nothing cached in one
     pass (vLLM's prefix cache, a suffix tree built from earlier outputs) may help the next. An
-    engine's own log (a launched server's) is moved into `logs_dir` as server-<mode>-B<b>.log."""
-    passes = []
+    engine's own log (a launched server's) is appended to `logs_dir`/server.log.
+
+    An engine that reports only counters (domain granularity) gets one domain at a time, its
+    counters read between them. If the engine fails mid-pass, the EngineFailed raised carries in
+    `passes` the passes finished so far and the failed one's finished requests."""
+    passes: list[Pass] = []
     for batch_size in plan.batch_sizes:
         start = time.perf_counter()
         engine = factory(plan.target_dir, spec)
         load_s = time.perf_counter() - start
         show = progress(f"{mode} B={batch_size}")
+        began = time.perf_counter()
+        results: list[TurnResult] = []
         try:
-            began = time.perf_counter()
-            results = run_conversations(engine, plan.prompts, plan.sampling, show, batch_size)
-            elapsed_s = time.perf_counter() - began
-            passes.append(Pass(mode, batch_size, results, engine.counters(), load_s, elapsed_s, engine.step_log()))
+            domain_counters = None
+            if engine.record_granularity == RecordGranularity.domain and spec is not None:
+                domain_counters = _by_domain(engine, plan, show, batch_size, results)
+            else:
+                results += run_conversations(engine, plan.prompts, plan.sampling, show, batch_size)
+            passes.append(Pass(mode, batch_size, results, engine.counters(), load_s, time.perf_counter() - began,
+                               engine.step_log(), engine.record_granularity, engine.counted, domain_counters))
+        except EngineFailed as exc:
+            partial = Pass(mode, batch_size, results + exc.finished, None, load_s, time.perf_counter() - began, [],
+                           engine.record_granularity)
+            exc.passes = passes + [partial]
+            raise
         finally:
             if hasattr(show, "close"):
                 show.close()
             engine.close()
-            log = engine.log_file()
-            if log is not None and logs_dir is not None and log.is_file():
-                shutil.move(log, logs_dir / f"server-{mode}-B{batch_size}.log")
+            _keep_log(engine, logs_dir, f"{mode} B={batch_size}")
     return passes
+
+
+def _by_domain(engine: Engine, plan: RunPlan, show: ProgressFn | None, batch_size: int,
+               results: list[TurnResult]) -> dict[str, SpecCounters]:
+    """Each domain's prompts on their own (up to B in flight), its counter deltas attributed to it."""
+    counters: dict[str, SpecCounters] = {}
+    for domain in sorted({p.domain for p in plan.prompts}):
+        before = engine.counters()
+        results += run_conversations(engine, [p for p in plan.prompts if p.domain == domain], plan.sampling, show,
+                                     batch_size)
+        counters[domain] = engine.counters().since(before)
+    return counters
+
+
+def _keep_log(engine: Engine, logs_dir: Path | None, label: str) -> None:
+    log = engine.log_file()
+    if log is None or logs_dir is None or not log.is_file():
+        return
+    with open(logs_dir / SERVER_LOG, "a", encoding="utf-8") as out:
+        out.write(f"===== speclens: the server of the {label} pass =====\n")
+        out.write(log.read_text(errors="replace"))
+    log.unlink()
 
 
 def zero_cost_spec(d: int) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Mapping, Protocol, Sequence
 import pandas as pd
 
 from core import costs, metrics
-from core.generation import SpecCounters, TurnResult
+from core.generation import RecordGranularity, SpecCounters, TurnResult
 from core.latency import Latency, latency_of
 from core.summary import (
     SUMMARY_VERSION,
@@ -29,6 +29,8 @@ class MeasuredPass(Protocol):
     batch_size: int
     elapsed_s: float
     results: list[TurnResult]
+    # Domain granularity: each domain's counter deltas, the domain's only acceptance record.
+    domain_counters: dict[str, SpecCounters] | None
 
     @property
     def output_tokens_per_s(self) -> float: ...
@@ -64,8 +66,9 @@ def merge_lossless(checks: Sequence[LosslessCheck]) -> LosslessCheck:
     )
 
 
-def _domain_point(steps: pd.DataFrame, requests: pd.DataFrame, seed: int, point_costs: costs.PointCosts) -> DomainPoint:
-    figures = metrics.group_summary(steps, requests, seed)
+def _domain_point(steps: pd.DataFrame, requests: pd.DataFrame, seed: int, point_costs: costs.PointCosts,
+                  counters: SpecCounters | None = None) -> DomainPoint:
+    figures = metrics.group_summary(steps, requests, seed, counters)
     predicted, predicted_range = costs.predicted_speedup(figures.tokens_per_step, point_costs.t_verif, point_costs.t_step)
     return DomainPoint(**vars(figures), predicted_speedup=predicted, predicted_speedup_range=predicted_range)
 
@@ -91,7 +94,9 @@ def operating_points(
         b = p.batch_size
         at_b_steps, at_b_requests = steps_by_size.get(b, steps.iloc[0:0]), requests_by_size[b]
         point_costs = costs.operating_point_costs(engine_steps, b, d)
-        overall = _domain_point(at_b_steps, at_b_requests, seed, point_costs)
+        by_domain = p.domain_counters or {}
+        overall = _domain_point(at_b_steps, at_b_requests, seed, point_costs,
+                                sum(by_domain.values(), SpecCounters()) if p.domain_counters else None)
         base = base_by_size.get(b)
         measured = None
         if base is not None and base.output_tokens_per_s > 0:
@@ -113,7 +118,7 @@ def operating_points(
             **vars(point_costs),
             lossless=lossless_checks.get(b),
             by_domain={
-                domain: _domain_point(domain_steps, group, seed, point_costs)
+                domain: _domain_point(domain_steps, group, seed, point_costs, by_domain.get(domain))
                 for domain, group, domain_steps in metrics.split_by_domain(at_b_steps, at_b_requests)
             },
             latency=latency,
@@ -159,6 +164,8 @@ def build_summary(
     counters: SpecCounters | None,
     seed: int,
     timing: Timing,
+    record_granularity: RecordGranularity = RecordGranularity.step,
+    domain_counters: dict[str, SpecCounters] | None = None,
     versions: dict[str, str | None],
     fingerprints: dict[str, str | None],
     git_sha: str | None,
@@ -167,8 +174,17 @@ def build_summary(
     speedup: float | None = None,
     operating_points: list[OperatingPoint] | None = None,
 ) -> RunSummary:
-    overall = metrics.group_summary(steps, requests, seed)
-    per_position = metrics.per_position_acceptance(steps, d) if d else None
+    pooled = counters if domain_counters is not None else None
+    overall = metrics.group_summary(steps, requests, seed, pooled)
+    if not d:
+        per_position = None
+    elif record_granularity == RecordGranularity.step:
+        per_position = metrics.per_position_acceptance(steps, d)
+    elif record_granularity == RecordGranularity.domain and counters is not None:
+        per_position = metrics.per_position_from_counters(counters, d)
+    else:
+        per_position = None  # per-request totals do not say how far into each draft acceptance went
+    per_step = record_granularity == RecordGranularity.step
     return RunSummary(
         schema_version=SUMMARY_VERSION,
         drafter=drafter,
@@ -178,14 +194,14 @@ def build_summary(
         n_requests=overall.n_requests,
         al=overall.al,
         al_ci95=overall.al_ci95,
-        al_request_weighted=metrics.request_weighted_al(steps),
+        al_request_weighted=None if pooled else metrics.request_weighted_al(steps, requests),
         tokens_per_step=overall.tokens_per_step,
         per_position_acceptance=per_position,
         conditional_acceptance=metrics.conditional_acceptance(per_position) if per_position else None,
-        acceptance_histogram=metrics.acceptance_histogram(steps, d) if d else None,
+        acceptance_histogram=metrics.acceptance_histogram(steps, d) if d and per_step else None,
         al_by_position=metrics.al_by_position(steps),
         n_steps=overall.n_steps,
-        by_domain=metrics.by_domain(steps, requests, seed),
+        by_domain=metrics.by_domain(steps, requests, seed, domain_counters),
         vllm_counters=counters,
         lossless=lossless_check,
         speedup=speedup,
@@ -196,4 +212,5 @@ def build_summary(
         git_sha=git_sha,
         config_fingerprint=config_fingerprint,
         runner=runner,
+        record_granularity=str(record_granularity.value),
     )

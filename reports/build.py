@@ -14,12 +14,20 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
+
 from core.errors import SpeclensError, guarded
 from drafters.facts_table import HEADER as DRAFTER_HEADER
 from drafters.facts_table import comparison_rows
 from reports import figures
 from reports.curves import collect, safe_name
-from reports.rank import DISPLAY, display_rows, guideline_notes, rank_runs
+from reports.rank import (
+    display_columns,
+    display_rows,
+    guideline_notes,
+    pareto_front,
+    rank_runs,
+)
 from reports.runs import Run, check_consistent, find_runs
 from reports.table import cell, markdown_table
 
@@ -74,9 +82,10 @@ def ranking_section(runs: list[Run]) -> Section:
     except SpeclensError as exc:
         section.text.append(f"Not ranked: {exc}")
         return section
+    columns = display_columns(ranking)
     for (domain, b), group in ranking.groupby(["domain", "batch_size"], sort=True):
         section.text.append(f"{domain}, batch size {b}")
-        section.tables.append(([label for _, label, _ in DISPLAY], display_rows(group)))
+        section.tables.append(([label for _, label, _ in columns], display_rows(group, columns)))
     section.text += guideline_notes(runs, ranking)
     return section
 
@@ -84,7 +93,7 @@ def ranking_section(runs: list[Run]) -> Section:
 def latency_section(runs: list[Run]) -> Section | None:
     """Latency percentiles per run and operating point (runs measured before latency was recorded
     have none: no section then)."""
-    rows = []
+    rows, points = [], []
     for run in runs:
         for point in run.summary.operating_points:
             lat = point.latency
@@ -94,11 +103,22 @@ def latency_section(runs: list[Run]) -> Section | None:
             load = f"{point.request_rate:g} req/s" if point.request_rate else f"B={point.batch_size}"
             rows.append([run.summary.label, load, pct(lat.ttft_ms), pct(lat.tpot_ms), pct(lat.itl_ms), pct(lat.e2e_ms),
                          cell(lat.output_tokens_per_s, 1), cell(point.latency_speedup, 2)])
+            if lat.tpot_ms is not None and lat.tpot_ms.p50 > 0:
+                points.append({"label": run.summary.label, "batch_size": point.batch_size,
+                               "tokens_per_s_per_request": 1000.0 / lat.tpot_ms.p50,
+                               "output_tokens_per_s": lat.output_tokens_per_s})
     if not rows:
         return None
-    return Section("Latency", ["p50 / p90 / p99 in ms. TPOT = (end − first token) / (output tokens − 1); ITL is "
-                               "between streamed chunks, which carry several tokens with speculation. TPOT speedup = "
-                               "plain decoding's p50 TPOT / the drafter's, same load."],
+    text = ["p50 / p90 / p99 in ms. TPOT = (end − first token) / (output tokens − 1); ITL is between streamed "
+            "chunks, which carry several tokens with speculation. TPOT speedup = plain decoding's p50 TPOT / the "
+            "drafter's, same load."]
+    images = []
+    if points:
+        frame = pd.DataFrame(points)
+        text.append("Throughput vs interactivity: tokens/s per user (1000 / p50 TPOT) against total output tokens/s, "
+                    "one point per load.")
+        images.append(("throughput_vs_interactivity", figures.pareto(frame, pareto_front(frame))))
+    return Section("Latency", text, images=images,
                    tables=[(["run", "load", "TTFT", "TPOT", "ITL", "end to end", "tokens/s", "TPOT speedup"], rows)])
 
 

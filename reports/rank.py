@@ -33,7 +33,37 @@ RANK_COLUMNS = [
     "predicted_speedup", "predicted_lo", "predicted_hi", "speedup_gap", "gap_above_tolerance", "al",
     "tokens_per_step", "t_verif_ms", "t_verif_spec_ms", "t_draft_ms", "t_step_ms", "draft_overhead",
     "output_tokens_per_s", "tokens_per_s_per_request", "serve_memory", "training_cost", "run",
+    # Latency at the operating point (all prompts; runs that measured it): p50 in ms, and plain
+    # decoding's p50 TPOT over this entry's.
+    "ttft_p50_ms", "tpot_p50_ms", "latency_speedup",
 ]
+
+
+def _p50(stat: Any) -> float | None:
+    return None if stat is None else stat.p50
+
+
+NO_LATENCY = {"ttft_p50_ms": None, "tpot_p50_ms": None, "latency_speedup": None}
+
+
+def _latency(point: OperatingPoint | None) -> dict[str, Any]:
+    """A measured entry's p50 TTFT and TPOT and its TPOT speedup (none for a domain's predicted row)."""
+    lat = point.latency if point is not None else None
+    if lat is None:
+        return NO_LATENCY
+    return {"ttft_p50_ms": _p50(lat.ttft_ms), "tpot_p50_ms": _p50(lat.tpot_ms), "latency_speedup": point.latency_speedup}
+
+
+def _plain_latency(point: OperatingPoint | None, speculative_run: bool) -> dict[str, Any]:
+    """Plain decoding's p50 TPOT: its own run's, or a speculative run's TPOT times its TPOT ratio
+    (all such a run keeps of its baseline's latency)."""
+    lat = point.latency if point is not None else None
+    tpot = _p50(lat.tpot_ms) if lat is not None else None
+    if not speculative_run:
+        return NO_LATENCY if lat is None else {"ttft_p50_ms": _p50(lat.ttft_ms), "tpot_p50_ms": tpot, "latency_speedup": 1.0}
+    if tpot is None or point.latency_speedup is None:
+        return NO_LATENCY
+    return {"ttft_p50_ms": None, "tpot_p50_ms": tpot * point.latency_speedup, "latency_speedup": 1.0}
 
 
 def _facts(drafter: str) -> tuple[str, str]:
@@ -63,6 +93,7 @@ def _row(run: Run, point: OperatingPoint, domain: str, figures: DomainPoint, mea
         "output_tokens_per_s": tokens_per_s,
         "tokens_per_s_per_request": tokens_per_s / point.batch_size if tokens_per_s is not None else None,
         "serve_memory": serve_memory, "training_cost": training_cost, "run": str(run.path),
+        **_latency(point if measured else None),
     }
 
 
@@ -78,6 +109,7 @@ def _plain_row(run: Run, point: OperatingPoint, domain: str) -> dict[str, Any]:
         "t_step_ms": median_ms(point.t_verif), "draft_overhead": None, "output_tokens_per_s": tokens_per_s,
         "tokens_per_s_per_request": tokens_per_s / point.batch_size if tokens_per_s else None,
         "serve_memory": memory, "training_cost": training, "run": str(run.path),
+        **_plain_latency(point if domain == "all" or len(point.by_domain) == 1 else None, run.summary.d is not None),
     }
 
 
@@ -221,13 +253,19 @@ DISPLAY = [("rank", "rank", 0), ("drafter", "drafter", 0), ("d", "D", 0), ("spee
            ("t_verif_spec_ms", "T_verif(B(1+D)) ms", 1), ("t_draft_ms", "T_draft ms", 1),
            ("draft_overhead", "draft share", 2), ("serve_memory", "serve memory", 0),
            ("training_cost", "training", 0)]
+# Shown where any entry measured latency (runs through a server, or any run since summary v4).
+LATENCY_DISPLAY = [("tpot_p50_ms", "TPOT p50 ms", 1), ("latency_speedup", "TPOT speedup", 2)]
 
 
-def display_rows(group: pd.DataFrame) -> list[list[str]]:
+def display_columns(ranking: pd.DataFrame) -> list[tuple[str, str, int]]:
+    return DISPLAY + (LATENCY_DISPLAY if ranking["tpot_p50_ms"].notna().any() else [])
+
+
+def display_rows(group: pd.DataFrame, columns: list[tuple[str, str, int]] = DISPLAY) -> list[list[str]]:
     rows = []
     for _, r in group.iterrows():
         cells = []
-        for key, _, digits in DISPLAY:
+        for key, _, digits in columns:
             value = r[key]
             if key == "d":
                 value = None if pd.isna(value) else int(value)
@@ -251,9 +289,10 @@ def ranking_markdown(ranking: pd.DataFrame, notes: list[str]) -> str:
            "Measured where the run measured it (all of its prompts); predicted per domain from the domain's "
            "tokens per step and the run's measured step costs: speedup = T_verif(B)·tokens/step / "
            "(T_verif(B(1+D)) + T_draft(B,D)).", ""]
+    columns = display_columns(ranking)
     for (domain, b), group in ranking.groupby(["domain", "batch_size"], sort=True):
         out += [f"## {domain}, batch size {b}", "", f"{_verdict(group)}.", "",
-                markdown_table([label for _, label, _ in DISPLAY], display_rows(group)), ""]
+                markdown_table([label for _, label, _ in columns], display_rows(group, columns)), ""]
         flagged = group[group.gap_above_tolerance.astype(bool)]
         for _, r in flagged.iterrows():
             out.append(f"- {r.drafter} d={int(r.d)}: predicted x{r.predicted_speedup:.2f} vs measured "
@@ -267,9 +306,10 @@ def ranking_markdown(ranking: pd.DataFrame, notes: list[str]) -> str:
 
 def terminal_table(ranking: pd.DataFrame) -> str:
     out = []
+    columns = DISPLAY[:11] + display_columns(ranking)[len(DISPLAY):]
     for (domain, b), group in ranking.groupby(["domain", "batch_size"], sort=True):
-        header = [label for _, label, _ in DISPLAY[:11]]
-        rows = [r[:11] for r in display_rows(group)]
+        header = [label for _, label, _ in columns]
+        rows = display_rows(group, columns)
         out += [f"{domain}, B={b}: {_verdict(group)}", text_table(header, rows, left_columns=0), ""]
     return "\n".join(out)
 

@@ -25,5 +25,9 @@ class ChatTokenizer:
         text = "\n\n".join(m["content"] for m in messages)
         return list(self.tokenizer.encode(text))
 
+    def encode_text(self, text: str) -> list[int]:
+        """A generated text's token ids (no special tokens added)."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)

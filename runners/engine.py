@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
+from core.errors import MeasurementError
 from core.generation import (
     EngineStep,
+    RecordGranularity,
     SamplingSpec,
     SpecCounters,
     TurnRequest,
@@ -18,7 +20,24 @@ from core.generation import (
 ProgressFn = Callable[[int], None]
 
 
+class EngineFailed(MeasurementError):
+    """The engine stopped answering mid-pass; `finished` holds the requests it completed first
+    (kept in the run dir for inspection; the run gets no summary)."""
+
+    def __init__(self, message: str, finished: Sequence[TurnResult]) -> None:
+        super().__init__(message)
+        self.finished = list(finished)
+        # Set by the pipeline: the passes finished before, and the failed one with `finished`.
+        self.passes: list[Any] = []
+
+
 class Engine(Protocol):
+    # How finely it reports acceptance (core/generation.py): per step for in-process vLLM and vLLM
+    # servers with per-request metrics.
+    record_granularity: RecordGranularity
+    # The SpecCounters fields its counters() keeps (all four for vLLM; a server may keep fewer).
+    counted: tuple[str, ...]
+
     def chat_token_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
         """Token ids of `messages` with the target's chat template and generation prompt."""
 

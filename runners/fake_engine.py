@@ -21,8 +21,11 @@ from typing import Any, Callable, Mapping, Sequence
 from core.costs import PassMode
 from core.errors import ConfigError
 from core.generation import (
+    COUNTER_NAMES,
     DraftedStep,
     EngineStep,
+    RecordGranularity,
+    RequestTotals,
     SamplingSpec,
     SpecCounters,
     TurnRequest,
@@ -73,6 +76,9 @@ class FakeRunnerConfig:
     # Real seconds each engine step takes (the scripted step cost is what is recorded): a run that
     # lasts long enough to be interrupted, for fault-injection tests.
     step_sleep_s: float = 0.0
+    # How finely it reports acceptance, as a server of each kind would: step (every drafted step),
+    # request (each request's totals) or domain (counters only).
+    record_granularity: RecordGranularity = RecordGranularity.step
 
 
 def chat_token_ids(messages: Sequence[dict[str, str]]) -> list[int]:
@@ -104,6 +110,7 @@ class FakeEngine:
         limits: tuple[int, int] = (64, 8192),
         diverge: Sequence[str] = (),
         step_sleep_s: float = 0.0,
+        record_granularity: RecordGranularity = RecordGranularity.step,
     ) -> None:
         """`script` maps `request_id#turn` to its speculative decode steps (a mapping, in which
         missing keys decode one plain step, or a function of the key). In mode `plain` each
@@ -123,6 +130,8 @@ class FakeEngine:
         self.scheduler_limits = limits
         self.diverge = set(diverge)
         self.step_sleep_s = step_sleep_s
+        self.record_granularity = record_granularity
+        self.counted = COUNTER_NAMES
         self._counters = SpecCounters(num_accepted_tokens_per_pos=[0] * (d or 0))
         self._steps: list[EngineStep] = []
 
@@ -170,6 +179,11 @@ class FakeEngine:
                 in_flight.remove(f)
                 done[f.request.key] = f
         results = [done[req.key].result() for req in requests]
+        if self.record_granularity != RecordGranularity.step:
+            for r in results:
+                if self.record_granularity == RecordGranularity.request:
+                    r.totals = RequestTotals(len(r.steps), sum(s.num_accepted for s in r.steps))
+                r.steps = []
         if self.mode == "plain":
             for r in results:
                 if f"{r.request_id}#{r.turn}" in self.diverge:
@@ -329,7 +343,7 @@ def engine_factory(cfg: FakeRunnerConfig, d: int | None, max_num_seqs: int, max_
 
     return fake_factory(d, script, cost, counter_error=cfg.counter_error, fail_on=cfg.fail_on,
                         limits=(max_num_seqs, max_num_batched_tokens or 8192), diverge=list(cfg.diverge),
-                        step_sleep_s=cfg.step_sleep_s)
+                        step_sleep_s=cfg.step_sleep_s, record_granularity=RecordGranularity(cfg.record_granularity))
 
 
 class FakeEncoder:

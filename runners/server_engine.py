@@ -1,7 +1,7 @@
-"""An engine behind an OpenAI-compatible HTTP API (vLLM's server): requests stream over the
-completions endpoint as token ids (the same prompt tokens an in-process run sends), each
-request's per-step acceptance comes from the server's per-request speculative metrics, and the
-pass's counters from `/metrics` deltas. Standard library only: every request is one thread."""
+"""An engine behind an HTTP API (a vLLM, SGLang or TensorRT-LLM server): requests stream as token
+ids (the same prompt tokens an in-process run sends), each request's acceptance comes from what the
+server reports per request (runners/server_dialects.py), and the pass's counters from its metrics
+page's deltas. Standard library only: every request is one thread."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import threading
 import time
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -28,8 +28,8 @@ from core.generation import (
     TurnResult,
 )
 from runners.chat import ChatTokenizer
-from runners.engine import ProgressFn
-from runners.server_records import drafted_steps, parse_counters
+from runners.engine import EngineFailed, ProgressFn
+from runners.server_dialects import DIALECTS, Acceptance, Dialect, Reply
 
 # Statuses a busy server answers with: retried with backoff.
 RETRYABLE = (429, 503)
@@ -89,15 +89,6 @@ class Endpoint:
 
 
 @dataclass
-class _Reply:
-    chunks: list[list[int]] = field(default_factory=list)
-    metrics: dict[str, Any] | None = None
-    started: float = 0.0
-    chunk_times: list[float] = field(default_factory=list)
-    finished: float = 0.0
-
-
-@dataclass
 class Arrivals:
     """Open-loop load: request i is sent at the i-th arrival of a Poisson process of this rate."""
 
@@ -118,8 +109,11 @@ class ServerEngine:
     with `arrivals`, requests are sent open loop at those times instead of B at a time."""
 
     def __init__(self, endpoint: Endpoint, target_dir: Path, speculative: bool, process: Any = None,
-                 arrivals: Arrivals | None = None) -> None:
+                 arrivals: Arrivals | None = None, dialect: Dialect = DIALECTS["vllm"]) -> None:
         self.endpoint = endpoint
+        self.dialect = dialect
+        self.record_granularity = dialect.granularity
+        self.counted = dialect.counted
         self.arrivals = arrivals
         self.tokenizer = ChatTokenizer(target_dir)
         self.speculative = speculative
@@ -146,10 +140,11 @@ class ServerEngine:
         return self.tokenizer.decode(token_ids)
 
     def _read_counters(self) -> SpecCounters:
-        status, text = self.endpoint.get("/metrics")
+        path = self.dialect.metrics_path
+        status, text = self.endpoint.get(path)
         if status != 200:
-            raise MeasurementError(f"{self.endpoint.url}/metrics answered HTTP {status}.")
-        return parse_counters(text)
+            raise MeasurementError(f"{self.endpoint.url}{path} answered HTTP {status}.")
+        return self.dialect.counters(text)
 
     def counters(self) -> SpecCounters | None:
         if not self.speculative:
@@ -171,26 +166,17 @@ class ServerEngine:
     def greedy_predictions(self, sequences: Sequence[Sequence[int]]) -> list[list[int]]:
         raise ConfigError("runner=server does not replay; use runner=vllm.")
 
-    def _complete(self, request: TurnRequest, sampling: SamplingSpec, progress: ProgressFn | None) -> _Reply:
-        body = {
-            "model": self.endpoint.model, "prompt": list(request.prompt_token_ids), "max_tokens": sampling.max_tokens,
-            "temperature": sampling.temperature, "top_p": sampling.top_p, "ignore_eos": sampling.ignore_eos,
-            "stream": True, "stream_options": {"include_usage": True}, "return_token_ids": True,
-        }
-        if sampling.temperature > 0:
-            body["seed"] = sampling.seed
-        reply = _Reply(started=time.perf_counter())
-        for event in self.endpoint.stream("/v1/completions", body):
-            for choice in event.get("choices") or []:
-                tokens = choice.get("token_ids") or []
-                if tokens:
-                    reply.chunk_times.append(time.perf_counter())
-                    reply.chunks.append(tokens)
-                    if progress:
-                        with self._lock:
-                            progress(len(tokens))
-            if event.get("metrics"):
-                reply.metrics = event["metrics"].get("speculative_decoding")
+    def _complete(self, request: TurnRequest, sampling: SamplingSpec, progress: ProgressFn | None) -> Reply:
+        body = self.dialect.body(self.endpoint.model, list(request.prompt_token_ids), sampling)
+        reply = Reply(started=time.perf_counter())
+        for event in self.endpoint.stream(self.dialect.path, body):
+            tokens = self.dialect.read(event, reply)
+            if tokens:
+                reply.chunk_times.append(time.perf_counter())
+                reply.chunks.append(tokens)
+                if progress:
+                    with self._lock:
+                        progress(len(tokens))
         reply.finished = time.perf_counter()
         return reply
 
@@ -205,37 +191,44 @@ class ServerEngine:
         workers = len(requests) if self.arrivals else (max_concurrency or len(requests))
         began = time.perf_counter()
 
-        def send(request: TurnRequest, offset_s: float | None) -> _Reply:
+        def send(request: TurnRequest, offset_s: float | None) -> Reply:
             if offset_s is not None:
                 time.sleep(max(0.0, began + offset_s - time.perf_counter()))
             return self._complete(request, sampling, progress)
 
-        try:
-            with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-                replies = list(pool.map(send, requests, offsets))
-        except (OSError, http.client.HTTPException, json.JSONDecodeError) as exc:
-            if self.process is not None and self.process.proc.poll() is not None:
-                raise MeasurementError(f"the vLLM server died during the pass (exit {self.process.proc.returncode}); "
-                                       f"its log ends: {self.process.log_tail()}") from exc
-            raise MeasurementError(f"{self.endpoint.url} stopped answering during the pass "
-                                   f"({type(exc).__name__}: {exc}).") from exc
-        return [self._result(req, reply) for req, reply in zip(requests, replies)]
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            futures = [pool.submit(send, request, offset) for request, offset in zip(requests, offsets)]
+            failure = next((f.exception() for f in futures if f.exception() is not None), None)
+        if failure is None:
+            return [self._result(req, f.result()) for req, f in zip(requests, futures)]
+        finished = [self._result(req, f.result()) for req, f in zip(requests, futures) if f.exception() is None]
+        if isinstance(failure, MeasurementError):
+            raise EngineFailed(str(failure), finished) from failure
+        if not isinstance(failure, (OSError, http.client.HTTPException, json.JSONDecodeError)):
+            raise failure
+        if self.process is not None and self.process.proc.poll() is not None:
+            raise EngineFailed(f"the vLLM server died during the pass (exit {self.process.proc.returncode}); "
+                               f"{len(finished)} of {len(requests)} requests of this turn had finished (kept in the "
+                               f"run dir); its log ends: {self.process.log_tail()}", finished) from failure
+        raise EngineFailed(f"{self.endpoint.url} stopped answering during the pass ({type(failure).__name__}: "
+                           f"{failure}); {len(finished)} of {len(requests)} requests of this turn had finished "
+                           "(kept in the run dir).", finished) from failure
 
-    def _result(self, request: TurnRequest, reply: _Reply) -> TurnResult:
+    def _result(self, request: TurnRequest, reply: Reply) -> TurnResult:
         output = [t for chunk in reply.chunks for t in chunk]
-        steps, passes = [], len(reply.chunks)
+        if not output and reply.text:  # a server that streams text only: its tokens re-encoded
+            output = self.tokenizer.encode_text(reply.text)
+        acceptance = Acceptance([], len(reply.chunks))
         if self.speculative:
-            if reply.metrics is None or reply.metrics.get("per_step_accepted") is None:
-                raise MeasurementError(
-                    f"{self.endpoint.url} returned no per-step speculative metrics for request {request.key}; "
-                    "start the server with --per-request-spec-decode-metrics detailed."
-                )
-            steps, passes, _ = drafted_steps(len(request.prompt_token_ids), [len(c) for c in reply.chunks],
-                                             reply.metrics["per_step_accepted"], reply.metrics["per_step_drafted"])
+            if not self.dialect.has_stats(reply.stats):
+                raise MeasurementError(f"{self.endpoint.url} returned no per-request speculative statistics for "
+                                       f"request {request.key}; {self.dialect.missing_stats}.")
+            acceptance = self.dialect.acceptance(len(request.prompt_token_ids), reply)
         times = reply.chunk_times
         return TurnResult(request.request_id, request.turn, len(request.prompt_token_ids), output, self.decode(output),
-                          steps, passes, reply.finished - reply.started, times[0] - reply.started if times else None,
-                          [b - a for a, b in zip(times, times[1:])])
+                          acceptance.steps, acceptance.target_steps, reply.finished - reply.started,
+                          times[0] - reply.started if times else None, [b - a for a, b in zip(times, times[1:])],
+                          acceptance.totals)
 
     def log_file(self) -> Path | None:
         return self.process.log_file if self.process is not None else None

@@ -5,7 +5,7 @@ plus its per-request speculative metrics (`--per-request-spec-decode-metrics det
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from core.generation import DraftedStep, SpecCounters
 
@@ -14,22 +14,27 @@ _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>[^}]*)\})?\s+(
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
+def prometheus_samples(text: str) -> Iterator[tuple[str, dict[str, str], float]]:
+    """(name, labels, value) of every sample line of a Prometheus text page."""
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match:
+            yield match["name"], dict(_LABEL.findall(match["labels"] or "")), float(match["value"])
+
+
 def parse_counters(text: str) -> SpecCounters:
     """vLLM's speculative counters from a `/metrics` page, summed over its engine series."""
     totals = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}
     per_pos: dict[int, int] = {}
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if not match or not match["name"].startswith(COUNTER_PREFIX) or not match["name"].endswith("_total"):
+    for full_name, labels, value in prometheus_samples(text):
+        if not full_name.startswith(COUNTER_PREFIX) or not full_name.endswith("_total"):
             continue
-        name = match["name"][len(COUNTER_PREFIX):-len("_total")]
-        value = int(float(match["value"]))
+        name = full_name[len(COUNTER_PREFIX):-len("_total")]
         if name == "num_accepted_tokens_per_pos":
-            labels = dict(_LABEL.findall(match["labels"] or ""))
             position = int(labels.get("position", 0))
-            per_pos[position] = per_pos.get(position, 0) + value
+            per_pos[position] = per_pos.get(position, 0) + int(value)
         elif name in totals:
-            totals[name] += value
+            totals[name] += int(value)
     positions = [per_pos.get(k, 0) for k in range(max(per_pos) + 1)] if per_pos else []
     return SpecCounters(totals["num_drafts"], totals["num_draft_tokens"], totals["num_accepted_tokens"], positions)
 

@@ -26,10 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.config import RunConfig
+from core.config import Choice, RunConfig
 from core.errors import ConfigError, MeasurementError
 from runners.engine import Engine, EngineFactory
+from runners.server_dialects import DIALECTS, OWNED_BY, Dialect, Reply
 from runners.server_engine import Arrivals, Endpoint, ServerEngine
+from runners.server_records import prometheus_samples
 from runners.vllm_runner import engine_args
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -37,6 +39,13 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 LOG_TAIL_LINES = 15
 # An attached server that does not answer /health within this is refused.
 ATTACH_TIMEOUT_S = 10.0
+
+
+class ServerKind(Choice):
+    auto = "auto"
+    vllm = "vllm"
+    sglang = "sglang"
+    trtllm = "trtllm"
 
 
 @dataclass
@@ -57,6 +66,10 @@ class ServerRunnerConfig:
     retries: int = 3
     # No other traffic on the server: its counters must equal the records exactly (else: reported).
     exclusive: bool = True
+    # The serving engine behind runner.url (auto: detected from /v1/models); speclens launches vLLM only.
+    engine: ServerKind = ServerKind.auto
+    # With runner.url and baseline=true: a server of the same target without speculative decoding.
+    baseline_url: str | None = None
 
 
 def server_flags(cfg: RunConfig) -> list[str]:
@@ -142,7 +155,27 @@ class ServerProcess:
 
 def _endpoint(cfg: RunConfig, url: str, model: str) -> Endpoint:
     rc = cfg.runner
-    return Endpoint(url, model, os.environ.get(rc.api_key_env) or None, rc.request_timeout_s, rc.retries)
+    return Endpoint(url.rstrip("/"), model, os.environ.get(rc.api_key_env) or None, rc.request_timeout_s, rc.retries)
+
+
+def _served(endpoint: Endpoint) -> dict[str, dict[str, Any]]:
+    status, text = endpoint.get("/v1/models", timeout=ATTACH_TIMEOUT_S)
+    return {m.get("id"): m for m in json.loads(text).get("data", [])} if status == 200 else {}
+
+
+def dialect_of(cfg: RunConfig, endpoint: Endpoint) -> Dialect:
+    """runner.engine, or the engine the server names as its models' owner (SGLang also answers
+    /get_server_info); vLLM where nothing tells."""
+    kind = ServerKind.of(cfg.runner.engine, "runner.engine")
+    if kind != ServerKind.auto:
+        return DIALECTS[kind.value]
+    owner = str((_served(endpoint).get(endpoint.model) or {}).get("owned_by", "")).lower()
+    if owner in OWNED_BY:
+        return DIALECTS[OWNED_BY[owner]]
+    with contextlib.suppress(OSError):
+        if endpoint.get("/get_server_info", timeout=ATTACH_TIMEOUT_S)[0] == 200:
+            return DIALECTS["sglang"]
+    return DIALECTS["vllm"]
 
 
 def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
@@ -151,8 +184,9 @@ def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
     def start(model_dir: Path, spec: dict[str, Any] | None) -> Engine:
         arrivals = Arrivals(cfg.request_rate, cfg.seed) if cfg.request_rate else None
         if rc.url:
-            return ServerEngine(_endpoint(cfg, rc.url, rc.model or cfg.target.model), model_dir, spec is not None,
-                                arrivals=arrivals)
+            endpoint = _endpoint(cfg, rc.url if spec is not None else rc.baseline_url, rc.model or cfg.target.model)
+            return ServerEngine(endpoint, model_dir, spec is not None, arrivals=arrivals,
+                                dialect=dialect_of(cfg, endpoint))
         process = ServerProcess(model_dir, spec, cfg)
         try:
             return ServerEngine(_endpoint(cfg, process.url, str(model_dir)), model_dir, spec is not None, process,
@@ -165,50 +199,101 @@ def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
 
 
 def check_support(cfg: RunConfig, speculative: bool) -> None:
-    """Launch: vLLM must be installed. Attach: the server answers, serves the target and, with a
-    drafter, reports per-step speculative metrics at this D; baseline passes need launch mode."""
+    """Launch: vLLM must be installed. Attach: each server answers and serves the target; with a
+    drafter, the speculative one reports per-request statistics at this D, and the baseline one
+    (runner.baseline_url) does not speculate."""
     rc = cfg.runner
+    kind = ServerKind.of(rc.engine, "runner.engine")
     if not rc.url:
+        if kind not in (ServerKind.auto, ServerKind.vllm):
+            raise ConfigError(f"runner.engine={kind}: speclens launches vLLM servers only; start your {kind} server "
+                              "and attach to it with runner.url=http://host:port.")
+        if rc.baseline_url:
+            raise ConfigError("runner.baseline_url goes with runner.url (attached servers); without runner.url "
+                              "speclens launches the plain server itself.")
         if importlib.util.find_spec("vllm") is None:
             raise ConfigError("runner=server without runner.url launches a vLLM server and needs vLLM installed "
                               "(make install); or attach to a running one with runner.url=http://host:port.")
         return
-    if cfg.baseline:
-        raise ConfigError("baseline=true with runner.url: the plain and zero-cost passes need servers of their own; "
-                          "leave runner.url unset to let speclens launch them, or measure acceptance only.")
-    endpoint = _endpoint(cfg, rc.url.rstrip("/"), rc.model or cfg.target.model)
+    if cfg.baseline and speculative and not rc.baseline_url:
+        raise ConfigError("baseline=true with runner.url needs runner.baseline_url=http://host:port, a server of the "
+                          "same target without speculative decoding (or leave runner.url unset to let speclens "
+                          "launch both).")
+    endpoint = _check_serves_target(cfg, rc.url, "runner.url")
+    dialect = dialect_of(cfg, endpoint)
+    if speculative:
+        _check_speculates(cfg, endpoint, dialect)
+    if cfg.baseline and speculative:
+        plain = _check_serves_target(cfg, rc.baseline_url, "runner.baseline_url")
+        plain_dialect = dialect_of(cfg, plain)
+        status, text = plain.get(plain_dialect.metrics_path, timeout=ATTACH_TIMEOUT_S)
+        if status == 200 and plain_dialect.serves_speculation(text):
+            raise ConfigError(f"runner.baseline_url={rc.baseline_url} serves with speculative decoding; the baseline "
+                              "must be plain decoding (start it without a speculative config).")
+
+
+def _check_serves_target(cfg: RunConfig, url: str, key: str) -> Endpoint:
+    endpoint = _endpoint(cfg, url, cfg.runner.model or cfg.target.model)
     try:
         status, _ = endpoint.get("/health", timeout=ATTACH_TIMEOUT_S)
     except OSError as exc:
-        raise ConfigError(f"runner.url={rc.url}: no answer within {ATTACH_TIMEOUT_S:g} s ({exc}).") from None
+        raise ConfigError(f"{key}={url}: no answer within {ATTACH_TIMEOUT_S:g} s ({exc}).") from None
     if status != 200:
-        raise ConfigError(f"runner.url={rc.url}: /health answered HTTP {status}.")
-    status, text = endpoint.get("/v1/models", timeout=ATTACH_TIMEOUT_S)
-    models = {m.get("id"): m for m in json.loads(text).get("data", [])} if status == 200 else {}
+        raise ConfigError(f"{key}={url}: /health answered HTTP {status}.")
+    models = _served(endpoint)
     if endpoint.model not in models:
-        raise ConfigError(f"runner.url={rc.url} does not serve {endpoint.model!r} (it serves: "
+        raise ConfigError(f"{key}={url} does not serve {endpoint.model!r} (it serves: "
                           f"{', '.join(map(str, models)) or 'nothing'}); set runner.model=<served name>.")
     window = models[endpoint.model].get("max_model_len")
     if window is not None and cfg.engine.max_model_len > window:
         # The prompt-length check before sending uses engine.max_model_len: it must not exceed the server's.
-        raise ConfigError(f"runner.url={rc.url} serves {endpoint.model!r} with max_model_len={window}, below "
+        raise ConfigError(f"{key}={url} serves {endpoint.model!r} with max_model_len={window}, below "
                           f"engine.max_model_len={cfg.engine.max_model_len}; set engine.max_model_len={window}.")
-    if not speculative:
-        return
-    # A repetitive prompt, so that even n-gram matching drafts within a few steps.
-    probe = {"model": endpoint.model, "prompt": "1 2 3 4 5 " * 8, "max_tokens": 24, "temperature": 0,
-             "stream": True, "stream_options": {"include_usage": True}}
-    metrics = None
-    for event in endpoint.stream("/v1/completions", probe):
-        metrics = (event.get("metrics") or {}).get("speculative_decoding") or metrics
-    if metrics is None or metrics.get("per_step_accepted") is None:
-        status, text = endpoint.get("/metrics", timeout=ATTACH_TIMEOUT_S)
-        if "vllm:spec_decode_num_drafts" not in text:
-            raise ConfigError(f"runner.url={rc.url} runs without speculative decoding: start it with "
-                              "--speculative-config '<json>' (and --per-request-spec-decode-metrics detailed), or use "
-                              "drafter=none.")
-        raise ConfigError(f"runner.url={rc.url} reports no per-step speculative metrics: start it with "
-                          "--per-request-spec-decode-metrics detailed.")
-    if metrics.get("num_spec_tokens") != cfg.d:
-        raise ConfigError(f"runner.url={rc.url} drafts num_spec_tokens={metrics.get('num_spec_tokens')} per step "
-                          f"but d={cfg.d}; set d={metrics.get('num_spec_tokens')} or restart the server.")
+    return endpoint
+
+
+# A repetitive prompt, so that even n-gram matching drafts within a few steps.
+PROBE_TEXT = "1 2 3 4 5 " * 8
+
+
+def _check_speculates(cfg: RunConfig, endpoint: Endpoint, dialect: Dialect) -> None:
+    """The attached server drafts, reports what speclens records, at this run's D."""
+    url = cfg.runner.url
+    status, metrics_text = endpoint.get(dialect.metrics_path, timeout=ATTACH_TIMEOUT_S)
+    if dialect.name == "trtllm":
+        if status != 200 or not dialect.serves_speculation(metrics_text):
+            raise ConfigError(f"runner.url={url} (TensorRT-LLM) shows no speculative counters at "
+                              f"{dialect.metrics_path}: {dialect.missing_stats}, with a speculative_config.")
+        served_d = _label_value(metrics_text, "trtllm_speculative_config_info", "max_draft_len")
+    else:
+        body = ({"model": endpoint.model, "prompt": PROBE_TEXT, "max_tokens": 24, "temperature": 0, "stream": True,
+                 "stream_options": {"include_usage": True}} if dialect.name == "vllm" else
+                {"text": PROBE_TEXT, "sampling_params": {"max_new_tokens": 24, "temperature": 0}, "stream": True})
+        reply = Reply()
+        for event in endpoint.stream(dialect.path, body):
+            dialect.read(event, reply)
+        if not dialect.has_stats(reply.stats):
+            if not (status == 200 and dialect.serves_speculation(metrics_text)) and dialect.name == "vllm":
+                raise ConfigError(f"runner.url={url} runs without speculative decoding: start it with "
+                                  "--speculative-config '<json>' (and --per-request-spec-decode-metrics detailed), "
+                                  "or use drafter=none.")
+            raise ConfigError(f"runner.url={url} ({dialect.name}) reports no per-request speculative statistics: "
+                              f"{dialect.missing_stats}.")
+        served_d = reply.stats.get("num_spec_tokens") if dialect.name == "vllm" else _sglang_steps(endpoint)
+    if served_d is not None and int(served_d) != cfg.d:
+        raise ConfigError(f"runner.url={url} drafts num_spec_tokens={served_d} per step but d={cfg.d}; set "
+                          f"d={served_d} or restart the server.")
+
+
+def _sglang_steps(endpoint: Endpoint) -> int | None:
+    """SGLang's draft depth (speculative_num_steps) from /get_server_info, where it says."""
+    with contextlib.suppress(OSError, ValueError):
+        status, text = endpoint.get("/get_server_info", timeout=ATTACH_TIMEOUT_S)
+        if status == 200:
+            return json.loads(text).get("speculative_num_steps")
+    return None
+
+
+def _label_value(metrics_text: str, metric: str, label: str) -> str | None:
+    return next((labels[label] for name, labels, _ in prometheus_samples(metrics_text)
+                 if name == metric and label in labels), None)

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from core.generation import (
+    COUNTER_NAMES,
     DraftedStep,
     EngineStep,
+    RecordGranularity,
     SamplingSpec,
     SpecCounters,
     TurnRequest,
@@ -41,6 +43,9 @@ def set_process_env(cpu_kvcache_space_gib: int) -> None:
 
 
 class VllmEngine:
+    record_granularity = RecordGranularity.step
+    counted = COUNTER_NAMES
+
     def __init__(
         self,
         model: str,

@@ -68,7 +68,7 @@ def test_by_domain_splits_steps_and_requests(steps, requests):
 def test_counter_check_passes_on_matching_and_names_mismatch(steps):
     good = SpecCounters(5, 15, 8, [4, 3, 1])
     metrics.check_counters(steps, good, D)
-    with pytest.raises(metrics.MeasurementError, match="num_accepted_tokens: records 8 vs vLLM 9"):
+    with pytest.raises(metrics.MeasurementError, match="num_accepted_tokens: records 8 vs engine 9"):
         metrics.check_counters(steps, SpecCounters(5, 15, 9, [4, 3, 1]), D)
 
 

@@ -7,6 +7,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from reports.build import build
 from reports.build import main as build_main
 from tests.unit.test_costs import measure
@@ -50,8 +52,9 @@ def test_report_loads_in_headless_chromium_with_its_plots(tmp_path):
     images = int(re.search(r'data-images="(\d+)"', body).group(1))
     loaded = int(re.search(r'data-images-loaded="(\d+)"', body).group(1))
     html = (root / "report.html").read_text()
-    # AL vs D for `all` and `coding`, per-position, histogram, AL by position, speedups
-    assert images == html.count("<img ") == 6 and loaded == images, body
+    # AL vs D for `all` and `coding`, per-position, histogram, AL by position, speedups, throughput vs
+    # interactivity (in the latency section)
+    assert images == html.count("<img ") == 7 and loaded == images, body
     assert "data-errors" not in body
     shot = root / "report.png"
     chromium(f"--screenshot={shot}", "--window-size=1280,2400", (root / "report.html").as_uri())
@@ -71,3 +74,20 @@ def test_the_report_shows_latency_where_it_was_measured(tmp_path):
     assert "| ngram d=2 | B=1 |" in section and "| ngram d=2 | B=2 |" in section
     # the fake's scripted steps: TPOT p50 at B=1 is 102/18 ms (see test_costs), the TPOT speedup 198/102
     assert f"{102 / 18:.1f} / " in section and f"| {198 / 102:.2f} |" in section
+    assert "![throughput_vs_interactivity]" in section
+
+
+def test_the_ranking_carries_latency_where_it_was_measured(tmp_path):
+    import pandas as pd
+
+    from reports.rank import main as rank_main
+
+    measure(tmp_path, 2)
+    assert rank_main([str(tmp_path / "sweep")]) == 0
+    ranking = pd.read_csv(tmp_path / "sweep" / "ranking.csv")
+    at_1 = ranking[(ranking.domain == "all") & (ranking.batch_size == 1)].set_index("drafter")
+    # the fake's scripted steps (see test_costs): TPOT p50 102/18 ms speculative, 198/18 ms plain
+    assert at_1.loc["ngram", "tpot_p50_ms"] == pytest.approx(102 / 18)
+    assert at_1.loc["ngram", "latency_speedup"] == pytest.approx(198 / 102)
+    assert at_1.loc["none", "tpot_p50_ms"] == pytest.approx(198 / 18) and at_1.loc["none", "latency_speedup"] == 1.0
+    assert "TPOT p50 ms" in (tmp_path / "sweep" / "ranking.md").read_text()

@@ -142,7 +142,7 @@ def test_baseline_reports_lossless_and_speedup(tmp_path):
 
 
 def test_counter_mismatch_fails_the_run_and_keeps_records(tmp_path):
-    with pytest.raises(MeasurementError, match="do not sum to vLLM's speculative counters"):
+    with pytest.raises(MeasurementError, match="do not sum to the engine's speculative counters"):
         fake_run(tmp_path, counter_error=1)
     out = tmp_path / "run"
     assert (out / "steps.parquet").is_file() and not (out / "summary.json").exists()
@@ -165,7 +165,7 @@ def test_a_forced_rerun_that_fails_leaves_the_earlier_result_whole(tmp_path):
     out = tmp_path / "run"
     before = {name: (out / name).read_bytes() for name in ("summary.json", "steps.parquet", "stamp.json")}
     # records that do not add up, and an engine that dies at its first request
-    with pytest.raises(MeasurementError, match="do not sum to vLLM's speculative counters"):
+    with pytest.raises(MeasurementError, match="do not sum to the engine's speculative counters"):
         fake_run(tmp_path, "force=true", counter_error=1)
     with pytest.raises(MeasurementError, match="the measurement failed: RuntimeError: fake engine: scripted failure"):
         fake_run(tmp_path, "force=true", "runner.fail_on=q1")

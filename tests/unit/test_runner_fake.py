@@ -19,6 +19,7 @@ from evals.cli import COMMANDS
 from evals.cli import main as speclens_main
 from evals.compose import compose_config
 from evals.replay import replay
+from evals.run import run
 from evals.selfcheck import selfcheck
 from tests.unit.conftest import fake_overrides, write_checkpoint
 
@@ -152,3 +153,50 @@ def test_the_slurm_launcher_settings_run_a_sweep_through_submitit(tmp_path):
     assert [read_summary(p.parent).d for p in sweep.rglob("summary.json")] == [2]
     assert [f["error"] for f in json.loads((sweep / "failures.json").read_text())] == ["d=0: must be >= 1."]
     assert list((sweep / ".submitit").rglob("*_result.pkl"))  # the jobs ran through submitit
+
+
+def test_each_record_granularity_gives_the_same_al_overall_and_per_domain(tmp_path):
+    """The same engine behaviour reported per step, per request or only as counters (one domain at
+    a time): AL is the same arithmetic at every granularity; what a coarser one cannot know is absent."""
+    rows = [{"question_id": f"q{i}", "category": "coding" if i % 2 else "writing", "turns": [f"task {i}"]}
+            for i in range(6)]
+    # Request q<i>: accepts (i % 4), an undrafted step, then accepts 1; D = 3.
+    script = {f"q{i}#0": [i % 4, None, 1] for i in range(6)}
+    summaries = {}
+    for granularity in ("step", "request", "domain"):
+        out = tmp_path / granularity
+        overrides = fake_overrides(tmp_path, rows, script) + ["drafter=ngram", "d=3", "batch_sizes=[2]",
+                                                             f"runner.record_granularity={granularity}"]
+        summaries[granularity] = run(compose_config(overrides), out, progress=lambda label: None)
+    # all: 12 drafted steps accepting 0+1+2+3+0+1 and six 1s = 13 -> AL 1 + 13/12
+    # coding (q1, q3, q5): 1+3+1 + 3 = 8 over 6 -> 1 + 8/6; writing (q0, q2, q4): 0+2+0 + 3 = 5 over 6
+    for granularity, s in summaries.items():
+        assert s.record_granularity == granularity
+        assert s.al == pytest.approx(1 + 13 / 12)
+        assert s.by_domain["coding"].al == pytest.approx(1 + 8 / 6)
+        assert s.by_domain["writing"].al == pytest.approx(1 + 5 / 6)
+        assert s.operating_points[0].by_domain["coding"].al == pytest.approx(1 + 8 / 6)
+        assert s.n_steps == 12 and s.vllm_counters.num_drafts == 12
+    step, request, domain = summaries["step"], summaries["request"], summaries["domain"]
+    assert request.al_ci95 == step.al_ci95 and request.al_request_weighted == step.al_request_weighted
+    assert request.tokens_per_step == step.tokens_per_step
+    # per position: the counters count it, per-request totals cannot
+    assert domain.per_position_acceptance == step.per_position_acceptance == pytest.approx([10 / 12, 2 / 12, 1 / 12])
+    assert request.per_position_acceptance is None and request.acceptance_histogram is None
+    assert domain.al_ci95 is None and domain.tokens_per_step is None and step.al_ci95 is not None
+    requests = read_parquet(tmp_path / "domain" / "requests.parquet")
+    assert requests.drafted_steps.isna().all() and requests.output_tokens.sum() == 6 * 5 + 7  # prefill, a+1, 1, 2
+    assert read_parquet(tmp_path / "request" / "requests.parquet").set_index("request_id").loc["q3", "num_accepted"] == 4
+    assert read_parquet(tmp_path / "request" / "steps.parquet").empty
+
+
+def test_a_request_granularity_miscount_is_caught(tmp_path):
+    from core.errors import MeasurementError
+
+    rows = [{"question_id": "q0", "category": "coding", "turns": ["task"]}]
+    overrides = fake_overrides(tmp_path, rows, {"q0#0": [2, 1]}) + ["drafter=ngram", "d=3",
+                                                                   "runner.record_granularity=request",
+                                                                   "runner.counter_error=1"]
+    with pytest.raises(MeasurementError, match=r"per-request totals at batch size 1 do not sum to the engine's "
+                                               r"speculative counters \(num_accepted_tokens: records 3 vs engine 4\)"):
+        run(compose_config(overrides), tmp_path / "run", progress=lambda label: None)

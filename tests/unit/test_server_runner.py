@@ -69,9 +69,11 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/health":
             self._send(200, "")
         elif self.path == "/v1/models":
-            self._send(200, json.dumps({"data": [{"id": self.server.model, "max_model_len": 2048}]}))
+            self._send(200, json.dumps({"data": [{"id": self.server.model, "owned_by": "vllm", "max_model_len": 2048}]}))
         elif self.path == "/metrics":
             self._send(200, self.server.metrics_text(), "text/plain")
+        else:
+            self._send(404, '{"detail":"Not Found"}')
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -143,18 +145,16 @@ def test_other_traffic_on_the_server_fails_the_check_unless_it_is_declared(tmp_p
 
     server = FakeVllm(str(smollm2))
     real = server.metrics_text
-    calls = []
 
-    def busy_metrics() -> str:  # someone else's requests land between our two reads
-        calls.append(1)
+    def busy_metrics() -> str:  # someone else's requests land once the pass's requests (after the probe) begin
         text = real()
         return text.replace(f"num_drafts_total{{engine=\"0\",model_name=\"{server.model}\"}} ",
-                            f"num_drafts_total{{engine=\"0\",model_name=\"{server.model}\"}} 1") if len(calls) > 1 else text
+                            f"num_drafts_total{{engine=\"0\",model_name=\"{server.model}\"}} 1") if len(server.bodies) > 1 else text
 
     server.metrics_text = busy_metrics
-    with pytest.raises(MeasurementError, match="do not sum to vLLM's speculative counters"):
+    with pytest.raises(MeasurementError, match="do not sum to the engine's speculative counters"):
         attach(tmp_path, smollm2, server)
-    calls.clear()
+    server.bodies.clear()
     summary = attach(tmp_path / "shared", smollm2, server, "runner.exclusive=false")
     assert summary.al == pytest.approx(3.0) and "not enforced" in capsys.readouterr().err
 
@@ -167,7 +167,7 @@ def test_a_busy_server_is_retried(tmp_path, smollm2):
 def test_an_attached_server_is_checked_before_any_prompt(tmp_path, smollm2):
     with pytest.raises(ConfigError, match=r"does not serve '.*SmolLM2-135M-Instruct' \(it serves: /models/other\); set runner.model"):
         attach(tmp_path, smollm2, FakeVllm("/models/other"))
-    with pytest.raises(ConfigError, match="reports no per-step speculative metrics: start it with --per-request-spec-decode-metrics detailed"):
+    with pytest.raises(ConfigError, match=r"\(vllm\) reports no per-request speculative statistics: start the server with --per-request-spec-decode-metrics detailed"):
         attach(tmp_path, smollm2, FakeVllm(str(smollm2), spec_metrics=False))
     with pytest.raises(ConfigError, match=r"runs without speculative decoding: start it with --speculative-config"):
         attach(tmp_path, smollm2, FakeVllm(str(smollm2), speculative=False))
@@ -175,8 +175,14 @@ def test_an_attached_server_is_checked_before_any_prompt(tmp_path, smollm2):
         attach(tmp_path, smollm2, FakeVllm(str(smollm2), num_spec_tokens=5))
     with pytest.raises(ConfigError, match=r"serves '.*' with max_model_len=2048, below engine.max_model_len=4096; set engine"):
         attach(tmp_path, smollm2, FakeVllm(str(smollm2)), "engine.max_model_len=4096")
-    with pytest.raises(ConfigError, match=r"baseline=true with runner.url"):
+    with pytest.raises(ConfigError, match=r"baseline=true with runner.url needs runner.baseline_url=http://host:port"):
         attach(tmp_path, smollm2, FakeVllm(str(smollm2)), "baseline=true")
+    spec = FakeVllm(str(smollm2))
+    with pytest.raises(ConfigError, match=rf"runner.baseline_url={spec.url} serves with speculative decoding"):
+        attach(tmp_path, smollm2, spec, "baseline=true", f"runner.baseline_url={spec.url}")
+    with pytest.raises(ConfigError, match=r"runner.engine=sglang: speclens launches vLLM servers only"):
+        run(compose_config(["runner=server", "runner.engine=sglang", "target=custom", f"target.model={smollm2}"]),
+            tmp_path / "launch")
 
 
 def test_an_unreachable_server_is_refused_quickly(tmp_path, smollm2):

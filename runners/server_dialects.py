@@ -1,0 +1,216 @@
+"""What each serving engine sends back about speculative decoding, read at the finest granularity
+it offers (`runner.engine`):
+
+- vllm: `/v1/completions` streamed as token ids (`return_token_ids`); with
+  `--per-request-spec-decode-metrics detailed` the last chunk's `metrics.speculative_decoding`
+  carries `per_step_accepted` / `per_step_drafted` -> step records. Counters: Prometheus
+  `/metrics`, `vllm:spec_decode_*_total`, one series per `engine=` (data-parallel rank).
+- sglang: the native `/generate` endpoint streamed with `input_ids`; each chunk's `meta_info` counts
+  `completion_tokens`, and the finished request's carries `spec_verify_ct` (verification steps)
+  and `spec_num_correct_drafts` (accepted draft tokens; `spec_accepted_drafts` /
+  `spec_accept_token_num` in 0.5.9-0.5.19) -> request totals. No per-step arrays exist. Counters
+  (with `--enable-metrics`): `sglang:spec_verify_calls_total` (verification steps only).
+- trtllm: `/v1/completions` streamed; responses carry only `avg_decoded_tokens_per_iter`, so
+  acceptance comes from counters, one domain at a time. Counters (`return_perf_metrics: true`):
+  Prometheus `/prometheus/metrics`, the per-position `trtllm_spec_decode_drafted_tokens_total` and
+  `..._accepted_tokens_total{token_position=}`, which are fed per finished request (the
+  per-iteration totals beside them sample only the latest iteration, so they are not used).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from core.generation import (
+    DraftedStep,
+    RecordGranularity,
+    RequestTotals,
+    SamplingSpec,
+    SpecCounters,
+)
+from runners.server_records import drafted_steps, parse_counters, prometheus_samples
+
+
+@dataclass
+class Reply:
+    """One streamed request as it arrived: token chunks with their arrival times, and the
+    engine's speculative statistics for it (dialect-specific), if any."""
+
+    chunks: list[list[int]] = field(default_factory=list)
+    chunk_times: list[float] = field(default_factory=list)
+    stats: dict[str, Any] | None = None
+    text: str = ""
+    started: float = 0.0
+    finished: float = 0.0
+
+
+@dataclass
+class Acceptance:
+    """A request's acceptance as the dialect reads it: step records, or totals, or neither
+    (domain granularity), and its target forward passes."""
+
+    steps: list[DraftedStep]
+    target_steps: int
+    totals: RequestTotals | None = None
+
+
+class Dialect(Protocol):
+    name: str
+    granularity: RecordGranularity
+    # Where its counters are, and which SpecCounters fields they give (compared with the records).
+    metrics_path: str
+    counted: tuple[str, ...]
+    # Where requests go, and what turns its per-request statistics on (said where they are missing).
+    path: str
+    missing_stats: str
+
+    def body(self, model: str, prompt: list[int], sampling: SamplingSpec) -> dict[str, Any]: ...
+
+    def read(self, event: dict[str, Any], reply: Reply) -> list[int]:
+        """The new output tokens of one streamed event; its statistics kept on `reply`."""
+
+    def has_stats(self, stats: dict[str, Any] | None) -> bool: ...
+
+    def acceptance(self, prompt_tokens: int, reply: Reply) -> Acceptance: ...
+
+    def counters(self, text: str) -> SpecCounters: ...
+
+    def serves_speculation(self, metrics_text: str) -> bool: ...
+
+
+class Vllm:
+    name = "vllm"
+    granularity = RecordGranularity.step
+    metrics_path = "/metrics"
+    # The counters its /metrics gives, compared with the records.
+    counted = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos")
+    path = "/v1/completions"
+    missing_stats = "start the server with --per-request-spec-decode-metrics detailed"
+
+    def body(self, model: str, prompt: list[int], sampling: SamplingSpec) -> dict[str, Any]:
+        body = {"model": model, "prompt": prompt, "max_tokens": sampling.max_tokens,
+                "temperature": sampling.temperature, "top_p": sampling.top_p, "ignore_eos": sampling.ignore_eos,
+                "stream": True, "stream_options": {"include_usage": True}, "return_token_ids": True}
+        if sampling.temperature > 0:
+            body["seed"] = sampling.seed
+        return body
+
+    def read(self, event: dict[str, Any], reply: Reply) -> list[int]:
+        if event.get("metrics"):
+            reply.stats = event["metrics"].get("speculative_decoding")
+        return [t for choice in event.get("choices") or [] for t in choice.get("token_ids") or []]
+
+    def has_stats(self, stats: dict[str, Any] | None) -> bool:
+        return stats is not None and stats.get("per_step_accepted") is not None
+
+    def acceptance(self, prompt_tokens: int, reply: Reply) -> Acceptance:
+        steps, passes, _ = drafted_steps(prompt_tokens, [len(c) for c in reply.chunks],
+                                         reply.stats["per_step_accepted"], reply.stats["per_step_drafted"])
+        return Acceptance(steps, passes)
+
+    def counters(self, text: str) -> SpecCounters:
+        return parse_counters(text)
+
+    def serves_speculation(self, metrics_text: str) -> bool:
+        return "vllm:spec_decode_num_drafts" in metrics_text
+
+
+# SGLang's name for the accepted draft tokens of a request, newest first (0.5.15+, 0.5.15-0.5.19
+# alias, 0.5.9).
+SGLANG_ACCEPTED = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
+
+
+class Sglang:
+    name = "sglang"
+    granularity = RecordGranularity.request
+    metrics_path = "/metrics"
+    counted = ("num_drafts",)
+    path = "/generate"
+    missing_stats = ("use SGLang 0.5.9 or newer with a --speculative-algorithm (its finished requests' meta_info "
+                     "then counts spec_verify_ct and the accepted drafts)")
+
+    def body(self, model: str, prompt: list[int], sampling: SamplingSpec) -> dict[str, Any]:
+        params = {"max_new_tokens": sampling.max_tokens, "temperature": sampling.temperature,
+                  "top_p": sampling.top_p, "ignore_eos": sampling.ignore_eos}
+        if sampling.temperature > 0:
+            params["sampling_seed"] = sampling.seed
+        return {"input_ids": prompt, "sampling_params": params, "stream": True}
+
+    def read(self, event: dict[str, Any], reply: Reply) -> list[int]:
+        meta = event.get("meta_info") or {}
+        if "spec_verify_ct" in meta:
+            reply.stats = meta
+        ids = list(event.get("output_ids") or [])
+        have = sum(len(c) for c in reply.chunks)
+        total = meta.get("completion_tokens", have + len(ids))
+        # Streams carry all output ids so far, or only the new ones (--incremental-streaming-output).
+        return ids[have:total] if len(ids) == total else ids[: total - have]
+
+    def has_stats(self, stats: dict[str, Any] | None) -> bool:
+        return stats is not None and any(k in stats for k in SGLANG_ACCEPTED)
+
+    def acceptance(self, prompt_tokens: int, reply: Reply) -> Acceptance:
+        verify = int(reply.stats["spec_verify_ct"])
+        accepted = int(next(reply.stats[k] for k in SGLANG_ACCEPTED if k in reply.stats))
+        # With speculation every decode step is a verification step; the prefill gives the first token.
+        return Acceptance([], 1 + verify, RequestTotals(verify, accepted))
+
+    def counters(self, text: str) -> SpecCounters:
+        drafts = sum(v for name, _, v in prometheus_samples(text) if name == "sglang:spec_verify_calls_total")
+        return SpecCounters(num_drafts=int(drafts))
+
+    def serves_speculation(self, metrics_text: str) -> bool:
+        return "sglang:spec_verify_calls" in metrics_text
+
+
+class Trtllm:
+    name = "trtllm"
+    granularity = RecordGranularity.domain
+    metrics_path = "/prometheus/metrics"
+    counted = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos")
+    path = "/v1/completions"
+    missing_stats = "start trtllm-serve with return_perf_metrics: true in its --extra_llm_api_options"
+
+    def body(self, model: str, prompt: list[int], sampling: SamplingSpec) -> dict[str, Any]:
+        body = {"model": model, "prompt": prompt, "max_tokens": sampling.max_tokens,
+                "temperature": sampling.temperature, "top_p": sampling.top_p, "ignore_eos": sampling.ignore_eos,
+                "stream": True, "stream_options": {"include_usage": True}, "return_token_ids": True}
+        if sampling.temperature > 0:
+            body["seed"] = sampling.seed
+        return body
+
+    def read(self, event: dict[str, Any], reply: Reply) -> list[int]:
+        tokens = []
+        for choice in event.get("choices") or []:
+            reply.text += choice.get("text") or ""
+            tokens += choice.get("token_ids") or []
+        return tokens
+
+    def has_stats(self, stats: dict[str, Any] | None) -> bool:
+        return True  # acceptance comes from the counters
+
+    def acceptance(self, prompt_tokens: int, reply: Reply) -> Acceptance:
+        return Acceptance([], 0)  # nothing per request: the records leave it null
+
+    def counters(self, text: str) -> SpecCounters:
+        drafted: dict[int, int] = {}
+        accepted: dict[int, int] = {}
+        for name, labels, value in prometheus_samples(text):
+            into = {"trtllm_spec_decode_drafted_tokens_total": drafted,
+                    "trtllm_spec_decode_accepted_tokens_total": accepted}.get(name)
+            if into is not None and "token_position" in labels:
+                position = int(labels["token_position"])
+                into[position] = into.get(position, 0) + int(value)
+        first = min(drafted, default=0)  # the first draft position: drafted there once per verification step
+        positions = range(first, max([*drafted, *accepted], default=first - 1) + 1)
+        return SpecCounters(drafted.get(first, 0), sum(drafted.values()), sum(accepted.values()),
+                            [accepted.get(k, 0) for k in positions])
+
+    def serves_speculation(self, metrics_text: str) -> bool:
+        return "trtllm_spec_decode_drafted_tokens" in metrics_text
+
+
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (Vllm(), Sglang(), Trtllm())}
+# /v1/models `owned_by` of each engine's model cards.
+OWNED_BY = {"vllm": "vllm", "sglang": "sglang", "tensorrt_llm": "trtllm", "trtllm": "trtllm"}

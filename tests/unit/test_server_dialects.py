@@ -1,0 +1,240 @@
+"""runner=server against SGLang and TensorRT-LLM servers, and an attached server's faults, with
+scripted stand-ins whose bodies are shaped as each engine's source writes them:
+
+- SGLang 0.5.23 (PyPI wheel `sglang==0.5.23`, git tag v0.5.23): the native `/generate` stream sends
+  `{"text", "output_ids", "meta_info"}` per chunk; the finished request's `meta_info` gains
+  `spec_verify_ct`, `spec_num_correct_drafts`, `spec_num_proposed_drafts`, `spec_accept_rate`,
+  `spec_accept_length`, `spec_correct_drafts_histogram` (srt/managers/tokenizer_manager.py,
+  `_calculate_spec_decoding_metrics`); `/metrics` counts `sglang:spec_verify_calls_total`
+  (srt/observability/metrics_collector.py); `/v1/models` cards are `owned_by: "sglang"`.
+- TensorRT-LLM (NVIDIA/TensorRT-LLM tensorrt_llm/serve/openai_protocol.py @ 0076e9390e1ed11515f149eec356f5a03f4a00d8,
+  tensorrt_llm/metrics/collector.py @ 050f80def8df236e326949c8bd9dee10fd896a83): completion chunks
+  carry `choices[].text` and `avg_decoded_tokens_per_iter` only; `/prometheus/metrics` has
+  `trtllm_spec_decode_drafted_tokens_total` / `..._accepted_tokens_total{token_position=}` and
+  `trtllm_speculative_config_info`; model cards are `owned_by: "tensorrt_llm"`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from core.errors import ConfigError, MeasurementError, exit_status
+from core.records import read_parquet
+from evals.compose import compose_config
+from evals.embedded_target import ensure_smollm2
+from evals.run import run
+from tests.unit.conftest import write_questions
+from tests.unit.test_server_runner import FakeVllm
+
+D = 3
+ROWS = [{"question_id": f"q{i}", "category": "coding" if i % 2 else "writing", "turns": [f"task {i}"]} for i in range(4)]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return ensure_smollm2()
+
+
+class Scripted(ThreadingHTTPServer):
+    """A server on 127.0.0.1 whose GET pages are `pages` and whose POSTs `post(handler, body)` answers."""
+
+    def __init__(self, pages: dict, post) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.pages, self.post, self.bodies = pages, post, []
+        self.lock = threading.Lock()
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Scripted
+
+    def log_message(self, *args):
+        pass
+
+    def send(self, status: int, body: str, kind: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body.encode())))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def events(self, events: list) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for event in events:
+            self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+
+    def do_GET(self):
+        page = self.server.pages.get(self.path)
+        if page is None:
+            return self.send(404, '{"detail":"Not Found"}')
+        self.send(200, page() if callable(page) else page, "text/plain" if "metrics" in self.path else "application/json")
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with self.server.lock:
+            self.server.bodies.append(body)
+        self.server.post(self, body)
+
+
+def models(model: str, owner: str) -> str:
+    return json.dumps({"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": owner,
+                                                   "root": model, "max_model_len": 2048}]})
+
+
+def fake_sglang(model: str, chunks=(1, 4, 2), correct=4, verify=2, miscount=0) -> Scripted:
+    """Every request: the prefill token, then verification steps giving chunks[1:] tokens."""
+    calls = {"verify": 0}
+
+    def post(handler: _Handler, body: dict) -> None:
+        assert handler.path == "/generate"
+        events, ids = [], []
+        for n in chunks:
+            ids = ids + list(range(300 + len(ids), 300 + len(ids) + n))
+            events.append({"text": "x" * len(ids), "output_ids": list(ids),
+                           "meta_info": {"id": "r", "finish_reason": None, "prompt_tokens": 5,
+                                         "completion_tokens": len(ids), "cached_tokens": 0}})
+        events[-1]["meta_info"] |= {
+            "finish_reason": {"type": "length", "length": len(ids)}, "e2e_latency": 0.01,
+            "spec_accept_rate": correct / (verify * D), "spec_accept_length": len(ids) / verify,
+            "spec_num_correct_drafts": correct, "spec_num_proposed_drafts": verify * D, "spec_verify_ct": verify,
+            "spec_correct_drafts_histogram": [0, 1, 0, 1]}
+        with handler.server.lock:
+            calls["verify"] += verify + miscount
+        handler.events(events)
+
+    def metrics() -> str:
+        return ("# HELP sglang:spec_verify_calls_total Total verify calls\n# TYPE sglang:spec_verify_calls_total counter\n"
+                f'sglang:spec_verify_calls_total{{model_name="{model}",engine_type="unified"}} '
+                f"{float(calls['verify'])}\n")
+
+    return Scripted({"/health": "", "/v1/models": models(model, "sglang"), "/metrics": metrics,
+                     "/get_server_info": json.dumps({"speculative_num_steps": D, "speculative_algorithm": "EAGLE3"})},
+                    post)
+
+
+# TensorRT-LLM stand-in: a coding request verifies 2 steps accepting 3 each, a writing one 2 steps accepting 1.
+ACCEPTS = {"coding": 3, "writing": 1}
+
+
+def fake_trtllm(model: str, domain_of_prompt) -> Scripted:
+    drafted, accepted = [0] * D, [0] * D
+
+    def post(handler: _Handler, body: dict) -> None:
+        assert handler.path == "/v1/completions" and isinstance(body["prompt"], list)
+        a = ACCEPTS[domain_of_prompt(body["prompt"])]
+        with handler.server.lock:
+            for _ in range(2):
+                for k in range(D):
+                    drafted[k] += 1
+                    accepted[k] += k < a
+        words = [" one", " two", " three", " four"]
+        handler.events([{"id": "cmpl-1", "object": "text_completion", "created": 0, "model": model,
+                         "choices": [{"index": 0, "text": w, "logprobs": None, "finish_reason": None,
+                                      "stop_reason": None, "avg_decoded_tokens_per_iter": 1.0 + a}]} for w in words])
+
+    def metrics() -> str:
+        labels = 'model_name="undefined",engine_type="undefined"'
+        lines = [f'trtllm_speculative_config_info{{{labels},decoding_type="Eagle3",max_draft_len="{D}"}} 1.0']
+        lines += [f'trtllm_spec_decode_drafted_tokens_total{{{labels},token_position="{k}"}} {float(v)}'
+                  for k, v in enumerate(drafted)]
+        lines += [f'trtllm_spec_decode_accepted_tokens_total{{{labels},token_position="{k}"}} {float(v)}'
+                  for k, v in enumerate(accepted)]
+        return "\n".join(lines) + "\n"
+
+    return Scripted({"/health": "", "/v1/models": models(model, "tensorrt_llm"), "/prometheus/metrics": metrics}, post)
+
+
+def attach(tmp_path, smollm2, url: str, *overrides: str):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    questions = write_questions(tmp_path / "q.jsonl", ROWS)
+    cfg = compose_config(["runner=server", f"runner.url={url}", "target=custom", f"target.model={smollm2}",
+                          "dataset=jsonl", f"dataset.path={questions}", "drafter=ngram", f"d={D}",
+                          "engine.max_model_len=2048",
+                          *overrides])
+    return run(cfg, tmp_path / "run", progress=lambda label: None)
+
+
+def test_sglang_reports_request_totals_checked_against_its_verify_counter(tmp_path, smollm2):
+    server = fake_sglang(str(smollm2))
+    summary = attach(tmp_path, smollm2, server.url)
+    # each request: 2 verification steps accepting 4 drafts in all -> AL 3; 7 tokens over 3 passes
+    assert (summary.record_granularity, summary.al, summary.tokens_per_step) == ("request", 3.0, pytest.approx(7 / 3))
+    assert summary.per_position_acceptance is None and summary.vllm_counters.num_drafts == 8
+    requests = read_parquet(tmp_path / "run" / "requests.parquet")
+    assert list(requests.output_tokens) == [7] * 4 and list(requests.drafted_steps) == [2] * 4
+    sent = server.bodies[-1]
+    assert sent["stream"] and all(isinstance(t, int) for t in sent["input_ids"])
+    assert sent["sampling_params"] == {"max_new_tokens": 128, "temperature": 0.0, "top_p": 1.0, "ignore_eos": False}
+    with pytest.raises(MeasurementError, match=r"num_drafts: records 8 vs engine 12"):
+        attach(tmp_path / "miscounted", smollm2, fake_sglang(str(smollm2), miscount=1).url)
+
+
+def test_tensorrt_llm_gives_al_per_domain_from_counters_one_domain_at_a_time(tmp_path, smollm2):
+    from runners.chat import ChatTokenizer
+
+    tokenizer = ChatTokenizer(smollm2)
+    domain_of = {tuple(tokenizer.chat_token_ids([{"role": "user", "content": r["turns"][0]}])):
+                 "coding" if i % 2 else "writing" for i, r in enumerate(ROWS)}
+    server = fake_trtllm(str(smollm2), lambda prompt: domain_of[tuple(prompt)])
+    summary = attach(tmp_path, smollm2, server.url)
+    assert summary.record_granularity == "domain"
+    # coding: 4 steps accepting 3 -> AL 4; writing: AL 2; together 1 + 16/8
+    assert summary.by_domain["coding"].al == 4.0 and summary.by_domain["writing"].al == 2.0 and summary.al == 3.0
+    assert summary.per_position_acceptance == [1.0, 0.5, 0.5] and summary.al_ci95 is None
+    # the text-only stream re-encoded: " one two three four" is four tokens of SmolLM2's vocabulary
+    assert list(read_parquet(tmp_path / "run" / "requests.parquet").output_tokens) == [4] * 4
+
+
+def test_the_engine_is_detected_and_a_server_that_does_not_report_is_refused(tmp_path, smollm2):
+    plain_sglang = Scripted({"/health": "", "/v1/models": models(str(smollm2), "sglang"), "/metrics": ""},
+                            lambda handler, body: handler.events([{"text": "x", "output_ids": [1], "meta_info": {
+                                "completion_tokens": 1, "finish_reason": {"type": "length"}}}]))
+    with pytest.raises(ConfigError, match=r"\(sglang\) reports no per-request speculative statistics: use SGLang 0.5.9"):
+        attach(tmp_path, smollm2, plain_sglang.url)
+    no_metrics = Scripted({"/health": "", "/v1/models": models(str(smollm2), "tensorrt_llm")}, None)
+    with pytest.raises(ConfigError, match=r"\(TensorRT-LLM\) shows no speculative counters at /prometheus/metrics: "
+                                          r"start trtllm-serve with return_perf_metrics: true"):
+        attach(tmp_path, smollm2, no_metrics.url)
+    with pytest.raises(ConfigError, match=r"drafts num_spec_tokens=3 per step but d=5"):
+        attach(tmp_path, smollm2, fake_sglang(str(smollm2)).url, "d=5")
+
+
+def test_a_plain_server_beside_an_attached_one_gives_the_speedup(tmp_path, smollm2):
+    spec, plain = FakeVllm(str(smollm2)), FakeVllm(str(smollm2), speculative=False)
+    summary = attach(tmp_path, smollm2, spec.url, "baseline=true", f"runner.baseline_url={plain.url}")
+    assert summary.lossless.identical and summary.operating_points[0].speedup is not None
+    assert all("prompt" in b for b in plain.bodies) and len(plain.bodies) == len(ROWS)
+
+
+def test_a_server_dying_mid_pass_keeps_the_finished_requests_but_no_summary(tmp_path, smollm2):
+    server = FakeVllm(str(smollm2))
+    real = server.RequestHandlerClass.do_POST
+    sent = []
+
+    def dies_on_the_third(handler):
+        if len(sent) == 1 + 2:  # the check's probe, then two of the run's requests
+            handler.connection.close()
+            return
+        sent.append(1)
+        real(handler)
+
+    server.RequestHandlerClass = type("Dying", (server.RequestHandlerClass,), {"do_POST": dies_on_the_third})
+    with pytest.raises(MeasurementError) as failure:
+        attach(tmp_path, smollm2, server.url, "batch_sizes=[1]")
+    assert exit_status(failure.value) == 3
+    assert "stopped answering during the pass" in str(failure.value) and "2 of 4 requests" in str(failure.value)
+    run_dir = tmp_path / "run"
+    assert not (run_dir / "summary.json").exists()
+    assert len(read_parquet(run_dir / "requests.parquet")) == 2
+    assert len((run_dir / "outputs.jsonl").read_text().splitlines()) == 2
