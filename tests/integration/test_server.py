@@ -18,6 +18,8 @@ from core.errors import ConfigError
 from evals.embedded_target import ensure_smollm2
 from tests.integration.conftest import measure, requests_of, steps_of
 
+REPO = Path(__file__).resolve().parents[2]
+
 SETTINGS = ["drafter=ngram", "d=3", "dataset=mt_bench", "dataset.num_requests=3", "sampling.max_tokens=40",
             "engine.max_model_len=2048"]
 
@@ -51,14 +53,16 @@ def test_a_launched_server_measures_what_the_in_process_engine_measures(tmp_path
     assert served["vllm_counters"] == inproc["vllm_counters"] and served["runner"] == "server"
     assert servers_running() == before
     # the server's own log is kept in the run dir; latency is measured from the stream
-    assert "Application startup complete" in (tmp_path / "server" / "server-speculative-B3.log").read_text()
+    log = (tmp_path / "server" / "server.log").read_text()
+    assert "===== speclens: the server of the speculative B=3 pass =====" in log and "Application startup complete" in log
     latency = served["operating_points"][0]["latency"]
     assert 0 < latency["ttft_ms"]["p50"] < latency["e2e_ms"]["p50"] and latency["tpot_ms"]["p50"] > 0
 
 
-@pytest.fixture
-def attached_server(tmp_path):
-    """A vLLM server the test starts itself (ngram, D = 3, per-step metrics), stopped afterwards."""
+@pytest.fixture(scope="module")
+def attached_server(tmp_path_factory):
+    """A vLLM server the tests start themselves (ngram, D = 3, per-step metrics), stopped afterwards."""
+    tmp_path = tmp_path_factory.mktemp("attached")
     target = ensure_smollm2()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -96,3 +100,20 @@ def test_an_attached_server_is_checked_then_measured(tmp_path, attached_server):
     second = measure(tmp_path / "b", "runner=server", f"runner.url={attached_server}", *SETTINGS)
     assert first["al"] == second["al"] > 1 and first["vllm_counters"] == second["vllm_counters"]
     assert per_request(tmp_path / "a") == per_request(tmp_path / "b")
+
+
+def test_a_sweep_shares_an_attached_server_without_mixing_counter_deltas(tmp_path, attached_server):
+    """Two jobs at once (joblib) on one attached server: their passes take turns on it (a lock per
+    server address), so each pass's counter deltas, checked exactly against its records, are its own."""
+    sweep = tmp_path / "sweep"
+    done = subprocess.run(
+        [sys.executable, "-m", "evals.run", "-m", "hydra/launcher=local", "hydra.launcher.n_jobs=2",
+         f"hydra.sweep.dir={sweep}", "runner=server", f"runner.url={attached_server}", *SETTINGS,
+         "dataset.num_requests=2", "seed=0,1"],
+        capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    summaries = [json.loads(p.read_text()) for p in sorted(sweep.rglob("summary.json"))]
+    assert len(summaries) == 2 and all(s["al"] > 1 for s in summaries)
+    # runner.exclusive (default) enforced the check: each run's counters are its own steps' sums
+    for s in summaries:
+        assert s["vllm_counters"]["num_drafts"] == s["n_steps"]

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -153,6 +157,56 @@ def test_the_slurm_launcher_settings_run_a_sweep_through_submitit(tmp_path):
     assert [read_summary(p.parent).d for p in sweep.rglob("summary.json")] == [2]
     assert [f["error"] for f in json.loads((sweep / "failures.json").read_text())] == ["d=0: must be >= 1."]
     assert list((sweep / ".submitit").rglob("*_result.pkl"))  # the jobs ran through submitit
+
+
+@pytest.fixture
+def ray_cluster(tmp_path):
+    """A one-node Ray cluster on 127.0.0.1 that the test starts (no dashboard, no GPUs) and stops:
+    `ray start --block` in a session of its own, so that stopping it stops only what it started."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ray = Path(sys.executable).parent / "ray"
+    temp = Path(tempfile.mkdtemp(prefix="ray-"))  # short: Ray's socket paths must fit 107 bytes
+    log = open(tmp_path / "ray.log", "w")
+    head = subprocess.Popen([str(ray), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
+                             "--num-cpus=2", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
+                             f"--temp-dir={temp}"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    address = f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while subprocess.run([str(ray), "status", f"--address={address}"], capture_output=True).returncode != 0:
+            assert head.poll() is None and time.monotonic() < deadline, (tmp_path / "ray.log").read_text()[-2000:]
+            time.sleep(1)
+        yield address
+    finally:
+        os.killpg(head.pid, signal.SIGINT)  # as Ctrl-C would: `ray start --block` stops its processes
+        try:
+            head.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
+        log.close()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_a_sweep_runs_on_a_ray_cluster(tmp_path, ray_cluster):
+    """hydra/launcher=ray_cluster attaches to a running cluster (RAY_ADDRESS) and runs each job as a
+    Ray task, in a worker process of the cluster's."""
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run(
+        [sys.executable, "-m", "evals.cli", "run", "-m", "hydra/launcher=ray_cluster",
+         "hydra.launcher.ray.remote.num_gpus=0", "hydra.launcher.ray.remote.num_cpus=1",
+         *fake_overrides(tmp_path, ROWS), "drafter=ngram", "d=1,2", f"hydra.sweep.dir={sweep}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO), "RAY_ADDRESS": ray_cluster})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(read_summary(p.parent).d for p in sweep.rglob("summary.json")) == [1, 2]
+    assert f"Using address {ray_cluster} set in the environment variable RAY_ADDRESS" in proc.stderr
+    assert proc.stdout.count("(_run_job pid=") >= 2  # printed from the cluster's worker processes
+    assert (sweep / "curves.csv").is_file()
 
 
 def test_each_record_granularity_gives_the_same_al_overall_and_per_domain(tmp_path):
