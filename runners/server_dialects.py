@@ -79,6 +79,16 @@ class Dialect(Protocol):
     def serves_speculation(self, metrics_text: str) -> bool: ...
 
 
+def completions_body(model: str, prompt: list[int], sampling: SamplingSpec) -> dict[str, Any]:
+    """An OpenAI completions request, streamed, asking for token ids (vLLM; ignored where unknown)."""
+    body = {"model": model, "prompt": prompt, "max_tokens": sampling.max_tokens,
+            "temperature": sampling.temperature, "top_p": sampling.top_p, "ignore_eos": sampling.ignore_eos,
+            "stream": True, "stream_options": {"include_usage": True}, "return_token_ids": True}
+    if sampling.temperature > 0:
+        body["seed"] = sampling.seed
+    return body
+
+
 class Vllm:
     name = "vllm"
     granularity = RecordGranularity.step
@@ -89,12 +99,7 @@ class Vllm:
     missing_stats = "start the server with --per-request-spec-decode-metrics detailed"
 
     def body(self, model: str, prompt: list[int], sampling: SamplingSpec) -> dict[str, Any]:
-        body = {"model": model, "prompt": prompt, "max_tokens": sampling.max_tokens,
-                "temperature": sampling.temperature, "top_p": sampling.top_p, "ignore_eos": sampling.ignore_eos,
-                "stream": True, "stream_options": {"include_usage": True}, "return_token_ids": True}
-        if sampling.temperature > 0:
-            body["seed"] = sampling.seed
-        return body
+        return completions_body(model, prompt, sampling)
 
     def read(self, event: dict[str, Any], reply: Reply) -> list[int]:
         if event.get("metrics"):
@@ -173,12 +178,7 @@ class Trtllm:
     missing_stats = "start trtllm-serve with return_perf_metrics: true in its --extra_llm_api_options"
 
     def body(self, model: str, prompt: list[int], sampling: SamplingSpec) -> dict[str, Any]:
-        body = {"model": model, "prompt": prompt, "max_tokens": sampling.max_tokens,
-                "temperature": sampling.temperature, "top_p": sampling.top_p, "ignore_eos": sampling.ignore_eos,
-                "stream": True, "stream_options": {"include_usage": True}, "return_token_ids": True}
-        if sampling.temperature > 0:
-            body["seed"] = sampling.seed
-        return body
+        return completions_body(model, prompt, sampling)
 
     def read(self, event: dict[str, Any], reply: Reply) -> list[int]:
         tokens = []
