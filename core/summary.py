@@ -11,6 +11,8 @@ Schema versions of summary.json:
 3  the runner that measured (`runner`: vllm | fake | ...).
 4  latency per operating point (`operating_points[].latency`: TTFT, TPOT, ITL, end to end).
 5  `record_granularity`: step | request | domain (how finely the engine reported acceptance).
+6  `operating_points[].speedup_account` (the measured speedup as the model times named
+   corrections) and, per domain, `predicted_corrected` with its range.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from core.account import SpeedupAccount
 from core.costs import StepTiming
 from core.errors import CorruptRecord, SpeclensError
 from core.files import write_json_atomic
@@ -31,7 +34,7 @@ from core.latency import Latency
 from core.metrics import GroupFigures, PositionBin
 
 SUMMARY_FILE = "summary.json"
-SUMMARY_VERSION = 5
+SUMMARY_VERSION = 6
 REPLAY_FILE = "replay.json"
 # replay.json: 1 had no version field (summary and stamp only); 2 carries `schema_version`, the
 # config fingerprint and the runner.
@@ -44,6 +47,9 @@ class DomainPoint(GroupFigures):
 
     predicted_speedup: float | None = None
     predicted_speedup_range: list[float] | None = None
+    # The prediction times the operating point's measured corrections (core/account.py).
+    predicted_corrected: float | None = None
+    predicted_corrected_range: list[float] | None = None
 
 
 @dataclass
@@ -82,6 +88,7 @@ class OperatingPoint(DomainPoint):
     lossless: LosslessCheck | None = None
     by_domain: dict[str, DomainPoint] = field(default_factory=dict)
     latency: Latency | None = None
+    speedup_account: SpeedupAccount | None = None
 
 
 @dataclass
@@ -248,9 +255,13 @@ def _summary_4_to_5(data: dict[str, Any]) -> dict[str, Any]:
     return data | {"record_granularity": "step"}  # every earlier runner recorded every step
 
 
+def _summary_5_to_6(data: dict[str, Any]) -> dict[str, Any]:
+    return data  # no account was kept: operating points keep speedup_account = null
+
+
 # version -> the step from that version to the next.
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    1: _summary_1_to_2, 2: _summary_2_to_3, 3: _summary_3_to_4, 4: _summary_4_to_5,
+    1: _summary_1_to_2, 2: _summary_2_to_3, 3: _summary_3_to_4, 4: _summary_4_to_5, 5: _summary_5_to_6,
 }
 
 

@@ -7,6 +7,7 @@ from typing import Mapping, Protocol, Sequence
 import pandas as pd
 
 from core import costs, metrics
+from core.account import SpeedupAccount, speedup_account
 from core.generation import RecordGranularity, SpecCounters, TurnResult
 from core.latency import Latency, latency_of
 from core.summary import (
@@ -73,6 +74,18 @@ def _domain_point(steps: pd.DataFrame, requests: pd.DataFrame, seed: int, point_
     return DomainPoint(**vars(figures), predicted_speedup=predicted, predicted_speedup_range=predicted_range)
 
 
+def _corrected(point: DomainPoint, account: SpeedupAccount | None) -> None:
+    """The domain's prediction times the corrections its operating point measured."""
+    if account is None or point.predicted_speedup is None:
+        return
+    point.predicted_corrected = point.predicted_speedup * account.correction
+    point.predicted_corrected_range = [v * account.correction for v in point.predicted_speedup_range]
+
+
+def _output_tokens(p: MeasuredPass) -> int:
+    return sum(len(r.output_token_ids) for r in p.results)
+
+
 def operating_points(
     passes: Sequence[MeasuredPass],
     baseline: Sequence[MeasuredPass],
@@ -94,15 +107,24 @@ def operating_points(
         b = p.batch_size
         at_b_steps, at_b_requests = steps_by_size.get(b, steps.iloc[0:0]), requests_by_size[b]
         point_costs = costs.operating_point_costs(engine_steps, b, d)
-        by_domain = p.domain_counters or {}
+        domain_counters = p.domain_counters or {}
         overall = _domain_point(at_b_steps, at_b_requests, seed, point_costs,
-                                sum(by_domain.values(), SpecCounters()) if p.domain_counters else None)
+                                sum(domain_counters.values(), SpecCounters()) if p.domain_counters else None)
         base = base_by_size.get(b)
         measured = None
         if base is not None and base.output_tokens_per_s > 0:
             measured = p.output_tokens_per_s / base.output_tokens_per_s
         latency = latency_of(p.results, p.generate_s)
         base_latency = latency_of(base.results, base.generate_s) if base is not None else None
+        account = None if base is None else speedup_account(
+            engine_steps, b, overall.predicted_speedup, overall.tokens_per_step, measured,
+            (_output_tokens(p), _output_tokens(base)), (p.elapsed_s, base.elapsed_s))
+        by_domain = {
+            domain: _domain_point(domain_steps, group, seed, point_costs, domain_counters.get(domain))
+            for domain, group, domain_steps in metrics.split_by_domain(at_b_steps, at_b_requests)
+        }
+        for point in [overall, *by_domain.values()]:
+            _corrected(point, account)
         points.append(OperatingPoint(
             **vars(overall),
             batch_size=b,
@@ -117,11 +139,9 @@ def operating_points(
             gap_above_tolerance=costs.gap_above_tolerance(overall.predicted_speedup, measured),
             **vars(point_costs),
             lossless=lossless_checks.get(b),
-            by_domain={
-                domain: _domain_point(domain_steps, group, seed, point_costs, by_domain.get(domain))
-                for domain, group, domain_steps in metrics.split_by_domain(at_b_steps, at_b_requests)
-            },
+            by_domain=by_domain,
             latency=latency,
+            speedup_account=account,
         ))
     return points
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from core.account import CORRECTIONS, MODEL
 from core.errors import SpeclensError, guarded
 from drafters.facts_table import HEADER as DRAFTER_HEADER
 from drafters.facts_table import comparison_rows
@@ -122,6 +123,39 @@ def latency_section(runs: list[Run]) -> Section | None:
                    tables=[(["run", "load", "TTFT", "TPOT", "ITL", "end to end", "tokens/s", "TPOT speedup"], rows)])
 
 
+# Waterfalls drawn at most (the table lists every operating point).
+MAX_WATERFALLS = 12
+
+
+def account_section(runs: list[Run]) -> Section | None:
+    """Each operating point's speedup account: the model's prediction times the corrections measured
+    from its engine steps, multiplying out to the measured speedup (core/account.py)."""
+    header = ["run", "B", *(name.replace("_", " ") for name in (MODEL, *CORRECTIONS)), "product", "measured",
+              "outside steps (spec / plain)"]
+    rows, images = [], []
+    for run in runs:
+        for point in run.summary.operating_points:
+            account = point.speedup_account
+            if account is None:
+                continue
+            outside = account.outside_steps or {}
+            rows.append([run.summary.label, str(point.batch_size), *(cell(account.factors[n], 3) for n in (MODEL, *CORRECTIONS)),
+                         cell(account.product, 3), cell(account.measured, 3),
+                         " / ".join(f"{outside.get(m, 0) or 0:.1%}" for m in ("speculative", "plain"))])
+            if len(images) < MAX_WATERFALLS:
+                images.append((f"account_{safe_name(run.summary.label)}_B{point.batch_size}",
+                               figures.waterfall(f"{run.summary.label}, B={point.batch_size}", account.factors,
+                                                 account.measured)))
+    if not rows:
+        return None
+    text = ["The measured speedup = the steady-state model T_verif(B)·tokens/step / T_step(B,D) × corrections, each the "
+            "speculative pass's over plain decoding's, measured from the engine steps: prefill (steps that also prefill "
+            "are slower), ramp-up and tail (fewer than B in flight), slow outliers (median over mean steady step), "
+            "token yield (tokens per request-step over tokens/step). Each correction is the model's error from that "
+            "cause. Time outside engine steps is not in the speedup (it is over engine-step time); its share is shown."]
+    return Section("Speedup account", text, tables=[(header, rows)], images=images)
+
+
 def stamp_section(runs: list[Run]) -> Section:
     section = Section("Run stamp")
     first = runs[0]
@@ -150,9 +184,9 @@ def build_sections(root: Path) -> list[Section]:
     sections.append(Section("Measured vs predicted speedup",
                             ["Predicted = T_verif(B)·tokens/step / (T_verif(B(1+D)) + T_draft(B,D)); needs baseline=true."]
                             if speed is None else [], images=[("speedup", speed)] if speed else []))
-    latency = latency_section(runs)
-    if latency is not None:
-        sections.append(latency)
+    for optional in (account_section(runs), latency_section(runs)):
+        if optional is not None:
+            sections.append(optional)
     sections.append(ranking_section(runs))
     sections.append(Section("Drafters", tables=[(DRAFTER_HEADER, comparison_rows())]))
     sections.append(stamp_section(runs))

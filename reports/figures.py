@@ -158,3 +158,28 @@ def trend(history: pd.DataFrame) -> bytes:
         ax.tick_params(axis="x", labelrotation=30)
 
     return draw(plot, size=(7.0, 4.2), dpi=110)
+
+
+def waterfall(title: str, factors: dict[str, float], measured: float) -> bytes:
+    """A speedup account as a waterfall: the model's prediction, each correction as the step it
+    takes the running product (green up, red down), and the measured speedup."""
+
+    def plot(ax):
+        names = list(factors)
+        running, x = 1.0, 0
+        for i, name in enumerate(names):
+            start = 0.0 if i == 0 else running  # the model's bar starts at 0; each correction where it was
+            running *= factors[name]
+            color = "tab:blue" if i == 0 else ("tab:green" if factors[name] >= 1 else "tab:red")
+            ax.bar(x, running - start, bottom=start, color=color, width=0.6)
+            ax.annotate(f"x{factors[name]:.3f}", (x, running), ha="center", fontsize=7, xytext=(0, 3),
+                        textcoords="offset points")
+            x += 1
+        ax.bar(x, measured, color="black", width=0.6)
+        ax.annotate(f"{measured:.3f}", (x, measured), ha="center", fontsize=7, xytext=(0, 3), textcoords="offset points")
+        ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+        ax.set_xticks(range(x + 1), [n.replace("_", " ") for n in names] + ["measured"], rotation=20, fontsize=7)
+        ax.set_ylabel("speedup")
+        ax.set_title(title)
+
+    return draw(plot, size=(6.4, 3.6), dpi=90)

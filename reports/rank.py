@@ -36,6 +36,8 @@ RANK_COLUMNS = [
     # Latency at the operating point (all prompts; runs that measured it): p50 in ms, and plain
     # decoding's p50 TPOT over this entry's.
     "ttft_p50_ms", "tpot_p50_ms", "latency_speedup",
+    # The prediction times the corrections its operating point measured (core/account.py), and range.
+    "predicted_corrected", "predicted_corrected_lo", "predicted_corrected_hi",
 ]
 
 
@@ -76,7 +78,12 @@ def _row(run: Run, point: OperatingPoint, domain: str, figures: DomainPoint, mea
     lo, hi = figures.predicted_speedup_range or (None, None)
     measured_speedup = point.speedup if measured else None
     predicted = figures.predicted_speedup
-    speedup, source = (measured_speedup, "measured") if measured_speedup is not None else (predicted, "predicted")
+    if measured_speedup is not None:
+        speedup, source = measured_speedup, "measured"
+    elif figures.predicted_corrected is not None:
+        speedup, source = figures.predicted_corrected, "predicted (corrected)"
+    else:
+        speedup, source = predicted, "predicted"
     t_step, t_draft = median_ms(point.t_step), point.t_draft_ms
     serve_memory, training_cost = _facts(s.drafter)
     tokens_per_s = point.output_tokens_per_s if measured else None
@@ -94,6 +101,9 @@ def _row(run: Run, point: OperatingPoint, domain: str, figures: DomainPoint, mea
         "tokens_per_s_per_request": tokens_per_s / point.batch_size if tokens_per_s is not None else None,
         "serve_memory": serve_memory, "training_cost": training_cost, "run": str(run.path),
         **_latency(point if measured else None),
+        "predicted_corrected": figures.predicted_corrected,
+        "predicted_corrected_lo": (figures.predicted_corrected_range or [None, None])[0],
+        "predicted_corrected_hi": (figures.predicted_corrected_range or [None, None])[1],
     }
 
 
@@ -289,6 +299,10 @@ def ranking_markdown(ranking: pd.DataFrame, notes: list[str]) -> str:
            "Measured where the run measured it (all of its prompts); predicted per domain from the domain's "
            "tokens per step and the run's measured step costs: speedup = T_verif(B)·tokens/step / "
            "(T_verif(B(1+D)) + T_draft(B,D)).", ""]
+    if (ranking.speedup_source == "predicted (corrected)").any():
+        out += ["Predicted (corrected): the domain's prediction times the corrections its operating point measured "
+                "in the speedup account (prefill, ramp-up and tail, slow outliers, token yield; summary.json "
+                "`speedup_account`), which do not depend on the domain.", ""]
     columns = display_columns(ranking)
     for (domain, b), group in ranking.groupby(["domain", "batch_size"], sort=True):
         out += [f"## {domain}, batch size {b}", "", f"{_verdict(group)}.", "",

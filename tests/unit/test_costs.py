@@ -96,6 +96,29 @@ def test_steady_steps_leave_out_prefill_and_partial_batches():
     assert costs.steady_walls(steps, "verify", 2, d=2).tolist() == [0.016]
 
 
+def test_the_speedup_account_multiplies_out_to_the_measured_speedup(tmp_path):
+    summary, out = measure(tmp_path, 2)
+    for point in summary["operating_points"]:
+        account = point["speedup_account"]
+        factors = account["factors"]
+        assert account["product"] == pytest.approx(point["speedup"], rel=1e-12) == account["measured"]
+        assert np.prod(list(factors.values())) == pytest.approx(account["product"], rel=1e-12)
+        assert factors["steady_state_model"] == point["predicted_speedup"]
+        # prefill steps: the speculative pass has 6 decode steps of 17 ms (B=1) per request where
+        # plain decoding has 18 of 11 ms, so the same prefill time weighs more in it
+        b = point["batch_size"]
+        prefill, steps = prefill_ms(out, b), 4 // b
+        plain, spec = {1: (11, 17), 2: (12, 24)}[b]
+        plain_mix = plain * (steps + 18 * steps) / (prefill + 18 * steps * plain)
+        spec_mix = spec * (steps + 6 * steps) / (prefill + 6 * steps * spec)
+        assert factors["prefill"] == pytest.approx(spec_mix / plain_mix)
+        # every request is as long as the others and steps cost what the script says: nothing else
+        for name in ("ramp_up_and_tail", "slow_outliers", "token_yield"):
+            assert factors[name] == pytest.approx(1.0)
+        coding = point["by_domain"]["coding"]
+        assert coding["predicted_corrected"] == pytest.approx(coding["predicted_speedup"] * factors["prefill"])
+
+
 def test_ranking_orders_by_speedup_with_plain_decoding_ranked_beside(tmp_path):
     measure(tmp_path, 2)
     measure(tmp_path, 1)
@@ -133,8 +156,11 @@ def test_per_domain_rows_of_a_mixed_run_are_predicted_and_labelled(tmp_path):
     spec = ranking[(ranking.drafter == "ngram") & (ranking.batch_size == 2)].set_index("domain")
     point = summary["operating_points"][1]
     assert spec.loc["all", "speedup_source"] == "measured" and spec.loc["all", "speedup"] == pytest.approx(point["speedup"])
-    assert spec.loc["coding", "speedup_source"] == "predicted"
-    assert spec.loc["coding", "speedup"] == pytest.approx(point["by_domain"]["coding"]["predicted_speedup"])
+    # the domain's prediction carries the corrections its operating point measured
+    correction = np.prod([v for k, v in point["speedup_account"]["factors"].items() if k != "steady_state_model"])
+    assert spec.loc["coding", "speedup_source"] == "predicted (corrected)"
+    assert spec.loc["coding", "speedup"] == pytest.approx(point["by_domain"]["coding"]["predicted_speedup"] * correction)
+    assert spec.loc["coding", "predicted_speedup"] == pytest.approx(point["by_domain"]["coding"]["predicted_speedup"])
     assert np.isnan(spec.loc["coding", "output_tokens_per_s"])
 
 
@@ -175,3 +201,20 @@ def test_a_sweep_that_cannot_be_ranked_any_more_drops_its_stale_ranking(tmp_path
     _, ranking, notes = sweep_outputs(sweep)
     assert ranking is None and any("no ranking: cannot rank without plain-decoding timings" in n for n in notes)
     assert not any((sweep / name).exists() for name in ("ranking.csv", "ranking.md", "pareto.png"))
+
+
+def test_pass_factors_name_prefill_tail_and_outliers():
+    from core.account import pass_factors
+
+    # B=2: a prefill step, three full decode steps (one 4x slower), a tail step with one request
+    steps = pd.DataFrame({"mode": "plain", "batch_size": 2, "step": range(5),
+                          "wall_s": [0.030, 0.010, 0.010, 0.040, 0.008], "num_requests": [2, 2, 2, 2, 1],
+                          "num_tokens": [10, 2, 2, 2, 1], "num_draft_tokens": 0})
+    f = pass_factors(steps, "plain", 2, output_tokens=9, tokens_per_request_step=1.0)
+    mean_steady, mean_decode, mean_all = 0.02, 0.068 / 4, 0.098 / 5
+    assert f["slow_outliers"] == pytest.approx(0.010 / mean_steady)
+    assert f["prefill"] == pytest.approx(mean_decode / mean_all)
+    assert f["ramp_up_and_tail"] == pytest.approx(mean_steady / mean_decode * (9 / 5) / 2)
+    assert f["token_yield"] == pytest.approx(1.0)
+    # together: the pass's throughput over what its median steady step would give (2 tokens / 10 ms)
+    assert np.prod(list(f.values())) == pytest.approx((9 / 0.098) / (2 / 0.010))

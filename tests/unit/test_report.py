@@ -15,7 +15,7 @@ from tests.unit.test_costs import measure
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SECTIONS = ("AL vs D per domain", "Per-position acceptance", "Acceptance histogram", "AL by context position",
-            "Measured vs predicted speedup", "Ranking", "Drafters", "Run stamp")
+            "Measured vs predicted speedup", "Speedup account", "Latency", "Ranking", "Drafters", "Run stamp")
 
 
 def sweep(tmp_path: Path) -> Path:
@@ -52,9 +52,9 @@ def test_report_loads_in_headless_chromium_with_its_plots(tmp_path):
     images = int(re.search(r'data-images="(\d+)"', body).group(1))
     loaded = int(re.search(r'data-images-loaded="(\d+)"', body).group(1))
     html = (root / "report.html").read_text()
-    # AL vs D for `all` and `coding`, per-position, histogram, AL by position, speedups, throughput vs
-    # interactivity (in the latency section)
-    assert images == html.count("<img ") == 7 and loaded == images, body
+    # AL vs D for `all` and `coding`, per-position, histogram, AL by position, speedups, a speedup
+    # account waterfall per run and batch size (2 x 2), throughput vs interactivity (latency section)
+    assert images == html.count("<img ") == 11 and loaded == images, body
     assert "data-errors" not in body
     shot = root / "report.png"
     chromium(f"--screenshot={shot}", "--window-size=1280,2400", (root / "report.html").as_uri())
@@ -91,3 +91,16 @@ def test_the_ranking_carries_latency_where_it_was_measured(tmp_path):
     assert at_1.loc["ngram", "latency_speedup"] == pytest.approx(198 / 102)
     assert at_1.loc["none", "tpot_p50_ms"] == pytest.approx(198 / 18) and at_1.loc["none", "latency_speedup"] == 1.0
     assert "TPOT p50 ms" in (tmp_path / "sweep" / "ranking.md").read_text()
+
+
+def test_the_report_shows_each_speedup_account_closing(tmp_path):
+    summary, _ = measure(tmp_path, 2)
+    build(tmp_path / "sweep")
+    section = (tmp_path / "sweep" / "report.md").read_text().split("## Speedup account")[1].split("\n## ")[0]
+    for point in summary["operating_points"]:
+        account = point["speedup_account"]
+        row = next(line for line in section.splitlines() if line.startswith(f"| ngram d=2 | {point['batch_size']} |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[2] == f"{point['predicted_speedup']:.3f}" and cells[3] == f"{account['factors']['prefill']:.3f}"
+        assert cells[7] == cells[8] == f"{point['speedup']:.3f}"  # product = measured
+    assert section.count("![account_") == 2
