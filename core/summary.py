@@ -105,6 +105,8 @@ class Timing:
     load_s: float | None = None
     baseline_generate_s: float | None = None
     baseline_output_tokens_per_s: float | None = None
+    # Seconds of the untimed warm-up request each engine got before its pass (all passes together).
+    warmup_s: float | None = None
 
 
 @dataclass

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -12,7 +12,9 @@ from core.generation import (
     COUNTER_NAMES,
     EngineStep,
     RecordGranularity,
+    SamplingSpec,
     SpecCounters,
+    TurnRequest,
     TurnResult,
 )
 from evals.conversation import run_conversations
@@ -45,6 +47,8 @@ class Pass:
     counted: tuple[str, ...] = COUNTER_NAMES
     # Domain granularity: each domain's counter deltas (its requests ran on their own).
     domain_counters: dict[str, SpecCounters] | None = None
+    # The untimed warm-up request before the pass (evals/passes.py warm_up).
+    warmup_s: float = 0.0
 
     @property
     def generate_s(self) -> float:
@@ -76,19 +80,22 @@ def run_passes(
         engine = factory(plan.target_dir, spec)
         load_s = time.perf_counter() - start
         show = progress(f"{mode} B={batch_size}")
-        began = time.perf_counter()
         results: list[TurnResult] = []
         try:
+            warmup_s, counted_before, steps_before = warm_up(engine, plan.sampling)
+            began = time.perf_counter()
             domain_counters = None
             if engine.record_granularity == RecordGranularity.domain and spec is not None:
                 domain_counters = _by_domain(engine, plan, show, batch_size, results)
             else:
                 results += run_conversations(engine, plan.prompts, plan.sampling, show, batch_size)
-            passes.append(Pass(mode, batch_size, results, engine.counters(), load_s, time.perf_counter() - began,
-                               engine.step_log(), engine.record_granularity, engine.counted, domain_counters))
+            counters = engine.counters()
+            passes.append(Pass(mode, batch_size, results,
+                               counters.since(counted_before) if counters is not None else None, load_s,
+                               time.perf_counter() - began, engine.step_log()[steps_before:], engine.record_granularity,
+                               engine.counted, domain_counters, warmup_s))
         except EngineFailed as exc:
-            partial = Pass(mode, batch_size, results + exc.finished, None, load_s, time.perf_counter() - began, [],
-                           engine.record_granularity)
+            partial = Pass(mode, batch_size, results + exc.finished, None, load_s, 0.0, [], engine.record_granularity)
             exc.passes = passes + [partial]
             raise
         finally:
@@ -97,6 +104,21 @@ def run_passes(
             engine.close()
             _keep_log(engine, logs_dir, f"{mode} B={batch_size}")
     return passes
+
+
+# The warm-up request: a prompt of no prompt set, a few tokens (a prefill and decode steps, with
+# drafting where the engine drafts) so that one-time costs (kernel compilation, allocation) are not timed.
+WARMUP_MESSAGE = [{"role": "user", "content": "Say hello."}]
+WARMUP_TOKENS = 4
+
+
+def warm_up(engine: Engine, sampling: SamplingSpec) -> tuple[float, SpecCounters, int]:
+    """Run the warm-up request; its seconds, and the counters and step count it leaves (what the
+    timed pass's own are measured from)."""
+    start = time.perf_counter()
+    request = TurnRequest("speclens-warmup", 0, tuple(engine.chat_token_ids(WARMUP_MESSAGE)))
+    engine.generate([request], replace(sampling, max_tokens=min(WARMUP_TOKENS, sampling.max_tokens)))
+    return time.perf_counter() - start, engine.counters() or SpecCounters(), len(engine.step_log())
 
 
 def _by_domain(engine: Engine, plan: RunPlan, show: ProgressFn | None, batch_size: int,

@@ -30,6 +30,7 @@ class MeasuredPass(Protocol):
     batch_size: int
     elapsed_s: float
     results: list[TurnResult]
+    warmup_s: float
     # Domain granularity: each domain's counter deltas, the domain's only acceptance record.
     domain_counters: dict[str, SpecCounters] | None
 
@@ -163,7 +164,8 @@ def pooled_timing(load_s: float, passes: Sequence[MeasuredPass], baseline: Seque
         return seconds, tokens / seconds if seconds > 0 else 0.0
 
     generate_s, tokens_per_s = pooled(passes)
-    timing = Timing(generate_s=generate_s, output_tokens_per_s=tokens_per_s, load_s=load_s)
+    timing = Timing(generate_s=generate_s, output_tokens_per_s=tokens_per_s, load_s=load_s,
+                    warmup_s=sum(p.warmup_s for p in [*passes, *baseline]))
     speedup = None
     if baseline:
         timing.baseline_generate_s, timing.baseline_output_tokens_per_s = pooled(baseline)

@@ -254,3 +254,19 @@ def test_a_request_granularity_miscount_is_caught(tmp_path):
     with pytest.raises(MeasurementError, match=r"per-request totals at batch size 1 do not sum to the engine's "
                                                r"speculative counters \(num_accepted_tokens: records 3 vs engine 4\)"):
         run(compose_config(overrides), tmp_path / "run", progress=lambda label: None)
+
+
+def test_each_engine_is_warmed_up_untimed_and_uncounted(tmp_path):
+    """A warm-up request (drafting, as the pattern makes every request draft) runs on each engine
+    before its pass: its time is recorded apart, and neither its steps nor its counters enter the
+    pass (the counter check would fail if they did)."""
+    rows = [{"question_id": f"q{i}", "category": "coding", "turns": [f"task {i}"]} for i in range(3)]
+    overrides = fake_overrides(tmp_path, rows) + ["drafter=ngram", "d=3", "batch_sizes=[1]", "baseline=true",
+                                                  "runner.step_sleep_s=0.01"]
+    summary = run(compose_config(overrides), tmp_path / "run", progress=lambda label: None)
+    engine_steps = read_parquet(tmp_path / "run" / "engine_steps.parquet")
+    requests = read_parquet(tmp_path / "run" / "requests.parquet")
+    # one request in flight: each engine step is one target pass of one of the prompts' requests
+    assert len(engine_steps[engine_steps["mode"] == "speculative"]) == requests.target_steps.sum()
+    # the speculative and the plain engine, each warmed up with a prefill and at least one decode step
+    assert summary.timing.warmup_s >= 2 * 2 * 0.01

@@ -186,7 +186,7 @@ def test_tensorrt_llm_gives_al_per_domain_from_counters_one_domain_at_a_time(tmp
     tokenizer = ChatTokenizer(smollm2)
     domain_of = {tuple(tokenizer.chat_token_ids([{"role": "user", "content": r["turns"][0]}])):
                  "coding" if i % 2 else "writing" for i, r in enumerate(ROWS)}
-    server = fake_trtllm(str(smollm2), lambda prompt: domain_of[tuple(prompt)])
+    server = fake_trtllm(str(smollm2), lambda prompt: domain_of.get(tuple(prompt), "writing"))  # + the warm-up
     summary = attach(tmp_path, smollm2, server.url)
     assert summary.record_granularity == "domain"
     # coding: 4 steps accepting 3 -> AL 4; writing: AL 2; together 1 + 16/8
@@ -214,7 +214,7 @@ def test_a_plain_server_beside_an_attached_one_gives_the_speedup(tmp_path, smoll
     spec, plain = FakeVllm(str(smollm2)), FakeVllm(str(smollm2), speculative=False)
     summary = attach(tmp_path, smollm2, spec.url, "baseline=true", f"runner.baseline_url={plain.url}")
     assert summary.lossless.identical and summary.operating_points[0].speedup is not None
-    assert all("prompt" in b for b in plain.bodies) and len(plain.bodies) == len(ROWS)
+    assert all("prompt" in b for b in plain.bodies) and len(plain.bodies) == len(ROWS) + 1  # + the warm-up
 
 
 def test_a_server_dying_mid_pass_keeps_the_finished_requests_but_no_summary(tmp_path, smollm2):
@@ -223,7 +223,7 @@ def test_a_server_dying_mid_pass_keeps_the_finished_requests_but_no_summary(tmp_
     sent = []
 
     def dies_on_the_third(handler):
-        if len(sent) == 1 + 2:  # the check's probe, then two of the run's requests
+        if len(sent) == 1 + 1 + 2:  # the check's probe, the warm-up, then two of the run's requests
             handler.connection.close()
             return
         sent.append(1)

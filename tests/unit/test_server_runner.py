@@ -146,10 +146,10 @@ def test_other_traffic_on_the_server_fails_the_check_unless_it_is_declared(tmp_p
     server = FakeVllm(str(smollm2))
     real = server.metrics_text
 
-    def busy_metrics() -> str:  # someone else's requests land once the pass's requests (after the probe) begin
+    def busy_metrics() -> str:  # someone else's requests land once the pass's requests (after probe and warm-up) begin
         text = real()
         return text.replace(f"num_drafts_total{{engine=\"0\",model_name=\"{server.model}\"}} ",
-                            f"num_drafts_total{{engine=\"0\",model_name=\"{server.model}\"}} 1") if len(server.bodies) > 1 else text
+                            f"num_drafts_total{{engine=\"0\",model_name=\"{server.model}\"}} 1") if len(server.bodies) > 2 else text
 
     server.metrics_text = busy_metrics
     with pytest.raises(MeasurementError, match="do not sum to the engine's speculative counters"):
