@@ -138,6 +138,9 @@ class RunConfig:
     # Also run without speculation at each B (lossless check, measured speedup, T_verif(B)) and
     # with a zero-cost proposer (T_verif(B*(1+D)), hence T_draft): see core/costs.py.
     baseline: bool = False
+    # With baseline=true: run the speculative and plain passes this many times, interleaved; the
+    # speedup is the median repeat's, with the range over all of them (null: once).
+    repeats: int | None = None
     # Re-run even when the run dir already holds a finished run of this configuration.
     force: bool = False
 
@@ -153,7 +156,7 @@ class ReplayConfig(RunConfig):
 NOT_FINGERPRINTED = ("force", "logger", "runner")
 # Keys added after run dirs were first fingerprinted: they enter the fingerprint only when set, so
 # a configuration that does not use them keeps the identity its finished runs were stored under.
-FINGERPRINTED_WHEN_SET = ("request_rate",)
+FINGERPRINTED_WHEN_SET = ("request_rate", "repeats")
 
 
 def config_fingerprint(resolved: dict[str, Any], names: dict[str, str]) -> str:

@@ -12,7 +12,8 @@ Schema versions of summary.json:
 4  latency per operating point (`operating_points[].latency`: TTFT, TPOT, ITL, end to end).
 5  `record_granularity`: step | request | domain (how finely the engine reported acceptance).
 6  `operating_points[].speedup_account` (the measured speedup as the model times named
-   corrections) and, per domain, `predicted_corrected` with its range.
+   corrections) and, per domain, `predicted_corrected` with its range; `speedup_range` and
+   `speedup_repeats` (repeats=N); `timing.warmup_s`.
 """
 
 from __future__ import annotations
@@ -75,7 +76,10 @@ class OperatingPoint(DomainPoint):
     # Start to end of the pass: the engine's steps plus the harness between them.
     elapsed_s: float = 0.0
     baseline_output_tokens_per_s: float | None = None
+    # With repeats: the median repeat's speedup, the range over all repeats and each repeat's.
     speedup: float | None = None
+    speedup_range: list[float] | None = None
+    speedup_repeats: list[float] | None = None
     # Plain decoding's median TPOT over the speculative pass's, at the same B (what a user of the
     # served model feels; `speedup` is the throughput ratio).
     latency_speedup: float | None = None

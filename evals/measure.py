@@ -63,12 +63,48 @@ def _pooled_domain_counters(passes: list[Pass]) -> dict[str, SpecCounters] | Non
     return pooled
 
 
-def write_records(passes: list[Pass], plan: RunPlan, out_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """steps.parquet, requests.parquet and outputs.jsonl of these passes; the two frames."""
+def _check_counters(passes: list[Pass], plan: RunPlan) -> None:
+    """Each speculative pass's records against the engine's counters (core/metrics.py)."""
+    cfg = plan.config
+    steps, requests = record_frames(passes, plan)
+    for p in passes:
+        if p.record_granularity == RecordGranularity.domain:
+            continue  # its counters are its only acceptance record: nothing to check them against
+        metrics.check_counters(steps[steps.batch_size == p.batch_size], p.counters, plan.d, f"batch size {p.batch_size}",
+                               enforce=runner_of(cfg).exclusive(cfg),
+                               requests=requests[requests.batch_size == p.batch_size], counted=p.counted)
+
+
+def median_repeats(spec_rounds: list[list[Pass]], plain_rounds: list[list[Pass]]
+                   ) -> tuple[list[Pass], list[Pass], dict[int, list[float]]]:
+    """Per batch size, the repeat whose speedup is the median (the lower middle one for an even
+    count: a repeat that was measured, so its records and speedup account belong together), and
+    every repeat's speedup; the first repeat where there is no baseline."""
+    if not plain_rounds:
+        return spec_rounds[0], [], {}
+    chosen_spec, chosen_plain, spreads = [], [], {}
+    for i, first in enumerate(spec_rounds[0]):
+        pairs = [(spec[i], plain[i]) for spec, plain in zip(spec_rounds, plain_rounds)]
+        speedups = [s.output_tokens_per_s / p.output_tokens_per_s if p.output_tokens_per_s else 0.0 for s, p in pairs]
+        median = sorted(range(len(pairs)), key=speedups.__getitem__)[(len(pairs) - 1) // 2]
+        chosen_spec.append(pairs[median][0])
+        chosen_plain.append(pairs[median][1])
+        spreads[first.batch_size] = speedups
+    return chosen_spec, chosen_plain, spreads
+
+
+def record_frames(passes: list[Pass], plan: RunPlan) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The steps and requests frames of these passes."""
     by_id = {p.request_id: p for p in plan.prompts}
     steps = pd.concat([records.step_frame(p.results, by_id, p.batch_size) for p in passes], ignore_index=True)
     requests = pd.concat([records.request_frame(p.results, by_id, p.batch_size, p.record_granularity)
                           for p in passes], ignore_index=True)
+    return steps, requests
+
+
+def write_records(passes: list[Pass], plan: RunPlan, out_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """steps.parquet, requests.parquet and outputs.jsonl of these passes; the two frames."""
+    steps, requests = record_frames(passes, plan)
     records.write_parquet(steps, out_dir / "steps.parquet")
     records.write_parquet(requests, out_dir / "requests.parquet")
     write_outputs(passes, out_dir / "outputs.jsonl")
@@ -131,23 +167,22 @@ def _execute(
     write_json_atomic(stamp, out_dir / STAMP_FILE)
 
     mode = PassMode.speculative if spec is not None else PassMode.plain
-    passes = _kept_on_failure(lambda: run_passes(plan, factory, spec, mode, progress, out_dir),
-                              lambda finished: write_records(finished, plan, out_dir))
+    spec_rounds: list[list[Pass]] = []
+    plain_rounds: list[list[Pass]] = []
+    for _ in range(cfg.repeats or 1):  # speculative and plain passes interleaved, repeat by repeat
+        spec_rounds.append(_kept_on_failure(lambda: run_passes(plan, factory, spec, mode, progress, out_dir),
+                                            lambda finished: write_records(finished, plan, out_dir)))
+        if spec is not None:
+            write_records(spec_rounds[-1], plan, out_dir)  # kept for inspection if the check fails
+            _check_counters(spec_rounds[-1], plan)
+        if cfg.baseline and spec is not None:
+            plain_rounds.append(_kept_on_failure(
+                lambda: run_passes(plan, factory, None, PassMode.plain, progress, out_dir),
+                lambda finished: write_outputs(finished, out_dir / "baseline_outputs.jsonl")))
+    passes, baseline, spreads = median_repeats(spec_rounds, plain_rounds)
     steps, requests = write_records(passes, plan, out_dir)
     engine_steps = write_engine_steps(passes, out_dir / "engine_steps.parquet")
-    if spec is not None:
-        for p in passes:
-            if p.record_granularity == RecordGranularity.domain:
-                continue  # its counters are its only acceptance record: nothing to check them against
-            at_b = steps.batch_size == p.batch_size
-            metrics.check_counters(steps[at_b], p.counters, plan.d, f"batch size {p.batch_size}",
-                                   enforce=runner_of(cfg).exclusive(cfg),
-                                   requests=requests[requests.batch_size == p.batch_size], counted=p.counted)
-
-    baseline: list[Pass] = []
-    if cfg.baseline and spec is not None:
-        baseline = _kept_on_failure(lambda: run_passes(plan, factory, None, PassMode.plain, progress, out_dir),
-                                    lambda finished: write_outputs(finished, out_dir / "baseline_outputs.jsonl"))
+    if baseline:
         write_outputs(baseline, out_dir / "baseline_outputs.jsonl")
         # The zero-cost pass only times engine steps: useless where the engine shows none (a server).
         if any(p.engine_steps for p in passes):
@@ -157,7 +192,8 @@ def _execute(
     counters = sum((p.counters for p in passes), SpecCounters()) if spec is not None else None
     greedy = plan.sampling.temperature == 0
     checks = {b.batch_size: lossless(p.results, b.results, greedy) for p, b in zip(passes, baseline)}
-    points = operating_points(passes, baseline, steps, requests, engine_steps, plan.d, cfg.seed, checks, cfg.request_rate)
+    points = operating_points(passes, baseline, steps, requests, engine_steps, plan.d, cfg.seed, checks, cfg.request_rate,
+                              spreads)
     granularity = passes[0].record_granularity if spec is not None else RecordGranularity.step
     timing, speedup = pooled_timing(sum(p.load_s for p in passes), passes, baseline)
     summary = build_summary(

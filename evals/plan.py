@@ -105,6 +105,12 @@ def check_scalars(cfg: RunConfig) -> None:
         if cfg.batch_sizes is not None:
             raise ConfigError("request_rate= (open loop) and batch_sizes= (closed loop) are two kinds of load; "
                               "give one of them.")
+    if cfg.repeats is not None:
+        if cfg.repeats < 1:
+            raise ConfigError(f"repeats={cfg.repeats}: must be >= 1 (or null for once).")
+        if cfg.repeats > 1 and not cfg.baseline:
+            raise ConfigError(f"repeats={cfg.repeats} repeats the speculative and plain passes to measure the "
+                              "speedup's spread: add baseline=true.")
     if not 0 < cfg.engine.gpu_memory_utilization <= 1:
         raise ConfigError(f"engine.gpu_memory_utilization={cfg.engine.gpu_memory_utilization}: must be in (0, 1].")
 

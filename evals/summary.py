@@ -97,6 +97,7 @@ def operating_points(
     seed: int,
     lossless_checks: Mapping[int, LosslessCheck],
     request_rate: float | None = None,
+    spreads: Mapping[int, list[float]] | None = None,
 ) -> list[OperatingPoint]:
     """Per batch size: acceptance, throughput, the cost decomposition and both speedups;
     `lossless_checks` holds each batch size's comparison with plain decoding, if it ran."""
@@ -135,6 +136,8 @@ def operating_points(
             elapsed_s=p.elapsed_s,
             baseline_output_tokens_per_s=base.output_tokens_per_s if base else None,
             speedup=measured,
+            speedup_range=_range((spreads or {}).get(b)),
+            speedup_repeats=(spreads or {}).get(b) if spreads and len(spreads[b]) > 1 else None,
             latency_speedup=_tpot_ratio(base_latency, latency),
             speedup_gap=costs.speedup_gap(overall.predicted_speedup, measured),
             gap_above_tolerance=costs.gap_above_tolerance(overall.predicted_speedup, measured),
@@ -145,6 +148,11 @@ def operating_points(
             speedup_account=account,
         ))
     return points
+
+
+def _range(speedups: list[float] | None) -> list[float] | None:
+    """[min, max] of the repeats' speedups; None for a single measurement (no spread to show)."""
+    return [min(speedups), max(speedups)] if speedups and len(speedups) > 1 else None
 
 
 def _tpot_ratio(base: Latency | None, spec: Latency) -> float | None:

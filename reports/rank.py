@@ -38,6 +38,8 @@ RANK_COLUMNS = [
     "ttft_p50_ms", "tpot_p50_ms", "latency_speedup",
     # The prediction times the corrections its operating point measured (core/account.py), and range.
     "predicted_corrected", "predicted_corrected_lo", "predicted_corrected_hi",
+    # With repeats: the measured speedup's range over them; entries whose ranges overlap share a rank.
+    "speedup_lo", "speedup_hi", "tie",
 ]
 
 
@@ -101,6 +103,8 @@ def _row(run: Run, point: OperatingPoint, domain: str, figures: DomainPoint, mea
         "tokens_per_s_per_request": tokens_per_s / point.batch_size if tokens_per_s is not None else None,
         "serve_memory": serve_memory, "training_cost": training_cost, "run": str(run.path),
         **_latency(point if measured else None),
+        "speedup_lo": (point.speedup_range or [None, None])[0] if measured else None,
+        "speedup_hi": (point.speedup_range or [None, None])[1] if measured else None,
         "predicted_corrected": figures.predicted_corrected,
         "predicted_corrected_lo": (figures.predicted_corrected_range or [None, None])[0],
         "predicted_corrected_hi": (figures.predicted_corrected_range or [None, None])[1],
@@ -120,6 +124,7 @@ def _plain_row(run: Run, point: OperatingPoint, domain: str) -> dict[str, Any]:
         "tokens_per_s_per_request": tokens_per_s / point.batch_size if tokens_per_s else None,
         "serve_memory": memory, "training_cost": training, "run": str(run.path),
         **_plain_latency(point if domain == "all" or len(point.by_domain) == 1 else None, run.summary.d is not None),
+        "speedup_lo": 1.0, "speedup_hi": 1.0,
     }
 
 
@@ -160,9 +165,25 @@ def ranking_rows(runs: list[Run]) -> pd.DataFrame:
                     plain[key] = _plain_row(run, point, domain)
     frame = pd.DataFrame(rows + list(plain.values()), columns=RANK_COLUMNS)
     frame = frame.sort_values(["domain", "batch_size", "speedup"], ascending=[True, True, False], na_position="last")
+    frame = frame.reset_index(drop=True)
     frame["rank"] = frame.groupby(["domain", "batch_size"])["speedup"].rank(method="min", ascending=False)
     frame["rank"] = frame["rank"].astype("Int64")
-    return frame.reset_index(drop=True)
+    frame["tie"] = False
+    for _, group in frame.groupby(["domain", "batch_size"], sort=False):
+        _mark_ties(frame, list(group.index))
+    return frame
+
+
+def _mark_ties(frame: pd.DataFrame, order: list[int]) -> None:
+    """Within one (domain, B), in speedup order: an entry whose measured range overlaps the one
+    ranked just above it shares that entry's rank, both marked as a tie."""
+    for above, below in zip(order, order[1:]):
+        lo_a, hi_a, lo_b, hi_b = (frame.at[i, k] for i in (above, below) for k in ("speedup_lo", "speedup_hi"))
+        if any(pd.isna(v) for v in (lo_a, hi_a, lo_b, hi_b)) or pd.isna(frame.at[below, "speedup"]):
+            continue
+        if lo_b <= hi_a and lo_a <= hi_b:
+            frame.at[below, "rank"] = frame.at[above, "rank"]
+            frame.loc[[above, below], "tie"] = True
 
 
 def check_unique(runs: list[Run]) -> None:
@@ -277,6 +298,9 @@ def display_rows(group: pd.DataFrame, columns: list[tuple[str, str, int]] = DISP
         cells = []
         for key, _, digits in columns:
             value = r[key]
+            if key == "rank" and r["tie"] is True:
+                cells.append(f"{value}=")  # tied: its repeat range overlaps a neighbour's
+                continue
             if key == "d":
                 value = None if pd.isna(value) else int(value)
             cells.append(cell(value, digits))
@@ -289,6 +313,10 @@ def _verdict(group: pd.DataFrame) -> str:
     if ranked.empty:
         return "nothing ranked"
     top = ranked.iloc[0]
+    tied = ranked[(ranked["rank"] == top["rank"]) & ranked["tie"].astype(bool)]
+    if len(tied) > 1:
+        names = ", ".join("plain decoding" if r.drafter == "none" else f"{r.drafter} d={int(r.d)}" for r in tied.itertuples())
+        return f"a tie between {names}: their speedups' ranges over the repeats overlap"
     if top.drafter == "none":
         return "plain decoding is fastest here: no mechanism measured pays at this operating point"
     return f"fastest: {top.drafter} d={int(top.d)} at x{top.speedup:.2f} ({top.speedup_source})"

@@ -77,6 +77,9 @@ def operating_point_line(point: OperatingPoint) -> str:
     speedups = ""
     if point.speedup is not None:
         speedups += f", speedup x{point.speedup:.2f} measured"
+    if point.speedup_range is not None:
+        lo, hi = point.speedup_range
+        speedups += f" [{lo:.2f}, {hi:.2f}] over {len(point.speedup_repeats or [])} repeats"
     if point.latency_speedup is not None:
         speedups += f" (TPOT x{point.latency_speedup:.2f})"
     if point.predicted_speedup is not None:
@@ -84,6 +87,10 @@ def operating_point_line(point: OperatingPoint) -> str:
         speedups += f", x{point.predicted_speedup:.2f} predicted [{lo:.2f}, {hi:.2f}]"
     if point.gap_above_tolerance:
         speedups += f" (gap {point.speedup_gap:+.0%}: above {GAP_TOLERANCE:.0%})"
+    account = point.speedup_account
+    if account is not None:
+        speedups += ("; measured = " + " x ".join(f"{name.split('_')[0]} {v:.3f}" for name, v in account.factors.items())
+                     + " (speedup_account)")
     latency = point.latency
     p50 = lambda p: cell(p.p50 if p else None, 1)  # noqa: E731
     waits = "" if latency is None else (

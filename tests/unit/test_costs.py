@@ -218,3 +218,51 @@ def test_pass_factors_name_prefill_tail_and_outliers():
     assert f["token_yield"] == pytest.approx(1.0)
     # together: the pass's throughput over what its median steady step would give (2 tokens / 10 ms)
     assert np.prod(list(f.values())) == pytest.approx((9 / 0.098) / (2 / 0.010))
+
+
+def _pass(mode: str, seconds: float, tokens: int = 100):
+    from core.generation import TurnResult
+    from evals.passes import Pass
+
+    result = TurnResult("q", 0, 5, list(range(tokens)), "", [], tokens, seconds)
+    return Pass(mode, 1, [result], None, 0.0, seconds, [])
+
+
+def test_repeats_give_the_median_repeat_and_the_range():
+    from evals.measure import median_repeats
+
+    # speedups of the three repeats: 2.0, 1.25, 1.6 -> the median repeat is the third
+    spec = [[_pass("speculative", s)] for s in (1.0, 2.0, 1.25)]
+    plain = [[_pass("plain", s)] for s in (2.0, 2.5, 2.0)]
+    passes, baseline, spreads = median_repeats(spec, plain)
+    assert passes[0] is spec[2][0] and baseline[0] is plain[2][0]
+    assert spreads == {1: [2.0, 1.25, 1.6]}
+    # an even count takes the lower middle repeat, one that was measured
+    passes, _, _ = median_repeats(spec[:2], plain[:2])
+    assert passes[0] is spec[1][0]
+
+
+def test_entries_whose_repeat_ranges_overlap_are_tied(tmp_path):
+    from reports.rank import _mark_ties, _verdict
+
+    frame = pd.DataFrame({"drafter": ["ngram", "suffix", "none", "eagle3"], "d": [3, 3, None, 5],
+                          "speedup": [1.50, 1.45, 1.0, 0.9], "speedup_lo": [1.42, 1.30, 1.0, 0.85],
+                          "speedup_hi": [1.55, 1.44, 1.0, 0.97], "rank": pd.array([1, 2, 3, 4], dtype="Int64"),
+                          "tie": False})
+    _mark_ties(frame, list(frame.index))
+    assert list(frame["rank"]) == [1, 1, 3, 4] and list(frame["tie"]) == [True, True, False, False]
+    assert _verdict(frame) == "a tie between ngram d=3, suffix d=3: their speedups' ranges over the repeats overlap"
+
+
+def test_repeats_need_a_baseline(tmp_path):
+    with pytest.raises(ConfigError, match=r"repeats=3 repeats the speculative and plain passes .*: add baseline=true"):
+        run(compose_run(*fake_overrides(tmp_path, PROMPTS), "drafter=ngram", "repeats=3"), tmp_path / "run")
+
+
+def test_a_repeated_run_reports_each_repeat(tmp_path):
+    summary, _ = measure(tmp_path, 2, "repeats=3")
+    for point in summary["operating_points"]:
+        # the fake's scripted step times are the same every time: three equal speedups
+        assert point["speedup_repeats"] == pytest.approx([point["speedup"]] * 3)
+        assert point["speedup_range"] == pytest.approx([point["speedup"]] * 2)
+        assert point["speedup_account"]["product"] == pytest.approx(point["speedup"])
