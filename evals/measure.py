@@ -29,6 +29,7 @@ from evals.summary import (
     operating_points,
     pooled_timing,
 )
+from reports.profile import PROFILE_FILE, run_profiles, write_profiles
 from runners.engine import EngineFactory, EngineFailed
 from runners.registry import runner_of
 
@@ -36,7 +37,7 @@ STAMP_FILE = "stamp.json"
 ERROR_LOG = "error.log"
 # Everything a measurement writes into a run dir (evals/run_dir.py publishes them; summary.json last).
 RUN_ARTIFACTS = (STAMP_FILE, "steps.parquet", "requests.parquet", "engine_steps.parquet", "outputs.jsonl",
-                 "baseline_outputs.jsonl", SERVER_LOG, ERROR_LOG, "failure.json", SUMMARY_FILE)
+                 "baseline_outputs.jsonl", SERVER_LOG, PROFILE_FILE, ERROR_LOG, "failure.json", SUMMARY_FILE)
 
 
 def write_outputs(passes: list[Pass], path: Path) -> None:
@@ -217,5 +218,8 @@ def _execute(
         speedup=speedup,
         operating_points=points,
     )
+    profiles = run_profiles(out_dir, summary)
+    if profiles:
+        write_profiles(profiles, out_dir)
     summary.write(out_dir)
     return summary

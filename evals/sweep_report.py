@@ -25,6 +25,7 @@ from core.files import write_json_atomic
 from core.redact import redact
 from core.summary import SUMMARY_FILE
 from reports.curves import write_curves
+from reports.profile import PROFILE_FILE, write_profiles
 from reports.rank import write_ranking
 from reports.wandb_log import log_sweep
 
@@ -33,7 +34,7 @@ FAILURES_FILE = "failures.json"
 # The failed jobs of the last multirun in this process (evals.run's exit status reads them).
 LAST_SWEEP_FAILURES: list[dict[str, Any]] = []
 CURVE_FILES = ("curves.csv", "curves.parquet")
-RANKING_FILES = ("ranking.csv", "ranking.md", "pareto.png")
+RANKING_FILES = ("ranking.csv", "ranking.md", "serve.json", "pareto.png")
 
 
 def record_failure(job_dir: Path, overrides: list[str], message: str, status: int) -> None:
@@ -79,6 +80,12 @@ def sweep_outputs(sweep_dir: Path) -> tuple[Any, Any, list[str]]:
     except SpeclensError as exc:
         _remove(sweep_dir, RANKING_FILES)
         notes.append(f"no ranking: {exc}")
+    profiles = [p for run_file in sorted(sweep_dir.glob(f"*/{PROFILE_FILE}"))
+                if (run_file.parent / SUMMARY_FILE).is_file() for p in json.loads(run_file.read_text())["profiles"]]
+    if profiles:
+        write_profiles(profiles, sweep_dir)
+    else:
+        _remove(sweep_dir, (PROFILE_FILE,))
     return curves, ranking, notes
 
 

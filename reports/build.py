@@ -30,6 +30,7 @@ from reports.rank import (
     rank_runs,
 )
 from reports.runs import Run, check_consistent, find_runs
+from reports.serve import serve_markdown, serve_plan
 from reports.table import cell, markdown_table
 
 # Tells a browser test whether every image decoded and no script error happened.
@@ -88,6 +89,7 @@ def ranking_section(runs: list[Run]) -> Section:
         section.text.append(f"{domain}, batch size {b}")
         section.tables.append(([label for _, label, _ in columns], display_rows(group, columns)))
     section.text += guideline_notes(runs, ranking)
+    section.text += [line for line in serve_markdown(serve_plan(ranking, runs)) if line]
     return section
 
 

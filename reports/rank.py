@@ -1,7 +1,8 @@
 """`python -m reports.rank <runs or sweep dirs> [--out DIR]`: (mechanism, D) ranked per domain
 and operating point by speedup over plain decoding (guideline 5).
 
-Writes ranking.csv, ranking.md and pareto.png into --out (default: the first dir given).
+Writes ranking.csv, ranking.md, serve.json (what to deploy: reports/serve.py) and pareto.png into
+--out (default: the first dir given).
 The speedup is the measured one (speculative output tokens/s over plain decoding at the same
 batch size and prompts) where the run measured it, i.e. over all its prompts; per domain of a
 mixed run it is predicted from the domain's tokens per step and the run's measured step costs
@@ -21,11 +22,13 @@ import pandas as pd
 
 from core import costs
 from core.errors import SpeclensError, guarded
+from core.files import write_json_atomic
 from core.guidelines import Guidelines, low_latency_speedup
 from core.summary import DomainPoint, OperatingPoint
 from drafters.facts_table import facts_of
 from reports import figures
 from reports.runs import Run, check_consistent, find_runs
+from reports.serve import SERVE_FILE, serve_markdown, serve_plan
 from reports.table import cell, markdown_table, median_ms, text_table
 
 RANK_COLUMNS = [
@@ -377,7 +380,9 @@ def write_ranking(dirs: list[Path], out_dir: Path | None = None) -> tuple[pd.Dat
     ranking = rank_runs(runs)
     notes = guideline_notes(runs, ranking)
     ranking.to_csv(out_dir / "ranking.csv", index=False)
-    (out_dir / "ranking.md").write_text(ranking_markdown(ranking, notes))
+    plan = serve_plan(ranking, runs)
+    write_json_atomic(plan, out_dir / SERVE_FILE)
+    (out_dir / "ranking.md").write_text(ranking_markdown(ranking, notes) + "\n" + "\n".join(serve_markdown(plan)))
     (out_dir / "pareto.png").write_bytes(plot_pareto(ranking))
     return ranking, notes
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
@@ -53,5 +55,15 @@ def test_two_batch_sizes_give_costs_speedups_and_a_ranking(tmp_path):
         winner = group.iloc[0].drafter
         assert winner == ("ngram" if point["speedup"] > 1 else "none")
     assert any("G (query heads per KV head) = 3" in n for n in notes)
+    # every speculative config serve.json emits builds in vLLM's own config class (no engine started)
+    from vllm.config import SpeculativeConfig
+
+    plan = json.loads((tmp_path / "sweep" / "serve.json").read_text())
+    emitted = [w["speculative_config"] for w in plan["winners"]] + list(plan["schedule_configs"].values())
+    for config in filter(None, emitted):
+        built = SpeculativeConfig(**config)
+        assert (built.method, built.num_speculative_tokens) == ("ngram", config["num_speculative_tokens"])
+        if "num_speculative_tokens_per_batch_size" in config:
+            assert built.uses_dynamic_speculative_decoding()
     csv = pd.read_csv(tmp_path / "sweep" / "ranking.csv")
     assert len(csv) == len(ranking) and (tmp_path / "sweep" / "pareto.png").stat().st_size > 10_000

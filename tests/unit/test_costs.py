@@ -266,3 +266,30 @@ def test_a_repeated_run_reports_each_repeat(tmp_path):
         assert point["speedup_repeats"] == pytest.approx([point["speedup"]] * 3)
         assert point["speedup_range"] == pytest.approx([point["speedup"]] * 2)
         assert point["speedup_account"]["product"] == pytest.approx(point["speedup"])
+
+
+def test_serve_json_names_each_winner_config_and_a_schedule_per_mechanism(tmp_path):
+    import json
+
+    from reports.serve import schedule
+
+    measure(tmp_path, 1)
+    measure(tmp_path, 2)
+    ranking, _ = write_ranking([tmp_path / "sweep"])
+    plan = json.loads((tmp_path / "sweep" / "serve.json").read_text())
+    stamps = {str(p.parent): json.loads(p.read_text()) for p in (tmp_path / "sweep").glob("*/stamp.json")}
+    for w in plan["winners"]:
+        top = ranking[(ranking.domain == w["domain"]) & (ranking.batch_size == w["batch_size"])].iloc[0]
+        assert (w["drafter"], w["speedup"]) == (top.drafter, pytest.approx(top.speedup))
+        # the exact speculative config the winning run was measured with
+        assert w["speculative_config"] == stamps[top.run]["speculative_config"]
+        assert w["speculative_config"]["num_speculative_tokens"] == w["d"]
+    # the fake's scripts: d=2 beats d=1 at both batch sizes, so ngram serves k=2 from 1 to max_num_seqs
+    assert plan["schedules"] == {"ngram": [[1, plan["max_num_seqs"], 2]]}
+    assert plan["schedule_configs"]["ngram"]["num_speculative_tokens_per_batch_size"] == [[1, plan["max_num_seqs"], 2]]
+    assert "## What to serve" in (tmp_path / "sweep" / "ranking.md").read_text()
+    # a B where plain decoding wins gets k = 0; a tie goes to the smaller D
+    frame = pd.DataFrame({"domain": "all", "batch_size": [1, 1, 1, 8, 8, 8], "drafter": ["ngram", "ngram", "none"] * 2,
+                          "d": [2, 5, None, 2, 5, None], "speedup": [1.3, 1.3, 1.0, 0.8, 0.9, 1.0],
+                          "speedup_lo": None, "speedup_hi": None})
+    assert schedule(frame, "ngram", 64) == [[1, 7, 2], [8, 64, 0]]

@@ -6,9 +6,10 @@ import json
 import os
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from core.errors import ConfigError, MeasurementError
+from core.errors import ConfigError, CorruptRecord, MeasurementError
 from core.records import read_parquet
 from core.summary import read_summary
 from evals.run import run
@@ -210,3 +211,26 @@ def test_a_run_dir_holding_another_configuration_is_not_overwritten(tmp_path):
     fake_run(tmp_path)
     with pytest.raises(ConfigError, match="already holds a finished run of a different configuration; force=true"):
         fake_run(tmp_path, "d=2")
+
+
+def test_a_run_writes_its_acceptance_profile_for_vllms_synthetic_sampler(tmp_path):
+    from reports.profile import profile
+
+    summary, out, _ = fake_run(tmp_path)
+    profiles = {p["domain"]: p for p in json.loads((out / "speculation_profile.json").read_text())["profiles"]}
+    assert set(profiles) == {"all", *summary["by_domain"]}
+    whole = profiles["all"]
+    assert (whole["drafter"], whole["d"], whole["al"]) == ("ngram", D, pytest.approx(summary["al"]))
+    assert whole["marginal"] == pytest.approx(summary["per_position_acceptance"])
+    assert whole["conditional"] == pytest.approx(summary["conditional_acceptance"])
+    for domain, p in profiles.items():
+        assert 1 + sum(p["marginal"]) == pytest.approx(p["al"])
+        assert p["al"] == pytest.approx(summary["al"] if domain == "all" else summary["by_domain"][domain]["al"])
+        assert p["vllm_speculative_config"] | {"synthetic_acceptance_rates": None} == {
+            "method": "custom_class", "model": "runners.zero_cost_proposer.ZeroCostProposer", "num_speculative_tokens": D,
+            "rejection_sample_method": "synthetic", "synthetic_acceptance_rates": None}
+        assert p["vllm_speculative_config"]["synthetic_acceptance_rates"] == p["marginal"]
+    # step records that accept more than they drafted are no profile
+    bad = pd.DataFrame({"request_id": ["a", "a"], "num_accepted": [4, 1], "num_drafted": [3, 3]})
+    with pytest.raises(CorruptRecord, match="is not a profile of AL"):
+        profile("ngram", 3, "all", bad)

@@ -50,6 +50,11 @@ def test_a_sweep_runs_every_job_and_writes_its_curves_then_resumes(tmp_path):
     # the pattern [2, 0, 3, None, 1] capped at D: D=3 accepts more per drafted step than D=1
     pooled = curves[curves.domain == "all"].set_index(["drafter", "d"]).al
     assert 1 < pooled[("ngram", 1)] < pooled[("ngram", 3)] <= 4
+    # the sweep's acceptance profiles: every job's, for all prompts and each domain, AL as in the curves
+    profiles = json.loads((sweep / "speculation_profile.json").read_text())["profiles"]
+    assert len(profiles) == 4 * 3
+    for p in profiles:
+        assert p["al"] == pytest.approx(curves.set_index(["drafter", "d", "domain"]).al[(p["drafter"], p["d"], p["domain"])])
     again = speclens(*args, cwd=tmp_path)
     assert again.returncode == 0 and again.stdout.count("already holds this run; skipped") == 4
 

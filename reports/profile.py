@@ -1,0 +1,68 @@
+"""speculation_profile.json: per mechanism, D and domain, the acceptance profile measured from the
+step records — AL, the marginal per-position acceptance (P(the first k+1 drafts all accepted),
+what vLLM's synthetic rejection sampler takes as `synthetic_acceptance_rates`) and the conditional
+one (P(draft k+1 accepted | the first k were)) — with the vLLM speculative config that reproduces
+it on any target: the zero-cost proposer (D free proposals per step) verified by the synthetic
+sampler, so verification can be timed at this acceptance without a trained drafter.
+
+Checked on writing: 1 + Σ marginal = AL and the marginal never increases.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from core import metrics
+from core.errors import CorruptRecord
+from core.files import write_json_atomic
+from core.records import read_parquet
+from core.summary import RunSummary
+from runners.zero_cost_proposer import CLASS_PATH
+
+PROFILE_FILE = "speculation_profile.json"
+PROFILE_VERSION = 1
+
+
+def synthetic_config(d: int, marginal: list[float]) -> dict[str, Any]:
+    """vLLM's speculative config that accepts drafts with these per-position rates (its synthetic
+    rejection sampler) behind D free proposals per step (speclens's zero-cost proposer)."""
+    return {"method": "custom_class", "model": CLASS_PATH, "num_speculative_tokens": d,
+            "rejection_sample_method": "synthetic", "synthetic_acceptance_rates": marginal}
+
+
+def profile(drafter: str, d: int, domain: str, steps: pd.DataFrame) -> dict[str, Any] | None:
+    """One profile from drafted steps (None without any)."""
+    if steps.empty:
+        return None
+    al = metrics.acceptance_length(steps)
+    marginal = metrics.per_position_acceptance(steps, d)
+    if abs(1 + sum(marginal) - al) > 1e-9 or any(b > a for a, b in zip(marginal, marginal[1:])):
+        raise CorruptRecord(f"drafter={drafter} d={d} {domain}: per-position acceptance {marginal} is not a "
+                            f"profile of AL {al} (accepted counts above D in the step records?)")
+    return {"drafter": drafter, "d": d, "domain": domain, "al": al, "n_steps": int(len(steps)),
+            "marginal": marginal, "conditional": metrics.conditional_acceptance(marginal),
+            "vllm_speculative_config": synthetic_config(d, marginal)}
+
+
+def run_profiles(run_dir: Path, summary: RunSummary) -> list[dict[str, Any]]:
+    """A run's profiles: all its prompts and each domain, at its largest batch size (acceptance
+    does not depend on B under greedy decoding; one set per run). None where the run has no
+    per-step records (no drafter, or a server that reports coarser)."""
+    steps_file = run_dir / "steps.parquet"
+    if summary.d is None or summary.record_granularity != "step" or not steps_file.is_file():
+        return []
+    steps = read_parquet(steps_file)
+    if steps.empty:
+        return []
+    steps = steps[steps.batch_size == steps.batch_size.max()]
+    groups = [("all", steps)] + [(domain, group) for domain, group in steps.groupby("domain", sort=True)]
+    return [p for domain, group in groups if (p := profile(summary.drafter, summary.d, domain, group)) is not None]
+
+
+def write_profiles(profiles: list[dict[str, Any]], out_dir: Path) -> Path:
+    path = out_dir / PROFILE_FILE
+    write_json_atomic({"schema_version": PROFILE_VERSION, "profiles": profiles}, path)
+    return path
