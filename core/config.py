@@ -156,7 +156,7 @@ class ReplayConfig(RunConfig):
 NOT_FINGERPRINTED = ("force", "logger", "runner")
 # Keys added after run dirs were first fingerprinted: they enter the fingerprint only when set, so
 # a configuration that does not use them keeps the identity its finished runs were stored under.
-FINGERPRINTED_WHEN_SET = ("request_rate", "repeats")
+FINGERPRINTED_WHEN_SET = ("request_rate", "repeats", "drafter.schedule")
 
 
 def config_fingerprint(resolved: dict[str, Any], names: dict[str, str]) -> str:
@@ -167,6 +167,10 @@ def config_fingerprint(resolved: dict[str, Any], names: dict[str, str]) -> str:
     measured then are still recognised."""
     measured = {k: v for k, v in resolved.items()
                 if k not in NOT_FINGERPRINTED and not (k in FINGERPRINTED_WHEN_SET and v is None)}
+    for dotted in (key for key in FINGERPRINTED_WHEN_SET if "." in key):
+        group, name = dotted.split(".", 1)
+        if isinstance(measured.get(group), dict) and measured[group].get(name, "unset") is None:
+            measured[group] = {k: v for k, v in measured[group].items() if k != name}
     for group, name in names.items():
         if isinstance(measured.get(group), dict):
             measured[group] = {"name": name, **measured[group]}

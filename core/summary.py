@@ -13,7 +13,7 @@ Schema versions of summary.json:
 5  `record_granularity`: step | request | domain (how finely the engine reported acceptance).
 6  `operating_points[].speedup_account` (the measured speedup as the model times named
    corrections) and, per domain, `predicted_corrected` with its range; `speedup_range` and
-   `speedup_repeats` (repeats=N); `timing.warmup_s`.
+   `speedup_repeats` (repeats=N); `timing.warmup_s`; `schedule` (drafter.schedule).
 """
 
 from __future__ import annotations
@@ -147,10 +147,18 @@ class RunSummary:
     # request's totals (AL and its interval, no per-position figures); domain: counter deltas of
     # one domain at a time (AL per domain, no interval).
     record_granularity: str = "step"
+    # drafter.schedule: measured under vLLM's dynamic speculative decoding with this schedule
+    # ([[start, end, k], ...]; d is its largest k).
+    schedule: list[list[int]] | None = None
 
     @property
     def label(self) -> str:
-        return self.drafter + (f" d={self.d}" if self.d is not None else "")
+        return self.mechanism + (f" d={self.d}" if self.d is not None else "")
+
+    @property
+    def mechanism(self) -> str:
+        """The drafter, marked when it ran a draft-length schedule rather than a fixed D."""
+        return self.drafter + (" (schedule)" if self.schedule else "")
 
     def groups(self) -> dict[str, GroupFigures]:
         """`all` (this summary's own figures) and every domain."""

@@ -47,8 +47,12 @@ class MechanismFacts:
 
 @dataclass
 class DrafterConfig:
-    """Keys every drafter has (none yet); each drafter's own config class subclasses it and is
-    what `drafter=<name>` selects (drafters/__init__.py)."""
+    """Keys every drafter has; each drafter's own config class subclasses it and is what
+    `drafter=<name>` selects (drafters/__init__.py)."""
+
+    # A serve.json (reports.rank) or a JSON [[start, end, k], ...] file: measure this drafter under
+    # vLLM's dynamic speculative decoding with that draft-length schedule (d = its largest k).
+    schedule: str | None = None
 
 
 class ReplayKind(Choice):

@@ -208,6 +208,7 @@ def _execute(
         counters=counters,
         record_granularity=granularity,
         domain_counters=_pooled_domain_counters(passes),
+        schedule=plan.schedule,
         seed=cfg.seed,
         timing=timing,
         versions=versions,

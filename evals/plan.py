@@ -17,6 +17,7 @@ from core.config import RunConfig, WandbLoggerConfig
 from core.errors import ConfigError
 from core.generation import Prompt, SamplingSpec
 from core.model_facts import ModelFacts
+from core.schedule import read_schedule
 from drafters import Drafter, make_drafter
 from evals import embedded_target
 from evals.conversation import conversation_token_ids
@@ -42,6 +43,8 @@ class RunPlan:
     sampling: SamplingSpec
     # The operating points, resolved: requests in flight at once in each pass.
     batch_sizes: list[int]
+    # drafter.schedule, read: [[start, end, k], ...] (vLLM's dynamic speculative decoding).
+    schedule: list[list[int]] | None = None
 
     @property
     def dataset_name(self) -> str:
@@ -55,6 +58,8 @@ class RunPlan:
         spec = self.drafter.speculative_config(self.config.d)
         if spec is not None and self.draft_dir is not None:
             spec = spec | {"model": str(self.draft_dir)}
+        if spec is not None and self.schedule is not None:
+            spec = spec | {"num_speculative_tokens_per_batch_size": self.schedule}
         return spec
 
     @functools.cached_property
@@ -195,4 +200,19 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     check_prompt_lengths(prompts, encoder, cfg)
     sampling = SamplingSpec(cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.max_tokens, cfg.seed)
     batch_sizes = resolve_batch_sizes(cfg, len(prompts))
-    return RunPlan(cfg, target_dir, target, drafter, draft_dir, draft, prompts, sampling, batch_sizes)
+    return RunPlan(cfg, target_dir, target, drafter, draft_dir, draft, prompts, sampling, batch_sizes,
+                   resolve_schedule(cfg, drafter))
+
+
+def resolve_schedule(cfg: RunConfig, drafter: Drafter) -> list[list[int]] | None:
+    """drafter.schedule read and checked against d (vLLM caps every k at num_speculative_tokens)."""
+    if cfg.drafter.schedule is None:
+        return None
+    if not drafter.speculative:
+        raise ConfigError("drafter.schedule needs a drafter that drafts; drafter=none has no draft length.")
+    schedule = read_schedule(cfg.drafter.schedule, drafter.name, "drafter.schedule", cfg.sampling.temperature)
+    top = max(k for _, _, k in schedule)
+    if top != cfg.d:
+        raise ConfigError(f"drafter.schedule={cfg.drafter.schedule}: its largest k is {top} but d={cfg.d}; set "
+                          f"d={top} (vLLM's num_speculative_tokens caps the schedule).")
+    return schedule

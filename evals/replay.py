@@ -56,10 +56,11 @@ register_configs()
 REPLAY_ARTIFACTS = ("curves.parquet", "curves.csv", "error.log", REPLAY_FILE)
 
 
-def curve_rows(drafter: str, d: int, steps: pd.DataFrame, requests: pd.DataFrame, seed: int, source: str) -> list[dict]:
+def curve_rows(plan, d: int, steps: pd.DataFrame, requests: pd.DataFrame, source: str) -> list[dict]:
     groups = {"all": (steps, requests)}
     groups |= {dom: (steps[steps.domain == dom], g) for dom, g in requests.groupby("domain", sort=True)}
-    return [curve_row(drafter, d, domain, metrics.group_summary(s, r, seed), source) for domain, (s, r) in groups.items()]
+    return [curve_row(plan.drafter.name, d, domain, metrics.group_summary(s, r, plan.config.seed), source,
+                      plan.config.sampling.temperature) for domain, (s, r) in groups.items()]
 
 
 def reference_contexts(plan, d_max: int, factory) -> tuple[list, list, tuple[int, int]]:
@@ -117,7 +118,7 @@ def replay_exact(plan, d_max: int, factory) -> pd.DataFrame:
                 request_rows.append((t.request_id, domain, t.output_tokens, target_steps))
         steps_frame = pd.DataFrame(step_rows, columns=["request_id", "domain", "position", "num_drafted", "num_accepted"])
         requests_frame = pd.DataFrame(request_rows, columns=["request_id", "domain", "output_tokens", "target_steps"])
-        rows += curve_rows(plan.drafter.name, d, steps_frame, requests_frame, plan.config.seed, source)
+        rows += curve_rows(plan, d, steps_frame, requests_frame, source)
     return pd.DataFrame(rows)
 
 
@@ -136,7 +137,7 @@ def replay_estimated(plan, d_max: int, out_dir: Path, factory, runner: str) -> p
             decoded = requests.output_tokens - 1
             est["target_steps"] = 1 + decoded / al
         source = "measured" if d == d_max else "estimated"
-        rows += curve_rows(plan.drafter.name, d, clipped, est, plan.config.seed, source)
+        rows += curve_rows(plan, d, clipped, est, source)
     return pd.DataFrame(rows)
 
 

@@ -196,6 +196,7 @@ def build_summary(
     timing: Timing,
     record_granularity: RecordGranularity = RecordGranularity.step,
     domain_counters: dict[str, SpecCounters] | None = None,
+    schedule: list[list[int]] | None = None,
     versions: dict[str, str | None],
     fingerprints: dict[str, str | None],
     git_sha: str | None,
@@ -243,4 +244,5 @@ def build_summary(
         config_fingerprint=config_fingerprint,
         runner=runner,
         record_granularity=str(record_granularity.value),
+        schedule=schedule,
     )

@@ -23,11 +23,13 @@ from drafters.facts_table import comparison_rows
 from reports import figures
 from reports.curves import collect, safe_name
 from reports.rank import (
+    RANK_CONSISTENT_KEYS,
     display_columns,
     display_rows,
     guideline_notes,
     pareto_front,
     rank_runs,
+    tables,
 )
 from reports.runs import Run, check_consistent, find_runs
 from reports.serve import serve_markdown, serve_plan
@@ -85,12 +87,20 @@ def ranking_section(runs: list[Run]) -> Section:
         section.text.append(f"Not ranked: {exc}")
         return section
     columns = display_columns(ranking)
-    for (domain, b), group in ranking.groupby(["domain", "batch_size"], sort=True):
-        section.text.append(f"{domain}, batch size {b}")
+    for heading, group in tables(ranking):
+        section.text.append(heading)
         section.tables.append(([label for _, label, _ in columns], display_rows(group, columns)))
     section.text += guideline_notes(runs, ranking)
-    section.text += [line for line in serve_markdown(serve_plan(ranking, runs)) if line]
     return section
+
+
+def serve_section(runs: list[Run]) -> Section | None:
+    """What to serve (reports/serve.py), where the runs can be ranked."""
+    try:
+        plan = serve_plan(rank_runs(runs), runs)
+    except SpeclensError:
+        return None  # the ranking section says why
+    return Section("What to serve", [line for line in serve_markdown(plan)[1:] if line])
 
 
 def latency_section(runs: list[Run]) -> Section | None:
@@ -173,7 +183,7 @@ def build_sections(root: Path) -> list[Section]:
     runs = find_runs(root)
     if not runs:
         raise SpeclensError(f"{root}: no finished runs (summary.json) in it.")
-    check_consistent(runs)
+    check_consistent(runs, RANK_CONSISTENT_KEYS)
     spec_runs = [r for r in runs if r.summary.d is not None]
     sections = curve_sections(root)
     summary_rows = [[r.summary.label, str(r.summary.n_requests), cell(r.summary.al, 3),
@@ -190,6 +200,9 @@ def build_sections(root: Path) -> list[Section]:
         if optional is not None:
             sections.append(optional)
     sections.append(ranking_section(runs))
+    serve = serve_section(runs)
+    if serve is not None:
+        sections.append(serve)
     sections.append(Section("Drafters", tables=[(DRAFTER_HEADER, comparison_rows())]))
     sections.append(stamp_section(runs))
     return sections

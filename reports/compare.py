@@ -61,7 +61,7 @@ def _speculative_runs(root: Path) -> dict[tuple[str, int], Run]:
     for run in find_runs(root):
         if run.summary.d is None:
             continue
-        key = (run.summary.drafter, run.summary.d)
+        key = (run.summary.mechanism, run.summary.d)
         if key in runs:
             raise SpeclensError(f"{root} holds drafter={key[0]} d={key[1]} twice ({runs[key].path} and {run.path}).")
         runs[key] = run

@@ -1,8 +1,10 @@
 """`python -m reports.curves <sweep dir>`: AL-vs-D curves per domain and drafter.
 
 Writes curves.parquet and curves.csv (drafter, d, domain, al, al_ci95_lo, al_ci95_hi,
-tokens_per_step, source = measured|replayed|estimated; domain `all` is the pooled
-figure) and curve_<domain>.png (one line per drafter, CI band, measured points marked).
+tokens_per_step, source = measured|replayed|estimated, temperature; domain `all` is the pooled
+figure) and curve_<domain>.png (one line per drafter, CI band, measured points marked). Runs at
+several sampling temperatures are one more axis: their lines are labelled by temperature, and
+curve_temperature_<domain>.png draws AL against temperature per drafter and D.
 """
 
 from __future__ import annotations
@@ -16,23 +18,38 @@ import pandas as pd
 from core.errors import SpeclensError, guarded
 from core.metrics import GroupFigures
 from reports import figures
-from reports.runs import Run, check_consistent, find_replays, find_runs
+from reports.runs import (
+    CONSISTENT_KEYS,
+    Measured,
+    Run,
+    check_consistent,
+    find_replays,
+    find_runs,
+)
 
-CURVE_COLUMNS = ["drafter", "d", "domain", "al", "al_ci95_lo", "al_ci95_hi", "tokens_per_step", "source"]
+CURVE_COLUMNS = ["drafter", "d", "domain", "al", "al_ci95_lo", "al_ci95_hi", "tokens_per_step", "source",
+                 "temperature"]
+# Curves may span temperatures (an axis of their own); every other setting must agree.
+CURVE_CONSISTENT_KEYS = tuple(k for k in CONSISTENT_KEYS if k != "config.sampling.temperature")
 # Where several sources give the same (drafter, d, domain), the first of these wins.
 SOURCE_ORDER = {"measured": 0, "replayed": 1, "estimated": 2}
 
 
-def curve_row(drafter: str, d: int, domain: str, figures: GroupFigures, source: str) -> dict:
+def curve_row(drafter: str, d: int, domain: str, figures: GroupFigures, source: str, temperature: float = 0.0) -> dict:
     """One curve point from a group's figures."""
     lo, hi = figures.al_ci95 or [None, None]
     return {"drafter": drafter, "d": d, "domain": domain, "al": figures.al, "al_ci95_lo": lo,
-            "al_ci95_hi": hi, "tokens_per_step": figures.tokens_per_step, "source": source}
+            "al_ci95_hi": hi, "tokens_per_step": figures.tokens_per_step, "source": source,
+            "temperature": temperature}
+
+
+def temperature_of(measured: Measured) -> float:
+    return float(measured.get("config.sampling.temperature") or 0.0)
 
 
 def measured_rows(run: Run) -> list[dict]:
     s = run.summary
-    return [curve_row(s.drafter, s.d, domain, g, "measured") for domain, g in s.groups().items()]
+    return [curve_row(s.drafter, s.d, domain, g, "measured", temperature_of(run)) for domain, g in s.groups().items()]
 
 
 def drafter_identity(run: Run) -> str:
@@ -42,25 +59,29 @@ def drafter_identity(run: Run) -> str:
 
 def collect(root: Path) -> pd.DataFrame:
     """Curve rows from every finished run (and replayed curve) under `root`."""
-    runs = [r for r in find_runs(root) if r.summary.d is not None]
+    # A run of a draft-length schedule has no one D: it is ranked, not drawn on an AL-vs-D curve.
+    runs = [r for r in find_runs(root) if r.summary.d is not None and not r.summary.schedule]
     replays = find_replays(root)
     if not runs and not replays:
         raise SpeclensError(f"{root}: no finished speculative runs (summary.json) or replayed curves in it.")
-    check_consistent(runs + replays)
+    check_consistent(runs + replays, CURVE_CONSISTENT_KEYS)
     seen: dict[tuple, str] = {}
     for run in runs:
-        key = (run.summary.drafter, run.summary.d)
+        key = (run.summary.drafter, run.summary.d, temperature_of(run))
         ident = drafter_identity(run)
         if seen.setdefault(key, ident) != ident:
             raise SpeclensError(
-                f"two runs of drafter={key[0]} d={key[1]} with different drafter settings under {root} "
+                f"two runs of drafter={key[0]} d={key[1]} (temperature {key[2]:g}) with different drafter settings under {root} "
                 f"(one is {run.path}); sweep them into separate dirs."
             )
     frames = [pd.DataFrame([row for run in runs for row in measured_rows(run)], columns=CURVE_COLUMNS)]
-    frames += [pd.read_parquet(r.path / "curves.parquet")[CURVE_COLUMNS] for r in replays]
+    # replays written before curves carried a temperature: it is in their stamp
+    frames += [pd.read_parquet(r.path / "curves.parquet").assign(temperature=temperature_of(r))[CURVE_COLUMNS]
+               for r in replays]
     curves = pd.concat([f for f in frames if not f.empty], ignore_index=True)
-    curves = curves.assign(_rank=curves["source"].map(SOURCE_ORDER)).sort_values(["drafter", "domain", "d", "_rank"])
-    curves = curves.drop_duplicates(["drafter", "d", "domain"]).drop(columns="_rank")
+    curves = curves.assign(_rank=curves["source"].map(SOURCE_ORDER)).sort_values(
+        ["drafter", "domain", "temperature", "d", "_rank"])
+    curves = curves.drop_duplicates(["drafter", "d", "domain", "temperature"]).drop(columns="_rank")
     return curves.astype({"d": "int64"}).reset_index(drop=True)
 
 
@@ -76,6 +97,8 @@ def write_curves(root: Path, out_dir: Path | None = None) -> pd.DataFrame:
     curves.to_csv(out_dir / "curves.csv", index=False)
     for domain in sorted(curves.domain.unique()):
         (out_dir / f"curve_{safe_name(domain)}.png").write_bytes(figures.al_vs_d(curves, domain))
+        if curves.temperature.nunique() > 1:
+            (out_dir / f"curve_temperature_{safe_name(domain)}.png").write_bytes(figures.al_vs_temperature(curves, domain))
     return curves
 
 

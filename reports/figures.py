@@ -37,10 +37,14 @@ def al_vs_d(curves: pd.DataFrame, domain: str) -> bytes:
     # matplotlib is loaded only when a plot is drawn.
     from matplotlib.ticker import MaxNLocator
 
+    several = curves["temperature"].nunique() > 1 if "temperature" in curves else False
+
     def plot(ax):
-        for drafter, g in curves[curves.domain == domain].groupby("drafter", sort=True):
+        keys = ["drafter", "temperature"] if several else ["drafter"]
+        for key, g in curves[curves.domain == domain].groupby(keys, sort=True):
             g = g.sort_values("d")
-            (line,) = ax.plot(g.d, g.al, label=drafter)
+            label = f"{key[0]} T={key[1]:g}" if several else (key[0] if isinstance(key, tuple) else key)
+            (line,) = ax.plot(g.d, g.al, label=label)
             ax.fill_between(g.d, g.al_ci95_lo, g.al_ci95_hi, color=line.get_color(), alpha=0.15, linewidth=0)
             measured = g[g.source == "measured"]
             ax.plot(measured.d, measured.al, "o", color=line.get_color())
@@ -50,6 +54,21 @@ def al_vs_d(curves: pd.DataFrame, domain: str) -> bytes:
         ax.set_xlabel("draft length D")
         ax.set_ylabel("AL (accepted + 1 per drafted step)")
         ax.set_title(f"AL vs D — {domain}  (dots: measured)")
+
+    return draw(plot, size=(6.4, 4.2), dpi=110)
+
+
+def al_vs_temperature(curves: pd.DataFrame, domain: str) -> bytes:
+    """AL against sampling temperature, one line per (drafter, D), with its 95% CI band."""
+
+    def plot(ax):
+        for (drafter, d), g in curves[curves.domain == domain].groupby(["drafter", "d"], sort=True):
+            g = g.sort_values("temperature")
+            (line,) = ax.plot(g.temperature, g.al, "o-", label=f"{drafter} d={d}")
+            ax.fill_between(g.temperature, g.al_ci95_lo, g.al_ci95_hi, color=line.get_color(), alpha=0.15, linewidth=0)
+        ax.set_xlabel("sampling temperature")
+        ax.set_ylabel("AL (accepted + 1 per drafted step)")
+        ax.set_title(f"AL vs temperature — {domain}")
 
     return draw(plot, size=(6.4, 4.2), dpi=110)
 

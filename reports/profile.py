@@ -5,6 +5,12 @@ one (P(draft k+1 accepted | the first k were)) — with the vLLM speculative con
 it on any target: the zero-cost proposer (D free proposals per step) verified by the synthetic
 sampler, so verification can be timed at this acceptance without a trained drafter.
 
+Each profile also carries the keys of the speculation_profile.json proposed for NVIDIA
+Model-Optimizer's specdec_bench (PR #2247, not merged): `num_speculative_tokens`,
+`marginal_accept_rates`, `conditional_accept_rates`, `mean_accept_length`, so one entry can be
+handed to tools reading that layout (`marginal_accept_rates` for vLLM's synthetic mode,
+`conditional_accept_rates` for Dynamo's mocker).
+
 Checked on writing: 1 + Σ marginal = AL and the marginal never increases.
 """
 
@@ -42,9 +48,13 @@ def profile(drafter: str, d: int, domain: str, steps: pd.DataFrame) -> dict[str,
     if abs(1 + sum(marginal) - al) > 1e-9 or any(b > a for a, b in zip(marginal, marginal[1:])):
         raise CorruptRecord(f"drafter={drafter} d={d} {domain}: per-position acceptance {marginal} is not a "
                             f"profile of AL {al} (accepted counts above D in the step records?)")
+    conditional = metrics.conditional_acceptance(marginal)
     return {"drafter": drafter, "d": d, "domain": domain, "al": al, "n_steps": int(len(steps)),
-            "marginal": marginal, "conditional": metrics.conditional_acceptance(marginal),
-            "vllm_speculative_config": synthetic_config(d, marginal)}
+            "marginal": marginal, "conditional": conditional,
+            "vllm_speculative_config": synthetic_config(d, marginal),
+            # Model-Optimizer's proposed layout (module docstring): after a position nothing reaches, 0.
+            "num_speculative_tokens": d, "mean_accept_length": al, "marginal_accept_rates": marginal,
+            "conditional_accept_rates": [0.0 if c is None else c for c in conditional]}
 
 
 def run_profiles(run_dir: Path, summary: RunSummary) -> list[dict[str, Any]]:
@@ -59,7 +69,7 @@ def run_profiles(run_dir: Path, summary: RunSummary) -> list[dict[str, Any]]:
         return []
     steps = steps[steps.batch_size == steps.batch_size.max()]
     groups = [("all", steps)] + [(domain, group) for domain, group in steps.groupby("domain", sort=True)]
-    return [p for domain, group in groups if (p := profile(summary.drafter, summary.d, domain, group)) is not None]
+    return [p for domain, group in groups if (p := profile(summary.mechanism, summary.d, domain, group)) is not None]
 
 
 def write_profiles(profiles: list[dict[str, Any]], out_dir: Path) -> Path:

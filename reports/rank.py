@@ -27,7 +27,7 @@ from core.guidelines import Guidelines, low_latency_speedup
 from core.summary import DomainPoint, OperatingPoint
 from drafters.facts_table import facts_of
 from reports import figures
-from reports.runs import Run, check_consistent, find_runs
+from reports.runs import CONSISTENT_KEYS, Run, check_consistent, find_runs
 from reports.serve import SERVE_FILE, serve_markdown, serve_plan
 from reports.table import cell, markdown_table, median_ms, text_table
 
@@ -43,7 +43,23 @@ RANK_COLUMNS = [
     "predicted_corrected", "predicted_corrected_lo", "predicted_corrected_hi",
     # With repeats: the measured speedup's range over them; entries whose ranges overlap share a rank.
     "speedup_lo", "speedup_hi", "tie",
+    # The sampling temperature: entries are ranked only against others at the same one.
+    "temperature",
 ]
+RANK_CONSISTENT_KEYS = tuple(k for k in CONSISTENT_KEYS if k != "config.sampling.temperature")
+# One table of the ranking: entries at the same temperature, domain and batch size.
+TABLE = ["temperature", "domain", "batch_size"]
+
+
+def temperature_of(run: Run) -> float:
+    return float(run.get("config.sampling.temperature") or 0.0)
+
+
+def tables(ranking: pd.DataFrame):
+    """(heading, rows) of each table of the ranking, the temperature named only when there are several."""
+    several = ranking["temperature"].nunique() > 1
+    for (t, domain, b), group in ranking.groupby(TABLE, sort=True):
+        yield (f"T={t:g}, " if several else "") + f"{domain}, batch size {b}", group
 
 
 def _p50(stat: Any) -> float | None:
@@ -93,7 +109,7 @@ def _row(run: Run, point: OperatingPoint, domain: str, figures: DomainPoint, mea
     serve_memory, training_cost = _facts(s.drafter)
     tokens_per_s = point.output_tokens_per_s if measured else None
     return {
-        "domain": domain, "batch_size": point.batch_size, "drafter": s.drafter, "d": s.d,
+        "domain": domain, "batch_size": point.batch_size, "drafter": s.mechanism, "d": s.d,
         "speedup": speedup, "speedup_source": source,
         "measured_speedup": measured_speedup, "predicted_speedup": predicted, "predicted_lo": lo,
         "predicted_hi": hi, "speedup_gap": costs.speedup_gap(predicted, measured_speedup),
@@ -105,6 +121,7 @@ def _row(run: Run, point: OperatingPoint, domain: str, figures: DomainPoint, mea
         "output_tokens_per_s": tokens_per_s,
         "tokens_per_s_per_request": tokens_per_s / point.batch_size if tokens_per_s is not None else None,
         "serve_memory": serve_memory, "training_cost": training_cost, "run": str(run.path),
+        "temperature": temperature_of(run),
         **_latency(point if measured else None),
         "speedup_lo": (point.speedup_range or [None, None])[0] if measured else None,
         "speedup_hi": (point.speedup_range or [None, None])[1] if measured else None,
@@ -127,7 +144,7 @@ def _plain_row(run: Run, point: OperatingPoint, domain: str) -> dict[str, Any]:
         "tokens_per_s_per_request": tokens_per_s / point.batch_size if tokens_per_s else None,
         "serve_memory": memory, "training_cost": training, "run": str(run.path),
         **_plain_latency(point if domain == "all" or len(point.by_domain) == 1 else None, run.summary.d is not None),
-        "speedup_lo": 1.0, "speedup_hi": 1.0,
+        "speedup_lo": 1.0, "speedup_hi": 1.0, "temperature": temperature_of(run),
     }
 
 
@@ -163,16 +180,16 @@ def ranking_rows(runs: list[Run]) -> pd.DataFrame:
                 if s.d is not None:
                     rows.append(_row(run, point, domain, group, measured))
                 # Plain decoding's row: from a drafter=none run first, else from any baseline pass.
-                key = (domain, point.batch_size)
+                key = (temperature_of(run), domain, point.batch_size)
                 if point.t_verif is not None and (key not in plain or s.d is None):
                     plain[key] = _plain_row(run, point, domain)
     frame = pd.DataFrame(rows + list(plain.values()), columns=RANK_COLUMNS)
-    frame = frame.sort_values(["domain", "batch_size", "speedup"], ascending=[True, True, False], na_position="last")
+    frame = frame.sort_values([*TABLE, "speedup"], ascending=[True, True, True, False], na_position="last")
     frame = frame.reset_index(drop=True)
-    frame["rank"] = frame.groupby(["domain", "batch_size"])["speedup"].rank(method="min", ascending=False)
+    frame["rank"] = frame.groupby(TABLE)["speedup"].rank(method="min", ascending=False)
     frame["rank"] = frame["rank"].astype("Int64")
     frame["tie"] = False
-    for _, group in frame.groupby(["domain", "batch_size"], sort=False):
+    for _, group in frame.groupby(TABLE, sort=False):
         _mark_ties(frame, list(group.index))
     return frame
 
@@ -192,7 +209,7 @@ def _mark_ties(frame: pd.DataFrame, order: list[int]) -> None:
 def check_unique(runs: list[Run]) -> None:
     seen: dict[tuple, Path] = {}
     for run in runs:
-        key = (run.summary.drafter, run.summary.d)
+        key = (run.summary.mechanism, run.summary.d, temperature_of(run))
         for point in run.summary.operating_points:
             other = seen.setdefault(key + (point.batch_size,), run.path)
             if other != run.path:
@@ -220,7 +237,7 @@ def rank(dirs: list[Path]) -> pd.DataFrame:
 
 def rank_runs(runs: list[Run]) -> pd.DataFrame:
     """The ranking of these runs; refused when they disagree on settings or lack baseline timings."""
-    check_consistent(runs)
+    check_consistent(runs, RANK_CONSISTENT_KEYS)
     check_unique(runs)
     missing = missing_baselines(runs)
     if missing:
@@ -335,8 +352,8 @@ def ranking_markdown(ranking: pd.DataFrame, notes: list[str]) -> str:
                 "in the speedup account (prefill, ramp-up and tail, slow outliers, token yield; summary.json "
                 "`speedup_account`), which do not depend on the domain.", ""]
     columns = display_columns(ranking)
-    for (domain, b), group in ranking.groupby(["domain", "batch_size"], sort=True):
-        out += [f"## {domain}, batch size {b}", "", f"{_verdict(group)}.", "",
+    for heading, group in tables(ranking):
+        out += [f"## {heading}", "", f"{_verdict(group)}.", "",
                 markdown_table([label for _, label, _ in columns], display_rows(group, columns)), ""]
         flagged = group[group.gap_above_tolerance.astype(bool)]
         for _, r in flagged.iterrows():
@@ -352,17 +369,19 @@ def ranking_markdown(ranking: pd.DataFrame, notes: list[str]) -> str:
 def terminal_table(ranking: pd.DataFrame) -> str:
     out = []
     columns = DISPLAY[:11] + display_columns(ranking)[len(DISPLAY):]
-    for (domain, b), group in ranking.groupby(["domain", "batch_size"], sort=True):
+    for heading, group in tables(ranking):
         header = [label for _, label, _ in columns]
         rows = display_rows(group, columns)
-        out += [f"{domain}, B={b}: {_verdict(group)}", text_table(header, rows, left_columns=0), ""]
+        out += [f"{heading.replace('batch size ', 'B=')}: {_verdict(group)}", text_table(header, rows, left_columns=0), ""]
     return "\n".join(out)
 
 
 def plot_pareto(ranking: pd.DataFrame) -> bytes:
     """The measured operating points (all prompts) with their Pareto front."""
     points = ranking[(ranking.domain == "all") & ranking.output_tokens_per_s.notna()].copy()
-    points["label"] = [f"{r.drafter}" + ("" if pd.isna(r.d) else f" d={int(r.d)}") for r in points.itertuples()]
+    several = ranking["temperature"].nunique() > 1
+    points["label"] = [f"{r.drafter}" + ("" if pd.isna(r.d) else f" d={int(r.d)}") + (f" T={r.temperature:g}" if several else "")
+                       for r in points.itertuples()]
     return figures.pareto(points, pareto_front(points))
 
 

@@ -66,8 +66,11 @@ def _stamp(run_dir: Path) -> dict[str, Any]:
         raise CorruptRecord(f"{stamp_file} does not have the layout of a run stamp")
     drafter = stamp.get("config", {}).get("drafter")
     if isinstance(drafter, dict):
-        # Stamps before summary schema 3 restated the drafter's name inside its settings.
+        # Stamps before summary schema 3 restated the drafter's name inside its settings; keys added
+        # since, unset, say nothing the older stamps did not (compared as absent in both).
         drafter.pop("name", None)
+        if drafter.get("schedule", "set") is None:
+            drafter.pop("schedule")
     return stamp
 
 

@@ -73,16 +73,24 @@ def schedule(ranking: pd.DataFrame, drafter: str, max_num_seqs: int) -> list[lis
 
 
 def serve_plan(ranking: pd.DataFrame, runs: list[Run]) -> dict[str, Any]:
-    """serve.json's content: winners, each mechanism's schedule, and the speculative config that
-    serves that schedule (null where the mechanism never pays)."""
+    """serve.json's content: per sampling temperature, winners, each mechanism's schedule and the
+    speculative config that serves it (null where the mechanism never pays). One temperature: that
+    plan with its `temperature`; several: `{"by_temperature": [plan, ...]}`."""
+    plans = [_plan(group, runs) | {"temperature": float(t)}
+             for t, group in ranking.groupby("temperature", sort=True)]
+    return plans[0] if len(plans) == 1 else {"by_temperature": plans}
+
+
+def _plan(ranking: pd.DataFrame, runs: list[Run]) -> dict[str, Any]:
     configs = {str(run.path): run.stamp.get("speculative_config") for run in runs}
     max_num_seqs = max(int((run.stamp.get("config") or {}).get("engine", {}).get("max_num_seqs") or 1) for run in runs)
     schedules, schedule_configs = {}, {}
-    for drafter in sorted(set(ranking.drafter) - {"none"}):
+    # Schedules are built from fixed-D runs; a run of a schedule is ranked (and may win) as it is.
+    for drafter in sorted(d for d in set(ranking.drafter) - {"none"} if not d.endswith("(schedule)")):
         plan = schedule(ranking, drafter, max_num_seqs)
         schedules[drafter] = plan
         top_k = max(k for _, _, k in plan)
-        base = next((configs[str(run.path)] for run in runs if run.summary.drafter == drafter
+        base = next((configs[str(run.path)] for run in runs if run.summary.mechanism == drafter
                      and configs.get(str(run.path))), None)
         schedule_configs[drafter] = None if top_k == 0 or base is None else (
             base | {"num_speculative_tokens": top_k, "num_speculative_tokens_per_batch_size": plan})
@@ -92,8 +100,17 @@ def serve_plan(ranking: pd.DataFrame, runs: list[Run]) -> dict[str, Any]:
 
 def serve_markdown(plan: dict[str, Any]) -> list[str]:
     """The section of ranking.md (and the report) that says what to serve."""
-    out = ["## What to serve", "",
-           "Per domain and batch size, the winner's exact `--speculative-config` (ties go to the smaller D; "
+    plans = plan.get("by_temperature") or [plan]
+    out = ["## What to serve", ""]
+    for one in plans:
+        if len(plans) > 1:
+            out += [f"At temperature {one['temperature']:g}:", ""]
+        out += _plan_markdown(one)
+    return out
+
+
+def _plan_markdown(plan: dict[str, Any]) -> list[str]:
+    out = ["Per domain and batch size, the winner's exact `--speculative-config` (ties go to the smaller D; "
            "none: serve plain decoding). Per mechanism, the `num_speculative_tokens_per_batch_size` schedule "
            f"built from its best D at each measured batch size, over 1 … {plan['max_num_seqs']} "
            "(k = 0: plain decoding there). All in serve.json.", ""]
@@ -103,9 +120,9 @@ def serve_markdown(plan: dict[str, Any]) -> list[str]:
                    + (f" d={w['d']}" if w["d"] is not None else "") + f" (x{w['speedup']:.2f}, {w['speedup_source']}): "
                    + config)
     out.append("")
-    for drafter, plan_ in plan["schedules"].items():
+    for drafter, steps in plan["schedules"].items():
         config = plan["schedule_configs"].get(drafter)
-        out.append(f"- {drafter} schedule {plan_}: " + ("never pays here" if config is None else f"`{_json(config)}`"))
+        out.append(f"- {drafter} schedule {steps}: " + ("never pays here" if config is None else f"`{_json(config)}`"))
     return out + [""]
 
 

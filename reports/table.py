@@ -50,6 +50,8 @@ def result_table(summary: RunSummary) -> str:
             for domain, g in summary.groups().items()]
     d = summary.d
     title = f"speclens: drafter={summary.drafter}" + (f" d={d}" if d else "") + f" on {summary.dataset}"
+    if summary.schedule:
+        title += f", draft-length schedule {summary.schedule}"
     out = [title, text_table(header, rows)]
     timing = summary.timing
     out.append(

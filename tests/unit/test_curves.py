@@ -35,7 +35,8 @@ def test_curves_from_a_sweep_match_the_golden_file(tmp_path):
     root = sweep(tmp_path, [("ngram", 1), ("ngram", 2), ("ngram", 4), ("suffix", 2)])
     curves = write_curves(root)
     check_golden("curves.csv", (root / "curves.csv").read_text())
-    assert list(curves.columns) == ["drafter", "d", "domain", "al", "al_ci95_lo", "al_ci95_hi", "tokens_per_step", "source"]
+    assert list(curves.columns) == ["drafter", "d", "domain", "al", "al_ci95_lo", "al_ci95_hi", "tokens_per_step", "source",
+                                    "temperature"]
     pooled = curves[(curves.domain == "all") & (curves.drafter == "ngram")].set_index("d")
     # d=1: every drafted step accepts min(x,1): 1,1,0 | 1 | 1,1 -> 5 of 6 -> AL 1 + 5/6
     assert pooled.loc[1, "al"] == pytest.approx(1 + 5 / 6)
@@ -60,7 +61,7 @@ def test_same_drafter_and_d_with_different_settings_are_refused(tmp_path):
     root = sweep(tmp_path, [("ngram", 2)])
     other = sweep(tmp_path / "other", [("ngram", 2)], "drafter.prompt_lookup_max=7")
     shutil.copytree(other / "drafter=ngram,d=2", root / "copy")
-    with pytest.raises(SpeclensError, match="two runs of drafter=ngram d=2 with different drafter settings"):
+    with pytest.raises(SpeclensError, match=r"two runs of drafter=ngram d=2 \(temperature 0\) with different drafter settings"):
         collect(root)
 
 
@@ -80,3 +81,26 @@ def test_replayed_points_fill_in_and_measured_points_win(tmp_path):
     pooled = curves[curves.domain == "all"].set_index("d")
     assert list(pooled.source) == ["replayed", "measured", "replayed"]
     assert pooled.loc[2, "al"] != 9.0
+
+
+def test_temperature_is_an_axis_of_the_curves_and_separates_the_ranking(tmp_path):
+    """Runs at two temperatures: one curve point per temperature, an AL-vs-temperature plot, and
+    ranking tables that never mix the two."""
+    from reports.rank import write_ranking
+    from tests.unit.test_costs import measure
+
+    measure(tmp_path, 2)
+    measure(tmp_path, 2, "sampling.temperature=0.7", name="hot")
+    root = tmp_path / "sweep"
+    curves = write_curves(root)
+    overall = curves[curves.domain == "all"]
+    assert sorted(overall.temperature) == [0.0, 0.7] and (root / "curve_temperature_all.png").stat().st_size > 5000
+    ranking, _ = write_ranking([root])
+    assert sorted(ranking.temperature.unique()) == [0.0, 0.7]
+    for t in (0.0, 0.7):  # each table ranks ngram against plain decoding at its own temperature
+        table = ranking[(ranking.temperature == t) & (ranking.domain == "all") & (ranking.batch_size == 2)]
+        assert sorted(table.drafter) == ["ngram", "none"] and sorted(table["rank"]) == [1, 2]
+    md = (root / "ranking.md").read_text()
+    assert "## T=0, all, batch size 2" in md and "## T=0.7, all, batch size 2" in md
+    plan = json.loads((root / "serve.json").read_text())
+    assert [p["temperature"] for p in plan["by_temperature"]] == [0.0, 0.7]

@@ -118,7 +118,7 @@ def one_line_error(proc: subprocess.CompletedProcess) -> str:
     [
         # a drafter is chosen by its name alone: its config has no `name` to contradict it
         ("evals.run", ["drafter=ngram", "drafter.name=suffix"],
-         "drafter.name: no such key in NgramConfig (its keys: prompt_lookup_min, prompt_lookup_max)."),
+         "drafter.name: no such key in NgramConfig (its keys: schedule, prompt_lookup_min, prompt_lookup_max)."),
         ("evals.run", ["logger=wandbx"], "logger=wandbx is unknown; choose one of none, wandb."),
         ("evals.run", ["dataset=long_context", "dataset.tier=lowentropy"],
          "dataset.tier: Invalid value 'lowentropy', expected one of [low_entropy, mixed, high_entropy]"),

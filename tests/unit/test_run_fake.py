@@ -230,6 +230,10 @@ def test_a_run_writes_its_acceptance_profile_for_vllms_synthetic_sampler(tmp_pat
             "method": "custom_class", "model": "runners.zero_cost_proposer.ZeroCostProposer", "num_speculative_tokens": D,
             "rejection_sample_method": "synthetic", "synthetic_acceptance_rates": None}
         assert p["vllm_speculative_config"]["synthetic_acceptance_rates"] == p["marginal"]
+        # the keys of Model-Optimizer's proposed speculation_profile.json
+        assert (p["num_speculative_tokens"], p["mean_accept_length"]) == (p["d"], p["al"])
+        assert p["marginal_accept_rates"] == p["marginal"]
+        assert p["conditional_accept_rates"] == [c or 0.0 for c in p["conditional"]]
     # step records that accept more than they drafted are no profile
     bad = pd.DataFrame({"request_id": ["a", "a"], "num_accepted": [4, 1], "num_drafted": [3, 3]})
     with pytest.raises(CorruptRecord, match="is not a profile of AL"):

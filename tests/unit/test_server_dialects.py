@@ -238,3 +238,18 @@ def test_a_server_dying_mid_pass_keeps_the_finished_requests_but_no_summary(tmp_
     assert not (run_dir / "summary.json").exists()
     assert len(read_parquet(run_dir / "requests.parquet")) == 2
     assert len((run_dir / "outputs.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_vllm_request_without_verification_steps_has_no_arrays_and_no_steps():
+    """vLLM's RequestSpecDecodeMetrics.to_dict (vllm/v1/metrics/stats.py) leaves per_step_* out when
+    they are empty: a request that never verified is read as zero drafted steps; arrays missing
+    while steps were counted mean the server runs without `detailed` and are refused."""
+    from runners.server_dialects import DIALECTS, Reply
+
+    vllm = DIALECTS["vllm"]
+    none_drafted = {"mean_acceptance_length": 1.0, "acceptance_histogram": [0, 0, 0, 0], "num_spec_steps": 0,
+                    "num_accepted_draft_tokens": 0, "num_draft_tokens": 0, "num_spec_tokens": 3}
+    assert vllm.has_stats(none_drafted)
+    acceptance = vllm.acceptance(10, Reply(chunks=[[1], [2], [3]], stats=none_drafted))
+    assert (acceptance.steps, acceptance.target_steps) == ([], 3)
+    assert not vllm.has_stats(none_drafted | {"num_spec_steps": 2, "acceptance_histogram": [1, 1, 0, 0]})
