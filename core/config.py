@@ -68,10 +68,17 @@ class Dtype(Choice):
     float32 = "float32"
 
 
+# engine.max_model_len where the user sets none and the target's window allows it.
+DEFAULT_MAX_MODEL_LEN = 4096
+DEFAULT_DTYPE = "bfloat16"
+
+
 @dataclass
 class EngineConfig:
-    max_model_len: int = 4096
-    dtype: Dtype = Dtype.bfloat16
+    # null: the smaller of DEFAULT_MAX_MODEL_LEN and the target's context window.
+    max_model_len: int | None = None
+    # null: the dtype the target's checkpoint was saved in (bfloat16 where it names none).
+    dtype: Dtype | None = None
     enforce_eager: bool = True
     max_num_seqs: int = 64
     max_num_batched_tokens: int | None = None
@@ -143,6 +150,8 @@ class RunConfig:
     repeats: int | None = None
     # Re-run even when the run dir already holds a finished run of this configuration.
     force: bool = False
+    # Show vLLM's and torch's own output on the terminal (default: into the run dir's engine.log).
+    verbose: bool = False
 
 
 @dataclass
@@ -153,7 +162,7 @@ class ReplayConfig(RunConfig):
 
 
 # Keys that say how to run or report, not what is measured: left out of the config fingerprint.
-NOT_FINGERPRINTED = ("force", "logger", "runner")
+NOT_FINGERPRINTED = ("force", "logger", "runner", "verbose")
 # Keys added after run dirs were first fingerprinted: they enter the fingerprint only when set, so
 # a configuration that does not use them keeps the identity its finished runs were stored under.
 FINGERPRINTED_WHEN_SET = ("request_rate", "repeats", "drafter.schedule")

@@ -79,6 +79,10 @@ class TurnResult:
     chunk_gaps_s: list[float] = field(default_factory=list)
     # Request granularity: the engine's totals for this request (`steps` is then empty).
     totals: RequestTotals | None = None
+    # With SamplingSpec.top2: per output token, its log-probability minus the runner-up's.
+    top2_margins: list[float] | None = None
+    # The prompt it answered (set by the conversation runner; explaining a mismatch re-sends it).
+    prompt_token_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,8 @@ class SamplingSpec:
     seed: int
     # Generate past end-of-sequence (replay needs the target's tokens after a stop).
     ignore_eos: bool = False
+    # Also report each output token's top-2 log-probability margin (explaining lossless mismatches).
+    top2: bool = False
 
 
 class ChatEncoder(Protocol):

@@ -15,12 +15,12 @@ reports only counters (`domain`), AL comes from the counters of the requests it 
 from __future__ import annotations
 
 import functools
-import sys
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from core.console import console
 from core.errors import MeasurementError
 from core.generation import COUNTER_NAMES, SpecCounters
 
@@ -218,6 +218,6 @@ def check_counters(steps: pd.DataFrame, counters: SpecCounters, d: int, where: s
                + "; ".join(diffs) + ")")
     if not enforce:
         print(f"speclens: warning: {problem}; not enforced, as the engine is not exclusive to this run "
-              "(runner.exclusive=false).", file=sys.stderr)
+              "(runner.exclusive=false).", file=console())
         return
     raise MeasurementError(problem + ". The run's AL cannot be trusted; the records were kept for inspection.")

@@ -13,7 +13,8 @@ Schema versions of summary.json:
 5  `record_granularity`: step | request | domain (how finely the engine reported acceptance).
 6  `operating_points[].speedup_account` (the measured speedup as the model times named
    corrections) and, per domain, `predicted_corrected` with its range; `speedup_range` and
-   `speedup_repeats` (repeats=N); `timing.warmup_s`; `schedule` (drafter.schedule).
+   `speedup_repeats` (repeats=N); `timing.warmup_s`; `schedule` (drafter.schedule);
+   `lossless.mismatches` (each explained as a near-tie or a divergence) with their counts.
 """
 
 from __future__ import annotations
@@ -54,6 +55,19 @@ class DomainPoint(GroupFigures):
 
 
 @dataclass
+class Mismatch:
+    """A greedy output that differs from plain decoding: where, plain decoding's top-2 margin
+    there, and why (core/lossless.py: near_tie | divergence | unexplained)."""
+
+    request_id: str
+    turn: int
+    batch_size: int
+    first_divergence: int
+    top2_margin: float | None
+    classification: str
+
+
+@dataclass
 class LosslessCheck:
     """Greedy speculative outputs against plain decoding, token for token."""
 
@@ -62,6 +76,13 @@ class LosslessCheck:
     n_compared: int
     n_identical: int
     mismatched: list[str]
+    # Each mismatch explained (at most MISMATCHES_SHOWN), and the counts of each kind.
+    mismatches: list[Mismatch] = field(default_factory=list)
+    n_near_ties: int = 0
+    n_divergences: int = 0
+    # The dtype the engine ran in and its near-tie bound (top-2 log-probability margin).
+    dtype: str | None = None
+    near_tie_bound: float | None = None
 
 
 @dataclass

@@ -61,12 +61,23 @@ def components() -> dict[str, dict[str, type]]:
     }
 
 
+def choosable_groups() -> str:
+    """The config groups users choose from, with their options, for the help pages (the schema/
+    groups are internals)."""
+    groups = {group: sorted(options) for group, options in components().items()}
+    for folder in sorted(p for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "hydra"):
+        groups[folder.name] = sorted(f.stem for f in folder.glob("*.yaml"))
+    return "\n".join(f"    {group:<11} {', '.join(options)}" for group, options in sorted(groups.items()))
+
+
 def register_configs() -> None:
     """Register the schemas and components with Hydra's ConfigStore (idempotent)."""
     if not OmegaConf.has_resolver("speclens_cache"):
         OmegaConf.register_new_resolver("speclens_cache", cache_path)
     if not OmegaConf.has_resolver("speclens_job_dir"):
         OmegaConf.register_new_resolver("speclens_job_dir", job_dirname)
+    if not OmegaConf.has_resolver("speclens_groups"):
+        OmegaConf.register_new_resolver("speclens_groups", choosable_groups)
     cs = ConfigStore.instance()
     # Schemas of presets live under schema/ so they never show up as choices of a group.
     cs.store(group="schema", name="run", node=RunConfig)
@@ -127,5 +138,11 @@ def component_names(cfg: RunConfig) -> dict[str, str]:
             "dataset": dataset_name(cfg.dataset)}
 
 
-def run_fingerprint(cfg: DictConfig, run_config: RunConfig) -> str:
-    return config_fingerprint(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), component_names(run_config))
+def run_fingerprint(cfg: DictConfig, run_config: RunConfig, fitted: dict[str, Any] | None = None) -> str:
+    """The run's identity: its composed config with the engine keys fitted to the target (the
+    values it runs with; a default fitted to 4096 tokens is the 4096 earlier runs were stored with)."""
+    resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    for dotted, fit in (fitted or {}).items():
+        group, key = dotted.split(".", 1)
+        resolved[group][key] = fit["value"]
+    return config_fingerprint(resolved, component_names(run_config))

@@ -39,6 +39,8 @@ def run_conversations(
 
     def answer(batch: list[TurnRequest]) -> list[str]:
         generated = engine.generate(batch, sampling, progress, max_concurrency)
+        for request, result in zip(batch, generated):
+            result.prompt_token_ids = request.prompt_token_ids
         results.extend(generated)
         return [r.output_text for r in generated]
 

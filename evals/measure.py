@@ -19,13 +19,21 @@ from core.files import write_json_atomic, write_text_atomic
 from core.generation import RecordGranularity, SpecCounters
 from core.redact import redact
 from core.summary import SUMMARY_FILE, SUMMARY_VERSION, RunSummary
-from evals.passes import SERVER_LOG, Pass, ProgressFactory, run_passes, zero_cost_spec
+from evals.passes import (
+    SERVER_LOG,
+    Pass,
+    ProgressFactory,
+    run_passes,
+    top2_margins,
+    zero_cost_spec,
+)
 from evals.plan import RunPlan
 from evals.stamp import git_sha, package_versions
 from evals.summary import (
     build_summary,
     lossless,
     merge_lossless,
+    mismatched_turns,
     operating_points,
     pooled_timing,
 )
@@ -35,9 +43,11 @@ from runners.registry import runner_of
 
 STAMP_FILE = "stamp.json"
 ERROR_LOG = "error.log"
+# vLLM's, torch's and native libraries' output during the measurement (core/console.py; verbose=true: the terminal).
+ENGINE_LOG = "engine.log"
 # Everything a measurement writes into a run dir (evals/run_dir.py publishes them; summary.json last).
 RUN_ARTIFACTS = (STAMP_FILE, "steps.parquet", "requests.parquet", "engine_steps.parquet", "outputs.jsonl",
-                 "baseline_outputs.jsonl", SERVER_LOG, PROFILE_FILE, ERROR_LOG, "failure.json", SUMMARY_FILE)
+                 "baseline_outputs.jsonl", SERVER_LOG, ENGINE_LOG, PROFILE_FILE, ERROR_LOG, "failure.json", SUMMARY_FILE)
 
 
 def write_outputs(passes: list[Pass], path: Path) -> None:
@@ -160,6 +170,8 @@ def _execute(
         "config_fingerprint": config_fingerprint,
         "runner": runner,
         "speculative_config": redact(spec),
+        # Engine keys left unset, fitted to the target: value and why.
+        "fitted_defaults": plan.fitted,
         "target_dir": str(plan.target_dir),
         "versions": versions,
         "fingerprints": fingerprints,
@@ -192,7 +204,10 @@ def _execute(
 
     counters = sum((p.counters for p in passes), SpecCounters()) if spec is not None else None
     greedy = plan.sampling.temperature == 0
-    checks = {b.batch_size: lossless(p.results, b.results, greedy) for p, b in zip(passes, baseline)}
+    mismatched = {b.batch_size: mismatched_turns(p.results, b.results) for p, b in zip(passes, baseline)} if greedy else {}
+    margins = top2_margins(plan, factory, mismatched) if any(mismatched.values()) else {}
+    checks = {b.batch_size: lossless(p.results, b.results, greedy, b.batch_size, margins, plan.dtype)
+              for p, b in zip(passes, baseline)}
     points = operating_points(passes, baseline, steps, requests, engine_steps, plan.d, cfg.seed, checks, cfg.request_rate,
                               spreads)
     granularity = passes[0].record_granularity if spec is not None else RecordGranularity.step

@@ -17,6 +17,7 @@ from core.generation import (
     TurnRequest,
     TurnResult,
 )
+from core.lossless import first_divergence
 from evals.conversation import run_conversations
 from evals.plan import RunPlan
 from runners.engine import Engine, EngineFactory, EngineFailed, ProgressFn
@@ -141,6 +142,32 @@ def _keep_log(engine: Engine, logs_dir: Path | None, label: str) -> None:
         out.write(f"===== speclens: the server of the {label} pass =====\n")
         out.write(log.read_text(errors="replace"))
     log.unlink()
+
+
+def top2_margins(plan: RunPlan, factory: EngineFactory, mismatched: dict[int, list[tuple[TurnResult, TurnResult]]]
+                 ) -> dict[tuple[str, int, int], float | None]:
+    """For each (speculative, plain) mismatch at each batch size, plain decoding's top-2 log-probability
+    margin where the outputs first differ: the plain turns re-sent on a plain engine, asking for the
+    top-2 log-probabilities, up to that token (None where the runner gives none)."""
+    keys, requests, longest = [], [], 0
+    for batch_size, pairs in mismatched.items():
+        for spec, base in pairs:
+            at = first_divergence(spec.output_token_ids, base.output_token_ids)
+            keys.append((spec.request_id, spec.turn, batch_size, at))
+            requests.append(TurnRequest(spec.request_id, spec.turn, base.prompt_token_ids))
+            longest = max(longest, at + 1)
+    if not requests:
+        return {}
+    engine = factory(plan.target_dir, None)
+    try:
+        results = engine.generate(requests, replace(plan.sampling, max_tokens=longest, top2=True))
+    finally:
+        engine.close()
+    margins: dict[tuple[str, int, int], float | None] = {}
+    for (request_id, turn, batch_size, at), result in zip(keys, results):
+        found = result.top2_margins or []
+        margins[(request_id, turn, batch_size)] = found[at] if at < len(found) else None
+    return margins
 
 
 def zero_cost_spec(d: int) -> dict[str, Any]:

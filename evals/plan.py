@@ -9,11 +9,17 @@ from __future__ import annotations
 import functools
 import importlib.util
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from core.config import RunConfig, WandbLoggerConfig
+from core.config import (
+    DEFAULT_DTYPE,
+    DEFAULT_MAX_MODEL_LEN,
+    Dtype,
+    RunConfig,
+    WandbLoggerConfig,
+)
 from core.errors import ConfigError
 from core.generation import Prompt, SamplingSpec
 from core.model_facts import ModelFacts
@@ -45,10 +51,18 @@ class RunPlan:
     batch_sizes: list[int]
     # drafter.schedule, read: [[start, end, k], ...] (vLLM's dynamic speculative decoding).
     schedule: list[list[int]] | None = None
+    # Engine keys the user left unset, with the value fitted to the target and why (stamp.json).
+    fitted: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def dataset_name(self) -> str:
         return dataset_name(self.config.dataset)
+
+    @property
+    def dtype(self) -> str:
+        """The dtype the engine runs in: engine.dtype, or with auto the checkpoint's own."""
+        chosen = str(self.config.engine.dtype)
+        return saved_dtype(self.target) if chosen == "auto" else chosen
 
     @property
     def d(self) -> int | None:
@@ -70,6 +84,31 @@ class RunPlan:
             "draft": checkpoints.fingerprint(self.draft_dir) if self.draft_dir else None,
             "dataset": dataset_fingerprint(self.prompts),
         }
+
+
+def saved_dtype(target: ModelFacts) -> str:
+    """The dtype a checkpoint was saved in (config.json: torch_dtype, or dtype since transformers 5)."""
+    saved = target.raw.get("torch_dtype") or target.raw.get("dtype")
+    return str(saved) if saved else DEFAULT_DTYPE
+
+
+def fit_engine_defaults(cfg: RunConfig, target: ModelFacts) -> dict[str, dict[str, Any]]:
+    """engine.max_model_len and engine.dtype, where the user set none, fitted to the target (in
+    `cfg`); what was fitted and why."""
+    fitted: dict[str, dict[str, Any]] = {}
+    if cfg.engine.max_model_len is None:
+        window = target.max_position_embeddings
+        value = min(DEFAULT_MAX_MODEL_LEN, window) if window else DEFAULT_MAX_MODEL_LEN
+        cfg.engine.max_model_len = value
+        fitted["engine.max_model_len"] = {"value": value, "why": (
+            f"the target's context window (max_position_embeddings={window}) is below the default "
+            f"{DEFAULT_MAX_MODEL_LEN}" if value < DEFAULT_MAX_MODEL_LEN else f"the default {DEFAULT_MAX_MODEL_LEN}")}
+    if cfg.engine.dtype is None:
+        value = saved_dtype(target)
+        cfg.engine.dtype = Dtype.of(value if value in {d.value for d in Dtype} else DEFAULT_DTYPE, "engine.dtype")
+        fitted["engine.dtype"] = {"value": str(cfg.engine.dtype), "why": "the dtype target.model was saved in"
+                                  if value == str(cfg.engine.dtype) else f"the default {DEFAULT_DTYPE}"}
+    return fitted
 
 
 def resolve_target(cfg: RunConfig) -> Path:
@@ -187,6 +226,7 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     drafter = make_drafter(cfg.drafter)
     target_dir = resolve_target(cfg)
     target = ModelFacts.from_config(str(target_dir), checkpoints.read_config(target_dir, "target.model"))
+    fitted = fit_engine_defaults(cfg, target)
     draft_dir = draft = None
     if drafter.needs_checkpoint and drafter.checkpoint():
         draft_dir = checkpoints.resolve(drafter.checkpoint(), "drafter.model")
@@ -201,7 +241,7 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     sampling = SamplingSpec(cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.max_tokens, cfg.seed)
     batch_sizes = resolve_batch_sizes(cfg, len(prompts))
     return RunPlan(cfg, target_dir, target, drafter, draft_dir, draft, prompts, sampling, batch_sizes,
-                   resolve_schedule(cfg, drafter))
+                   resolve_schedule(cfg, drafter), fitted)
 
 
 def resolve_schedule(cfg: RunConfig, drafter: Drafter) -> list[list[int]] | None:

@@ -171,13 +171,13 @@ def replay(cfg: DictConfig, out_dir: Path) -> pd.DataFrame:
     if d_max < 1:
         raise ConfigError(f"d_max={d_max}: must be >= 1.")
     run_config.d = d_max
-    fingerprint = run_fingerprint(cfg, run_config)
     runner = runner_name(run_config.runner)
     if not runner_of(run_config).replays:
         raise ConfigError(f"runner={runner} cannot replay; measure each D with `python -m evals.run -m d=1,2,...`, "
                           "or replay with runner=vllm.")
     with claimed(out_dir):
         plan = make_plan(run_config)
+        fingerprint = run_fingerprint(cfg, run_config, plan.fitted)
         drafter = plan.drafter
         if drafter.replay is ReplayKind.exact and run_config.sampling.temperature != 0:
             raise ConfigError(

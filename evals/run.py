@@ -16,17 +16,20 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from core.config import WandbLoggerConfig
+from core.config import DEFAULT_DTYPE, DEFAULT_MAX_MODEL_LEN, WandbLoggerConfig
+from core.console import console, quiet
 from core.errors import (
     ConfigError,
     CorruptRecord,
+    MeasurementError,
     guarded,
 )
+from core.lossless import NEAR_TIE
 from core.summary import SUMMARY_FILE, RunSummary, read_summary
 from evals import sweep_report
 from evals.compose import CONF_DIR, register_configs, run_fingerprint, to_run_config
 from evals.hydra_app import end_job, run_app
-from evals.measure import RUN_ARTIFACTS, STAMP_FILE, measure
+from evals.measure import ENGINE_LOG, RUN_ARTIFACTS, STAMP_FILE, measure
 from evals.plan import make_plan
 from evals.run_dir import claimed, staged
 from reports.table import result_table
@@ -40,13 +43,29 @@ class TqdmProgress:
     """Output tokens generated so far, on stderr, while the engine runs."""
 
     def __init__(self, label: str) -> None:
-        self.bar = tqdm(desc=f"{label} generation", unit="tok", file=sys.stderr, dynamic_ncols=True, mininterval=1.0)
+        self.bar = tqdm(desc=f"{label} generation", unit="tok", file=console(), dynamic_ncols=True, mininterval=1.0)
 
     def __call__(self, tokens: int) -> None:
         self.bar.update(tokens)
 
     def close(self) -> None:
         self.bar.close()
+
+
+def check_lossless(summary: RunSummary, out_dir: Path) -> None:
+    """A greedy output that diverges from plain decoding beyond rounding fails the run (its records
+    and summary stay in the run dir); near-ties are reported by the result table only."""
+    loss = summary.lossless
+    if loss is None or not loss.n_divergences:
+        return
+    first = next(m for m in loss.mismatches if m.classification != NEAR_TIE)
+    margin = "unknown (this runner gives no top-2 log-probabilities)" if first.top2_margin is None else f"{first.top2_margin:.3g}"
+    raise MeasurementError(
+        f"lossless check failed: {loss.n_divergences} greedy output(s) diverge from plain decoding beyond a "
+        f"{loss.dtype} near-tie (e.g. {first.request_id} turn {first.turn} at output token {first.first_divergence}, "
+        f"top-2 margin {margin}, bound {loss.near_tie_bound:g}); the run is kept in {out_dir} "
+        "(summary.json lossless.mismatches)."
+    )
 
 
 def finished_summary(out_dir: Path, fingerprint: str, runner: str, content: dict[str, str | None]) -> RunSummary | None:
@@ -76,19 +95,24 @@ def run(cfg: DictConfig, out_dir: Path, progress=TqdmProgress, group: str | None
     """Plan, measure, print the table, log (logger=wandb, in `group`); skips a run dir that already
     holds this run unless force=true. The dir is held by this process throughout (evals/run_dir.py)."""
     run_config = to_run_config(cfg)
-    fingerprint = run_fingerprint(cfg, run_config)
     runner = runner_name(run_config.runner)
     with claimed(out_dir):
         plan = make_plan(run_config)
+        fingerprint = run_fingerprint(cfg, run_config, plan.fitted)
+        for key, fit in plan.fitted.items():
+            if fit["value"] != {"engine.max_model_len": DEFAULT_MAX_MODEL_LEN, "engine.dtype": DEFAULT_DTYPE}[key]:
+                print(f"speclens: {key}={fit['value']}: {fit['why']} (set {key}= to choose).", file=sys.stderr)
         done = None if run_config.force else finished_summary(out_dir, fingerprint, runner, plan.fingerprints)
         if done is not None:
             print(f"speclens: {out_dir} already holds this run; skipped (force=true re-runs it)")
             return done
         factory = runner_of(run_config).engine_factory(run_config, plan.d)
         with staged(out_dir, RUN_ARTIFACTS, SUMMARY_FILE) as staging:
-            summary = measure(plan, staging, factory, runner, progress, fingerprint)
+            with quiet(staging / ENGINE_LOG, run_config.verbose):
+                summary = measure(plan, staging, factory, runner, progress, fingerprint)
     print(result_table(summary))
     print(f"results: {out_dir}")
+    check_lossless(summary, out_dir)
     if isinstance(run_config.logger, WandbLoggerConfig):
         stamp = json.loads((out_dir / STAMP_FILE).read_text())
         try:

@@ -10,11 +10,13 @@ from core import costs, metrics
 from core.account import SpeedupAccount, speedup_account
 from core.generation import RecordGranularity, SpecCounters, TurnResult
 from core.latency import Latency, latency_of
+from core.lossless import NEAR_TIE, classify, first_divergence, near_tie_bound
 from core.summary import (
     SUMMARY_VERSION,
     DomainPoint,
     Fingerprints,
     LosslessCheck,
+    Mismatch,
     OperatingPoint,
     RunSummary,
     Timing,
@@ -41,18 +43,38 @@ class MeasuredPass(Protocol):
     def generate_s(self) -> float: ...
 
 
-def lossless(spec: Sequence[TurnResult], base: Sequence[TurnResult], greedy: bool) -> LosslessCheck:
-    """Greedy speculative output must equal plain decoding token for token."""
-    base_by_key = {(r.request_id, r.turn): r.output_token_ids for r in base}
-    mismatches = [
-        f"{r.request_id}#{r.turn}" for r in spec if base_by_key.get((r.request_id, r.turn)) != r.output_token_ids
-    ]
+def mismatched_turns(spec: Sequence[TurnResult], base: Sequence[TurnResult]) -> list[tuple[TurnResult, TurnResult]]:
+    """(speculative, plain) results of each turn whose outputs differ."""
+    base_by_key = {(r.request_id, r.turn): r for r in base}
+    return [(r, base_by_key[(r.request_id, r.turn)]) for r in spec
+            if (r.request_id, r.turn) in base_by_key and base_by_key[(r.request_id, r.turn)].output_token_ids != r.output_token_ids]
+
+
+def lossless(
+    spec: Sequence[TurnResult], base: Sequence[TurnResult], greedy: bool, batch_size: int = 0,
+    margins: Mapping[tuple[str, int, int], float | None] | None = None, dtype: str | None = None,
+) -> LosslessCheck:
+    """Greedy speculative output must equal plain decoding token for token; each mismatch is
+    explained by plain decoding's top-2 margin where it first differs (`margins`, keyed by request
+    id, turn and batch size): a near-tie for `dtype`, or a divergence."""
+    pairs = mismatched_turns(spec, base)
+    explained = []
+    for s, b in pairs:
+        margin = (margins or {}).get((s.request_id, s.turn, batch_size))
+        explained.append(Mismatch(s.request_id, s.turn, batch_size, first_divergence(s.output_token_ids, b.output_token_ids),
+                                  margin, classify(margin, dtype or "float32")))
+    near_ties = sum(m.classification == NEAR_TIE for m in explained)
     return LosslessCheck(
         checked=greedy,
-        identical=(not mismatches) if greedy else None,
+        identical=(not pairs) if greedy else None,
         n_compared=len(spec),
-        n_identical=len(spec) - len(mismatches),
-        mismatched=mismatches[:MISMATCHES_SHOWN],
+        n_identical=len(spec) - len(pairs),
+        mismatched=[f"{s.request_id}#{s.turn}" for s, _ in pairs][:MISMATCHES_SHOWN],
+        mismatches=explained[:MISMATCHES_SHOWN] if greedy else [],
+        n_near_ties=near_ties if greedy else 0,
+        n_divergences=len(explained) - near_ties if greedy else 0,
+        dtype=dtype,
+        near_tie_bound=near_tie_bound(dtype) if dtype else None,
     )
 
 
@@ -65,6 +87,11 @@ def merge_lossless(checks: Sequence[LosslessCheck]) -> LosslessCheck:
         n_compared=sum(c.n_compared for c in checks),
         n_identical=sum(c.n_identical for c in checks),
         mismatched=[m for c in checks for m in c.mismatched][:MISMATCHES_SHOWN],
+        mismatches=[m for c in checks for m in c.mismatches][:MISMATCHES_SHOWN],
+        n_near_ties=sum(c.n_near_ties for c in checks),
+        n_divergences=sum(c.n_divergences for c in checks),
+        dtype=checks[0].dtype if checks else None,
+        near_tie_bound=checks[0].near_tie_bound if checks else None,
     )
 
 

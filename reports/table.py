@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from core.costs import GAP_TOLERANCE, StepTiming
-from core.summary import OperatingPoint, RunSummary
+from core.summary import LosslessCheck, OperatingPoint, RunSummary
 
 
 def cell(value: Any, digits: int = 2, signed: bool = False) -> str:
@@ -63,11 +63,24 @@ def result_table(summary: RunSummary) -> str:
         out += [operating_point_line(p) for p in points]
     loss = summary.lossless
     if loss and loss.checked:
-        out.append(
-            f"lossless: {loss.n_identical}/{loss.n_compared} outputs identical to plain decoding"
-            + ("" if loss.identical else "  <-- NOT identical, see summary.json lossless.mismatched")
-        )
+        out.append(f"lossless: {loss.n_identical}/{loss.n_compared} outputs identical to plain decoding"
+                   + ("" if loss.identical else lossless_verdict(loss)))
     return "\n".join(out)
+
+
+def lossless_verdict(loss: LosslessCheck) -> str:
+    """What the mismatches are: near-ties (rounding in the engine's dtype) and divergences."""
+    parts = []
+    if loss.n_near_ties:
+        parts.append(f"{loss.n_near_ties} numerical near-tie(s): plain decoding's top two tokens were within "
+                     f"{loss.near_tie_bound:g} (log-prob) where the outputs part, under {loss.dtype} rounding; "
+                     + ("engine.dtype=float32 makes them rare" if loss.dtype != "float32" else "rounding alone"))
+    if loss.n_divergences:
+        parts.append(f"{loss.n_divergences} DIVERGENCE(S) that rounding cannot explain <-- the engine or drafter is "
+                     "not lossless")
+    where = ", ".join(f"{m.request_id}#{m.turn} at token {m.first_divergence}"
+                      + (f" (margin {m.top2_margin:.3g})" if m.top2_margin is not None else "") for m in loss.mismatches[:3])
+    return "; " + "; ".join(parts) + f" (e.g. {where}; summary.json lossless.mismatches)"
 
 
 def median_ms(timing: StepTiming | None) -> float | None:

@@ -49,6 +49,11 @@ def output_token(i: int) -> int:
     return 100 + (i % 50)
 
 
+# The fake's top-2 log-probability margins (SamplingSpec.top2).
+CLEAR_MARGIN = 5.0
+NEAR_TIE_MARGIN = 0.01
+
+
 @dataclass
 class FakeRunnerConfig:
     """runner=fake: the scripted engine (unit tests; no model, no vLLM)."""
@@ -71,8 +76,11 @@ class FakeRunnerConfig:
     # A request id whose generation raises, as an engine that dies mid-run would.
     fail_on: str | None = None
     # "<request_id>#<turn>" keys whose plain-decoding answer differs from the speculative one in
-    # its last token (a lossless check that fails).
+    # its last token (a lossless check that fails) ...
     diverge: list[str] = field(default_factory=list)
+    # ... and of those, the ones whose plain decoding had a near-tie there (top-2 margin 0.01; every
+    # other token's margin is 5).
+    near_ties: list[str] = field(default_factory=list)
     # Real seconds each engine step takes (the scripted step cost is what is recorded): a run that
     # lasts long enough to be interrupted, for fault-injection tests.
     step_sleep_s: float = 0.0
@@ -109,6 +117,7 @@ class FakeEngine:
         fail_on: str | None = None,
         limits: tuple[int, int] = (64, 8192),
         diverge: Sequence[str] = (),
+        near_ties: Sequence[str] = (),
         step_sleep_s: float = 0.0,
         record_granularity: RecordGranularity = RecordGranularity.step,
     ) -> None:
@@ -129,6 +138,7 @@ class FakeEngine:
         self.fail_on = fail_on
         self.scheduler_limits = limits
         self.diverge = set(diverge)
+        self.near_ties = set(near_ties)
         self.step_sleep_s = step_sleep_s
         self.record_granularity = record_granularity
         self.counted = COUNTER_NAMES
@@ -188,6 +198,10 @@ class FakeEngine:
             for r in results:
                 if f"{r.request_id}#{r.turn}" in self.diverge:
                     r.output_token_ids[-1] += 1
+                if sampling.top2:  # a clear winner at every token, but a near-tie where scripted
+                    r.top2_margins = [CLEAR_MARGIN] * len(r.output_token_ids)
+                    if f"{r.request_id}#{r.turn}" in self.near_ties and r.top2_margins:
+                        r.top2_margins[-1] = NEAR_TIE_MARGIN
         return results
 
     def _observe(self, drafted: int, accepted: int) -> None:
@@ -343,6 +357,7 @@ def engine_factory(cfg: FakeRunnerConfig, d: int | None, max_num_seqs: int, max_
 
     return fake_factory(d, script, cost, counter_error=cfg.counter_error, fail_on=cfg.fail_on,
                         limits=(max_num_seqs, max_num_batched_tokens or 8192), diverge=list(cfg.diverge),
+                        near_ties=list(cfg.near_ties),
                         step_sleep_s=cfg.step_sleep_s, record_granularity=RecordGranularity(cfg.record_granularity))
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from core.config import Choice, RunConfig
+from core.console import console
 from core.errors import ConfigError, MeasurementError
 from runners.engine import Engine, EngineFactory
 from runners.server_dialects import DIALECTS, OWNED_BY, Dialect, Reply
@@ -120,14 +121,14 @@ class ServerProcess:
     def _wait_healthy(self, timeout_s: float) -> None:
         endpoint = Endpoint(self.url, "")
         start = time.monotonic()
-        print(f"speclens: starting a vLLM server on {self.url} (log {self.log_file})", file=sys.stderr, flush=True)
+        print(f"speclens: starting a vLLM server on {self.url} (log {self.log_file})", file=console(), flush=True)
         while True:
             if self.proc.poll() is not None:
                 raise MeasurementError(f"the vLLM server exited with status {self.proc.returncode} while starting; "
                                        f"its log ends: {self.log_tail()}")
             try:
                 if endpoint.get("/health", timeout=2.0)[0] == 200:
-                    print(f"speclens: server ready after {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+                    print(f"speclens: server ready after {time.monotonic() - start:.0f} s", file=console(), flush=True)
                     return
             except OSError:
                 pass

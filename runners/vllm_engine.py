@@ -101,6 +101,7 @@ class VllmEngine:
             max_tokens=sampling.max_tokens,
             seed=sampling.seed if sampling.temperature > 0 else None,
             ignore_eos=sampling.ignore_eos,
+            logprobs=2 if sampling.top2 else None,
             output_kind=RequestOutputKind.DELTA,
         )
         tracked: dict[str, _Tracked] = {}
@@ -128,7 +129,7 @@ class VllmEngine:
             for out in outputs:
                 state = tracked[out.request_id]
                 delta = list(out.outputs[0].token_ids)
-                state.observe_step(delta)
+                state.observe_step(delta, out.outputs[0].logprobs if sampling.top2 else None)
                 new_tokens += len(delta)
                 if out.finished:
                     state.latency_s = now - state.started
@@ -236,9 +237,15 @@ class _Tracked:
         self.started = time.perf_counter()
         self.latency_s = 0.0
         self.chunk_times: list[float] = []
+        self.top2_margins: list[float] = []
 
-    def observe_step(self, delta: list[int]) -> None:
-        """Called for each engine step that produced tokens for this request."""
+    def observe_step(self, delta: list[int], logprobs: Any = None) -> None:
+        """Called for each engine step that produced tokens for this request (`logprobs`: each new
+        token's top log-probabilities, when asked for)."""
+        if logprobs is not None:
+            for top in logprobs:
+                values = sorted((p.logprob for p in top.values()), reverse=True)
+                self.top2_margins.append(values[0] - values[1] if len(values) > 1 else float("inf"))
         self.target_steps += 1
         self.chunk_times.append(time.perf_counter())
         if self.spec_metrics is not None:
@@ -267,4 +274,5 @@ class _Tracked:
             latency_s=self.latency_s,
             ttft_s=self.chunk_times[0] - self.started if self.chunk_times else None,
             chunk_gaps_s=[b - a for a, b in zip(self.chunk_times, self.chunk_times[1:])],
+            top2_margins=self.top2_margins or None,
         )

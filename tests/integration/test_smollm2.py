@@ -46,3 +46,23 @@ def test_ngram_over_a_2k_long_context_set_reports_its_domain(tmp_path):
     assert list(requests.prompt_tokens) == [2000, 2000]
     # every drafted step starts past the 2,000-token prompt
     assert (steps_of(out).position > 2000).all()
+
+
+def test_a_default_run_shows_its_progress_and_table_and_keeps_vllms_output_in_engine_log(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    out = tmp_path / "quiet"
+    proc = subprocess.run(
+        [sys.executable, "-m", "evals.run", "drafter=ngram", f"d={D}", "dataset.num_requests=2", "sampling.max_tokens=16",
+         "engine.cpu_kvcache_space_gib=1", f"hydra.run.dir={out}"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(repo)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shown = proc.stdout + proc.stderr
+    assert "speclens: drafter=ngram d=3" in proc.stdout and f"results: {out}" in proc.stdout
+    for noise in ("WARNING", "INFO", "FutureWarning", "Traceback", "Triton"):
+        assert noise not in shown, f"{noise!r} reached the terminal:\n{shown[-2000:]}"
+    assert "vllm" in (out / "engine.log").read_text().lower()

@@ -73,7 +73,7 @@ def test_eagle_head_width_must_match_target(tmp_path):
 def test_max_model_len_above_the_context_window_is_refused(tmp_path):
     write_checkpoint(tmp_path / "target", max_position_embeddings=512)
     with pytest.raises(ConfigError, match=r"engine.max_model_len=4096 is above target.model's context window \(max_position_embeddings=512\)"):
-        attempt(tmp_path)
+        attempt(tmp_path, "engine.max_model_len=4096")
 
 
 def test_folder_without_config_is_not_a_checkpoint(tmp_path):
@@ -173,3 +173,38 @@ def test_no_report_command_creates_its_output_dir_before_its_input_is_valid(tmp_
     for main in (curves_main, rank_main):
         assert main([str(tmp_path / "nothing"), "--out", str(tmp_path / "new")]) == 2
         assert not (tmp_path / "new").exists()
+
+
+QUIET_SCRIPT = """
+import os, sys
+from pathlib import Path
+from core.console import console, quiet
+log = Path(sys.argv[1])
+with quiet(log, verbose=sys.argv[2] == "1"):
+    print("engine says hello")
+    print("FutureWarning: something", file=sys.stderr)
+    os.write(2, b"native library message\\n")
+    console().write("speclens progress\\n")
+    if sys.argv[3] == "1":
+        raise SystemExit("speclens: error: the engine failed")
+print("result table")
+"""
+
+
+@pytest.mark.parametrize("verbose,fail", [(False, False), (True, False), (False, True)])
+def test_a_quiet_run_keeps_engine_output_in_its_log(tmp_path, verbose, fail):
+    log = tmp_path / "engine.log"
+    proc = subprocess.run([sys.executable, "-c", QUIET_SCRIPT, str(log), str(int(verbose)), str(int(fail))],
+                          capture_output=True, text=True, cwd=REPO, timeout=60)
+    noise = ("engine says hello", "FutureWarning: something", "native library message")
+    shown = proc.stdout + proc.stderr
+    assert "speclens progress" in shown
+    if verbose:
+        assert all(n in shown for n in noise) and not log.exists()
+        return
+    assert all(n in log.read_text() for n in noise)
+    if fail:  # the log's tail is shown with the failure
+        assert proc.stderr.startswith("speclens progress") and "the engine's log" in proc.stderr
+        assert all(n in proc.stderr for n in noise) and "result table" not in proc.stdout
+    else:
+        assert not any(n in shown for n in noise) and proc.stdout == "result table\n"

@@ -94,3 +94,13 @@ def test_spec_counters_add_and_subtract_per_position():
     assert a + b == SpecCounters(4, 12, 8, [4, 3, 1])
     assert (a + b).since(b) == SpecCounters(3, 9, 5, [3, 2, 0])
     assert sum([a, b], SpecCounters()) == a + b
+
+
+def test_the_near_tie_bound_is_four_ulps_of_a_top_logit_in_each_dtype():
+    from core.lossless import classify, first_divergence, near_tie_bound
+
+    assert near_tie_bound("bfloat16") == 4 * 0.125 and near_tie_bound("float16") == 4 * 2**-6
+    assert near_tie_bound("float32") == 4 * 2**-19
+    assert classify(0.3, "bfloat16") == "near_tie" and classify(0.3, "float32") == "divergence"
+    assert classify(None, "bfloat16") == "unexplained"
+    assert first_divergence([1, 2, 3], [1, 2, 4]) == 2 and first_divergence([1, 2], [1, 2, 9]) == 2

@@ -9,12 +9,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from core.errors import ConfigError, CorruptRecord, MeasurementError
+from core.errors import ConfigError, CorruptRecord, MeasurementError, exit_status
 from core.records import read_parquet
 from core.summary import read_summary
 from evals.run import run
 from reports.table import result_table
-from tests.unit.conftest import compose_run, fake_overrides
+from tests.unit.conftest import compose_run, fake_overrides, write_checkpoint
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 D = 3
@@ -133,13 +133,34 @@ def test_plain_decoding_has_null_al_and_one_token_per_step(tmp_path):
 def test_baseline_reports_lossless_and_speedup(tmp_path):
     summary, out, engines = fake_run(tmp_path, "baseline=true")
     assert engines[0]["method"] == "ngram" and engines[1] is None
-    assert summary["lossless"] == {"checked": True, "identical": True, "n_compared": 3, "n_identical": 3,
-                                   "mismatched": []}
+    loss = summary["lossless"]
+    assert (loss["checked"], loss["identical"], loss["n_compared"], loss["n_identical"]) == (True, True, 3, 3)
+    assert loss["mismatches"] == [] and (loss["dtype"], loss["near_tie_bound"]) == ("bfloat16", 0.5)
     assert summary["speedup"] is not None and (out / "baseline_outputs.jsonl").is_file()
-    # plain decoding's answer to q1's second turn differs in its last token: named as a mismatch
-    summary, _, _ = fake_run(tmp_path, "baseline=true", "force=true", "runner.diverge=['q1#1']")
-    assert summary["lossless"] == {"checked": True, "identical": False, "n_compared": 3, "n_identical": 2,
-                                   "mismatched": ["q1#1"]}
+
+
+def test_a_near_tie_is_reported_and_a_divergence_fails_the_lossless_check(tmp_path, capsys):
+    """Plain decoding's answer to q1's second turn differs in its last token. With a top-2 margin of
+    0.01 there it is a bfloat16 near-tie (bound 0.5): reported, the run stands. With a margin of 5
+    it is a divergence: the run fails (exit 3) and keeps its summary."""
+    summary, out, engines = fake_run(tmp_path, "baseline=true", "runner.diverge=['q1#1']", "runner.near_ties=['q1#1']")
+    outputs = {(r["request_id"], r["turn"]): r["token_ids"]
+               for r in map(json.loads, (out / "outputs.jsonl").read_text().splitlines())}
+    last = len(outputs[("q1", 1)]) - 1
+    loss = summary["lossless"]
+    assert (loss["identical"], loss["n_near_ties"], loss["n_divergences"], loss["mismatched"]) == (False, 1, 0, ["q1#1"])
+    assert loss["mismatches"] == [{"request_id": "q1", "turn": 1, "batch_size": 2, "first_divergence": last,
+                                   "top2_margin": 0.01, "classification": "near_tie"}]
+    # the margins come from a plain engine asked for top-2 log-probabilities up to that token
+    assert engines[-1] is None
+    assert "1 numerical near-tie(s)" in capsys.readouterr().out
+    with pytest.raises(MeasurementError, match=r"lossless check failed: 1 greedy output\(s\) diverge from plain "
+                                               rf"decoding beyond a bfloat16 near-tie \(e.g. q1 turn 1 at output token {last}, "
+                                               r"top-2 margin 5, bound 0.5\)") as failure:
+        fake_run(tmp_path, "baseline=true", "force=true", "runner.diverge=['q1#1']")
+    assert exit_status(failure.value) == 3
+    kept = json.loads((out / "summary.json").read_text())["lossless"]
+    assert kept["n_divergences"] == 1 and kept["mismatches"][0]["classification"] == "divergence"
 
 
 def test_counter_mismatch_fails_the_run_and_keeps_records(tmp_path):
@@ -238,3 +259,18 @@ def test_a_run_writes_its_acceptance_profile_for_vllms_synthetic_sampler(tmp_pat
     bad = pd.DataFrame({"request_id": ["a", "a"], "num_accepted": [4, 1], "num_drafted": [3, 3]})
     with pytest.raises(CorruptRecord, match="is not a profile of AL"):
         profile("ngram", 3, "all", bad)
+
+
+def test_unset_engine_keys_are_fitted_to_the_target_and_said_so(tmp_path, capsys):
+    """A 2,048-token target runs without engine.max_model_len (the default 4096 does not fit it), in
+    the dtype it was saved in; the stamp and the terminal say so."""
+    write_checkpoint(tmp_path / "target", max_position_embeddings=2048, torch_dtype="float16")
+    rows = [{"question_id": "q0", "category": "coding", "turns": ["task"]}]
+    summary = run(compose_run(*fake_overrides(tmp_path, rows), "drafter=ngram"), tmp_path / "run",
+                  progress=lambda label: None)
+    fitted = json.loads((tmp_path / "run" / "stamp.json").read_text())["fitted_defaults"]
+    assert fitted["engine.max_model_len"]["value"] == 2048 and "max_position_embeddings=2048" in fitted["engine.max_model_len"]["why"]
+    assert fitted["engine.dtype"] == {"value": "float16", "why": "the dtype target.model was saved in"}
+    err = capsys.readouterr().err
+    assert "engine.max_model_len=2048: the target's context window" in err and "engine.dtype=float16" in err
+    assert summary.lossless is None and summary.n_requests == 1

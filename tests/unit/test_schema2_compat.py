@@ -114,8 +114,10 @@ def test_the_reader_migrates_every_earlier_summary_and_refuses_a_newer_one(schem
 def test_a_run_measured_by_the_schema2_release_is_recognised_as_the_same_configuration(schema2):
     """The skip-on-rerun fingerprint is unchanged by the reshape (components are named by their
     registry key now, not by a config `name`): a sweep resumed by today's code skips those jobs."""
+    from core.model_facts import ModelFacts
     from core.summary import read_summary
     from evals.compose import compose_config, run_fingerprint, to_run_config
+    from evals.plan import fit_engine_defaults
 
     # The overrides the schema-2 runs were made with (their paths, before tests/data rewrote them).
     for drafter, d in (("ngram", 1), ("ngram", 3), ("suffix", 3)):
@@ -123,7 +125,11 @@ def test_a_run_measured_by_the_schema2_release_is_recognised_as_the_same_configu
                               "dataset.path=/tmp/gen/work/q.jsonl", f"drafter={drafter}", f"d={d}", "baseline=true",
                               "batch_sizes=[1,2]", "runner=fake"])
         stored = read_summary(schema2 / "baseline" / f"drafter={drafter},d={d}").config_fingerprint
-        assert run_fingerprint(cfg, to_run_config(cfg)) == stored
+        # their fake target named no context window and no dtype: the fitted defaults are the old ones
+        run_config = to_run_config(cfg)
+        fitted = fit_engine_defaults(run_config, ModelFacts.from_config("target", {"vocab_size": 100, "hidden_size": 16}))
+        assert {k: f["value"] for k, f in fitted.items()} == {"engine.max_model_len": 4096, "engine.dtype": "bfloat16"}
+        assert run_fingerprint(cfg, run_config, fitted) == stored
 
 
 @pytest.mark.parametrize("file, content, message", [
