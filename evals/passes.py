@@ -147,27 +147,25 @@ def _keep_log(engine: Engine, logs_dir: Path | None, label: str) -> None:
 def top2_margins(plan: RunPlan, factory: EngineFactory, mismatched: dict[int, list[tuple[TurnResult, TurnResult]]]
                  ) -> dict[tuple[str, int, int], float | None]:
     """For each (speculative, plain) mismatch at each batch size, plain decoding's top-2 log-probability
-    margin where the outputs first differ: the plain turns re-sent on a plain engine, asking for the
-    top-2 log-probabilities, up to that token (None where the runner gives none)."""
-    keys, requests, longest = [], [], 0
+    margin where the outputs first differ: on a plain engine, the turn's prompt followed by plain
+    decoding's own output up to that token, asking for one token and its top-2 log-probabilities
+    (the exact context, whatever trajectory another batch shape would have taken; None where the
+    runner gives none)."""
+    keys, requests = [], []
     for batch_size, pairs in mismatched.items():
         for spec, base in pairs:
             at = first_divergence(spec.output_token_ids, base.output_token_ids)
-            keys.append((spec.request_id, spec.turn, batch_size, at))
-            requests.append(TurnRequest(spec.request_id, spec.turn, base.prompt_token_ids))
-            longest = max(longest, at + 1)
+            keys.append((spec.request_id, spec.turn, batch_size))
+            requests.append(TurnRequest(spec.request_id, spec.turn,
+                                        tuple(base.prompt_token_ids) + tuple(base.output_token_ids[:at])))
     if not requests:
         return {}
     engine = factory(plan.target_dir, None)
     try:
-        results = engine.generate(requests, replace(plan.sampling, max_tokens=longest, top2=True))
+        results = engine.generate(requests, replace(plan.sampling, max_tokens=1, top2=True))
     finally:
         engine.close()
-    margins: dict[tuple[str, int, int], float | None] = {}
-    for (request_id, turn, batch_size, at), result in zip(keys, results):
-        found = result.top2_margins or []
-        margins[(request_id, turn, batch_size)] = found[at] if at < len(found) else None
-    return margins
+    return {key: (result.top2_margins or [None])[0] for key, result in zip(keys, results)}
 
 
 def zero_cost_spec(d: int) -> dict[str, Any]:
