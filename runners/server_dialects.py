@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from core.generation import (
+    COUNTER_NAMES,
     DraftedStep,
     RecordGranularity,
     RequestTotals,
@@ -94,7 +95,7 @@ class Vllm:
     granularity = RecordGranularity.step
     metrics_path = "/metrics"
     # The counters its /metrics gives, compared with the records.
-    counted = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos")
+    counted = COUNTER_NAMES
     path = "/v1/completions"
     missing_stats = "start the server with --per-request-spec-decode-metrics detailed"
 
@@ -174,7 +175,7 @@ class Trtllm:
     name = "trtllm"
     granularity = RecordGranularity.domain
     metrics_path = "/prometheus/metrics"
-    counted = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos")
+    counted = COUNTER_NAMES
     path = "/v1/completions"
     missing_stats = "start trtllm-serve with return_perf_metrics: true in its --extra_llm_api_options"
 
