@@ -6,6 +6,11 @@ process after a warm-up run, each with its own engine load(s), and prints:
   replay_vs_measured  = |replayed AL - measured AL| / measured AL at each measured D
 
     python benchmarks/replay_cost.py [--measure-d 3 5] [evals.run overrides]
+
+The replay follows plain greedy decoding's tokens. It equals the measured AL exactly where the
+measured run's outputs are plain decoding's (engine.dtype=float32: gap 0.00 %); in bfloat16 a
+run that parts from plain decoding at a numerical near-tie follows other tokens from there, and
+the gap is that (0.23 % at d = 3 on the defaults).
 """
 
 from __future__ import annotations

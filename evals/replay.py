@@ -196,6 +196,11 @@ def replay(cfg: DictConfig, out_dir: Path) -> pd.DataFrame:
         with staged(out_dir, artifacts, REPLAY_FILE) as staging:
             start = time.perf_counter()
             if drafter.replay is ReplayKind.exact:
+                if plan.dtype != "float32":
+                    print(f"speclens: replaying in {plan.dtype}: the curve follows plain greedy decoding's tokens; a "
+                          "measured run whose outputs part from them at a numerical near-tie (its summary.json "
+                          "lossless.mismatches) follows other tokens from there, which moves its AL a few tenths of a "
+                          "percent off the curve. engine.dtype=float32 makes the two agree exactly.", file=sys.stderr)
                 curves = replay_exact(plan, d_max, factory)
             else:
                 curves = replay_estimated(plan, d_max, staging, factory, runner)
