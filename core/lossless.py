@@ -31,6 +31,9 @@ NEAR_TIE = "near_tie"
 DIVERGENCE = "divergence"
 # No top-2 margin to judge by (the runner gives none): counted with the divergences.
 UNEXPLAINED = "unexplained"
+# A later turn whose prompt already differed (it carries an earlier turn's answer, which parted):
+# explained by that earlier turn's mismatch, not counted again.
+FOLLOWS_EARLIER_TURN = "follows_earlier_turn"
 
 
 def near_tie_bound(dtype: str) -> float:

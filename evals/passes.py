@@ -154,6 +154,8 @@ def top2_margins(plan: RunPlan, factory: EngineFactory, mismatched: dict[int, li
     keys, requests = [], []
     for batch_size, pairs in mismatched.items():
         for spec, base in pairs:
+            if spec.prompt_token_ids != base.prompt_token_ids:
+                continue  # an earlier turn's answer parted: that turn's mismatch explains this one
             at = first_divergence(spec.output_token_ids, base.output_token_ids)
             keys.append((spec.request_id, spec.turn, batch_size))
             requests.append(TurnRequest(spec.request_id, spec.turn,

@@ -24,7 +24,7 @@ from core.errors import (
     MeasurementError,
     guarded,
 )
-from core.lossless import NEAR_TIE
+from core.lossless import DIVERGENCE, UNEXPLAINED
 from core.summary import SUMMARY_FILE, RunSummary, read_summary
 from evals import sweep_report
 from evals.compose import CONF_DIR, register_configs, run_fingerprint, to_run_config
@@ -58,13 +58,16 @@ def check_lossless(summary: RunSummary, out_dir: Path) -> None:
     loss = summary.lossless
     if loss is None or not loss.n_divergences:
         return
-    first = next(m for m in loss.mismatches if m.classification != NEAR_TIE)
-    margin = "unknown (this runner gives no top-2 log-probabilities)" if first.top2_margin is None else f"{first.top2_margin:.3g}"
+    first = next((m for m in loss.mismatches if m.classification in (DIVERGENCE, UNEXPLAINED)), None)
+    example = ""
+    if first is not None:
+        margin = ("unknown (this runner gives no top-2 log-probabilities)" if first.top2_margin is None
+                  else f"{first.top2_margin:.3g}")
+        example = (f" (e.g. {first.request_id} turn {first.turn} at output token {first.first_divergence}, top-2 margin "
+                   f"{margin}, bound {loss.near_tie_bound:g})")
     raise MeasurementError(
         f"lossless check failed: {loss.n_divergences} greedy output(s) diverge from plain decoding beyond a "
-        f"{loss.dtype} near-tie (e.g. {first.request_id} turn {first.turn} at output token {first.first_divergence}, "
-        f"top-2 margin {margin}, bound {loss.near_tie_bound:g}); the run is kept in {out_dir} "
-        "(summary.json lossless.mismatches)."
+        f"{loss.dtype} near-tie{example}; the run is kept in {out_dir} (summary.json lossless.mismatches)."
     )
 
 

@@ -10,7 +10,15 @@ from core import costs, metrics
 from core.account import SpeedupAccount, speedup_account
 from core.generation import RecordGranularity, SpecCounters, TurnResult
 from core.latency import Latency, latency_of
-from core.lossless import NEAR_TIE, classify, first_divergence, near_tie_bound
+from core.lossless import (
+    DIVERGENCE,
+    FOLLOWS_EARLIER_TURN,
+    NEAR_TIE,
+    UNEXPLAINED,
+    classify,
+    first_divergence,
+    near_tie_bound,
+)
 from core.summary import (
     SUMMARY_VERSION,
     DomainPoint,
@@ -61,9 +69,12 @@ def lossless(
     explained = []
     for s, b in pairs:
         margin = (margins or {}).get((s.request_id, s.turn, batch_size))
+        kind = (FOLLOWS_EARLIER_TURN if s.prompt_token_ids != b.prompt_token_ids
+                else classify(margin, dtype or "float32"))
         explained.append(Mismatch(s.request_id, s.turn, batch_size, first_divergence(s.output_token_ids, b.output_token_ids),
-                                  margin, classify(margin, dtype or "float32")))
+                                  margin, kind))
     near_ties = sum(m.classification == NEAR_TIE for m in explained)
+    divergences = sum(m.classification in (DIVERGENCE, UNEXPLAINED) for m in explained)
     return LosslessCheck(
         checked=greedy,
         identical=(not pairs) if greedy else None,
@@ -72,7 +83,7 @@ def lossless(
         mismatched=[f"{s.request_id}#{s.turn}" for s, _ in pairs][:MISMATCHES_SHOWN],
         mismatches=explained[:MISMATCHES_SHOWN] if greedy else [],
         n_near_ties=near_ties if greedy else 0,
-        n_divergences=len(explained) - near_ties if greedy else 0,
+        n_divergences=divergences if greedy else 0,
         dtype=dtype,
         near_tie_bound=near_tie_bound(dtype) if dtype else None,
     )
