@@ -41,6 +41,8 @@ class Reply:
     chunks: list[list[int]] = field(default_factory=list)
     chunk_times: list[float] = field(default_factory=list)
     stats: dict[str, Any] | None = None
+    # With SamplingSpec.top2: each output token's top-2 log-probability margin, where the server gives them.
+    margins: list[float] = field(default_factory=list)
     text: str = ""
     started: float = 0.0
     finished: float = 0.0
@@ -87,7 +89,18 @@ def completions_body(model: str, prompt: list[int], sampling: SamplingSpec) -> d
             "stream": True, "stream_options": {"include_usage": True}, "return_token_ids": True}
     if sampling.temperature > 0:
         body["seed"] = sampling.seed
+    if sampling.top2:  # token ids as keys: two tokens that decode alike stay two entries
+        body |= {"logprobs": 2, "return_tokens_as_token_ids": True}
     return body
+
+
+def top2_margins(choice: dict[str, Any]) -> list[float]:
+    """Each token's top-2 log-probability margin from a completions choice's `logprobs`."""
+    margins = []
+    for top in (choice.get("logprobs") or {}).get("top_logprobs") or []:
+        values = sorted((top or {}).values(), reverse=True)
+        margins.append(values[0] - values[1] if len(values) > 1 else float("inf"))
+    return margins
 
 
 class Vllm:
@@ -105,6 +118,8 @@ class Vllm:
     def read(self, event: dict[str, Any], reply: Reply) -> list[int]:
         if event.get("metrics"):
             reply.stats = event["metrics"].get("speculative_decoding")
+        for choice in event.get("choices") or []:
+            reply.margins += top2_margins(choice)
         return [t for choice in event.get("choices") or [] for t in choice.get("token_ids") or []]
 
     def has_stats(self, stats: dict[str, Any] | None) -> bool:

@@ -228,7 +228,7 @@ class ServerEngine:
         return TurnResult(request.request_id, request.turn, len(request.prompt_token_ids), output, self.decode(output),
                           acceptance.steps, acceptance.target_steps, reply.finished - reply.started,
                           times[0] - reply.started if times else None, [b - a for a, b in zip(times, times[1:])],
-                          acceptance.totals)
+                          acceptance.totals, reply.margins or None)
 
     def log_file(self) -> Path | None:
         return self.process.log_file if self.process is not None else None

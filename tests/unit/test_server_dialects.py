@@ -24,6 +24,7 @@ import pytest
 
 from core.errors import ConfigError, MeasurementError, exit_status
 from core.records import read_parquet
+from core.summary import read_summary
 from evals.compose import compose_config
 from evals.embedded_target import ensure_smollm2
 from evals.run import run
@@ -253,3 +254,22 @@ def test_a_vllm_request_without_verification_steps_has_no_arrays_and_no_steps():
     acceptance = vllm.acceptance(10, Reply(chunks=[[1], [2], [3]], stats=none_drafted))
     assert (acceptance.steps, acceptance.target_steps) == ([], 3)
     assert not vllm.has_stats(none_drafted | {"num_spec_steps": 2, "acceptance_histogram": [1, 1, 0, 0]})
+
+
+@pytest.mark.parametrize("margin,kind", [(0.1, "near_tie"), (3.0, "divergence")])
+def test_a_server_mismatch_is_explained_by_the_plain_servers_log_probabilities(tmp_path, smollm2, margin, kind):
+    """The plain server's answers part from the speculative one's at their last token; its top-2
+    log-probabilities there (completions `logprobs`) say whether that was a bfloat16 near-tie."""
+    spec = FakeVllm(str(smollm2))
+    plain = FakeVllm(str(smollm2), speculative=False, last_token_shift=1, margin=margin)
+    args = (tmp_path, smollm2, spec.url, "baseline=true", f"runner.baseline_url={plain.url}")
+    if kind == "near_tie":
+        loss = attach(*args).lossless
+    else:
+        with pytest.raises(MeasurementError, match=rf"top-2 margin {margin:g}, bound 0.5"):
+            attach(*args)
+        loss = read_summary(tmp_path / "run").lossless
+    assert {m.classification for m in loss.mismatches} == {kind} and len(loss.mismatches) == len(ROWS)
+    assert all(m.top2_margin == pytest.approx(margin) and m.first_divergence == 7 for m in loss.mismatches)
+    explain = plain.bodies[-1]  # the plain turn's prompt and its own prefix, one token, top-2 asked for
+    assert (explain["max_tokens"], explain["logprobs"], explain["return_tokens_as_token_ids"]) == (1, 2, True)

@@ -28,8 +28,11 @@ ACCEPTED, DRAFTED = [3, 1], [3, 3]
 
 class FakeVllm(ThreadingHTTPServer):
     def __init__(self, model: str, spec_metrics: bool = True, num_spec_tokens: int = D, busy_first: int = 0,
-                 speculative: bool = True) -> None:
+                 speculative: bool = True, last_token_shift: int = 0, margin: float = 5.0) -> None:
         super().__init__(("127.0.0.1", 0), Handler)
+        # Its answers' last token moved by this much (a plain server whose output parts from the
+        # speculative one's), and the top-2 log-probability margin it reports for every token.
+        self.last_token_shift, self.margin = last_token_shift, margin
         self.model, self.spec_metrics, self.num_spec_tokens = model, spec_metrics and speculative, num_spec_tokens
         self.speculative = speculative
         self.busy = busy_first
@@ -93,8 +96,14 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
         token = 200
-        for n in CHUNKS:
-            chunk = {"choices": [{"index": 0, "text": "x", "token_ids": list(range(token, token + n))}]}
+        for i, n in enumerate(CHUNKS):
+            ids = list(range(token, token + n))
+            if i == len(CHUNKS) - 1:
+                ids[-1] += self.server.last_token_shift
+            chunk = {"choices": [{"index": 0, "text": "x", "token_ids": ids}]}
+            if body.get("logprobs"):  # vLLM's completions logprobs, keyed "token_id:<id>"
+                chunk["choices"][0]["logprobs"] = {"top_logprobs": [
+                    {f"token_id:{t}": -0.1, f"token_id:{t + 1000}": -0.1 - self.server.margin} for t in ids]}
             token += n
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
             self.wfile.flush()
