@@ -115,7 +115,6 @@ def run(cfg: DictConfig, out_dir: Path, progress=TqdmProgress, group: str | None
                 summary = measure(plan, staging, factory, runner, progress, fingerprint)
     print(result_table(summary))
     print(f"results: {out_dir}")
-    check_lossless(summary, out_dir)
     if isinstance(run_config.logger, WandbLoggerConfig):
         stamp = json.loads((out_dir / STAMP_FILE).read_text())
         try:
@@ -123,6 +122,7 @@ def run(cfg: DictConfig, out_dir: Path, progress=TqdmProgress, group: str | None
         except Exception as exc:  # noqa: BLE001 - a dashboard hiccup must not stop a sweep
             print(f"speclens: warning: logging to wandb failed ({type(exc).__name__}: {exc}); the run's "
                   f"results are complete in {out_dir}.", file=sys.stderr)
+    check_lossless(summary, out_dir)  # after the results are written and logged
     return summary
 
 
