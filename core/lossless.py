@@ -19,7 +19,7 @@ A larger margin cannot be flipped by rounding: a divergence.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable, Sequence
 
 # Significand bits (the implicit bit included) of each dtype speclens runs in.
 SIGNIFICAND_BITS = {"bfloat16": 8, "float16": 11, "half": 11, "float32": 24, "float": 24}
@@ -34,6 +34,12 @@ UNEXPLAINED = "unexplained"
 # A later turn whose prompt already differed (it carries an earlier turn's answer, which parted):
 # explained by that earlier turn's mismatch, not counted again.
 FOLLOWS_EARLIER_TURN = "follows_earlier_turn"
+
+
+def top2_margin(logprobs: Iterable[float]) -> float:
+    """The top log-probability minus the runner-up's (infinite where only one token is given)."""
+    values = sorted(logprobs, reverse=True)
+    return values[0] - values[1] if len(values) > 1 else float("inf")
 
 
 def near_tie_bound(dtype: str) -> float:

@@ -74,16 +74,21 @@ def _pooled_domain_counters(passes: list[Pass]) -> dict[str, SpecCounters] | Non
     return pooled
 
 
-def _check_counters(passes: list[Pass], plan: RunPlan) -> None:
-    """Each speculative pass's records against the engine's counters (core/metrics.py)."""
+def _check_counters(passes: list[Pass], plan: RunPlan, out_dir: Path) -> None:
+    """Each speculative pass's records against the engine's counters (core/metrics.py); where they
+    disagree, the records are written for inspection before the error goes on."""
     cfg = plan.config
     steps, requests = record_frames(passes, plan)
-    for p in passes:
-        if p.record_granularity == RecordGranularity.domain:
-            continue  # its counters are its only acceptance record: nothing to check them against
-        metrics.check_counters(steps[steps.batch_size == p.batch_size], p.counters, plan.d, f"batch size {p.batch_size}",
-                               enforce=runner_of(cfg).exclusive(cfg),
-                               requests=requests[requests.batch_size == p.batch_size], counted=p.counted)
+    try:
+        for p in passes:
+            if p.record_granularity == RecordGranularity.domain:
+                continue  # its counters are its only acceptance record: nothing to check them against
+            metrics.check_counters(steps[steps.batch_size == p.batch_size], p.counters, plan.d,
+                                   f"batch size {p.batch_size}", enforce=runner_of(cfg).exclusive(cfg),
+                                   requests=requests[requests.batch_size == p.batch_size], counted=p.counted)
+    except MeasurementError:
+        write_records(passes, plan, out_dir)
+        raise
 
 
 def median_repeats(spec_rounds: list[list[Pass]], plain_rounds: list[list[Pass]]
@@ -186,8 +191,7 @@ def _execute(
         spec_rounds.append(_kept_on_failure(lambda: run_passes(plan, factory, spec, mode, progress, out_dir),
                                             lambda finished: write_records(finished, plan, out_dir)))
         if spec is not None:
-            write_records(spec_rounds[-1], plan, out_dir)  # kept for inspection if the check fails
-            _check_counters(spec_rounds[-1], plan)
+            _check_counters(spec_rounds[-1], plan, out_dir)
         if cfg.baseline and spec is not None:
             plain_rounds.append(_kept_on_failure(
                 lambda: run_passes(plan, factory, None, PassMode.plain, progress, out_dir),

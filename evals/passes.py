@@ -59,9 +59,12 @@ class Pass:
         return sum(s.wall_s for s in self.engine_steps) if self.engine_steps else self.elapsed_s
 
     @property
+    def output_tokens(self) -> int:
+        return sum(len(r.output_token_ids) for r in self.results)
+
+    @property
     def output_tokens_per_s(self) -> float:
-        tokens = sum(len(r.output_token_ids) for r in self.results)
-        return tokens / self.generate_s if self.generate_s > 0 else 0.0
+        return self.output_tokens / self.generate_s if self.generate_s > 0 else 0.0
 
 
 def run_passes(

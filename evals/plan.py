@@ -94,19 +94,20 @@ def saved_dtype(target: ModelFacts) -> str:
 
 def fit_engine_defaults(cfg: RunConfig, target: ModelFacts) -> dict[str, dict[str, Any]]:
     """engine.max_model_len and engine.dtype, where the user set none, fitted to the target (in
-    `cfg`); what was fitted and why."""
+    `cfg`); what was fitted, the default it replaces, and why."""
     fitted: dict[str, dict[str, Any]] = {}
     if cfg.engine.max_model_len is None:
         window = target.max_position_embeddings
         value = min(DEFAULT_MAX_MODEL_LEN, window) if window else DEFAULT_MAX_MODEL_LEN
         cfg.engine.max_model_len = value
-        fitted["engine.max_model_len"] = {"value": value, "why": (
+        fitted["engine.max_model_len"] = {"value": value, "default": DEFAULT_MAX_MODEL_LEN, "why": (
             f"the target's context window (max_position_embeddings={window}) is below the default "
             f"{DEFAULT_MAX_MODEL_LEN}" if value < DEFAULT_MAX_MODEL_LEN else f"the default {DEFAULT_MAX_MODEL_LEN}")}
     if cfg.engine.dtype is None:
         value = saved_dtype(target)
         cfg.engine.dtype = Dtype.of(value if value in {d.value for d in Dtype} else DEFAULT_DTYPE, "engine.dtype")
-        fitted["engine.dtype"] = {"value": str(cfg.engine.dtype), "why": "the dtype target.model was saved in"
+        fitted["engine.dtype"] = {"value": str(cfg.engine.dtype), "default": DEFAULT_DTYPE,
+                                  "why": "the dtype target.model was saved in"
                                   if value == str(cfg.engine.dtype) else f"the default {DEFAULT_DTYPE}"}
     return fitted
 

@@ -16,7 +16,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from core.config import DEFAULT_DTYPE, DEFAULT_MAX_MODEL_LEN, WandbLoggerConfig
+from core.config import WandbLoggerConfig
 from core.console import console, quiet
 from core.errors import (
     ConfigError,
@@ -103,7 +103,7 @@ def run(cfg: DictConfig, out_dir: Path, progress=TqdmProgress, group: str | None
         plan = make_plan(run_config)
         fingerprint = run_fingerprint(cfg, run_config, plan.fitted)
         for key, fit in plan.fitted.items():
-            if fit["value"] != {"engine.max_model_len": DEFAULT_MAX_MODEL_LEN, "engine.dtype": DEFAULT_DTYPE}[key]:
+            if fit["value"] != fit["default"]:
                 print(f"speclens: {key}={fit['value']}: {fit['why']} (set {key}= to choose).", file=sys.stderr)
         done = None if run_config.force else finished_summary(out_dir, fingerprint, runner, plan.fingerprints)
         if done is not None:

@@ -45,6 +45,9 @@ class MeasuredPass(Protocol):
     domain_counters: dict[str, SpecCounters] | None
 
     @property
+    def output_tokens(self) -> int: ...
+
+    @property
     def output_tokens_per_s(self) -> float: ...
 
     @property
@@ -121,10 +124,6 @@ def _corrected(point: DomainPoint, account: SpeedupAccount | None) -> None:
     point.predicted_corrected_range = [v * account.correction for v in point.predicted_speedup_range]
 
 
-def _output_tokens(p: MeasuredPass) -> int:
-    return sum(len(r.output_token_ids) for r in p.results)
-
-
 def operating_points(
     passes: Sequence[MeasuredPass],
     baseline: Sequence[MeasuredPass],
@@ -158,7 +157,7 @@ def operating_points(
         base_latency = latency_of(base.results, base.generate_s) if base is not None else None
         account = None if base is None else speedup_account(
             engine_steps, b, overall.predicted_speedup, overall.tokens_per_step, measured,
-            (_output_tokens(p), _output_tokens(base)), (p.elapsed_s, base.elapsed_s))
+            (p.output_tokens, base.output_tokens), (p.elapsed_s, base.elapsed_s))
         by_domain = {
             domain: _domain_point(domain_steps, group, seed, point_costs, domain_counters.get(domain))
             for domain, group, domain_steps in metrics.split_by_domain(at_b_steps, at_b_requests)

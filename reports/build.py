@@ -23,7 +23,6 @@ from drafters.facts_table import comparison_rows
 from reports import figures
 from reports.curves import collect, safe_name
 from reports.rank import (
-    RANK_CONSISTENT_KEYS,
     display_columns,
     display_rows,
     guideline_notes,
@@ -31,7 +30,12 @@ from reports.rank import (
     rank_runs,
     tables,
 )
-from reports.runs import Run, check_consistent, find_runs
+from reports.runs import (
+    CONSISTENT_ACROSS_TEMPERATURES,
+    Run,
+    check_consistent,
+    find_runs,
+)
 from reports.serve import serve_markdown, serve_plan
 from reports.table import cell, markdown_table
 
@@ -79,12 +83,11 @@ def curve_sections(root: Path) -> list[Section]:
     return [section]
 
 
-def ranking_section(runs: list[Run]) -> Section:
+def ranking_section(runs: list[Run], ranking: pd.DataFrame | SpeclensError) -> Section:
+    """The ranking's tables, or why the runs cannot be ranked."""
     section = Section("Ranking")
-    try:
-        ranking = rank_runs(runs)
-    except SpeclensError as exc:
-        section.text.append(f"Not ranked: {exc}")
+    if isinstance(ranking, SpeclensError):
+        section.text.append(f"Not ranked: {ranking}")
         return section
     columns = display_columns(ranking)
     for heading, group in tables(ranking):
@@ -94,13 +97,9 @@ def ranking_section(runs: list[Run]) -> Section:
     return section
 
 
-def serve_section(runs: list[Run]) -> Section | None:
-    """What to serve (reports/serve.py), where the runs can be ranked."""
-    try:
-        plan = serve_plan(rank_runs(runs), runs)
-    except SpeclensError:
-        return None  # the ranking section says why
-    return Section("What to serve", [line for line in serve_markdown(plan)[1:] if line])
+def serve_section(runs: list[Run], ranking: pd.DataFrame) -> Section:
+    """What to serve (reports/serve.py)."""
+    return Section("What to serve", [line for line in serve_markdown(serve_plan(ranking, runs))[1:] if line])
 
 
 def latency_section(runs: list[Run]) -> Section | None:
@@ -183,7 +182,7 @@ def build_sections(root: Path) -> list[Section]:
     runs = find_runs(root)
     if not runs:
         raise SpeclensError(f"{root}: no finished runs (summary.json) in it.")
-    check_consistent(runs, RANK_CONSISTENT_KEYS)
+    check_consistent(runs, CONSISTENT_ACROSS_TEMPERATURES)
     spec_runs = [r for r in runs if r.summary.d is not None]
     sections = curve_sections(root)
     summary_rows = [[r.summary.label, str(r.summary.n_requests), cell(r.summary.al, 3),
@@ -199,10 +198,13 @@ def build_sections(root: Path) -> list[Section]:
     for optional in (account_section(runs), latency_section(runs)):
         if optional is not None:
             sections.append(optional)
-    sections.append(ranking_section(runs))
-    serve = serve_section(runs)
-    if serve is not None:
-        sections.append(serve)
+    try:
+        ranking: pd.DataFrame | SpeclensError = rank_runs(runs)
+    except SpeclensError as exc:
+        ranking = exc
+    sections.append(ranking_section(runs, ranking))
+    if not isinstance(ranking, SpeclensError):
+        sections.append(serve_section(runs, ranking))
     sections.append(Section("Drafters", tables=[(DRAFTER_HEADER, comparison_rows())]))
     sections.append(stamp_section(runs))
     return sections

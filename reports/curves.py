@@ -19,8 +19,7 @@ from core.errors import SpeclensError, guarded
 from core.metrics import GroupFigures
 from reports import figures
 from reports.runs import (
-    CONSISTENT_KEYS,
-    Measured,
+    CONSISTENT_ACROSS_TEMPERATURES,
     Run,
     check_consistent,
     find_replays,
@@ -29,8 +28,6 @@ from reports.runs import (
 
 CURVE_COLUMNS = ["drafter", "d", "domain", "al", "al_ci95_lo", "al_ci95_hi", "tokens_per_step", "source",
                  "temperature"]
-# Curves may span temperatures (an axis of their own); every other setting must agree.
-CURVE_CONSISTENT_KEYS = tuple(k for k in CONSISTENT_KEYS if k != "config.sampling.temperature")
 # Where several sources give the same (drafter, d, domain), the first of these wins.
 SOURCE_ORDER = {"measured": 0, "replayed": 1, "estimated": 2}
 
@@ -43,13 +40,9 @@ def curve_row(drafter: str, d: int, domain: str, figures: GroupFigures, source: 
             "temperature": temperature}
 
 
-def temperature_of(measured: Measured) -> float:
-    return float(measured.get("config.sampling.temperature") or 0.0)
-
-
 def measured_rows(run: Run) -> list[dict]:
     s = run.summary
-    return [curve_row(s.drafter, s.d, domain, g, "measured", temperature_of(run)) for domain, g in s.groups().items()]
+    return [curve_row(s.drafter, s.d, domain, g, "measured", run.temperature) for domain, g in s.groups().items()]
 
 
 def drafter_identity(run: Run) -> str:
@@ -64,10 +57,10 @@ def collect(root: Path) -> pd.DataFrame:
     replays = find_replays(root)
     if not runs and not replays:
         raise SpeclensError(f"{root}: no finished speculative runs (summary.json) or replayed curves in it.")
-    check_consistent(runs + replays, CURVE_CONSISTENT_KEYS)
+    check_consistent(runs + replays, CONSISTENT_ACROSS_TEMPERATURES)
     seen: dict[tuple, str] = {}
     for run in runs:
-        key = (run.summary.drafter, run.summary.d, temperature_of(run))
+        key = (run.summary.drafter, run.summary.d, run.temperature)
         ident = drafter_identity(run)
         if seen.setdefault(key, ident) != ident:
             raise SpeclensError(
@@ -76,7 +69,7 @@ def collect(root: Path) -> pd.DataFrame:
             )
     frames = [pd.DataFrame([row for run in runs for row in measured_rows(run)], columns=CURVE_COLUMNS)]
     # replays written before curves carried a temperature: it is in their stamp
-    frames += [pd.read_parquet(r.path / "curves.parquet").assign(temperature=temperature_of(r))[CURVE_COLUMNS]
+    frames += [pd.read_parquet(r.path / "curves.parquet").assign(temperature=r.temperature)[CURVE_COLUMNS]
                for r in replays]
     curves = pd.concat([f for f in frames if not f.empty], ignore_index=True)
     curves = curves.assign(_rank=curves["source"].map(SOURCE_ORDER)).sort_values(

@@ -27,7 +27,12 @@ from core.guidelines import Guidelines, low_latency_speedup
 from core.summary import DomainPoint, OperatingPoint
 from drafters.facts_table import facts_of
 from reports import figures
-from reports.runs import CONSISTENT_KEYS, Run, check_consistent, find_runs
+from reports.runs import (
+    CONSISTENT_ACROSS_TEMPERATURES,
+    Run,
+    check_consistent,
+    find_runs,
+)
 from reports.serve import SERVE_FILE, serve_markdown, serve_plan
 from reports.table import cell, markdown_table, median_ms, text_table
 
@@ -46,13 +51,8 @@ RANK_COLUMNS = [
     # The sampling temperature: entries are ranked only against others at the same one.
     "temperature",
 ]
-RANK_CONSISTENT_KEYS = tuple(k for k in CONSISTENT_KEYS if k != "config.sampling.temperature")
 # One table of the ranking: entries at the same temperature, domain and batch size.
 TABLE = ["temperature", "domain", "batch_size"]
-
-
-def temperature_of(run: Run) -> float:
-    return float(run.get("config.sampling.temperature") or 0.0)
 
 
 def tables(ranking: pd.DataFrame):
@@ -121,7 +121,7 @@ def _row(run: Run, point: OperatingPoint, domain: str, figures: DomainPoint, mea
         "output_tokens_per_s": tokens_per_s,
         "tokens_per_s_per_request": tokens_per_s / point.batch_size if tokens_per_s is not None else None,
         "serve_memory": serve_memory, "training_cost": training_cost, "run": str(run.path),
-        "temperature": temperature_of(run),
+        "temperature": run.temperature,
         **_latency(point if measured else None),
         "speedup_lo": (point.speedup_range or [None, None])[0] if measured else None,
         "speedup_hi": (point.speedup_range or [None, None])[1] if measured else None,
@@ -144,7 +144,7 @@ def _plain_row(run: Run, point: OperatingPoint, domain: str) -> dict[str, Any]:
         "tokens_per_s_per_request": tokens_per_s / point.batch_size if tokens_per_s else None,
         "serve_memory": memory, "training_cost": training, "run": str(run.path),
         **_plain_latency(point if domain == "all" or len(point.by_domain) == 1 else None, run.summary.d is not None),
-        "speedup_lo": 1.0, "speedup_hi": 1.0, "temperature": temperature_of(run),
+        "speedup_lo": 1.0, "speedup_hi": 1.0, "temperature": run.temperature,
     }
 
 
@@ -180,7 +180,7 @@ def ranking_rows(runs: list[Run]) -> pd.DataFrame:
                 if s.d is not None:
                     rows.append(_row(run, point, domain, group, measured))
                 # Plain decoding's row: from a drafter=none run first, else from any baseline pass.
-                key = (temperature_of(run), domain, point.batch_size)
+                key = (run.temperature, domain, point.batch_size)
                 if point.t_verif is not None and (key not in plain or s.d is None):
                     plain[key] = _plain_row(run, point, domain)
     frame = pd.DataFrame(rows + list(plain.values()), columns=RANK_COLUMNS)
@@ -209,7 +209,7 @@ def _mark_ties(frame: pd.DataFrame, order: list[int]) -> None:
 def check_unique(runs: list[Run]) -> None:
     seen: dict[tuple, Path] = {}
     for run in runs:
-        key = (run.summary.mechanism, run.summary.d, temperature_of(run))
+        key = (run.summary.mechanism, run.summary.d, run.temperature)
         for point in run.summary.operating_points:
             other = seen.setdefault(key + (point.batch_size,), run.path)
             if other != run.path:
@@ -237,7 +237,7 @@ def rank(dirs: list[Path]) -> pd.DataFrame:
 
 def rank_runs(runs: list[Run]) -> pd.DataFrame:
     """The ranking of these runs; refused when they disagree on settings or lack baseline timings."""
-    check_consistent(runs, RANK_CONSISTENT_KEYS)
+    check_consistent(runs, CONSISTENT_ACROSS_TEMPERATURES)
     check_unique(runs)
     missing = missing_baselines(runs)
     if missing:

@@ -37,11 +37,20 @@ class Measured:
     fingerprints: Fingerprints
     stamp: dict[str, Any]
 
+    @property
+    def temperature(self) -> float:
+        """The sampling temperature it was measured at (0: greedy)."""
+        return float(self.get("config.sampling.temperature") or 0.0)
+
     def get(self, dotted: str) -> Any:
         node: Any = {"fingerprints": asdict(self.fingerprints), "config": self.stamp.get("config", {})}
         for part in dotted.split("."):
             node = node.get(part) if isinstance(node, dict) else None
         return node
+
+
+# Runs at different sampling temperatures are one more axis of curves and rankings, not a conflict.
+CONSISTENT_ACROSS_TEMPERATURES = tuple(k for k in CONSISTENT_KEYS if k != "config.sampling.temperature")
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from core.generation import (
     SamplingSpec,
     SpecCounters,
 )
+from core.lossless import top2_margin
 from runners.server_records import drafted_steps, parse_counters, prometheus_samples
 
 
@@ -96,11 +97,7 @@ def completions_body(model: str, prompt: list[int], sampling: SamplingSpec) -> d
 
 def top2_margins(choice: dict[str, Any]) -> list[float]:
     """Each token's top-2 log-probability margin from a completions choice's `logprobs`."""
-    margins = []
-    for top in (choice.get("logprobs") or {}).get("top_logprobs") or []:
-        values = sorted((top or {}).values(), reverse=True)
-        margins.append(values[0] - values[1] if len(values) > 1 else float("inf"))
-    return margins
+    return [top2_margin((top or {}).values()) for top in (choice.get("logprobs") or {}).get("top_logprobs") or []]
 
 
 class Vllm:
@@ -118,9 +115,11 @@ class Vllm:
     def read(self, event: dict[str, Any], reply: Reply) -> list[int]:
         if event.get("metrics"):
             reply.stats = event["metrics"].get("speculative_decoding")
+        tokens = []
         for choice in event.get("choices") or []:
             reply.margins += top2_margins(choice)
-        return [t for choice in event.get("choices") or [] for t in choice.get("token_ids") or []]
+            tokens += choice.get("token_ids") or []
+        return tokens
 
     def has_stats(self, stats: dict[str, Any] | None) -> bool:
         # vLLM leaves the per-step arrays out when they are empty: a request with no verification step

@@ -25,6 +25,7 @@ from core.generation import (
     TurnRequest,
     TurnResult,
 )
+from core.lossless import top2_margin
 from runners.chat import ChatTokenizer
 from runners.engine import ProgressFn
 from runners.vllm_compat import make_kernel_registration_safe
@@ -244,8 +245,7 @@ class _Tracked:
         token's top log-probabilities, when asked for)."""
         if logprobs is not None:
             for top in logprobs:
-                values = sorted((p.logprob for p in top.values()), reverse=True)
-                self.top2_margins.append(values[0] - values[1] if len(values) > 1 else float("inf"))
+                self.top2_margins.append(top2_margin(p.logprob for p in top.values()))
         self.target_steps += 1
         self.chunk_times.append(time.perf_counter())
         if self.spec_metrics is not None:

@@ -270,7 +270,7 @@ def test_unset_engine_keys_are_fitted_to_the_target_and_said_so(tmp_path, capsys
                   progress=lambda label: None)
     fitted = json.loads((tmp_path / "run" / "stamp.json").read_text())["fitted_defaults"]
     assert fitted["engine.max_model_len"]["value"] == 2048 and "max_position_embeddings=2048" in fitted["engine.max_model_len"]["why"]
-    assert fitted["engine.dtype"] == {"value": "float16", "why": "the dtype target.model was saved in"}
+    assert fitted["engine.dtype"] == {"value": "float16", "default": "bfloat16", "why": "the dtype target.model was saved in"}
     err = capsys.readouterr().err
     assert "engine.max_model_len=2048: the target's context window" in err and "engine.dtype=float16" in err
     assert summary.lossless is None and summary.n_requests == 1
