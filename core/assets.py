@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 from core.errors import AssetError
 
-__all__ = ["cache_dir", "locked", "publish_dir", "wheel_member"]
+__all__ = ["building", "cache_dir", "locked", "publish_dir", "wheel_member"]
 
 
 def cache_dir() -> pathlib.Path:
@@ -121,3 +121,17 @@ def publish_dir(tmp: pathlib.Path, dest: pathlib.Path) -> None:
     if dest.exists():
         shutil.rmtree(dest)
     os.replace(tmp, dest)
+
+
+@contextlib.contextmanager
+def building(dest: pathlib.Path) -> Iterator[pathlib.Path]:
+    """A fresh folder beside ``dest`` to build into: moved into place when the block ends, removed
+    if it fails (so a half-built folder is never found at ``dest``)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pathlib.Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}."))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    publish_dir(tmp, dest)

@@ -7,8 +7,9 @@ from typing import Any
 
 
 def text_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The language model's part of a config.json (multimodal configs nest it as text_config)."""
-    return config.get("text_config") or config
+    """The language model's part of a config.json: multimodal configs nest it as text_config,
+    speculators-format heads (EAGLE-3 from vLLM's `speculators`) as transformer_layer_config."""
+    return config.get("text_config") or config.get("transformer_layer_config") or config
 
 
 @dataclass(frozen=True)

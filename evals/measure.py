@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 
 from core import metrics, records
 from core.costs import PassMode
+from core.drafter_build import read_drafter_facts
 from core.errors import MeasurementError, SpeclensError
 from core.files import write_json_atomic, write_text_atomic
 from core.generation import RecordGranularity, SpecCounters
@@ -180,6 +181,8 @@ def _execute(
         "target_dir": str(plan.target_dir),
         "versions": versions,
         "fingerprints": fingerprints,
+        # How speclens built the draft checkpoint, when it did (speclens_drafter.json).
+        "draft_build": read_drafter_facts(plan.draft_dir) if plan.draft_dir else None,
         "git_sha": sha,
     }
     write_json_atomic(stamp, out_dir / STAMP_FILE)

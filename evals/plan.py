@@ -29,6 +29,7 @@ from evals import embedded_target
 from evals.conversation import conversation_token_ids
 from evals.datasets import dataset_name, load_prompts
 from evals.datasets.base import fingerprint as dataset_fingerprint
+from evals.embedded_drafters import EMBEDDED_DRAFTERS, ensure_drafter
 from runners import checkpoints
 from runners.registry import runner_of
 
@@ -112,18 +113,37 @@ def fit_engine_defaults(cfg: RunConfig, target: ModelFacts) -> dict[str, dict[st
     return fitted
 
 
-def resolve_target(cfg: RunConfig) -> Path:
+def embedded_target_key(cfg: RunConfig) -> str | None:
+    """The embedded target's key when target.model is the embedded default (not a user's own)."""
     embedded = _embedded_targets()
-    if cfg.target.embedded is not None:
-        if cfg.target.embedded not in embedded:
-            raise ConfigError(
-                f"target.embedded={cfg.target.embedded!r} is unknown; choose one of "
-                f"{', '.join(sorted(embedded))} or null."
-            )
-        path_of, ensure = embedded[cfg.target.embedded]
-        if Path(cfg.target.model).expanduser() == path_of():
-            return ensure()
+    if cfg.target.embedded is None:
+        return None
+    if cfg.target.embedded not in embedded:
+        raise ConfigError(
+            f"target.embedded={cfg.target.embedded!r} is unknown; choose one of "
+            f"{', '.join(sorted(embedded))} or null."
+        )
+    path_of, _ = embedded[cfg.target.embedded]
+    return cfg.target.embedded if Path(cfg.target.model).expanduser() == path_of() else None
+
+
+def resolve_target(cfg: RunConfig) -> Path:
+    key = embedded_target_key(cfg)
+    if key is not None:
+        return _embedded_targets()[key][1]()
     return checkpoints.resolve(cfg.target.model, "target.model")
+
+
+def resolve_draft(cfg: RunConfig, drafter: Drafter) -> Path | None:
+    """drafter.model's folder; without one, the embedded target's own drafter, built on first use
+    (drafter.model is then set to it, so the stamp names it)."""
+    if not drafter.needs_checkpoint:
+        return None
+    if not drafter.checkpoint() and drafter.name in EMBEDDED_DRAFTERS and embedded_target_key(cfg) is not None:
+        cfg.drafter.model = str(ensure_drafter(drafter.name))
+    if not drafter.checkpoint():
+        return None
+    return checkpoints.resolve(drafter.checkpoint(), "drafter.model")
 
 
 def check_scalars(cfg: RunConfig) -> None:
@@ -228,9 +248,9 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     target_dir = resolve_target(cfg)
     target = ModelFacts.from_config(str(target_dir), checkpoints.read_config(target_dir, "target.model"))
     fitted = fit_engine_defaults(cfg, target)
-    draft_dir = draft = None
-    if drafter.needs_checkpoint and drafter.checkpoint():
-        draft_dir = checkpoints.resolve(drafter.checkpoint(), "drafter.model")
+    draft_dir = resolve_draft(cfg, drafter)
+    draft = None
+    if draft_dir is not None:
         draft = ModelFacts.from_config(str(draft_dir), checkpoints.read_config(draft_dir, "drafter.model"))
     check_context_window(cfg, target)
     drafter.validate(cfg.d, target, draft)

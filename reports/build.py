@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from core.account import CORRECTIONS, MODEL
+from core.drafter_build import describe_build
 from core.errors import SpeclensError, guarded
 from drafters.facts_table import HEADER as DRAFTER_HEADER
 from drafters.facts_table import comparison_rows
@@ -175,6 +176,8 @@ def stamp_section(runs: list[Run]) -> Section:
     rows = [[run.summary.label, str(run.path.name), run.fingerprints.target or "-", run.fingerprints.draft or "-",
              run.fingerprints.dataset or "-"] for run in runs]
     section.tables.append((["run", "dir", "target", "draft", "prompts"], rows))
+    builds = {run.fingerprints.draft: run.stamp["draft_build"] for run in runs if run.stamp.get("draft_build")}
+    section.text.extend(f"Draft {fingerprint}: {describe_build(facts)}." for fingerprint, facts in builds.items())
     return section
 
 

@@ -9,6 +9,7 @@ from contextlib import redirect_stdout
 import pytest
 
 from core.errors import ConfigError
+from core.model_facts import ModelFacts
 from drafters import REGISTRY, make_drafter
 from evals.drafters import HEADER
 from evals.drafters import main as table_main
@@ -131,3 +132,78 @@ def test_mlp_speculator_is_refused_with_the_reason(tmp_path):
     with pytest.raises(ConfigError, match=r"mlp_speculator is disabled in vLLM's V1 engine"):
         attempt(tmp_path, "drafter=mlp_speculator", f"drafter.model={ckpt}")
 
+
+
+@pytest.mark.parametrize("name", ["eagle3", "draft_model"])
+def test_the_embedded_target_drafts_with_its_own_built_drafter_when_drafter_model_is_unset(monkeypatch, tmp_path, name):
+    from evals import plan as plan_module
+    from evals.compose import compose_config, to_run_config
+
+    built = write_checkpoint(tmp_path / f"built-{name}")
+    asked = []
+    monkeypatch.setattr(plan_module, "ensure_drafter", lambda mechanism: asked.append(mechanism) or built)
+    cfg = to_run_config(compose_config([f"drafter={name}"]))
+    drafter = make_drafter(cfg.drafter)
+    assert plan_module.resolve_draft(cfg, drafter) == built
+    assert asked == [name] and cfg.drafter.model == str(built)
+
+    # Another target keeps the error: speclens has no drafter for it.
+    cfg = to_run_config(compose_config([f"drafter={name}", "target=custom", f"target.model={tmp_path}"]))
+    assert plan_module.resolve_draft(cfg, make_drafter(cfg.drafter)) is None and asked == [name]
+    with pytest.raises(ConfigError, match=rf"drafter={name} needs drafter.model="):
+        make_drafter(cfg.drafter).validate(3, ModelFacts.from_config("t", {"vocab_size": 8}), None)
+
+
+def test_a_speculators_format_head_is_checked_by_its_nested_layer_config():
+    head = ModelFacts.from_config("h", {"architectures": ["Eagle3DraftModel"], "speculators_model_type": "eagle3",
+                                        "transformer_layer_config": {"vocab_size": 49152, "hidden_size": 576,
+                                                                     "num_hidden_layers": 1}})
+    target = ModelFacts.from_config("t", {"architectures": ["LlamaForCausalLM"], "vocab_size": 49152,
+                                          "hidden_size": 576, "num_hidden_layers": 30})
+    make_drafter(REGISTRY["eagle3"].config_class(model="h")).validate(3, target, head)
+    wider = ModelFacts.from_config("t", {**target.raw, "hidden_size": 960})
+    with pytest.raises(ConfigError, match="has hidden_size=576 but target.model=t has hidden_size=960"):
+        make_drafter(REGISTRY["eagle3"].config_class(model="h")).validate(3, wider, head)
+
+
+def _build_facts(**overrides) -> dict:
+    facts = {"version": 1, "mechanism": "eagle3", "target": "SmolLM2-135M-Instruct", "library": "speculators 0.9.0",
+             "budget": "full", "corpus": {"name": "speclens-selfdistill-v1", "training_prompts": 720,
+                                          "heldout_prompts": 48, "answer_tokens": 101234},
+             "training": {"steps": 700, "final_loss": 4.6864}, "heldout_greedy_agreement": [0.5664, 0.3003, 0.1707],
+             "build_seconds": {"answers": 180.0, "training": 420.0, "total": 600.0}}
+    return facts | overrides
+
+
+def test_a_build_record_is_described_in_one_line_and_listed_by_evals_drafters(monkeypatch, tmp_path):
+    import json
+
+    from core.drafter_build import DRAFTER_FACTS_FILE, describe_build
+    from evals.embedded_drafters import drafter_dir
+
+    assert describe_build(_build_facts()) == (
+        "eagle3 for SmolLM2-135M-Instruct built by speclens with speculators 0.9.0: speclens-selfdistill-v1 "
+        "(720 prompts, 101234 answer tokens), 700 steps, final loss 4.686, held-out greedy agreement "
+        "0.57/0.30/0.17, 10.0 min")
+    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
+    folder = drafter_dir("eagle3")
+    folder.mkdir(parents=True)
+    (folder / DRAFTER_FACTS_FILE).write_text(json.dumps(_build_facts()))
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert table_main([]) == 0
+    lines = out.getvalue().splitlines()
+    assert f"- eagle3: {folder}: {describe_build(_build_facts())}" in lines
+    assert "- draft_model: not built yet; built on first use, or now with `make drafters`" in lines
+
+
+def test_a_build_record_of_another_version_is_refused_with_the_fix(tmp_path):
+    import json
+
+    from core.drafter_build import DRAFTER_FACTS_FILE, read_drafter_facts
+    from core.errors import CorruptRecord
+
+    assert read_drafter_facts(tmp_path) is None
+    (tmp_path / DRAFTER_FACTS_FILE).write_text(json.dumps(_build_facts(version=9)))
+    with pytest.raises(CorruptRecord, match="not a version-1 drafter build record; delete its folder to rebuild it"):
+        read_drafter_facts(tmp_path)

@@ -1,0 +1,152 @@
+"""Distil a small draft model from the target: a few of its layers, retrained on its own answers.
+
+The draft is a plain `LlamaForCausalLM` with the target's vocabulary, embedding
+(tied to the lm_head, frozen) and final norm, and ``keep_layers`` of its decoder
+layers as the starting point. Dropping most layers destroys SmolLM2's
+predictions (greedy agreement ~1%), so the layers are retrained: cross-entropy
+on the target's greedy answers, whose next token *is* the target's argmax (hard-
+label distillation). The loss is taken over the answers' most frequent tokens
+only, which cuts the cost of the 49,152-row output layer by six.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import random
+import shutil
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from drafters.training.optimise import Optimiser
+from drafters.training.selfdistill import Sample, training_threads
+
+__all__ = ["DraftPlan", "DraftResult", "train_draft_model"]
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
+
+
+@dataclass(frozen=True)
+class DraftPlan:
+    steps: int
+    keep_layers: tuple[int, ...] = (0, 1, 28, 29)
+    samples_per_step: int = 8
+    lr: float = 2e-3
+    loss_vocab_size: int = 8192
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class DraftResult:
+    steps: int
+    final_loss: float
+    heldout_agreement: float  # teacher-forced greedy agreement with the target on held-out answers
+    num_layers: int
+
+
+def _pad(samples: list[Sample]):
+    import torch
+
+    width = max(len(s.ids) for s in samples)
+    ids = torch.zeros(len(samples), width, dtype=torch.long)
+    mask = torch.zeros(len(samples), width, dtype=torch.long)
+    labels = torch.full((len(samples), width), -1, dtype=torch.long)  # label of the token at each position
+    for i, s in enumerate(samples):
+        n = len(s.ids)
+        ids[i, :n] = torch.tensor(s.ids)
+        mask[i, :n] = 1
+        labels[i, len(s.prompt_ids):n] = torch.tensor(s.answer_ids)
+    return ids, mask, labels
+
+
+def _truncated(target, keep_layers: tuple[int, ...]):
+    """A LlamaForCausalLM holding the target's embedding, norm and ``keep_layers``."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig.from_dict({**target.config.to_dict(), "num_hidden_layers": len(keep_layers)})
+    draft = LlamaForCausalLM(config)
+    state = {}
+    for key, value in target.state_dict().items():
+        if key.startswith("model.layers."):
+            index = int(key.split(".")[2])
+            if index in keep_layers:
+                state[key.replace(f"model.layers.{index}.", f"model.layers.{keep_layers.index(index)}.", 1)] = value
+        else:
+            state[key] = value
+    draft.load_state_dict(state, strict=False)  # lm_head.weight is tied to the embedding
+    draft.tie_weights()
+    return draft
+
+
+def _agreement(draft, heldout: list[Sample]) -> float:
+    import torch
+
+    agree = total = 0
+    draft.eval()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        for start in range(0, len(heldout), 8):
+            ids, mask, labels = _pad(heldout[start:start + 8])
+            predicted = draft(input_ids=ids, attention_mask=mask).logits[:, :-1].argmax(-1)
+            wanted = labels[:, 1:]
+            agree += int(((predicted == wanted) & (wanted >= 0)).sum())
+            total += int((wanted >= 0).sum())
+    return agree / max(total, 1)
+
+
+def train_draft_model(
+    target_dir: pathlib.Path,
+    train: list[Sample],
+    heldout: list[Sample],
+    out_dir: pathlib.Path,
+    plan: DraftPlan,
+    progress: Callable[[int, float], None] = lambda step, loss: None,
+) -> DraftResult:
+    """Train for ``plan.steps`` optimiser steps and save the draft model in ``out_dir`` (bf16).
+    ``progress`` hears the steps done and the last loss, from 0 when the steps begin."""
+    import torch
+    import torch.nn.functional as F
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(training_threads())  # fixed, so that the same inputs give the same bytes
+    torch.manual_seed(plan.seed)
+    target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32)
+    draft = _truncated(target, plan.keep_layers)
+    del target
+    draft.model.embed_tokens.weight.requires_grad_(False)
+    params = [p for p in draft.parameters() if p.requires_grad]
+
+    counts = Counter(t for s in train for t in s.answer_ids)
+    vocab = torch.tensor(sorted(t for t, _ in counts.most_common(plan.loss_vocab_size)))
+    to_loss_vocab = torch.full((draft.config.vocab_size + 1,), -1, dtype=torch.long)  # index -1: no label
+    to_loss_vocab[vocab] = torch.arange(len(vocab))
+    output_rows = draft.lm_head.weight.detach()[vocab]
+
+    optimiser = Optimiser(params, plan.lr, plan.steps)
+    rng = random.Random(plan.seed)
+    order: list[int] = []
+
+    draft.train()
+    loss_value = float("nan")
+    progress(0, loss_value)
+    for step in range(plan.steps):
+        if len(order) < plan.samples_per_step:
+            order = list(range(len(train)))
+            rng.shuffle(order)
+        batch = [train[order.pop()] for _ in range(plan.samples_per_step)]
+        ids, mask, labels = _pad(batch)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            hidden = draft.model(input_ids=ids, attention_mask=mask).last_hidden_state[:, :-1]
+            wanted = to_loss_vocab[labels[:, 1:]]
+            scored = wanted >= 0
+            logits = hidden[scored] @ output_rows.T
+        loss = F.cross_entropy(logits.float(), wanted[scored])
+        loss_value = optimiser.step(loss)
+        progress(step + 1, loss_value)
+
+    agreement = _agreement(draft, heldout)
+    draft.to(torch.bfloat16)
+    draft.save_pretrained(str(out_dir))
+    for name in _TOKENIZER_FILES:  # a standalone checkpoint, like any draft model on the hub
+        if (target_dir / name).is_file():
+            shutil.copy2(target_dir / name, out_dir / name)
+    return DraftResult(plan.steps, loss_value, round(agreement, 4), len(plan.keep_layers))

@@ -1,0 +1,237 @@
+"""The embedded target's own drafters, trained on this machine: an EAGLE-3 head and a draft model.
+
+`python -m evals.embedded_drafters [eagle3] [draft_model] [--budget full|reduced]`
+(`make drafters`) builds what is missing and prints the folders. `drafter=eagle3`
+and `drafter=draft_model` without `drafter.model` build theirs on first use when
+the target is the embedded default.
+
+Both learn from the same data: the target's own greedy answers to speclens's
+training prompts (drafters/training/corpus.py), generated once with vLLM and
+cached. Each folder holds `speclens_drafter.json` (core/drafter_build.py). Builds
+are deterministic: the same budget gives the same weights on the same kind of
+machine (fixed prompts, greedy answers, seeded training, step counts rather
+than time limits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from importlib import metadata
+
+from core.assets import building, cache_dir, locked
+from core.console import console, quiet
+from core.drafter_build import (
+    DRAFTER_FACTS_FILE,
+    DRAFTER_FACTS_VERSION,
+)
+from core.errors import AssetError, ConfigError, guarded
+from core.files import write_json_atomic
+from evals.embedded_target import SMOLLM2_DIRNAME, ensure_smollm2
+
+__all__ = ["BUDGETS", "EMBEDDED_DRAFTERS", "Budget", "drafter_dir", "ensure_drafter"]
+
+# drafter name -> folder suffix (no "eagle" in the draft model's path: vLLM would take it for a head).
+EMBEDDED_DRAFTERS = {"eagle3": "eagle3", "draft_model": "draft"}
+
+
+@dataclass(frozen=True)
+class Budget:
+    name: str
+    prompts: int  # training prompts; the held-out ones come on top
+    heldout: int
+    max_tokens: int  # longest answer
+    head_steps: int
+    draft_steps: int
+    # Seconds each part took on the reference machine (2 cores), for the estimate shown up front.
+    answer_tokens_per_s: float = 650.0
+    head_step_s: float = 0.75  # mean of the first-position steps (0.4 s) and the 3-position ones (1.25 s)
+    draft_step_s: float = 0.65
+    fixed_s: float = 150.0  # engine start, the target's hidden states, loading and saving
+
+
+BUDGETS = {
+    "full": Budget("full", prompts=720, heldout=48, max_tokens=160, head_steps=700, draft_steps=400),
+    # For tests: the same builder, a minute or two.
+    "reduced": Budget("reduced", prompts=48, heldout=8, max_tokens=96, head_steps=40, draft_steps=150),
+}
+
+
+def _log(msg: str) -> None:
+    print(f"speclens: {msg}", file=console(), flush=True)
+
+
+def drafter_dir(mechanism: str, budget: str = "full") -> pathlib.Path:
+    """Where the built drafter lives (may not exist yet)."""
+    name = f"{SMOLLM2_DIRNAME}-{EMBEDDED_DRAFTERS[mechanism]}" + ("" if budget == "full" else f"-{budget}")
+    return cache_dir() / "models" / name
+
+
+def _check_mechanism(mechanism: str) -> None:
+    if mechanism not in EMBEDDED_DRAFTERS:
+        raise ConfigError(f"speclens builds drafters {', '.join(EMBEDDED_DRAFTERS)} for the embedded target, "
+                          f"not {mechanism!r}; give drafter.model=<checkpoint> for other mechanisms.")
+
+
+def estimate_s(mechanism: str, budget: Budget, answers_cached: bool) -> float:
+    scale = 2 / max(1, min(os.cpu_count() or 2, 16))
+    answers = 0.0 if answers_cached else (budget.prompts + budget.heldout) * budget.max_tokens / budget.answer_tokens_per_s
+    steps = budget.head_steps * budget.head_step_s if mechanism == "eagle3" else budget.draft_steps * budget.draft_step_s
+    return (answers + steps) * scale + budget.fixed_s
+
+
+def ensure_drafter(mechanism: str, budget: str = "full") -> pathlib.Path:
+    """The built drafter's folder, building it first (in a child process, which keeps vLLM and the
+    training threads out of the caller) when it is missing."""
+    _check_mechanism(mechanism)
+    dest = drafter_dir(mechanism, budget)
+    if (dest / DRAFTER_FACTS_FILE).is_file():
+        return dest
+    command = [sys.executable, "-m", "evals.embedded_drafters", mechanism, "--budget", budget]
+    proc = subprocess.run(command, stdout=subprocess.DEVNULL)
+    if proc.returncode != 0 or not (dest / DRAFTER_FACTS_FILE).is_file():
+        raise AssetError(f"building the embedded {mechanism} drafter failed (exit {proc.returncode}; its output is "
+                         f"above); retry with `{' '.join(command[1:])}`, or give drafter.model=<checkpoint>.")
+    return dest
+
+
+def _answers_file(budget: Budget) -> pathlib.Path:
+    return cache_dir() / "drafter-data" / f"{SMOLLM2_DIRNAME}-{budget.name}-answers.jsonl"
+
+
+def _answers(target: pathlib.Path, budget: Budget):
+    """The target's greedy answers to the training and held-out prompts, generated once and cached."""
+    from drafters.training.corpus import training_prompts
+    from drafters.training.selfdistill import Sample, generate_answers
+
+    path = _answers_file(budget)
+    with locked(f"drafter-data-{budget.name}"):
+        if not path.is_file():
+            prompts = training_prompts(budget.prompts + budget.heldout, seed=0)
+            _log(f"generating the target's answers to {len(prompts)} training prompts (vLLM)")
+            samples = generate_answers(target, prompts, budget.max_tokens)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, part = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                for s in samples:
+                    out.write(json.dumps({"domain": s.domain, "prompt_ids": s.prompt_ids, "answer_ids": s.answer_ids}) + "\n")
+            os.replace(part, path)
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return [Sample(r["domain"], tuple(r["prompt_ids"]), tuple(r["answer_ids"])) for r in rows]
+
+
+class _Bar:
+    """A tqdm bar over the training's work, shown from the first step on (its ETA is measured on the
+    steps alone, not on the set-up before them), with the loss."""
+
+    def __init__(self, total: int, what: str):
+        self.total, self.what, self.bar = total, what, None
+
+    def __call__(self, done: int, loss: float) -> None:
+        from tqdm import tqdm
+
+        if self.bar is None:
+            self.bar = tqdm(total=self.total, desc=f"speclens: training {self.what}", file=console(),
+                            smoothing=0.05)
+        self.bar.update(done - self.bar.n)
+        if loss == loss:  # not NaN
+            self.bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _train(mechanism: str, target: pathlib.Path, train, heldout, out: pathlib.Path, budget: Budget) -> dict:
+    if mechanism == "eagle3":
+        from drafters.training.eagle3_head import HeadPlan, train_eagle3_head
+
+        plan, trainer, library = HeadPlan(steps=budget.head_steps), train_eagle3_head, "speculators"
+        bar = _Bar(plan.work, "EAGLE-3 head")
+    else:
+        from drafters.training.small_lm import DraftPlan, train_draft_model
+
+        plan, trainer, library = DraftPlan(steps=budget.draft_steps), train_draft_model, "transformers"
+        bar = _Bar(plan.steps, "draft model")
+    try:
+        result = trainer(target, train, heldout, out, plan, bar)
+    finally:
+        bar.close()
+    return {"library": f"{library} {metadata.version(library)}", "plan": asdict(plan),
+            "final_loss": result.final_loss, "agreement": result.heldout_agreement}
+
+
+def build(mechanism: str, budget: Budget) -> pathlib.Path:
+    """Build one drafter in this process (holding its lock) and return its folder."""
+    _check_mechanism(mechanism)
+    dest = drafter_dir(mechanism, budget.name)
+    with locked(f"drafter-{dest.name}"):
+        if (dest / DRAFTER_FACTS_FILE).is_file():  # built by another process while we waited
+            return dest
+        started = time.monotonic()
+        target = ensure_smollm2()
+        minutes = estimate_s(mechanism, budget, _answers_file(budget).is_file()) / 60
+        _log(f"building the {mechanism} drafter for {SMOLLM2_DIRNAME} (one time, budget {budget.name}: "
+             f"about {minutes:.0f} min on this machine)")
+        # vLLM's, torch's and the libraries' own output goes to a log; progress stays on the terminal.
+        log = cache_dir() / "drafter-data" / f"{dest.name}.build.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with quiet(log):
+            samples = _answers(target, budget)
+        answers_done = time.monotonic()
+        train, heldout = samples[:budget.prompts], samples[budget.prompts:]
+        with building(dest) as tmp:
+            with quiet(log):
+                trained = _train(mechanism, target, train, heldout, tmp, budget)
+            from drafters.training.corpus import CORPUS
+
+            facts = {
+                "version": DRAFTER_FACTS_VERSION,
+                "mechanism": mechanism,
+                "target": SMOLLM2_DIRNAME,
+                "library": trained["library"],
+                "budget": budget.name,
+                "corpus": {**CORPUS, "training_prompts": len(train), "heldout_prompts": len(heldout),
+                           "answer_tokens": sum(len(s.answer_ids) for s in train), "max_answer_tokens": budget.max_tokens},
+                "training": {**trained["plan"], "final_loss": round(trained["final_loss"], 4)},
+                "heldout_greedy_agreement": trained["agreement"],
+                "build_seconds": {"answers": round(answers_done - started, 1),
+                                  "training": round(time.monotonic() - answers_done, 1),
+                                  "total": round(time.monotonic() - started, 1)},
+                "speclens": metadata.version("speclens"),
+            }
+            write_json_atomic(facts, tmp / DRAFTER_FACTS_FILE)
+        _log(f"{mechanism} drafter ready at {dest} ({(time.monotonic() - started) / 60:.1f} min)")
+    return dest
+
+
+@guarded
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m evals.embedded_drafters", description=__doc__.splitlines()[0])
+    parser.add_argument("mechanisms", nargs="*", metavar="mechanism",
+                        help=f"any of {', '.join(EMBEDDED_DRAFTERS)} (default: all)")
+    parser.add_argument("--budget", choices=list(BUDGETS), default="full")
+    args = parser.parse_args(argv)
+    for mechanism in args.mechanisms:
+        _check_mechanism(mechanism)
+    budget = BUDGETS[args.budget]
+    missing = [m for m in args.mechanisms or list(EMBEDDED_DRAFTERS)
+               if not (drafter_dir(m, budget.name) / DRAFTER_FACTS_FILE).is_file()]
+    if len(missing) > 1:
+        cached = _answers_file(budget).is_file()
+        total = sum(estimate_s(m, budget, answers_cached=cached or i > 0) for i, m in enumerate(missing)) / 60
+        _log(f"building {', '.join(missing)} (budget {budget.name}): about {total:.0f} min in all on this machine")
+    for mechanism in args.mechanisms or list(EMBEDDED_DRAFTERS):
+        print(build(mechanism, budget))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

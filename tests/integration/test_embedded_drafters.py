@@ -1,0 +1,108 @@
+"""The embedded target's own drafters, built with the reduced budget of the same builder (about two
+minutes, cached between runs), measured by real vLLM against their untrained starting points."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from core.drafter_build import DRAFTER_FACTS_FILE, describe_build, read_drafter_facts
+from drafters.training.corpus import CORPUS, shared_passages
+from evals.datasets.humaneval import problems
+from evals.datasets.mt_bench import questions
+from evals.embedded_drafters import BUDGETS, EMBEDDED_DRAFTERS, _answers, ensure_drafter
+from evals.embedded_target import ensure_smollm2
+from tests.integration.conftest import measure
+
+REDUCED = BUDGETS["reduced"]
+
+
+@pytest.fixture(scope="module")
+def built() -> dict[str, Path]:
+    return {mechanism: ensure_drafter(mechanism, "reduced") for mechanism in EMBEDDED_DRAFTERS}
+
+
+@pytest.fixture(scope="module")
+def samples(built):
+    return _answers(ensure_smollm2(), REDUCED)  # cached by the build
+
+
+def _untrained(mechanism: str, samples, out: Path) -> Path:
+    """The builder's starting point: the same architecture and frozen parts, zero optimiser steps."""
+    train, heldout = samples[:REDUCED.prompts], samples[REDUCED.prompts:]
+    if mechanism == "eagle3":
+        from drafters.training.eagle3_head import HeadPlan, train_eagle3_head
+
+        train_eagle3_head(ensure_smollm2(), train, heldout, out, HeadPlan(steps=0))
+    else:
+        from drafters.training.small_lm import DraftPlan, train_draft_model
+
+        train_draft_model(ensure_smollm2(), train, heldout, out, DraftPlan(steps=0))
+    return out
+
+
+def _weights_digest(folder: Path) -> str:
+    return hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("mechanism", list(EMBEDDED_DRAFTERS))
+def test_a_reduced_build_beats_its_untrained_start_in_vllm(built, samples, tmp_path, mechanism):
+    overrides = ["dataset=mt_bench", "dataset.num_requests=6", "sampling.max_tokens=48", "d=3", "engine.dtype=float32",
+                 f"drafter={mechanism}"]
+    trained = measure(tmp_path / "trained", *overrides, f"drafter.model={built[mechanism]}", "baseline=true")
+    untrained_dir = _untrained(mechanism, samples, tmp_path / f"untrained-{EMBEDDED_DRAFTERS[mechanism]}")
+    untrained = measure(tmp_path / "untrained", *overrides, f"drafter.model={untrained_dir}")
+    # Untrained, nothing is accepted (the draft model's kept layers agree with the target ~1% of the time).
+    assert untrained["al"] < 1.05
+    assert trained["al"] > untrained["al"] + 0.05
+    # vLLM loaded it as it is, and greedy speculation with it stayed lossless.
+    assert trained["lossless"]["identical"] is True
+
+
+@pytest.mark.parametrize("mechanism", list(EMBEDDED_DRAFTERS))
+def test_the_build_record_says_what_was_trained_and_the_stamp_carries_it(built, tmp_path, mechanism):
+    facts = read_drafter_facts(built[mechanism])
+    assert facts["mechanism"] == mechanism and facts["budget"] == "reduced"
+    assert facts["corpus"]["name"] == CORPUS["name"]
+    assert facts["corpus"]["training_prompts"] == REDUCED.prompts
+    assert facts["corpus"]["heldout_prompts"] == REDUCED.heldout
+    steps = REDUCED.head_steps if mechanism == "eagle3" else REDUCED.draft_steps
+    assert facts["training"]["steps"] == steps
+    agreement = facts["heldout_greedy_agreement"]
+    first = agreement[0] if isinstance(agreement, list) else agreement
+    assert 0.0 < first <= 1.0
+    assert f"{steps} steps" in describe_build(facts)
+    # A run drafting with it stamps the build record (the report shows it from there).
+    measure(tmp_path / "run", "dataset=mt_bench", "dataset.num_requests=1", "sampling.max_tokens=8", "d=2",
+            f"drafter={mechanism}", f"drafter.model={built[mechanism]}")
+    stamp = json.loads((tmp_path / "run" / "stamp.json").read_text())
+    assert stamp["draft_build"] == facts
+
+
+def test_the_answers_trained_on_hold_no_evaluation_prompt(samples):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(ensure_smollm2()))
+    answers = [tokenizer.decode(s.answer_ids) for s in samples]
+    assert len(answers) == REDUCED.prompts + REDUCED.heldout
+    evaluation = [t for p in questions() + problems() for t in p.turns]
+    assert shared_passages(answers, evaluation) == []
+
+
+@pytest.mark.parametrize("mechanism", list(EMBEDDED_DRAFTERS))
+def test_training_again_from_the_cached_answers_gives_the_same_bytes(built, samples, tmp_path, mechanism):
+    train, heldout = samples[:REDUCED.prompts], samples[REDUCED.prompts:]
+    again = tmp_path / "again"
+    if mechanism == "eagle3":
+        from drafters.training.eagle3_head import HeadPlan, train_eagle3_head
+
+        train_eagle3_head(ensure_smollm2(), train, heldout, again, HeadPlan(steps=REDUCED.head_steps))
+    else:
+        from drafters.training.small_lm import DraftPlan, train_draft_model
+
+        train_draft_model(ensure_smollm2(), train, heldout, again, DraftPlan(steps=REDUCED.draft_steps))
+    assert _weights_digest(again) == _weights_digest(built[mechanism])
+    assert (built[mechanism] / DRAFTER_FACTS_FILE).is_file()
