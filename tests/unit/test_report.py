@@ -104,3 +104,22 @@ def test_the_report_shows_each_speedup_account_closing(tmp_path):
         assert cells[2] == f"{point['predicted_speedup']:.3f}" and cells[3] == f"{account['factors']['prefill']:.3f}"
         assert cells[7] == cells[8] == f"{point['speedup']:.3f}"  # product = measured
     assert section.count("![account_") == 2
+
+
+def test_the_run_stamp_names_how_speclens_built_the_draft(tmp_path):
+    import json
+
+    from core.drafter_build import DRAFTER_FACTS_FILE, describe_build
+    from tests.unit.conftest import write_checkpoint
+    from tests.unit.test_drafters import _build_facts
+
+    draft = write_checkpoint(tmp_path / "built-draft")
+    facts = _build_facts(mechanism="draft_model", library="transformers 5.19.0", heldout_greedy_agreement=0.4374)
+    (draft / DRAFTER_FACTS_FILE).write_text(json.dumps(facts))
+    _, out = measure(tmp_path, 2, "drafter=draft_model", f"drafter.model={draft}", "batch_sizes=[1]")
+    assert json.loads((out / "stamp.json").read_text())["draft_build"] == facts
+    build(tmp_path / "sweep")
+    stamp = (tmp_path / "sweep" / "report.md").read_text().split("## Run stamp")[1]
+    fingerprint = json.loads((out / "stamp.json").read_text())["fingerprints"]["draft"]
+    assert f"Draft {fingerprint}: {describe_build(facts)}." in stamp
+    assert "held-out greedy agreement 0.44, 10.0 min" in describe_build(facts)
