@@ -21,7 +21,6 @@ import os
 import pathlib
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from importlib import metadata
@@ -33,7 +32,7 @@ from core.drafter_build import (
     DRAFTER_FACTS_VERSION,
 )
 from core.errors import AssetError, ConfigError, guarded
-from core.files import write_json_atomic
+from core.files import write_json_atomic, write_text_atomic
 from evals.embedded_target import SMOLLM2_DIRNAME, ensure_smollm2
 
 __all__ = ["BUDGETS", "EMBEDDED_DRAFTERS", "Budget", "drafter_dir", "ensure_drafter"]
@@ -51,10 +50,11 @@ class Budget:
     head_steps: int
     draft_steps: int
     # Seconds each part took on the reference machine (2 cores), for the estimate shown up front.
-    answer_tokens_per_s: float = 650.0
-    head_step_s: float = 0.75  # mean of the first-position steps (0.4 s) and the 3-position ones (1.25 s)
-    draft_step_s: float = 0.65
-    fixed_s: float = 150.0  # engine start, the target's hidden states, loading and saving
+    answer_tokens_per_s: float = 650.0  # vLLM's engine start included
+    head_step_s: float = 0.7  # mean of the first-position steps (0.4 s) and the 3-position ones (1.25 s)
+    head_fixed_s: float = 150.0  # the target's hidden states, loading, held-out check, saving
+    draft_step_s: float = 0.45
+    draft_fixed_s: float = 20.0
 
 
 BUDGETS = {
@@ -83,8 +83,11 @@ def _check_mechanism(mechanism: str) -> None:
 def estimate_s(mechanism: str, budget: Budget, answers_cached: bool) -> float:
     scale = 2 / max(1, min(os.cpu_count() or 2, 16))
     answers = 0.0 if answers_cached else (budget.prompts + budget.heldout) * budget.max_tokens / budget.answer_tokens_per_s
-    steps = budget.head_steps * budget.head_step_s if mechanism == "eagle3" else budget.draft_steps * budget.draft_step_s
-    return (answers + steps) * scale + budget.fixed_s
+    if mechanism == "eagle3":
+        training = budget.head_steps * budget.head_step_s + budget.head_fixed_s
+    else:
+        training = budget.draft_steps * budget.draft_step_s + budget.draft_fixed_s
+    return (answers + training) * scale
 
 
 def ensure_drafter(mechanism: str, budget: str = "full") -> pathlib.Path:
@@ -118,11 +121,8 @@ def _answers(target: pathlib.Path, budget: Budget):
             _log(f"generating the target's answers to {len(prompts)} training prompts (vLLM)")
             samples = generate_answers(target, prompts, budget.max_tokens)
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, part = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                for s in samples:
-                    out.write(json.dumps({"domain": s.domain, "prompt_ids": s.prompt_ids, "answer_ids": s.answer_ids}) + "\n")
-            os.replace(part, path)
+            write_text_atomic(path, "".join(json.dumps({"domain": s.domain, "prompt_ids": s.prompt_ids,
+                                                        "answer_ids": s.answer_ids}) + "\n" for s in samples))
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     return [Sample(r["domain"], tuple(r["prompt_ids"]), tuple(r["answer_ids"])) for r in rows]
 
