@@ -207,3 +207,21 @@ def test_a_build_record_of_another_version_is_refused_with_the_fix(tmp_path):
     (tmp_path / DRAFTER_FACTS_FILE).write_text(json.dumps(_build_facts(version=9)))
     with pytest.raises(CorruptRecord, match="not a version-1 drafter build record; delete its folder to rebuild it"):
         read_drafter_facts(tmp_path)
+
+
+def test_the_targets_answers_are_generated_once_and_read_back_as_generated(monkeypatch, tmp_path):
+    from drafters.training import selfdistill
+    from evals.embedded_drafters import BUDGETS, _answers
+
+    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
+    calls = []
+
+    def generate(target, prompts, max_tokens):
+        calls.append((len(prompts), max_tokens))
+        return [selfdistill.Sample(p.domain, (1, 2, i), tuple(range(i % 5 + 1))) for i, p in enumerate(prompts)]
+
+    monkeypatch.setattr(selfdistill, "generate_answers", generate)
+    budget = BUDGETS["reduced"]
+    first = _answers(tmp_path, budget)
+    assert _answers(tmp_path, budget) == first and calls == [(budget.prompts + budget.heldout, budget.max_tokens)]
+    assert first[7] == selfdistill.Sample(first[7].domain, (1, 2, 7), (0, 1, 2))
