@@ -33,6 +33,9 @@ class HeadPlan:
     # The first steps train only the first draft position (a third of the cost of all three):
     # it is the one every accepted token depends on.
     first_position_share: float = 0.6
+    # Inputs of these target layers are fused (low, middle, high), as vLLM numbers them.
+    aux_layers: tuple[int, ...] = (2, 15, 27)
+    seed: int = 0
 
     @property
     def first_position_steps(self) -> int:
@@ -42,16 +45,14 @@ class HeadPlan:
     def work(self) -> int:
         """Draft positions trained, summed over steps: what the time goes by."""
         return self.first_position_steps + (self.steps - self.first_position_steps) * self.ttt_steps
-    # Inputs of these target layers are fused (low, middle, high), as vLLM numbers them.
-    aux_layers: tuple[int, ...] = (2, 15, 27)
-    seed: int = 0
 
 
 @dataclass(frozen=True)
 class HeadResult:
     steps: int
     final_loss: float
-    # Greedy agreement with the target at draft positions 1..ttt_steps, each given the earlier ones right.
+    # Share of held-out answer positions where draft tokens 1..k all equal the target's greedy ones,
+    # k = 1..ttt_steps (what vLLM's per-position acceptance measures).
     heldout_agreement: list[float]
 
 
