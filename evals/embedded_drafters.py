@@ -7,10 +7,10 @@ the target is the embedded default.
 
 Both learn from the same data: the target's own greedy answers to speclens's
 training prompts (drafters/training/corpus.py), generated once with vLLM and
-cached. Each folder holds `speclens_drafter.json` (core/drafter_build.py). Builds
-are deterministic: the same budget gives the same weights on the same kind of
-machine (fixed prompts, greedy answers, seeded training, step counts rather
-than time limits).
+cached. Each folder holds `speclens_drafter.json` (core/drafter_build.py).
+Training is deterministic (seeded, a fixed thread count, step counts rather than
+time limits): the same answers give the same weights. The answers are vLLM's
+greedy bf16 CPU decoding, which can part at near-ties between two runs.
 """
 
 from __future__ import annotations
