@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,17 +32,30 @@ def samples(built):
     return _answers(ensure_smollm2(), REDUCED)  # cached by the build
 
 
-def _untrained(mechanism: str, samples, out: Path) -> Path:
-    """The builder's starting point: the same architecture and frozen parts, zero optimiser steps."""
-    train, heldout = samples[:REDUCED.prompts], samples[REDUCED.prompts:]
-    if mechanism == "eagle3":
-        from drafters.training.eagle3_head import HeadPlan, train_eagle3_head
+# Trained in a child process, as the builder does: vLLM, run in this process by the other tests,
+# pins this process's threads, which makes torch training here many times slower.
+_TRAIN = """
+import sys
+from pathlib import Path
+from evals.embedded_drafters import BUDGETS, _answers
+from evals.embedded_target import ensure_smollm2
+mechanism, steps, out = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+budget = BUDGETS["reduced"]
+samples = _answers(ensure_smollm2(), budget)
+train, heldout = samples[:budget.prompts], samples[budget.prompts:]
+if mechanism == "eagle3":
+    from drafters.training.eagle3_head import HeadPlan, train_eagle3_head
+    train_eagle3_head(ensure_smollm2(), train, heldout, out, HeadPlan(steps=steps))
+else:
+    from drafters.training.small_lm import DraftPlan, train_draft_model
+    train_draft_model(ensure_smollm2(), train, heldout, out, DraftPlan(steps=steps))
+"""
 
-        train_eagle3_head(ensure_smollm2(), train, heldout, out, HeadPlan(steps=0))
-    else:
-        from drafters.training.small_lm import DraftPlan, train_draft_model
 
-        train_draft_model(ensure_smollm2(), train, heldout, out, DraftPlan(steps=0))
+def _train(mechanism: str, steps: int, out: Path) -> Path:
+    """The builder's trainer on the cached reduced answers, ``steps`` steps (0: its untrained start)."""
+    subprocess.run([sys.executable, "-c", _TRAIN, mechanism, str(steps), str(out)], check=True,
+                   stdout=subprocess.DEVNULL)
     return out
 
 
@@ -49,11 +64,11 @@ def _weights_digest(folder: Path) -> str:
 
 
 @pytest.mark.parametrize("mechanism", list(EMBEDDED_DRAFTERS))
-def test_a_reduced_build_beats_its_untrained_start_in_vllm(built, samples, tmp_path, mechanism):
+def test_a_reduced_build_beats_its_untrained_start_in_vllm(built, tmp_path, mechanism):
     overrides = ["dataset=mt_bench", "dataset.num_requests=6", "sampling.max_tokens=48", "d=3", "engine.dtype=float32",
                  f"drafter={mechanism}"]
     trained = measure(tmp_path / "trained", *overrides, f"drafter.model={built[mechanism]}", "baseline=true")
-    untrained_dir = _untrained(mechanism, samples, tmp_path / f"untrained-{EMBEDDED_DRAFTERS[mechanism]}")
+    untrained_dir = _train(mechanism, 0, tmp_path / f"untrained-{EMBEDDED_DRAFTERS[mechanism]}")
     untrained = measure(tmp_path / "untrained", *overrides, f"drafter.model={untrained_dir}")
     # Untrained, nothing is accepted (the draft model's kept layers agree with the target ~1% of the time).
     assert untrained["al"] < 1.05
@@ -93,16 +108,8 @@ def test_the_answers_trained_on_hold_no_evaluation_prompt(samples):
 
 
 @pytest.mark.parametrize("mechanism", list(EMBEDDED_DRAFTERS))
-def test_training_again_from_the_cached_answers_gives_the_same_bytes(built, samples, tmp_path, mechanism):
-    train, heldout = samples[:REDUCED.prompts], samples[REDUCED.prompts:]
-    again = tmp_path / "again"
-    if mechanism == "eagle3":
-        from drafters.training.eagle3_head import HeadPlan, train_eagle3_head
-
-        train_eagle3_head(ensure_smollm2(), train, heldout, again, HeadPlan(steps=REDUCED.head_steps))
-    else:
-        from drafters.training.small_lm import DraftPlan, train_draft_model
-
-        train_draft_model(ensure_smollm2(), train, heldout, again, DraftPlan(steps=REDUCED.draft_steps))
+def test_training_again_from_the_cached_answers_gives_the_same_bytes(built, tmp_path, mechanism):
+    steps = REDUCED.head_steps if mechanism == "eagle3" else REDUCED.draft_steps
+    again = _train(mechanism, steps, tmp_path / f"again-{EMBEDDED_DRAFTERS[mechanism]}")
     assert _weights_digest(again) == _weights_digest(built[mechanism])
     assert (built[mechanism] / DRAFTER_FACTS_FILE).is_file()
