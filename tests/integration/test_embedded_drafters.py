@@ -36,19 +36,14 @@ def samples(built):
 # pins this process's threads, which makes torch training here many times slower.
 _TRAIN = """
 import sys
+from dataclasses import replace
 from pathlib import Path
-from evals.embedded_drafters import BUDGETS, _answers
+from evals.embedded_drafters import BUDGETS, _answers, _train
 from evals.embedded_target import ensure_smollm2
 mechanism, steps, out = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
-budget = BUDGETS["reduced"]
+budget = replace(BUDGETS["reduced"], head_steps=steps, draft_steps=steps)
 samples = _answers(ensure_smollm2(), budget)
-train, heldout = samples[:budget.prompts], samples[budget.prompts:]
-if mechanism == "eagle3":
-    from drafters.training.eagle3_head import HeadPlan, train_eagle3_head
-    train_eagle3_head(ensure_smollm2(), train, heldout, out, HeadPlan(steps=steps))
-else:
-    from drafters.training.small_lm import DraftPlan, train_draft_model
-    train_draft_model(ensure_smollm2(), train, heldout, out, DraftPlan(steps=steps))
+_train(mechanism, ensure_smollm2(), samples[:budget.prompts], samples[budget.prompts:], out, budget)
 """
 
 
