@@ -12,10 +12,12 @@ from typing import Any
 
 from core.errors import CorruptRecord
 
-__all__ = ["DRAFTER_FACTS_FILE", "DRAFTER_FACTS_VERSION", "describe_build", "read_drafter_facts"]
+__all__ = ["DRAFTER_FACTS_FILE", "DRAFTER_FACTS_VERSION", "describe_build", "is_current_build", "read_drafter_facts"]
 
 DRAFTER_FACTS_FILE = "speclens_drafter.json"
-DRAFTER_FACTS_VERSION = 1
+# 2: trained on answers generated in vLLM's own engine process (bit-stable; see
+# drafters/training/selfdistill.py). Builds of another version are rebuilt on use.
+DRAFTER_FACTS_VERSION = 2
 
 
 def read_drafter_facts(folder: Path) -> dict[str, Any] | None:
@@ -31,6 +33,14 @@ def read_drafter_facts(folder: Path) -> dict[str, Any] | None:
         raise CorruptRecord(f"{path} is not a version-{DRAFTER_FACTS_VERSION} drafter build record; "
                             "delete its folder to rebuild it")
     return facts
+
+
+def is_current_build(folder: Path) -> bool:
+    """Whether ``folder`` holds a drafter built by this version of the builder."""
+    try:
+        return read_drafter_facts(folder) is not None
+    except CorruptRecord:
+        return False
 
 
 def describe_build(facts: dict[str, Any]) -> str:

@@ -7,7 +7,12 @@ import argparse
 import csv
 import sys
 
-from core.drafter_build import describe_build, read_drafter_facts
+from core.drafter_build import (
+    DRAFTER_FACTS_FILE,
+    describe_build,
+    is_current_build,
+    read_drafter_facts,
+)
 from core.errors import guarded
 from drafters.facts_table import HEADER, comparison_rows
 from evals.embedded_drafters import EMBEDDED_DRAFTERS, drafter_dir
@@ -28,9 +33,13 @@ def main(argv: list[str]) -> int:
         print("\nBuilt for the embedded target (drafter.model left unset):")
         for mechanism in EMBEDDED_DRAFTERS:
             folder = drafter_dir(mechanism)
-            facts = read_drafter_facts(folder)
-            print(f"- {mechanism}: " + (f"{folder}: {describe_build(facts)}" if facts else
-                                        "not built yet; built on first use, or now with `make drafters`"))
+            if is_current_build(folder):
+                line = f"{folder}: {describe_build(read_drafter_facts(folder))}"
+            elif (folder / DRAFTER_FACTS_FILE).is_file():
+                line = f"{folder} was built by an older speclens; rebuilt on first use, or now with `make drafters`"
+            else:
+                line = "not built yet; built on first use, or now with `make drafters`"
+            print(f"- {mechanism}: {line}")
     return 0
 
 

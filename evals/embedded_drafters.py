@@ -7,10 +7,11 @@ the target is the embedded default.
 
 Both learn from the same data: the target's own greedy answers to speclens's
 training prompts (drafters/training/corpus.py), generated once with vLLM and
-cached. Each folder holds `speclens_drafter.json` (core/drafter_build.py).
-Training is deterministic (seeded, a fixed thread count, step counts rather than
-time limits): the same answers give the same weights. The answers are vLLM's
-greedy bf16 CPU decoding, which can part at near-ties between two runs.
+cached. Each folder holds `speclens_drafter.json` (core/drafter_build.py); one
+of another build version is rebuilt. From an empty cache a build gives the same
+bytes on the same machine kind: the answers come from vLLM's own engine process
+(drafters/training/selfdistill.py), and training is seeded, on a fixed thread
+count, for a fixed number of steps.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from core.console import console, quiet
 from core.drafter_build import (
     DRAFTER_FACTS_FILE,
     DRAFTER_FACTS_VERSION,
+    is_current_build,
 )
 from core.errors import AssetError, ConfigError, guarded
 from core.files import write_json_atomic, write_text_atomic
@@ -95,18 +97,19 @@ def ensure_drafter(mechanism: str, budget: str = "full") -> pathlib.Path:
     training threads out of the caller) when it is missing."""
     _check_mechanism(mechanism)
     dest = drafter_dir(mechanism, budget)
-    if (dest / DRAFTER_FACTS_FILE).is_file():
+    if is_current_build(dest):
         return dest
     command = [sys.executable, "-m", "evals.embedded_drafters", mechanism, "--budget", budget]
     proc = subprocess.run(command, stdout=subprocess.DEVNULL)
-    if proc.returncode != 0 or not (dest / DRAFTER_FACTS_FILE).is_file():
+    if proc.returncode != 0 or not is_current_build(dest):
         raise AssetError(f"building the embedded {mechanism} drafter failed (exit {proc.returncode}; its output is "
                          f"above); retry with `{' '.join(command[1:])}`, or give drafter.model=<checkpoint>.")
     return dest
 
 
 def _answers_file(budget: Budget) -> pathlib.Path:
-    return cache_dir() / "drafter-data" / f"{SMOLLM2_DIRNAME}-{budget.name}-answers.jsonl"
+    name = f"{SMOLLM2_DIRNAME}-{budget.name}-answers-v{DRAFTER_FACTS_VERSION}.jsonl"
+    return cache_dir() / "drafter-data" / name
 
 
 def _answers(target: pathlib.Path, budget: Budget):
@@ -173,7 +176,7 @@ def build(mechanism: str, budget: Budget) -> pathlib.Path:
     _check_mechanism(mechanism)
     dest = drafter_dir(mechanism, budget.name)
     with locked(f"drafter-{dest.name}"):
-        if (dest / DRAFTER_FACTS_FILE).is_file():  # built by another process while we waited
+        if is_current_build(dest):  # built by another process while we waited
             return dest
         started = time.monotonic()
         target = ensure_smollm2()
@@ -223,7 +226,7 @@ def main(argv: list[str]) -> int:
         _check_mechanism(mechanism)
     budget = BUDGETS[args.budget]
     missing = [m for m in args.mechanisms or list(EMBEDDED_DRAFTERS)
-               if not (drafter_dir(m, budget.name) / DRAFTER_FACTS_FILE).is_file()]
+               if not is_current_build(drafter_dir(m, budget.name))]
     if len(missing) > 1:
         cached = _answers_file(budget).is_file()
         total = sum(estimate_s(m, budget, answers_cached=cached or i > 0) for i, m in enumerate(missing)) / 60

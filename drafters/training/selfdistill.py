@@ -1,8 +1,10 @@
 """The target's own greedy answers to the training prompts, generated with vLLM.
 
-Greedy, but not bit-stable: bf16 CPU decoding can part at a near-tie between two
-runs (3 of 56 answers did, after 31-78 tokens), so they are generated once, cached
-and reused by every build.
+Bit-stable on one machine kind: vLLM's engine runs in its own process, whose
+worker computes the same tokens whatever CPUs the caller was given. In-process
+(VLLM_ENABLE_V1_MULTIPROCESSING=0, as speclens's runner and tests set it) bf16
+decoding follows the caller's thread count, and 3 of 56 answers parted at
+near-ties between one core and two.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ def generate_answers(
 ) -> list[Sample]:
     """One greedy answer of at most ``max_tokens`` per prompt (needs vllm, CPU or GPU)."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"  # see the module's docstring
     from tqdm import tqdm
     from vllm import LLM, SamplingParams
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -90,6 +91,29 @@ def test_the_build_record_says_what_was_trained_and_the_stamp_carries_it(built, 
             f"drafter={mechanism}", f"drafter.model={built[mechanism]}")
     stamp = json.loads((tmp_path / "run" / "stamp.json").read_text())
     assert stamp["draft_build"] == facts
+
+
+# Generated again in a child process on one core with the in-process engine setting this test
+# process has: what a build started from a pinned or differently configured caller would do.
+_REGENERATE = """
+import json, os, sys
+from drafters.training.corpus import training_prompts
+from drafters.training.selfdistill import generate_answers
+from evals.embedded_drafters import BUDGETS
+from evals.embedded_target import ensure_smollm2
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+budget = BUDGETS["reduced"]
+samples = generate_answers(ensure_smollm2(), training_prompts(budget.prompts + budget.heldout, seed=0), budget.max_tokens)
+print(json.dumps([list(s.answer_ids) for s in samples]))
+"""
+
+
+def test_the_targets_answers_are_the_same_tokens_from_one_core_and_an_in_process_caller(samples):
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # set by conftest, inherited by the child
+    proc = subprocess.run([sys.executable, "-c", _REGENERATE], check=True, capture_output=True, text=True)
+    again = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert again == [list(s.answer_ids) for s in samples]
+    assert sum(len(a) for a in again) > 2000  # answers, not empty strings
 
 
 def test_the_answers_trained_on_hold_no_evaluation_prompt(samples):

@@ -167,7 +167,9 @@ def test_a_speculators_format_head_is_checked_by_its_nested_layer_config():
 
 
 def _build_facts(**overrides) -> dict:
-    facts = {"version": 1, "mechanism": "eagle3", "target": "SmolLM2-135M-Instruct", "library": "speculators 0.9.0",
+    from core.drafter_build import DRAFTER_FACTS_VERSION
+
+    facts = {"version": DRAFTER_FACTS_VERSION, "mechanism": "eagle3", "target": "SmolLM2-135M-Instruct", "library": "speculators 0.9.0",
              "budget": "full", "corpus": {"name": "speclens-selfdistill-v1", "training_prompts": 720,
                                           "heldout_prompts": 48, "answer_tokens": 101234},
              "training": {"steps": 700, "final_loss": 4.6864}, "heldout_greedy_agreement": [0.5664, 0.3003, 0.1707],
@@ -196,17 +198,36 @@ def test_a_build_record_is_described_in_one_line_and_listed_by_evals_drafters(mo
     assert f"- eagle3: {folder}: {describe_build(_build_facts())}" in lines
     assert "- draft_model: not built yet; built on first use, or now with `make drafters`" in lines
 
+    old = drafter_dir("draft_model")
+    old.mkdir(parents=True)
+    (old / DRAFTER_FACTS_FILE).write_text(json.dumps(_build_facts(version=1, mechanism="draft_model")))
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert table_main([]) == 0
+    assert (f"- draft_model: {old} was built by an older speclens; rebuilt on first use, or now with "
+            "`make drafters`") in out.getvalue().splitlines()
 
-def test_a_build_record_of_another_version_is_refused_with_the_fix(tmp_path):
+
+def test_a_build_record_of_another_version_is_refused_with_the_fix_and_is_not_current(tmp_path):
     import json
 
-    from core.drafter_build import DRAFTER_FACTS_FILE, read_drafter_facts
+    from core.drafter_build import (
+        DRAFTER_FACTS_FILE,
+        is_current_build,
+        read_drafter_facts,
+    )
     from core.errors import CorruptRecord
 
     assert read_drafter_facts(tmp_path) is None
-    (tmp_path / DRAFTER_FACTS_FILE).write_text(json.dumps(_build_facts(version=9)))
-    with pytest.raises(CorruptRecord, match="not a version-1 drafter build record; delete its folder to rebuild it"):
+    assert not is_current_build(tmp_path)
+    (tmp_path / DRAFTER_FACTS_FILE).write_text(json.dumps(_build_facts()))
+    assert is_current_build(tmp_path)
+    (tmp_path / DRAFTER_FACTS_FILE).write_text(json.dumps(_build_facts(version=1)))
+    with pytest.raises(CorruptRecord, match="not a version-2 drafter build record; delete its folder to rebuild it"):
         read_drafter_facts(tmp_path)
+    assert not is_current_build(tmp_path)  # so ensure_drafter builds it again
+    (tmp_path / DRAFTER_FACTS_FILE).write_text("{")
+    assert not is_current_build(tmp_path)
 
 
 def test_the_targets_answers_are_generated_once_and_read_back_as_generated(monkeypatch, tmp_path):
