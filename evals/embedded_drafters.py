@@ -94,7 +94,7 @@ def estimate_s(mechanism: str, budget: Budget, answers_cached: bool) -> float:
 
 def ensure_drafter(mechanism: str, budget: str = "full") -> pathlib.Path:
     """The built drafter's folder, building it first (in a child process, which keeps vLLM and the
-    training threads out of the caller) when it is missing."""
+    training threads out of the caller) when it is missing or was built by another builder version."""
     _check_mechanism(mechanism)
     dest = drafter_dir(mechanism, budget)
     if is_current_build(dest):
