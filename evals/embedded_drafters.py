@@ -112,15 +112,21 @@ def _answers_file(budget: Budget) -> pathlib.Path:
     return cache_dir() / "drafter-data" / name
 
 
+def _prompts(budget: Budget):
+    """The training prompts, then the held-out ones."""
+    from drafters.training.corpus import training_prompts
+
+    return training_prompts(budget.prompts + budget.heldout, seed=0)
+
+
 def _answers(target: pathlib.Path, budget: Budget):
     """The target's greedy answers to the training and held-out prompts, generated once and cached."""
-    from drafters.training.corpus import training_prompts
     from drafters.training.selfdistill import Sample, generate_answers
 
     path = _answers_file(budget)
     with locked(f"drafter-data-{budget.name}"):
         if not path.is_file():
-            prompts = training_prompts(budget.prompts + budget.heldout, seed=0)
+            prompts = _prompts(budget)
             _log(f"generating the target's answers to {len(prompts)} training prompts (vLLM)")
             samples = generate_answers(target, prompts, budget.max_tokens)
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -96,14 +96,13 @@ def test_the_build_record_says_what_was_trained_and_the_stamp_carries_it(built, 
 # Generated again in a child process on one core with the in-process engine setting this test
 # process has: what a build started from a pinned or differently configured caller would do.
 _REGENERATE = """
-import json, os, sys
-from drafters.training.corpus import training_prompts
+import json, os
 from drafters.training.selfdistill import generate_answers
-from evals.embedded_drafters import BUDGETS
+from evals.embedded_drafters import BUDGETS, _prompts
 from evals.embedded_target import ensure_smollm2
 os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 budget = BUDGETS["reduced"]
-samples = generate_answers(ensure_smollm2(), training_prompts(budget.prompts + budget.heldout, seed=0), budget.max_tokens)
+samples = generate_answers(ensure_smollm2(), _prompts(budget), budget.max_tokens)
 print(json.dumps([list(s.answer_ids) for s in samples]))
 """
 

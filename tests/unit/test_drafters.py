@@ -169,9 +169,10 @@ def test_a_speculators_format_head_is_checked_by_its_nested_layer_config():
 def _build_facts(**overrides) -> dict:
     from core.drafter_build import DRAFTER_FACTS_VERSION
 
-    facts = {"version": DRAFTER_FACTS_VERSION, "mechanism": "eagle3", "target": "SmolLM2-135M-Instruct", "library": "speculators 0.9.0",
-             "budget": "full", "corpus": {"name": "speclens-selfdistill-v1", "training_prompts": 720,
-                                          "heldout_prompts": 48, "answer_tokens": 101234},
+    facts = {"version": DRAFTER_FACTS_VERSION, "mechanism": "eagle3", "target": "SmolLM2-135M-Instruct",
+             "library": "speculators 0.9.0", "budget": "full",
+             "corpus": {"name": "speclens-selfdistill-v1", "training_prompts": 720, "heldout_prompts": 48,
+                        "answer_tokens": 101234},
              "training": {"steps": 700, "final_loss": 4.6864}, "heldout_greedy_agreement": [0.5664, 0.3003, 0.1707],
              "build_seconds": {"answers": 180.0, "training": 420.0, "total": 600.0}}
     return facts | overrides
@@ -228,6 +229,32 @@ def test_a_build_record_of_another_version_is_refused_with_the_fix_and_is_not_cu
     assert not is_current_build(tmp_path)  # so ensure_drafter builds it again
     (tmp_path / DRAFTER_FACTS_FILE).write_text("{")
     assert not is_current_build(tmp_path)
+
+
+def test_ensure_drafter_builds_again_only_a_drafter_of_another_builder_version(monkeypatch, tmp_path):
+    import json
+    import subprocess
+
+    from core.drafter_build import DRAFTER_FACTS_FILE
+    from evals import embedded_drafters
+    from evals.embedded_drafters import drafter_dir, ensure_drafter
+
+    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
+    folder = drafter_dir("eagle3", "reduced")
+    folder.mkdir(parents=True)
+    (folder / DRAFTER_FACTS_FILE).write_text(json.dumps(_build_facts(version=1)))
+    commands = []
+
+    def child_build(command, **_):
+        commands.append(command[1:])
+        (folder / DRAFTER_FACTS_FILE).write_text(json.dumps(_build_facts()))
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(embedded_drafters.subprocess, "run", child_build)
+    assert ensure_drafter("eagle3", "reduced") == folder
+    assert commands == [["-m", "evals.embedded_drafters", "eagle3", "--budget", "reduced"]]
+    assert ensure_drafter("eagle3", "reduced") == folder
+    assert len(commands) == 1  # current now: not built again
 
 
 def test_the_targets_answers_are_generated_once_and_read_back_as_generated(monkeypatch, tmp_path):
