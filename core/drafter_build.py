@@ -16,8 +16,10 @@ __all__ = ["DRAFTER_FACTS_FILE", "DRAFTER_FACTS_VERSION", "describe_build", "is_
 
 DRAFTER_FACTS_FILE = "speclens_drafter.json"
 # 2: trained on answers generated in vLLM's own engine process (bit-stable; see
-# drafters/training/selfdistill.py). Builds of another version are rebuilt on use.
-DRAFTER_FACTS_VERSION = 2
+# drafters/training/selfdistill.py). 3: the head's held-out agreement counts as vLLM accepts, over
+# the target's whole vocabulary (drafters/training/eagle3_head.py: chain_agreement); the weights
+# are those of version 2. Builds of another version are rebuilt on use.
+DRAFTER_FACTS_VERSION = 3
 
 
 def read_drafter_facts(folder: Path) -> dict[str, Any] | None:

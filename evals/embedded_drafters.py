@@ -37,7 +37,7 @@ from core.errors import AssetError, ConfigError, guarded
 from core.files import write_json_atomic, write_text_atomic
 from evals.embedded_target import SMOLLM2_DIRNAME, ensure_smollm2
 
-__all__ = ["BUDGETS", "EMBEDDED_DRAFTERS", "Budget", "drafter_dir", "ensure_drafter"]
+__all__ = ["BUDGETS", "EMBEDDED_DRAFTERS", "Budget", "drafter_dir", "ensure_drafter", "training_samples"]
 
 # drafter name -> folder suffix (no "eagle" in the draft model's path: vLLM would take it for a head).
 EMBEDDED_DRAFTERS = {"eagle3": "eagle3", "draft_model": "draft"}
@@ -107,8 +107,12 @@ def ensure_drafter(mechanism: str, budget: str = "full") -> pathlib.Path:
     return dest
 
 
+# The answers' own version: a new build version that does not change them reuses the cached ones.
+ANSWERS_VERSION = 2
+
+
 def _answers_file(budget: Budget) -> pathlib.Path:
-    name = f"{SMOLLM2_DIRNAME}-{budget.name}-answers-v{DRAFTER_FACTS_VERSION}.jsonl"
+    name = f"{SMOLLM2_DIRNAME}-{budget.name}-answers-v{ANSWERS_VERSION}.jsonl"
     return cache_dir() / "drafter-data" / name
 
 
@@ -134,6 +138,12 @@ def _answers(target: pathlib.Path, budget: Budget):
                                                         "answer_ids": s.answer_ids}) + "\n" for s in samples))
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     return [Sample(r["domain"], tuple(r["prompt_ids"]), tuple(r["answer_ids"])) for r in rows]
+
+
+def training_samples(target: pathlib.Path, budget: Budget):
+    """The build's training samples and its held-out ones (the target's answers, cached)."""
+    samples = _answers(target, budget)
+    return samples[:budget.prompts], samples[budget.prompts:]
 
 
 class _Bar:
@@ -193,9 +203,8 @@ def build(mechanism: str, budget: Budget) -> pathlib.Path:
         log = cache_dir() / "drafter-data" / f"{dest.name}.build.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with quiet(log):
-            samples = _answers(target, budget)
+            train, heldout = training_samples(target, budget)
         answers_done = time.monotonic()
-        train, heldout = samples[:budget.prompts], samples[budget.prompts:]
         with building(dest) as tmp:
             with quiet(log):
                 trained = _train(mechanism, target, train, heldout, tmp, budget)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from drafters.training.optimise import Optimiser
 from drafters.training.selfdistill import Sample, training_threads
 
-__all__ = ["HeadPlan", "HeadResult", "train_eagle3_head"]
+__all__ = ["HeadPlan", "HeadResult", "chain_agreement", "head_agreement", "train_eagle3_head"]
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,7 @@ class HeadPlan:
 class HeadResult:
     steps: int
     final_loss: float
-    # Share of held-out answer positions where draft tokens 1..k all equal the target's greedy ones,
-    # k = 1..ttt_steps (what vLLM's per-position acceptance measures).
+    # The saved (bf16) head's agreement on the held-out answers (see chain_agreement).
     heldout_agreement: list[float]
 
 
@@ -112,11 +111,12 @@ def _batches(states: list[dict], tokens_per_step: int, rng: random.Random):
                 batch, size = [], 0
 
 
-def _build_model(target_dir: pathlib.Path, target_config, plan: HeadPlan, token_counts: Counter):
+def _build_model(target_dir: pathlib.Path, target_config, plan: HeadPlan, d2t, t2d):
+    """The head, its draft vocabulary given by ``d2t``/``t2d`` (set before the target's weights are
+    loaded: they slice the target's lm_head to that vocabulary)."""
     from speculators.config import SpeculatorsConfig, VerifierConfig
     from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
     from speculators.proposals.greedy import GreedyTokenProposalConfig
-    from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
     from transformers import LlamaConfig
 
     layer = {k: v for k, v in target_config.to_dict().items()
@@ -135,17 +135,10 @@ def _build_model(target_dir: pathlib.Path, target_config, plan: HeadPlan, token_
             verifier=VerifierConfig.from_pretrained(str(target_dir)),
         ),
     )
-    d2t, t2d = build_vocab_mappings_from_distribution(dict(token_counts), plan.draft_vocab_size,
-                                                      target_config.vocab_size)
     model = Eagle3DraftModel(config)
     model.load_vocab_mappings(t2d, d2t)
     model.load_verifier_weights()
     return model
-
-
-def _accuracies(metrics: dict, ttt_steps: int) -> list[float]:
-    return [float(metrics[f"full_acc_{i}_sum"]) / max(float(metrics[f"full_acc_{i}_total"]), 1.0)
-            for i in range(ttt_steps)]
 
 
 def train_eagle3_head(
@@ -167,11 +160,14 @@ def train_eagle3_head(
     target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.bfloat16).eval()
     train_states = _verifier_states(target, train, plan.aux_layers)
     heldout_states = _verifier_states(target, heldout, plan.aux_layers)
-    target_config = target.config
+    target_config, lm_head = target.config, target.lm_head.weight.detach()
     del target
 
+    from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
+
     counts = Counter(t for s in train for t in s.answer_ids)
-    model = _build_model(target_dir, target_config, plan, counts)
+    d2t, t2d = build_vocab_mappings_from_distribution(dict(counts), plan.draft_vocab_size, target_config.vocab_size)
+    model = _build_model(target_dir, target_config, plan, d2t, t2d)
     params = [p for p in model.parameters() if p.requires_grad]
     optimiser = Optimiser(params, plan.lr, plan.steps)
     loss_config = resolve_loss_config("kl_div", "eager")
@@ -191,8 +187,74 @@ def train_eagle3_head(
         progress(work, loss_value)
 
     model.eval()
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        _, _, metrics = model(**_pack(heldout_states), ttt_steps=plan.ttt_steps, loss_config=loss_config)
     model.to(torch.bfloat16)
+    agreement = _agreement(model, heldout_states, lm_head, plan.ttt_steps)
     model.save_pretrained(str(out_dir))
-    return HeadResult(plan.steps, loss_value, [round(a, 4) for a in _accuracies(metrics, plan.ttt_steps)])
+    return HeadResult(plan.steps, loss_value, agreement)
+
+
+def chain_agreement(drafts: list, d2t, wanted, loss_mask) -> tuple[list[float], list[float]]:
+    """Counts of agreeing draft chains in one packed row, as vLLM's greedy verification accepts
+    them: for k = 1..len(drafts), the answer positions where draft tokens 1..k all equal the
+    target's argmax over its whole vocabulary (``wanted``), and the positions counted. Aligned as
+    speculators aligns its metric: draft step k at row j proposes what ``wanted`` holds at row j + k.
+    ``drafts`` are in the draft vocabulary, mapped to the target's by the offsets ``d2t``; a token
+    the draft vocabulary lacks can never agree."""
+    agreed, counted = [], []
+    still = loss_mask.clone()  # draft starts whose drafts so far all agreed
+    for k, draft in enumerate(drafts):
+        n = loss_mask.shape[1] - k
+        proposed = draft + d2t[draft]
+        still[:, :n] &= proposed[:, :n] == wanted[:, k:]
+        agreed.append(float(still[:, :n][loss_mask[:, k:]].sum()))
+        counted.append(float(loss_mask[:, k:].sum()))
+    return agreed, counted
+
+
+def _agreement(model, states: list[dict], lm_head, ttt_steps: int, chunk: int = 8) -> list[float]:
+    """The head's chain agreement (chain_agreement) over ``states``' answers, ``chunk`` samples
+    per packed row (a row's attention mask grows with the square of its length)."""
+    import torch
+
+    agreed, counted = [0.0] * ttt_steps, [0.0] * ttt_steps
+    for start in range(0, len(states), chunk):
+        batch = _pack(states[start:start + chunk])
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            drafts = model(**{k: v for k, v in batch.items() if k != "verifier_last_hidden_states"},
+                           ttt_steps=ttt_steps)
+            normed = model.verifier_norm(batch["verifier_last_hidden_states"].to(lm_head.dtype))
+        wanted = (normed.float() @ lm_head.float().T).argmax(-1)
+        row_agreed, row_counted = chain_agreement(drafts, model.d2t.long(), wanted, batch["loss_mask"])
+        agreed = [a + b for a, b in zip(agreed, row_agreed)]
+        counted = [a + b for a, b in zip(counted, row_counted)]
+    return [round(a / max(c, 1.0), 4) for a, c in zip(agreed, counted)]
+
+
+def head_agreement(target_dir: pathlib.Path, head_dir: pathlib.Path,
+                   sets: dict[str, list[Sample]]) -> dict[str, list[float]]:
+    """A saved head's agreement with the target on each named set of samples' answers, computed
+    as the build's held-out check computes it (so the build's own held-out samples give back the
+    figures in its speclens_drafter.json)."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    config = json.loads((head_dir / "config.json").read_text(encoding="utf-8"))
+    ttt_steps = config["speculators_config"]["proposal_methods"][0]["speculative_tokens"]
+    plan = HeadPlan(steps=0, draft_vocab_size=config["draft_vocab_size"], ttt_steps=ttt_steps,
+                    aux_layers=tuple(config["eagle_aux_hidden_state_layer_ids"]))
+    torch.set_num_threads(training_threads())
+    target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.bfloat16).eval()
+    states = {name: _verifier_states(target, samples, plan.aux_layers) for name, samples in sets.items()}
+    target_config, lm_head = target.config, target.lm_head.weight.detach()
+    del target
+    weights = load_file(str(head_dir / "model.safetensors"))
+    model = _build_model(target_dir, target_config, plan, weights["d2t"], weights["t2d"])
+    loaded = model.load_state_dict(weights, strict=False)
+    if loaded.unexpected_keys or set(loaded.missing_keys) - set(model._keys_to_ignore_on_save):
+        raise ValueError(f"{head_dir} is not a head this builder saved: {loaded}")
+    model.eval()
+    model.to(torch.bfloat16)
+    return {name: _agreement(model, rows, lm_head, ttt_steps) for name, rows in states.items()}

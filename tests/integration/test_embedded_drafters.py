@@ -39,12 +39,11 @@ _TRAIN = """
 import sys
 from dataclasses import replace
 from pathlib import Path
-from evals.embedded_drafters import BUDGETS, _answers, _train
+from evals.embedded_drafters import BUDGETS, _train, training_samples
 from evals.embedded_target import ensure_smollm2
 mechanism, steps, out = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
 budget = replace(BUDGETS["reduced"], head_steps=steps, draft_steps=steps)
-samples = _answers(ensure_smollm2(), budget)
-_train(mechanism, ensure_smollm2(), samples[:budget.prompts], samples[budget.prompts:], out, budget)
+_train(mechanism, ensure_smollm2(), *training_samples(ensure_smollm2(), budget), out, budget)
 """
 
 
@@ -131,3 +130,23 @@ def test_training_again_from_the_cached_answers_gives_the_same_bytes(built, tmp_
     again = _train(mechanism, steps, tmp_path / f"again-{EMBEDDED_DRAFTERS[mechanism]}")
     assert _weights_digest(again) == _weights_digest(built[mechanism])
     assert (built[mechanism] / DRAFTER_FACTS_FILE).is_file()
+
+
+_AGREEMENT = """
+import json, sys
+from pathlib import Path
+from drafters.training.eagle3_head import head_agreement
+from evals.embedded_drafters import BUDGETS, training_samples
+from evals.embedded_target import ensure_smollm2
+_, heldout = training_samples(ensure_smollm2(), BUDGETS["reduced"])
+print(json.dumps(head_agreement(ensure_smollm2(), Path(sys.argv[1]), {"heldout": heldout})["heldout"]))
+"""
+
+
+def test_the_heads_recorded_agreement_comes_back_from_its_saved_weights(built):
+    # In a child process for the same reason as _train.
+    proc = subprocess.run([sys.executable, "-c", _AGREEMENT, str(built["eagle3"])], check=True,
+                          capture_output=True, text=True)
+    again = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert again == read_drafter_facts(built["eagle3"])["heldout_greedy_agreement"]
+    assert len(again) == 3 and again[0] > 0.0

@@ -214,6 +214,7 @@ def test_a_build_record_of_another_version_is_refused_with_the_fix_and_is_not_cu
 
     from core.drafter_build import (
         DRAFTER_FACTS_FILE,
+        DRAFTER_FACTS_VERSION,
         is_current_build,
         read_drafter_facts,
     )
@@ -223,8 +224,9 @@ def test_a_build_record_of_another_version_is_refused_with_the_fix_and_is_not_cu
     assert not is_current_build(tmp_path)
     (tmp_path / DRAFTER_FACTS_FILE).write_text(json.dumps(_build_facts()))
     assert is_current_build(tmp_path)
-    (tmp_path / DRAFTER_FACTS_FILE).write_text(json.dumps(_build_facts(version=1)))
-    with pytest.raises(CorruptRecord, match="not a version-2 drafter build record; delete its folder to rebuild it"):
+    (tmp_path / DRAFTER_FACTS_FILE).write_text(json.dumps(_build_facts(version=DRAFTER_FACTS_VERSION - 1)))
+    with pytest.raises(CorruptRecord, match=f"not a version-{DRAFTER_FACTS_VERSION} drafter build record; "
+                                            "delete its folder to rebuild it"):
         read_drafter_facts(tmp_path)
     assert not is_current_build(tmp_path)  # so ensure_drafter builds it again
     (tmp_path / DRAFTER_FACTS_FILE).write_text("{")
@@ -273,3 +275,18 @@ def test_the_targets_answers_are_generated_once_and_read_back_as_generated(monke
     first = _answers(tmp_path, budget)
     assert _answers(tmp_path, budget) == first and calls == [(budget.prompts + budget.heldout, budget.max_tokens)]
     assert first[7] == selfdistill.Sample(first[7].domain, (1, 2, 7), (0, 1, 2))
+
+
+def test_the_heads_agreement_counts_chains_as_greedy_verification_accepts_them():
+    import torch
+
+    from drafters.training.eagle3_head import chain_agreement
+
+    d2t = torch.tensor([0, 4, 5])  # the draft vocabulary: draft id 0, 1, 2 -> target token 0, 5, 7
+    wanted = torch.tensor([[5, 7, 5, 9, 7, 0]])  # the target's argmax per row; 9 is outside the draft vocabulary
+    mask = torch.tensor([[True, True, True, True, True, False]])
+    first = torch.tensor([[1, 2, 1, 2, 2, 0]])  # proposes wanted[j]: right but at row 3, which it cannot be
+    second = torch.tensor([[2, 1, 0, 2, 0, 0]])  # proposes wanted[j + 1]: wrong at row 2; row 3 failed already
+    agreed, counted = chain_agreement([first, second], d2t, wanted, mask)
+    assert counted == [5.0, 4.0]  # the second draft is counted where the token it proposes is an answer's
+    assert agreed == [4.0, 2.0]  # rows 0, 1, 2, 4; then rows 0 and 1 (row 4's second token is not counted)
