@@ -10,17 +10,25 @@ domain; the ratio of the two; and the share of answer tokens the head's draft vo
 would reach if every position were alike.
 
     python benchmarks/head_transfer.py [HEAD_DIR]   # default: the built full-budget head
+
+A HEAD_DIR that speclens built with one of its budgets is compared with that build's held-out
+answers; any other head only on the sample prompts.
 """
 
 from __future__ import annotations
 
+import json
 import pathlib
 import sys
 
 MAX_TOKENS = 128  # evals.run's default sampling.max_tokens
+HELDOUT = "held-out (training prompts)"
 
 
 def main(argv: list[str]) -> None:
+    from safetensors import safe_open
+
+    from core.drafter_build import DRAFTER_FACTS_FILE
     from drafters.training.corpus import TrainingPrompt
     from drafters.training.eagle3_head import head_agreement
     from drafters.training.selfdistill import generate_answers
@@ -31,15 +39,18 @@ def main(argv: list[str]) -> None:
 
     target = ensure_smollm2()
     head = pathlib.Path(argv[0]) if argv else ensure_drafter("eagle3")
-    _, heldout = training_samples(target, BUDGETS["full"])
+    facts = head / DRAFTER_FACTS_FILE
+    budget = json.loads(facts.read_text(encoding="utf-8")).get("budget") if facts.is_file() else None
+    sets = {}
+    if budget in BUDGETS:
+        sets[HELDOUT] = training_samples(target, BUDGETS[budget])[1]
+    # The first turns, as a training prompt is one turn.
     evaluated = [TrainingPrompt(p.domain, p.turns[0]) for p in questions() + problems()]
     answers = generate_answers(target, evaluated, MAX_TOKENS)
-    sets = {"held-out (training prompts)": heldout, "sample (all)": answers}
+    sets["sample (all)"] = answers
     for domain in sorted({s.domain for s in answers}):
         sets[f"  {domain}"] = [s for s in answers if s.domain == domain]
     agreement = head_agreement(target, head, sets)
-
-    from safetensors import safe_open
 
     with safe_open(str(head / "model.safetensors"), "pt") as weights:
         in_vocab = weights.get_tensor("t2d").bool()
@@ -53,9 +64,10 @@ def main(argv: list[str]) -> None:
         print(f"{name:<{width}}  {count:>9}  " + "  ".join(f"{v:>7.3f}" for v in values)
               + f"  {1 + sum(values):>11.2f}"
               + f"  {sum(bool(in_vocab[t]) for s in sets[name] for t in s.answer_ids) / count:>8.3f}")
-    base, moved = agreement["held-out (training prompts)"], agreement["sample (all)"]
-    print("sample / held-out agreement: " + ", ".join(
-        f"position {k + 1} {m / b:.2f}" for k, (b, m) in enumerate(zip(base, moved)) if b > 0))
+    if HELDOUT in agreement:
+        base, moved = agreement[HELDOUT], agreement["sample (all)"]
+        print("sample / held-out agreement: " + ", ".join(
+            f"position {k + 1} {m / b:.2f}" for k, (b, m) in enumerate(zip(base, moved)) if b > 0))
 
 
 if __name__ == "__main__":  # vLLM's engine process re-imports this module
