@@ -6,7 +6,8 @@ mapping, the frozen embedding / lm_head / norm taken from the verifier, the
 training-time-test forward and its KL loss against the verifier) and
 `save_pretrained`, whose folder vLLM loads as `method=eagle3` unchanged. What
 is ours: the verifier's hidden states from plain transformers, packing, the
-optimiser loop.
+optimiser loop, and the held-out agreement counted as vLLM's verification accepts
+(speculators' own metric compares within the draft vocabulary).
 """
 
 from __future__ import annotations
