@@ -80,6 +80,17 @@ def _verifier_states(target, samples: list[Sample], aux_layers: tuple[int, ...])
     return states
 
 
+def _target_pass(target_dir: pathlib.Path, sample_lists: list[list[Sample]], aux_layers: tuple[int, ...]):
+    """One load of the target (bf16): _verifier_states of each list, its config and its lm_head
+    weight (what the agreement check needs of it)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.bfloat16).eval()
+    states = [_verifier_states(target, samples, aux_layers) for samples in sample_lists]
+    return states, target.config, target.lm_head.weight.detach()
+
+
 def _pack(states: list[dict]) -> dict:
     """Samples into one row, shifted as speculators' `shift_batch` aligns them: token x[i+1]
     with the hidden state g[i] and the verifier's output y[i+1]."""
@@ -154,18 +165,12 @@ def train_eagle3_head(
     hears the work done so far (of ``plan.work``) and the last loss, from 0 when the steps begin."""
     import torch
     from speculators.losses import resolve_loss_config
-    from transformers import AutoModelForCausalLM
+    from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
 
     torch.set_num_threads(training_threads())  # fixed, so that the same inputs give the same bytes
     torch.manual_seed(plan.seed)
-    target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.bfloat16).eval()
-    train_states = _verifier_states(target, train, plan.aux_layers)
-    heldout_states = _verifier_states(target, heldout, plan.aux_layers)
-    target_config, lm_head = target.config, target.lm_head.weight.detach()
-    del target
-
-    from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
-
+    (train_states, heldout_states), target_config, lm_head = _target_pass(target_dir, [train, heldout],
+                                                                          plan.aux_layers)
     counts = Counter(t for s in train for t in s.answer_ids)
     d2t, t2d = build_vocab_mappings_from_distribution(dict(counts), plan.draft_vocab_size, target_config.vocab_size)
     model = _build_model(target_dir, target_config, plan, d2t, t2d)
@@ -217,6 +222,7 @@ def _agreement(model, states: list[dict], lm_head, ttt_steps: int, chunk: int = 
     per packed row (a row's attention mask grows with the square of its length)."""
     import torch
 
+    to_target_vocab, logits_weight = model.d2t.long(), lm_head.float().T
     agreed, counted = [0.0] * ttt_steps, [0.0] * ttt_steps
     for start in range(0, len(states), chunk):
         batch = _pack(states[start:start + chunk])
@@ -224,8 +230,8 @@ def _agreement(model, states: list[dict], lm_head, ttt_steps: int, chunk: int = 
             drafts = model(**{k: v for k, v in batch.items() if k != "verifier_last_hidden_states"},
                            ttt_steps=ttt_steps)
             normed = model.verifier_norm(batch["verifier_last_hidden_states"].to(lm_head.dtype))
-        wanted = (normed.float() @ lm_head.float().T).argmax(-1)
-        row_agreed, row_counted = chain_agreement(drafts, model.d2t.long(), wanted, batch["loss_mask"])
+        wanted = (normed.float() @ logits_weight).argmax(-1)
+        row_agreed, row_counted = chain_agreement(drafts, to_target_vocab, wanted, batch["loss_mask"])
         agreed = [a + b for a, b in zip(agreed, row_agreed)]
         counted = [a + b for a, b in zip(counted, row_counted)]
     return [round(a / max(c, 1.0), 4) for a, c in zip(agreed, counted)]
@@ -240,17 +246,13 @@ def head_agreement(target_dir: pathlib.Path, head_dir: pathlib.Path,
 
     import torch
     from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM
 
     config = json.loads((head_dir / "config.json").read_text(encoding="utf-8"))
     ttt_steps = config["speculators_config"]["proposal_methods"][0]["speculative_tokens"]
     plan = HeadPlan(steps=0, draft_vocab_size=config["draft_vocab_size"], ttt_steps=ttt_steps,
                     aux_layers=tuple(config["eagle_aux_hidden_state_layer_ids"]))
     torch.set_num_threads(training_threads())
-    target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.bfloat16).eval()
-    states = {name: _verifier_states(target, samples, plan.aux_layers) for name, samples in sets.items()}
-    target_config, lm_head = target.config, target.lm_head.weight.detach()
-    del target
+    rows, target_config, lm_head = _target_pass(target_dir, list(sets.values()), plan.aux_layers)
     weights = load_file(str(head_dir / "model.safetensors"))
     model = _build_model(target_dir, target_config, plan, weights["d2t"], weights["t2d"])
     loaded = model.load_state_dict(weights, strict=False)
@@ -258,4 +260,4 @@ def head_agreement(target_dir: pathlib.Path, head_dir: pathlib.Path,
         raise ValueError(f"{head_dir} is not a head this builder saved: {loaded}")
     model.eval()
     model.to(torch.bfloat16)
-    return {name: _agreement(model, rows, lm_head, ttt_steps) for name, rows in states.items()}
+    return {name: _agreement(model, states, lm_head, ttt_steps) for name, states in zip(sets, rows)}
