@@ -84,6 +84,10 @@ class FakeRunnerConfig:
     # Real seconds each engine step takes (the scripted step cost is what is recorded): a run that
     # lasts long enough to be interrupted, for fault-injection tests.
     step_sleep_s: float = 0.0
+    # A file each engine waits for before its first step, having written `<gate>.waiting` when it
+    # got there: fault-injection tests hold a run mid-measurement until they release it (an event,
+    # not a race against time). Unset: no wait.
+    gate: str | None = None
     # How finely it reports acceptance, as a server of each kind would: step (every drafted step),
     # request (each request's totals) or domain (counters only).
     record_granularity: RecordGranularity = RecordGranularity.step
@@ -120,6 +124,7 @@ class FakeEngine:
         near_ties: Sequence[str] = (),
         step_sleep_s: float = 0.0,
         record_granularity: RecordGranularity = RecordGranularity.step,
+        gate: str | None = None,
     ) -> None:
         """`script` maps `request_id#turn` to its speculative decode steps (a mapping, in which
         missing keys decode one plain step, or a function of the key). In mode `plain` each
@@ -141,6 +146,7 @@ class FakeEngine:
         self.near_ties = set(near_ties)
         self.step_sleep_s = step_sleep_s
         self.record_granularity = record_granularity
+        self.gate = gate
         self.counted = COUNTER_NAMES
         self._counters = SpecCounters(num_accepted_tokens_per_pos=[0] * (d or 0))
         self._steps: list[EngineStep] = []
@@ -165,6 +171,8 @@ class FakeEngine:
     ) -> list[TurnResult]:
         if self.fail_on is not None and any(req.request_id == self.fail_on for req in requests):
             raise RuntimeError(f"fake engine: scripted failure on request {self.fail_on}")
+        if self.gate is not None:
+            wait_at_gate(Path(self.gate))
         queue = [_Flight(req, self._decode_steps(req.key), sampling) for req in reversed(requests)]
         limit = max_concurrency or len(queue)
         in_flight: list[_Flight] = []
@@ -240,6 +248,19 @@ class FakeEngine:
 
     def close(self) -> None:
         pass
+
+
+GATE_TIMEOUT_S = 600.0
+
+
+def wait_at_gate(gate: Path) -> None:
+    """Say the engine got here (`<gate>.waiting`), then wait until `gate` exists."""
+    Path(f"{gate}.waiting").touch()
+    deadline = time.monotonic() + GATE_TIMEOUT_S
+    while not gate.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"fake engine: runner.gate={gate} was not released in {GATE_TIMEOUT_S:.0f} s")
+        time.sleep(0.01)
 
 
 class _Flight:
@@ -358,7 +379,8 @@ def engine_factory(cfg: FakeRunnerConfig, d: int | None, max_num_seqs: int, max_
     return fake_factory(d, script, cost, counter_error=cfg.counter_error, fail_on=cfg.fail_on,
                         limits=(max_num_seqs, max_num_batched_tokens or 8192), diverge=list(cfg.diverge),
                         near_ties=list(cfg.near_ties),
-                        step_sleep_s=cfg.step_sleep_s, record_granularity=RecordGranularity(cfg.record_granularity))
+                        step_sleep_s=cfg.step_sleep_s, record_granularity=RecordGranularity(cfg.record_granularity),
+                        gate=cfg.gate)
 
 
 class FakeEncoder:

@@ -38,33 +38,43 @@ def speclens(*args: str, cwd: Path) -> subprocess.Popen:
                             env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
-def wait_for(condition, timeout_s: float = 60.0) -> None:
+def wait_for(condition, proc: subprocess.Popen, timeout_s: float = 120.0) -> None:
+    """Until ``condition()`` holds (an event the process signals with a file); fails at once if the
+    process ends first."""
     deadline = time.monotonic() + timeout_s
     while not condition():
+        if proc.poll() is not None:
+            pytest.fail(f"the process ended (exit {proc.returncode}) before getting there: {proc.stderr.read()[-2000:]}")
         assert time.monotonic() < deadline, "timed out waiting for the process to get there"
-        time.sleep(0.05)
+        time.sleep(0.02)
 
 
 def test_a_sweep_killed_mid_job_then_rerun_finishes_every_job_exactly_once(tmp_path):
     sweep = tmp_path / "sweep"
-    args = ["run", "-m", *fake_overrides(tmp_path, ROWS), "drafter=ngram", "d=1,2,3", "runner.step_sleep_s=0.05",
-            f"hydra.sweep.dir={sweep}"]
+    # each job's engine waits at its own gate (runner.gate): d=1 may pass, d=2 is held mid-measurement
+    gates = {d: tmp_path / f"gate_d{d}" for d in (1, 2, 3)}
+    gates[1].touch()
+    args = ["run", "-m", *fake_overrides(tmp_path, ROWS), "drafter=ngram", "d=1,2,3",
+            f"runner.gate={tmp_path}/gate_d${{d}}", f"hydra.sweep.dir={sweep}"]
     proc = speclens(*args, cwd=tmp_path)
-    # killed (-9: no handler runs) while a later job is half-measured
-    # (published summaries only: a job's staging folder holds one for an instant before it is moved)
-    wait_for(lambda: list(sweep.glob("*/summary.json")) and list(sweep.glob("*/.incoming-*/stamp.json")))
+    # killed (-9: no handler runs) while the d=2 job is half-measured: its stamp written, its engine
+    # waiting at its gate
+    wait_for(lambda: Path(f"{gates[2]}.waiting").exists(), proc)
+    assert list(sweep.glob("*/.incoming-*/stamp.json"))
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     finished = {p.parent: p.read_bytes() for p in sweep.glob("*/summary.json")}
-    assert 1 <= len(finished) < 3
+    assert [read_summary(run_dir).d for run_dir in finished] == [1]
+    gates[2].touch()
+    gates[3].touch()
     rerun = speclens(*args, cwd=tmp_path)
     out, err = rerun.communicate(timeout=120)
     assert rerun.returncode == 0, err[-2000:]
     summaries = sorted(sweep.glob("*/summary.json"))
     assert sorted(read_summary(p.parent).d for p in summaries) == [1, 2, 3]
-    # the jobs that had finished were not measured again; the killed one's leftovers are gone
+    # the job that had finished was not measured again; the killed one's leftovers are gone
     assert all(run_dir.joinpath("summary.json").read_bytes() == data for run_dir, data in finished.items())
-    assert out.count("already holds this run; skipped") == len(finished)
+    assert out.count("already holds this run; skipped") == 1
     assert not list(sweep.glob("*/.incoming-*"))
 
 
@@ -98,12 +108,15 @@ def test_a_run_killed_while_writing_its_summary_reads_as_incomplete_and_runs_aga
 
 def test_two_runs_into_one_dir_one_is_refused_the_other_completes(tmp_path):
     out = tmp_path / "run"
-    args = ["run", *fake_overrides(tmp_path, ROWS), "runner.step_sleep_s=0.05", f"hydra.run.dir={out}"]
+    gate = tmp_path / "gate"
+    args = ["run", *fake_overrides(tmp_path, ROWS), f"runner.gate={gate}", f"hydra.run.dir={out}"]
     first = speclens(*args, cwd=tmp_path)
-    wait_for(lambda: list(out.glob(".incoming-*/stamp.json")))
+    # the first holds the dir (its stamp written, its engine waiting at the gate) while the second tries
+    wait_for(lambda: Path(f"{gate}.waiting").exists(), first)
     second = speclens(*args, "dataset.num_requests=2", cwd=tmp_path)
     _, err = second.communicate(timeout=60)
     assert second.returncode == 2 and f"is being measured by another process (pid {first.pid})" in err
+    gate.touch()
     _, err = first.communicate(timeout=120)
     assert first.returncode == 0, err[-2000:]
     summary, stamp = read_summary(out), json.loads((out / "stamp.json").read_text())
