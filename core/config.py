@@ -87,6 +87,10 @@ class EngineConfig:
     # VLLM_CPU_KVCACHE_SPACE in GiB (CPU builds only; start-up fails without it).
     cpu_kvcache_space_gib: int = 4
     gpu_memory_utilization: float = 0.9
+    # vLLM's batch-invariant kernels (VLLM_BATCH_INVARIANT=1, GPU attention backends that have
+    # them): greedy bf16 outputs then do not move with batch shapes, so the lossless check and the
+    # replay are exact in bf16. Refused on CPU, which has none (use dtype=float32 there).
+    batch_invariant: bool = False
     # Any other vLLM engine argument, passed through unchanged.
     extra_args: dict[str, Any] = field(default_factory=dict)
 
@@ -163,9 +167,11 @@ class ReplayConfig(RunConfig):
 
 # Keys that say how to run or report, not what is measured: left out of the config fingerprint.
 NOT_FINGERPRINTED = ("force", "logger", "runner", "verbose")
-# Keys added after run dirs were first fingerprinted: they enter the fingerprint only when set, so
-# a configuration that does not use them keeps the identity its finished runs were stored under.
-FINGERPRINTED_WHEN_SET = ("request_rate", "repeats", "drafter.schedule")
+# Keys added after run dirs were first fingerprinted, with their default: they enter the
+# fingerprint only when set otherwise, so a configuration that does not use them keeps the
+# identity its finished runs were stored under.
+FINGERPRINTED_WHEN_SET: dict[str, Any] = {"request_rate": None, "repeats": None, "drafter.schedule": None,
+                                          "engine.batch_invariant": False}
 
 
 def config_fingerprint(resolved: dict[str, Any], names: dict[str, str]) -> str:
@@ -174,12 +180,16 @@ def config_fingerprint(resolved: dict[str, Any], names: dict[str, str]) -> str:
     `names` are the chosen components' names ({"drafter": "ngram", ...}); they enter the
     fingerprint as `<group>.name`, where configs before schema 3 held them, so run dirs
     measured then are still recognised."""
-    measured = {k: v for k, v in resolved.items()
-                if k not in NOT_FINGERPRINTED and not (k in FINGERPRINTED_WHEN_SET and v is None)}
-    for dotted in (key for key in FINGERPRINTED_WHEN_SET if "." in key):
-        group, name = dotted.split(".", 1)
-        if isinstance(measured.get(group), dict) and measured[group].get(name, "unset") is None:
-            measured[group] = {k: v for k, v in measured[group].items() if k != name}
+    measured = {k: v for k, v in resolved.items() if k not in NOT_FINGERPRINTED}
+    for dotted, default in FINGERPRINTED_WHEN_SET.items():
+        group, _, name = dotted.rpartition(".")
+        holder = measured.get(group) if group else measured
+        if isinstance(holder, dict) and name in holder and holder[name] == default:
+            trimmed = {k: v for k, v in holder.items() if k != name}
+            if group:
+                measured[group] = trimmed
+            else:
+                measured = trimmed
     for group, name in names.items():
         if isinstance(measured.get(group), dict):
             measured[group] = {"name": name, **measured[group]}

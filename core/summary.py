@@ -15,6 +15,8 @@ Schema versions of summary.json:
    corrections) and, per domain, `predicted_corrected` with its range; `speedup_range` and
    `speedup_repeats` (repeats=N); `timing.warmup_s`; `schedule` (drafter.schedule);
    `lossless.mismatches` (each explained as a near-tie or a divergence) with their counts.
+7  `numerics`: the engine's dtype, its thread count and batch-invariant kernels, and whether its
+   greedy outputs are a fixed function of the config (`reproducible`).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from core.latency import Latency
 from core.metrics import GroupFigures, PositionBin
 
 SUMMARY_FILE = "summary.json"
-SUMMARY_VERSION = 6
+SUMMARY_VERSION = 7
 REPLAY_FILE = "replay.json"
 # replay.json: 1 had no version field (summary and stamp only); 2 carries `schema_version`, the
 # config fingerprint and the runner.
@@ -83,6 +85,32 @@ class LosslessCheck:
     # The dtype the engine ran in and its near-tie bound (top-2 log-probability margin).
     dtype: str | None = None
     near_tie_bound: float | None = None
+
+
+# Dtypes in which greedy decoding on CPU gives the same tokens whatever the thread count and batch
+# shape: a top-2 margin small enough for their rounding to flip (core/lossless.py) is rare enough
+# that no check of this project has met one.
+REPRODUCIBLE_DTYPES = frozenset({"float32", "float"})
+
+
+@dataclass
+class Numerics:
+    """What a run's greedy outputs depend on beyond its config.
+
+    In bfloat16 or float16 on CPU they move with the engine's thread count and batch shapes
+    (near-ties flip, core/lossless.py), so two runs, or a server and the in-process engine, can
+    part; in float32, or with batch-invariant kernels on a GPU (engine.batch_invariant), they are
+    a function of the prompts and the config: `reproducible`."""
+
+    dtype: str
+    # Threads the engine computed with (None where it cannot be seen: an attached server, the fake).
+    threads: int | None
+    batch_invariant: bool
+    reproducible: bool
+
+    @classmethod
+    def of(cls, dtype: str, threads: int | None, batch_invariant: bool = False) -> "Numerics":
+        return cls(dtype, threads, batch_invariant, batch_invariant or dtype in REPRODUCIBLE_DTYPES)
 
 
 @dataclass
@@ -171,6 +199,7 @@ class RunSummary:
     # drafter.schedule: measured under vLLM's dynamic speculative decoding with this schedule
     # ([[start, end, k], ...]; d is its largest k).
     schedule: list[list[int]] | None = None
+    numerics: Numerics | None = None
 
     @property
     def label(self) -> str:
@@ -294,9 +323,14 @@ def _summary_5_to_6(data: dict[str, Any]) -> dict[str, Any]:
     return data  # no account was kept: operating points keep speedup_account = null
 
 
+def _summary_6_to_7(data: dict[str, Any]) -> dict[str, Any]:
+    return data  # the engine's numerics were not recorded: numerics = null
+
+
 # version -> the step from that version to the next.
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     1: _summary_1_to_2, 2: _summary_2_to_3, 3: _summary_3_to_4, 4: _summary_4_to_5, 5: _summary_5_to_6,
+    6: _summary_6_to_7,
 }
 
 

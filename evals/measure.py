@@ -7,7 +7,7 @@ import json
 import traceback
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pandas as pd
 from omegaconf import OmegaConf
@@ -19,7 +19,7 @@ from core.errors import MeasurementError, SpeclensError
 from core.files import write_json_atomic, write_text_atomic
 from core.generation import RecordGranularity, SpecCounters
 from core.redact import redact
-from core.summary import SUMMARY_FILE, SUMMARY_VERSION, RunSummary
+from core.summary import SUMMARY_FILE, SUMMARY_VERSION, Numerics, RunSummary
 from evals.passes import (
     SERVER_LOG,
     Pass,
@@ -149,13 +149,30 @@ def measure(
     """Stamp `out_dir`, run the passes, write the records and the summary. Any failure that is not
     the user's (an engine crash, a full disk) becomes a one-line MeasurementError; its traceback
     goes to error.log beside the records."""
-    try:
+    with failures_logged(out_dir):
         return _execute(plan, out_dir, factory, runner, progress, config_fingerprint)
+
+
+def write_error_log(out_dir: Path, text: str) -> None:
+    with contextlib.suppress(OSError):  # a full disk may refuse this too; the message still says why
+        (out_dir / ERROR_LOG).write_text(text)
+
+
+@contextlib.contextmanager
+def failures_logged(out_dir: Path) -> Iterator[None]:
+    """Every measurement failure's traceback into `out_dir`/error.log (exit status 3 promises one):
+    a MeasurementError's (records that disagree with the counters, a lost engine) as it is, and
+    any other failure that is not the user's (an engine crash, a full disk) as a one-line
+    MeasurementError."""
+    try:
+        yield
+    except MeasurementError:
+        write_error_log(out_dir, traceback.format_exc())
+        raise
     except SpeclensError:
         raise
     except Exception as exc:
-        with contextlib.suppress(OSError):  # a full disk may refuse this too; the message still says why
-            (out_dir / ERROR_LOG).write_text(traceback.format_exc())
+        write_error_log(out_dir, traceback.format_exc())
         raise MeasurementError(f"the measurement failed: {type(exc).__name__}: {exc} (traceback in {ERROR_LOG})") from exc
 
 
@@ -240,6 +257,7 @@ def _execute(
         lossless_check=merge_lossless([op.lossless for op in points]) if baseline else None,
         speedup=speedup,
         operating_points=points,
+        numerics=Numerics.of(plan.dtype, passes[0].threads if passes else None, cfg.engine.batch_invariant),
     )
     profiles = run_profiles(out_dir, summary)
     if profiles:

@@ -25,6 +25,7 @@ from core.summary import (
     Fingerprints,
     LosslessCheck,
     Mismatch,
+    Numerics,
     OperatingPoint,
     RunSummary,
     Timing,
@@ -241,6 +242,7 @@ def build_summary(
     lossless_check: LosslessCheck | None = None,
     speedup: float | None = None,
     operating_points: list[OperatingPoint] | None = None,
+    numerics: Numerics | None = None,
 ) -> RunSummary:
     pooled = counters if domain_counters is not None else None
     overall = metrics.group_summary(steps, requests, seed, pooled)
@@ -282,4 +284,5 @@ def build_summary(
         runner=runner,
         record_granularity=str(record_granularity.value),
         schedule=schedule,
+        numerics=numerics,
     )

@@ -65,7 +65,28 @@ def result_table(summary: RunSummary) -> str:
     if loss and loss.checked:
         out.append(f"lossless: {loss.n_identical}/{loss.n_compared} outputs identical to plain decoding"
                    + ("" if loss.identical else lossless_verdict(loss)))
+    numerics = numerics_line(summary)
+    if numerics:
+        out.append(numerics)
     return "\n".join(out)
+
+
+def numerics_line(summary: RunSummary) -> str | None:
+    """Where the run's greedy outputs are not a fixed function of its config (core/summary.py
+    Numerics), by how much that can move its figures and what makes them exact."""
+    numerics = summary.numerics
+    if numerics is None or numerics.reproducible:
+        return None
+    threads = f" on {numerics.threads} thread(s)" if numerics.threads else ""
+    line = (f"numerics: {numerics.dtype}{threads}: greedy outputs can part at near-ties with another thread count or "
+            "batch shape, so AL may differ by a few percent on another machine, server or run; "
+            "engine.dtype=float32 makes it reproducible")
+    fingerprints, d = summary.fingerprints, summary.d
+    self_draft = fingerprints.draft is not None and fingerprints.draft == fingerprints.target
+    if self_draft and d and summary.al is not None and summary.al < 1 + d:
+        line += (f"; the draft is the target itself, so its AL {summary.al:.3f} below 1 + D = {1 + d} is such "
+                 "near-ties between the draft and verify passes")
+    return line
 
 
 def lossless_verdict(loss: LosslessCheck) -> str:

@@ -37,6 +37,9 @@ class Engine(Protocol):
     record_granularity: RecordGranularity
     # The SpecCounters fields its counters() keeps (all four for vLLM; a server may keep fewer).
     counted: tuple[str, ...]
+    # Threads it computes with: greedy bf16 outputs on CPU move with it (core/summary.py Numerics).
+    # None where it cannot be seen (an attached server, the fake engine).
+    threads: int | None
 
     def chat_token_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
         """Token ids of `messages` with the target's chat template and generation prompt."""
@@ -73,6 +76,11 @@ class Engine(Protocol):
 
     def log_file(self) -> Path | None:
         """The engine's own log file (a launched server's), if it keeps one apart from this process."""
+
+    def forget_finished(self) -> None:
+        """Drop what the drafter keeps of finished requests to draft from (suffix decoding's shared
+        response cache), so that the warm-up request's answer drafts nothing for the pass; a no-op
+        for drafters that draw on each request's own tokens, and where the engine cannot reach it."""
 
     def close(self) -> None: ...
 

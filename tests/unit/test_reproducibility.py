@@ -1,0 +1,81 @@
+"""What a run records of its numerics, and what the result table says where they can move its figures."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from core.config import config_fingerprint
+from core.summary import Numerics, read_summary
+from evals.run import run
+from reports.table import numerics_line, result_table
+from tests.unit.conftest import compose_run, fake_overrides
+
+ROWS = [{"question_id": "q1", "category": "coding", "turns": ["write code"]}]
+
+
+def fake_summary(tmp_path, *overrides: str):
+    cfg = compose_run(*fake_overrides(tmp_path, ROWS), "drafter=ngram", "d=3", *overrides)
+    return run(cfg, tmp_path / "run", progress=lambda label: None)
+
+
+@pytest.mark.parametrize(("dtype", "batch_invariant", "reproducible"), [
+    ("float32", False, True), ("bfloat16", False, False), ("float16", False, False), ("bfloat16", True, True),
+])
+def test_greedy_outputs_are_reproducible_only_in_float32_or_with_batch_invariant_kernels(dtype, batch_invariant,
+                                                                                        reproducible):
+    assert Numerics.of(dtype, 2, batch_invariant).reproducible is reproducible
+
+
+def test_the_summary_records_the_engines_dtype_and_reads_it_back(tmp_path):
+    summary = fake_summary(tmp_path, "engine.dtype=float32")
+    again = read_summary(tmp_path / "run")
+    assert again.numerics == summary.numerics == Numerics("float32", None, False, True)
+    assert numerics_line(again) is None and "numerics:" not in result_table(again)
+
+
+def test_a_bf16_run_says_its_figures_can_move_and_what_makes_them_exact(tmp_path):
+    summary = fake_summary(tmp_path, "engine.dtype=bfloat16")
+    line = numerics_line(summary)
+    assert line.startswith("numerics: bfloat16:") and "engine.dtype=float32" in line
+    assert "the draft is the target itself" not in line
+    assert line in result_table(summary).splitlines()
+
+
+def test_a_target_drafting_for_itself_below_one_plus_d_is_explained(tmp_path):
+    summary = fake_summary(tmp_path, "engine.dtype=bfloat16")
+    summary.fingerprints.draft = summary.fingerprints.target
+    summary.al = 3.969
+    assert numerics_line(summary).endswith("its AL 3.969 below 1 + D = 4 is such near-ties between the draft and "
+                                           "verify passes")
+    summary.al = 4.0  # every draft accepted: nothing to explain
+    assert "the draft is the target itself" not in numerics_line(summary)
+
+
+def test_keys_added_later_enter_the_fingerprint_only_when_set():
+    base = {"d": 3, "engine": {"dtype": "bfloat16"}}
+    names = {"drafter": "ngram"}
+    old = config_fingerprint(base, names)
+    assert config_fingerprint({**base, "engine": {"dtype": "bfloat16", "batch_invariant": False}}, names) == old
+    assert config_fingerprint({**base, "engine": {"dtype": "bfloat16", "batch_invariant": True}}, names) != old
+    assert config_fingerprint({**base, "repeats": None}, names) == old
+    assert config_fingerprint({**base, "repeats": 3}, names) != old
+
+
+def test_batch_invariant_kernels_are_refused_on_a_cpu_build_with_the_reason(tmp_path, monkeypatch):
+    from core.errors import ConfigError
+    from evals.compose import to_run_config
+    from runners import vllm_runner
+
+    cfg = to_run_config(compose_run(*fake_overrides(tmp_path, ROWS), "runner=vllm", "engine.batch_invariant=true"))
+    monkeypatch.setattr(vllm_runner, "on_cpu", lambda: True)
+    with pytest.raises(ConfigError, match=r"^engine\.batch_invariant=true sets vLLM's VLLM_BATCH_INVARIANT.*"
+                                          r"engine\.dtype=float32 makes greedy outputs reproducible"):
+        vllm_runner.check_support(cfg, speculative=True)
+    monkeypatch.setattr(vllm_runner, "on_cpu", lambda: False)  # a GPU build: the kernels exist
+    vllm_runner.check_support(cfg, speculative=True)
+    for name in ("VLLM_BATCH_INVARIANT", "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_KVCACHE_SPACE"):
+        monkeypatch.setenv(name, "unset")  # restored after the test
+    vllm_runner.prepare_process(cfg)
+    assert os.environ["VLLM_BATCH_INVARIANT"] == "1"
