@@ -45,8 +45,27 @@ class Reply:
     # With SamplingSpec.top2: each output token's top-2 log-probability margin, where the server gives them.
     margins: list[float] = field(default_factory=list)
     text: str = ""
+    # Why the server says the request ended (stop, length, abort, ...); None until it says.
+    finish_reason: str | None = None
     started: float = 0.0
     finished: float = 0.0
+
+
+# Finish reasons of a request that ran to its end: a stop (EOS, a stop string) or max_tokens. Others
+# (vLLM's abort and error, SGLang's abort, TensorRT-LLM's timeout and cancelled) did not.
+FINISHED = ("stop", "length")
+
+
+def unfinished(reply: Reply) -> str | None:
+    """What says that a whole stream did not carry a finished answer (said as the end of a
+    sentence about it), or None."""
+    if reply.finish_reason is None:
+        return "ended without a finish_reason (cut short)"
+    if reply.finish_reason not in FINISHED:
+        return f"ended with finish_reason={reply.finish_reason!r}, not {' or '.join(FINISHED)}"
+    if not any(reply.chunks) and not reply.text:
+        return "carried no tokens"
+    return None
 
 
 @dataclass
@@ -95,6 +114,12 @@ def completions_body(model: str, prompt: list[int], sampling: SamplingSpec) -> d
     return body
 
 
+def read_finish(choice: dict[str, Any], reply: Reply) -> None:
+    """A completions choice's finish_reason, where it has one (the last token chunk's)."""
+    if choice.get("finish_reason"):
+        reply.finish_reason = str(choice["finish_reason"])
+
+
 def top2_margins(choice: dict[str, Any]) -> list[float]:
     """Each token's top-2 log-probability margin from a completions choice's `logprobs`."""
     return [top2_margin((top or {}).values()) for top in (choice.get("logprobs") or {}).get("top_logprobs") or []]
@@ -118,6 +143,7 @@ class Vllm:
         tokens = []
         for choice in event.get("choices") or []:
             reply.margins += top2_margins(choice)
+            read_finish(choice, reply)
             tokens += choice.get("token_ids") or []
         return tokens
 
@@ -162,6 +188,9 @@ class Sglang:
         meta = event.get("meta_info") or {}
         if "spec_verify_ct" in meta:
             reply.stats = meta
+        reason = meta.get("finish_reason")  # {"type": "length", "length": n} on the finished request's chunk
+        if reason:
+            reply.finish_reason = str(reason.get("type") if isinstance(reason, dict) else reason)
         ids = list(event.get("output_ids") or [])
         have = sum(len(c) for c in reply.chunks)
         total = meta.get("completion_tokens", have + len(ids))
@@ -200,6 +229,7 @@ class Trtllm:
         tokens = []
         for choice in event.get("choices") or []:
             reply.text += choice.get("text") or ""
+            read_finish(choice, reply)
             tokens += choice.get("token_ids") or []
         return tokens
 

@@ -5,20 +5,23 @@ page's deltas. Standard library only: every request is one thread."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.client
 import json
 import random
+import socket
 import threading
 import time
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 from core.assets import cache_dir
 from core.errors import ConfigError, MeasurementError
+from core.redact import redact_url
 from core.files import exclusive
 from core.generation import (
     EngineStep,
@@ -29,30 +32,57 @@ from core.generation import (
 )
 from runners.chat import ChatTokenizer
 from runners.engine import EngineFailed, ProgressFn
-from runners.server_dialects import DIALECTS, Acceptance, Dialect, Reply
+from runners.server_dialects import DIALECTS, Acceptance, Dialect, Reply, unfinished
 
 # Statuses a busy server answers with: retried with backoff.
 RETRYABLE = (429, 503)
+# The line that ends every engine's event stream (vLLM, SGLang and trtllm-serve all send it last).
+END_OF_STREAM = "[DONE]"
+
+
+class BrokenStream(MeasurementError):
+    """A streamed answer that did not arrive whole: cut short, an error in place of the answer, no
+    end, no tokens. Not retried: the server has run (part of) it and counted it in its counters."""
 
 
 @dataclass
 class Endpoint:
-    """Where a server answers and how to authenticate (the key is never written anywhere)."""
+    """Where a server answers and how to authenticate: the API key, or the credentials in the URL
+    (http://user:password@host:port, sent as HTTP basic authentication); neither is ever written
+    anywhere (`shown` is the URL as speclens prints it)."""
 
     url: str
     model: str
     api_key: str | None = None
     timeout_s: float = 600.0
     retries: int = 3
+    # The connections of the streams in flight (abort() cuts them).
+    _live: set[http.client.HTTPConnection] = field(default_factory=set, init=False, repr=False, compare=False)
 
     def _connection(self, timeout: float) -> http.client.HTTPConnection:
         parts = urllib.parse.urlsplit(self.url)
         kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         return kind(parts.hostname, parts.port, timeout=timeout)
 
+    def abort(self) -> None:
+        """Cut every stream in flight: its thread's read fails at once instead of waiting for the
+        answer (an interrupted run ends without waiting for the server)."""
+        for conn in list(self._live):
+            with contextlib.suppress(OSError, AttributeError):  # AttributeError: not connected yet
+                conn.sock.shutdown(socket.SHUT_RDWR)
+
+    @property
+    def shown(self) -> str:
+        return redact_url(self.url)
+
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
-        if self.api_key:
+        parts = urllib.parse.urlsplit(self.url)
+        # Credentials written into this run's URL win over an API key from the environment.
+        if parts.username is not None:
+            userinfo = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+            headers["Authorization"] = f"Basic {base64.b64encode(userinfo.encode()).decode()}"
+        elif self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
 
@@ -66,9 +96,11 @@ class Endpoint:
             conn.close()
 
     def stream(self, path: str, body: dict[str, Any]):
-        """The server-sent events of one POST, as parsed JSON objects; busy answers retried."""
+        """The server-sent events of one POST, as parsed JSON objects; busy answers retried. Raises
+        BrokenStream where the server sends an error event or the stream ends before its last line."""
         for attempt in range(self.retries + 1):
             conn = self._connection(self.timeout_s)
+            self._live.add(conn)
             try:
                 conn.request("POST", path, body=json.dumps(body), headers=self._headers())
                 response = conn.getresponse()
@@ -77,14 +109,23 @@ class Endpoint:
                     time.sleep(0.5 * 2**attempt)
                     continue
                 if response.status != 200:
-                    raise MeasurementError(f"{self.url}{path} answered HTTP {response.status}: "
+                    raise MeasurementError(f"{self.shown}{path} answered HTTP {response.status}: "
                                            f"{response.read().decode('utf-8', 'replace')[:300]}")
                 for raw in response:
                     line = raw.decode("utf-8").strip()
-                    if line.startswith("data:") and line != "data: [DONE]":
-                        yield json.loads(line[len("data:"):])
-                return
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[len("data:"):].strip()
+                    if data == END_OF_STREAM:
+                        return
+                    event = json.loads(data)
+                    if not isinstance(event, dict) or "error" in event or event.get("object") == "error":
+                        raise BrokenStream(f"{self.shown}{path} sent an error instead of the answer: {data[:300]}")
+                    yield event
+                raise BrokenStream(f"the stream from {self.shown}{path} ended before its last line "
+                                   f"`data: {END_OF_STREAM}` (cut short)")
             finally:
+                self._live.discard(conn)
                 conn.close()
 
 
@@ -114,6 +155,8 @@ class ServerEngine:
         self.dialect = dialect
         self.record_granularity = dialect.granularity
         self.counted = dialect.counted
+        # Known for a server speclens launched (server_runner.numerics_env), not for an attached one.
+        self.threads: int | None = None
         self.arrivals = arrivals
         self.tokenizer = ChatTokenizer(target_dir)
         self.speculative = speculative
@@ -143,7 +186,7 @@ class ServerEngine:
         path = self.dialect.metrics_path
         status, text = self.endpoint.get(path)
         if status != 200:
-            raise MeasurementError(f"{self.endpoint.url}{path} answered HTTP {status}.")
+            raise MeasurementError(f"{self.endpoint.shown}{path} answered HTTP {status}.")
         return self.dialect.counters(text)
 
     def counters(self) -> SpecCounters | None:
@@ -178,6 +221,9 @@ class ServerEngine:
                     with self._lock:
                         progress(len(tokens))
         reply.finished = time.perf_counter()
+        problem = unfinished(reply)
+        if problem is not None:
+            raise BrokenStream(f"the answer from {self.endpoint.shown}{self.dialect.path} {problem}")
         return reply
 
     def generate(
@@ -196,23 +242,32 @@ class ServerEngine:
                 time.sleep(max(0.0, began + offset_s - time.perf_counter()))
             return self._complete(request, sampling, progress)
 
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        pool = ThreadPoolExecutor(max_workers=max(1, workers))
+        try:
             futures = [pool.submit(send, request, offset) for request, offset in zip(requests, offsets)]
-            failure = next((f.exception() for f in futures if f.exception() is not None), None)
-        if failure is None:
+            failed = next(((r, f.exception()) for r, f in zip(requests, futures) if f.exception() is not None), None)
+        except BaseException:
+            # Interrupted (SIGINT, SIGTERM): no waiting for the streams in flight; close() ends them.
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
+        if failed is None:
             return [self._result(req, f.result()) for req, f in zip(requests, futures)]
+        request, failure = failed
         finished = [self._result(req, f.result()) for req, f in zip(requests, futures) if f.exception() is None]
-        if isinstance(failure, MeasurementError):
-            raise EngineFailed(str(failure), finished) from failure
-        if not isinstance(failure, (OSError, http.client.HTTPException, json.JSONDecodeError)):
+        if isinstance(failure, MeasurementError) and not isinstance(failure, BrokenStream):
+            raise EngineFailed(f"request {request.key}: {failure}", finished) from failure
+        if not isinstance(failure, (BrokenStream, OSError, http.client.HTTPException, json.JSONDecodeError)):
             raise failure
+        kept = f"{len(finished)} of {len(requests)} requests of this turn had finished (kept in the run dir)"
         if self.process is not None and self.process.proc.poll() is not None:
-            raise EngineFailed(f"the vLLM server died during the pass (exit {self.process.proc.returncode}); "
-                               f"{len(finished)} of {len(requests)} requests of this turn had finished (kept in the "
-                               f"run dir); its log ends: {self.process.log_tail()}", finished) from failure
-        raise EngineFailed(f"{self.endpoint.url} stopped answering during the pass ({type(failure).__name__}: "
-                           f"{failure}); {len(finished)} of {len(requests)} requests of this turn had finished "
-                           "(kept in the run dir).", finished) from failure
+            raise EngineFailed(f"the vLLM server died during the pass (exit {self.process.proc.returncode}) at "
+                               f"request {request.key}; {kept}; its log ends: {self.process.log_tail()}",
+                               finished) from failure
+        if isinstance(failure, BrokenStream):
+            raise EngineFailed(f"request {request.key}: {failure} (not counted); {kept}.", finished) from failure
+        raise EngineFailed(f"{self.endpoint.shown} stopped answering during the pass at request {request.key} "
+                           f"({type(failure).__name__}: {failure}); {kept}.", finished) from failure
 
     def _result(self, request: TurnRequest, reply: Reply) -> TurnResult:
         output = [t for chunk in reply.chunks for t in chunk]
@@ -221,7 +276,7 @@ class ServerEngine:
         acceptance = Acceptance([], len(reply.chunks))
         if self.speculative:
             if not self.dialect.has_stats(reply.stats):
-                raise MeasurementError(f"{self.endpoint.url} returned no per-request speculative statistics for "
+                raise MeasurementError(f"{self.endpoint.shown} returned no per-request speculative statistics for "
                                        f"request {request.key}; {self.dialect.missing_stats}.")
             acceptance = self.dialect.acceptance(len(request.prompt_token_ids), reply)
         times = reply.chunk_times
@@ -233,7 +288,11 @@ class ServerEngine:
     def log_file(self) -> Path | None:
         return self.process.log_file if self.process is not None else None
 
+    def forget_finished(self) -> None:
+        pass  # a server's drafter state cannot be reached: its suffix cache keeps the warm-up's answer
+
     def close(self) -> None:
+        self.endpoint.abort()
         if self.process is not None:
             self.process.stop()
         if self._turn is not None:

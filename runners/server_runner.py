@@ -2,44 +2,55 @@
 
 - launch (no `runner.url`): for every pass speclens starts a vLLM server for the target with the
   pass's speculative config and `--per-request-spec-decode-metrics detailed` on 127.0.0.1 and a free
-  port, waits for `/health`, and stops it when the pass ends, fails or is interrupted (one server
-  at a time: plain and verify passes get their own, after the speculative one).
-- attach (`runner.url=http://host:port`): measures a server someone else started; before any
-  prompt is sent it is checked to answer, to serve the target, and (with a drafter) to report
-  per-step speculative metrics at the run's D.
+  port, waits for `/health`, and stops it when the pass ends, fails or is interrupted by SIGINT or
+  SIGTERM (one server at a time: plain and verify passes get their own, after the speculative one).
+- attach (`runner.url=http://host:port`, `http://user:password@host:port` for basic authentication):
+  measures a server someone else started; before any prompt is sent it is checked to answer, to
+  serve the target, and (with a drafter) to report per-step speculative metrics at the run's D, or
+  (drafter=none) not to speculate.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import http.client
 import importlib.util
 import json
+import math
 import os
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from core.config import Choice, RunConfig
 from core.console import console
 from core.errors import ConfigError, MeasurementError
+from core.redact import redact_url
 from runners.engine import Engine, EngineFactory
 from runners.server_dialects import DIALECTS, OWNED_BY, Dialect, Reply
 from runners.server_engine import Arrivals, Endpoint, ServerEngine
 from runners.server_records import prometheus_samples
-from runners.vllm_runner import engine_args
+from runners.vllm_runner import check_batch_invariance, engine_args
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Lines of a failed server's log quoted in the error.
 LOG_TAIL_LINES = 15
 # An attached server that does not answer /health within this is refused.
 ATTACH_TIMEOUT_S = 10.0
+# The longest runner.start_timeout_s / runner.request_timeout_s: a day (more is a typo, and beyond
+# what a socket timeout can hold).
+MAX_TIMEOUT_S = 86400.0
+# The most retries of a busy answer: the backoff doubles from 0.5 s, so 10 already wait 8.5 min in all.
+MAX_RETRIES = 10
 
 
 class ServerKind(Choice):
@@ -87,6 +98,28 @@ def server_flags(cfg: RunConfig) -> list[str]:
     return flags
 
 
+def numerics_env(cfg: RunConfig) -> dict[str, str]:
+    """The launched server computes as the in-process engine does: its CPU worker bound to every CPU
+    this process may use, one thread each (vLLM's own binding would keep one core back for its
+    engine process, and bf16 outputs follow the thread count); a VLLM_CPU_OMP_THREADS_BIND already
+    set wins. With engine.batch_invariant, vLLM's batch-invariant kernels."""
+    env = {"VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
+           or ",".join(str(cpu) for cpu in sorted(os.sched_getaffinity(0)))}
+    if cfg.engine.batch_invariant:
+        env["VLLM_BATCH_INVARIANT"] = "1"
+    return env
+
+
+def parse_cpus(bind: str) -> list[int]:
+    """The CPUs of a VLLM_CPU_OMP_THREADS_BIND list ("0,2-3"; one rank's: the first "|" part)."""
+    cpus: list[int] = []
+    for part in bind.split("|")[0].split(","):
+        first, _, last = part.partition("-")
+        if first.strip().isdigit():
+            cpus += range(int(first), int(last or first) + 1)
+    return cpus
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -108,9 +141,17 @@ class ServerProcess:
             command += ["--speculative-config", json.dumps(spec), "--per-request-spec-decode-metrics", "detailed"]
         # custom_class proposers (the zero-cost verify pass) are imported in the server's workers.
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(cfg.engine.cpu_kvcache_space_gib),
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-        with os.fdopen(fd, "w") as out:
-            self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+               **numerics_env(cfg)}
+        self.threads = len(parse_cpus(env["VLLM_CPU_OMP_THREADS_BIND"]))
+        self._sigterm = _interrupt_on_sigterm()
+        try:
+            with os.fdopen(fd, "w") as out:
+                self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                             start_new_session=True)
+        except BaseException:
+            _restore_sigterm(self._sigterm)
+            raise
         atexit.register(self.stop)
         try:
             self._wait_healthy(cfg.runner.start_timeout_s)
@@ -152,6 +193,28 @@ class ServerProcess:
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         atexit.unregister(self.stop)
+        _restore_sigterm(self._sigterm)
+        self._sigterm = None
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _interrupt_on_sigterm() -> Any:
+    """SIGTERM raised as KeyboardInterrupt (as SIGINT is) while a launched server runs, so that the
+    run unwinds and stops the server: Python's default SIGTERM ends the process on the spot, and the
+    server, in its own session, would outlive it. The handler it replaces, or None where none was
+    replaced (signals are handled in the main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    previous = signal.signal(signal.SIGTERM, _interrupted)
+    return signal.SIG_DFL if previous is None else previous  # None: a handler not set from Python
+
+
+def _restore_sigterm(previous: Any) -> None:
+    if previous is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _endpoint(cfg: RunConfig, url: str, model: str) -> Endpoint:
@@ -159,18 +222,29 @@ def _endpoint(cfg: RunConfig, url: str, model: str) -> Endpoint:
     return Endpoint(url.rstrip("/"), model, os.environ.get(rc.api_key_env) or None, rc.request_timeout_s, rc.retries)
 
 
-def _served(endpoint: Endpoint) -> dict[str, dict[str, Any]]:
+def _served(endpoint: Endpoint, key: str) -> dict[str, dict[str, Any]]:
+    """The model cards of /v1/models, by id."""
     status, text = endpoint.get("/v1/models", timeout=ATTACH_TIMEOUT_S)
-    return {m.get("id"): m for m in json.loads(text).get("data", [])} if status == 200 else {}
+    if status != 200:
+        refused = (" (credentials missing or refused: the API key in the variable runner.api_key_env names, or "
+                   "user:password@ in the URL)")
+        raise ConfigError(f"{key}={endpoint.shown}: /v1/models answered HTTP {status}"
+                          f"{refused if status in (401, 403) else ''}.")
+    with contextlib.suppress(ValueError):
+        body = json.loads(text)
+        if isinstance(body, dict) and isinstance(body.get("data"), list):
+            return {str(m.get("id")): m for m in body["data"] if isinstance(m, dict)}
+    raise ConfigError(f"{key}={endpoint.shown}: /v1/models answered {text[:80]!r}, not an OpenAI model list "
+                      '({"data": [{"id": ...}]}); attach to an OpenAI-compatible server (vLLM, SGLang, trtllm-serve).')
 
 
-def dialect_of(cfg: RunConfig, endpoint: Endpoint) -> Dialect:
+def dialect_of(cfg: RunConfig, endpoint: Endpoint, key: str) -> Dialect:
     """runner.engine, or the engine the server names as its models' owner (SGLang also answers
     /get_server_info); vLLM where nothing tells."""
     kind = ServerKind.of(cfg.runner.engine, "runner.engine")
     if kind != ServerKind.auto:
         return DIALECTS[kind.value]
-    owner = str((_served(endpoint).get(endpoint.model) or {}).get("owned_by", "")).lower()
+    owner = str((_served(endpoint, key).get(endpoint.model) or {}).get("owned_by", "")).lower()
     if owner in OWNED_BY:
         return DIALECTS[OWNED_BY[owner]]
     with contextlib.suppress(OSError):
@@ -184,14 +258,19 @@ def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
 
     def start(model_dir: Path, spec: dict[str, Any] | None) -> Engine:
         arrivals = Arrivals(cfg.request_rate, cfg.seed) if cfg.request_rate else None
-        if rc.url:
-            endpoint = _endpoint(cfg, rc.url if spec is not None else rc.baseline_url, rc.model or cfg.target.model)
+        if rc.url is not None:
+            # A drafter's plain passes go to the baseline server; drafter=none's, to runner.url itself.
+            beside_drafter = spec is None and d is not None
+            key, url = ("runner.baseline_url", rc.baseline_url) if beside_drafter else ("runner.url", rc.url)
+            endpoint = _endpoint(cfg, url, rc.model or cfg.target.model)
             return ServerEngine(endpoint, model_dir, spec is not None, arrivals=arrivals,
-                                dialect=dialect_of(cfg, endpoint))
+                                dialect=dialect_of(cfg, endpoint, key))
         process = ServerProcess(model_dir, spec, cfg)
         try:
-            return ServerEngine(_endpoint(cfg, process.url, str(model_dir)), model_dir, spec is not None, process,
-                                arrivals)
+            engine = ServerEngine(_endpoint(cfg, process.url, str(model_dir)), model_dir, spec is not None, process,
+                                  arrivals)
+            engine.threads = process.threads
+            return engine
         except BaseException:
             process.stop()
             raise
@@ -199,13 +278,61 @@ def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
     return start
 
 
+def check_config(cfg: RunConfig) -> None:
+    """runner.* in range: the URLs are server addresses, the timeouts and retries sensible."""
+    rc = cfg.runner
+    for key, url in (("runner.url", rc.url), ("runner.baseline_url", rc.baseline_url)):
+        if url is not None:
+            problem = url_problem(url)
+            if problem is not None:
+                raise ConfigError(f"{key}={redact_url(url) or repr(url)}: {problem}; give http://host:port or "
+                                  "https://host:port (user:password@ before the host where the server needs it).")
+    timeouts = (("runner.start_timeout_s", rc.start_timeout_s), ("runner.request_timeout_s", rc.request_timeout_s))
+    for key, seconds in timeouts:
+        if not (math.isfinite(seconds) and 0 < seconds <= MAX_TIMEOUT_S):
+            raise ConfigError(f"{key}={seconds:g}: must be a number of seconds > 0 and <= {MAX_TIMEOUT_S:g} (a day).")
+    if not 0 <= rc.retries <= MAX_RETRIES:
+        raise ConfigError(f"runner.retries={rc.retries}: must be an integer from 0 (no retry) to {MAX_RETRIES}.")
+
+
+def url_problem(url: str) -> str | None:
+    """What keeps `url` from being http(s)://host:port, or None."""
+    if not url.strip():
+        return "is empty"
+    if "://" not in url:
+        return "has no scheme"
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        return f"has the scheme {parts.scheme!r}, not http or https"
+    if not parts.hostname:
+        return "has no host"
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if port is None:
+        return "has no port"
+    if not 0 < port <= 65535:
+        return f"has the port {parts.netloc.rpartition(':')[2]!r}, not a number from 1 to 65535"
+    if parts.path.strip("/") or parts.query or parts.fragment:
+        return "has a path, query or fragment after the port (speclens adds the API's paths itself)"
+    return None
+
+
 def check_support(cfg: RunConfig, speculative: bool) -> None:
-    """Launch: vLLM must be installed. Attach: each server answers and serves the target; with a
-    drafter, the speculative one reports per-request statistics at this D, and the baseline one
-    (runner.baseline_url) does not speculate."""
+    """runner.* in range. Launch: vLLM must be installed. Attach: each server answers and serves the
+    target; with a drafter, the speculative one reports per-request statistics at this D, and the
+    baseline one (runner.baseline_url) does not speculate; with drafter=none, runner.url does not
+    speculate either."""
+    check_config(cfg)
     rc = cfg.runner
     kind = ServerKind.of(rc.engine, "runner.engine")
-    if not rc.url:
+    if rc.url is not None and cfg.engine.batch_invariant:
+        raise ConfigError("engine.batch_invariant=true with runner.url: an attached server's kernels are chosen where "
+                          "it starts (VLLM_BATCH_INVARIANT=1 in its environment); leave engine.batch_invariant unset, "
+                          "or let speclens launch the server.")
+    if rc.url is None:
+        check_batch_invariance(cfg)
         if kind not in (ServerKind.auto, ServerKind.vllm):
             raise ConfigError(f"runner.engine={kind}: speclens launches vLLM servers only; start your {kind} server "
                               "and attach to it with runner.url=http://host:port.")
@@ -221,34 +348,54 @@ def check_support(cfg: RunConfig, speculative: bool) -> None:
                           "same target without speculative decoding (or leave runner.url unset to let speclens "
                           "launch both).")
     endpoint = _check_serves_target(cfg, rc.url, "runner.url")
-    dialect = dialect_of(cfg, endpoint)
-    if speculative:
-        _check_speculates(cfg, endpoint, dialect)
+    with _answering("runner.url", endpoint):
+        dialect = dialect_of(cfg, endpoint, "runner.url")
+        if speculative:
+            _check_speculates(cfg, endpoint, dialect)
+        else:
+            _check_plain(endpoint, dialect, "runner.url", "drafter=none measures plain decoding: attach to a server "
+                         "started without a speculative config, or set drafter= and d= to what it serves")
     if cfg.baseline and speculative:
         plain = _check_serves_target(cfg, rc.baseline_url, "runner.baseline_url")
-        plain_dialect = dialect_of(cfg, plain)
-        status, text = plain.get(plain_dialect.metrics_path, timeout=ATTACH_TIMEOUT_S)
-        if status == 200 and plain_dialect.serves_speculation(text):
-            raise ConfigError(f"runner.baseline_url={rc.baseline_url} serves with speculative decoding; the baseline "
-                              "must be plain decoding (start it without a speculative config).")
+        with _answering("runner.baseline_url", plain):
+            _check_plain(plain, dialect_of(cfg, plain, "runner.baseline_url"), "runner.baseline_url",
+                         "the baseline must be plain decoding (start it without a speculative config)")
+
+
+@contextlib.contextmanager
+def _answering(key: str, endpoint: Endpoint) -> Iterator[None]:
+    """A server that stops answering, or answers what no server sends, while it is checked: refused
+    in one line."""
+    try:
+        yield
+    except (OSError, http.client.HTTPException, ValueError, MeasurementError) as exc:
+        raise ConfigError(f"{key}={endpoint.shown} failed while it was checked, before any prompt was sent "
+                          f"({type(exc).__name__}: {exc}).") from None
+
+
+def _check_plain(endpoint: Endpoint, dialect: Dialect, key: str, advice: str) -> None:
+    status, text = endpoint.get(dialect.metrics_path, timeout=ATTACH_TIMEOUT_S)
+    if status == 200 and dialect.serves_speculation(text):
+        raise ConfigError(f"{key}={endpoint.shown} serves with speculative decoding; {advice}.")
 
 
 def _check_serves_target(cfg: RunConfig, url: str, key: str) -> Endpoint:
     endpoint = _endpoint(cfg, url, cfg.runner.model or cfg.target.model)
     try:
         status, _ = endpoint.get("/health", timeout=ATTACH_TIMEOUT_S)
-    except OSError as exc:
-        raise ConfigError(f"{key}={url}: no answer within {ATTACH_TIMEOUT_S:g} s ({exc}).") from None
+    except (OSError, http.client.HTTPException) as exc:
+        raise ConfigError(f"{key}={endpoint.shown}: no answer within {ATTACH_TIMEOUT_S:g} s ({exc}).") from None
     if status != 200:
-        raise ConfigError(f"{key}={url}: /health answered HTTP {status}.")
-    models = _served(endpoint)
+        raise ConfigError(f"{key}={endpoint.shown}: /health answered HTTP {status}.")
+    with _answering(key, endpoint):
+        models = _served(endpoint, key)
     if endpoint.model not in models:
-        raise ConfigError(f"{key}={url} does not serve {endpoint.model!r} (it serves: "
+        raise ConfigError(f"{key}={endpoint.shown} does not serve {endpoint.model!r} (it serves: "
                           f"{', '.join(map(str, models)) or 'nothing'}); set runner.model=<served name>.")
     window = models[endpoint.model].get("max_model_len")
-    if window is not None and cfg.engine.max_model_len > window:
+    if isinstance(window, int) and cfg.engine.max_model_len > window:
         # The prompt-length check before sending uses engine.max_model_len: it must not exceed the server's.
-        raise ConfigError(f"{key}={url} serves {endpoint.model!r} with max_model_len={window}, below "
+        raise ConfigError(f"{key}={endpoint.shown} serves {endpoint.model!r} with max_model_len={window}, below "
                           f"engine.max_model_len={cfg.engine.max_model_len}; set engine.max_model_len={window}.")
     return endpoint
 
@@ -259,7 +406,7 @@ PROBE_TEXT = "1 2 3 4 5 " * 8
 
 def _check_speculates(cfg: RunConfig, endpoint: Endpoint, dialect: Dialect) -> None:
     """The attached server drafts, reports what speclens records, at this run's D."""
-    url = cfg.runner.url
+    url = endpoint.shown
     status, metrics_text = endpoint.get(dialect.metrics_path, timeout=ATTACH_TIMEOUT_S)
     if dialect.name == "trtllm":
         if status != 200 or not dialect.serves_speculation(metrics_text):

@@ -141,7 +141,8 @@ def fake_trtllm(model: str, domain_of_prompt) -> Scripted:
                     accepted[k] += k < a
         words = [" one", " two", " three", " four"]
         handler.events([{"id": "cmpl-1", "object": "text_completion", "created": 0, "model": model,
-                         "choices": [{"index": 0, "text": w, "logprobs": None, "finish_reason": None,
+                         "choices": [{"index": 0, "text": w, "logprobs": None,
+                                      "finish_reason": "length" if w == words[-1] else None,
                                       "stop_reason": None, "avg_decoded_tokens_per_iter": 1.0 + a}]} for w in words])
 
     def metrics() -> str:

@@ -28,8 +28,11 @@ ACCEPTED, DRAFTED = [3, 1], [3, 3]
 
 class FakeVllm(ThreadingHTTPServer):
     def __init__(self, model: str, spec_metrics: bool = True, num_spec_tokens: int = D, busy_first: int = 0,
-                 speculative: bool = True, last_token_shift: int = 0, margin: float = 5.0) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
+                 speculative: bool = True, last_token_shift: int = 0, margin: float = 5.0, reshape=None,
+                 handler: type[BaseHTTPRequestHandler] | None = None) -> None:
+        super().__init__(("127.0.0.1", 0), handler or Handler)
+        # reshape(i, payloads) -> the `data:` payloads the i-th POST's stream sends instead (a fault).
+        self.reshape = reshape or (lambda i, payloads: payloads)
         # Its answers' last token moved by this much (a plain server whose output parts from the
         # speculative one's), and the top-2 log-probability margin it reports for every token.
         self.last_token_shift, self.margin = last_token_shift, margin
@@ -92,21 +95,23 @@ class Handler(BaseHTTPRequestHandler):
                 c["num_accepted_tokens"] += a
                 for k in range(a):
                     self.server.per_pos[k] += 1
+            index = len(self.server.bodies) - 1
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
-        token = 200
+        payloads, token = [], 200
         for i, n in enumerate(CHUNKS):
             ids = list(range(token, token + n))
             if i == len(CHUNKS) - 1:
                 ids[-1] += self.server.last_token_shift
-            chunk = {"choices": [{"index": 0, "text": "x", "token_ids": ids}]}
+            # vLLM's last token chunk says why the request ended
+            chunk = {"choices": [{"index": 0, "text": "x", "token_ids": ids,
+                                  "finish_reason": "length" if i == len(CHUNKS) - 1 else None}]}
             if body.get("logprobs"):  # vLLM's completions logprobs, keyed "token_id:<id>"
                 chunk["choices"][0]["logprobs"] = {"top_logprobs": [
                     {f"token_id:{t}": -0.1, f"token_id:{t + 1000}": -0.1 - self.server.margin} for t in ids]}
             token += n
-            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            self.wfile.flush()
+            payloads.append(json.dumps(chunk))
         final = {"choices": [], "usage": {"completion_tokens": sum(CHUNKS)}}
         if self.server.spec_metrics:
             final["metrics"] = {"speculative_decoding": {
@@ -114,7 +119,9 @@ class Handler(BaseHTTPRequestHandler):
                 "num_spec_steps": 2, "num_accepted_draft_tokens": 4, "num_draft_tokens": 6,
                 "num_spec_tokens": self.server.num_spec_tokens, "per_step_accepted": ACCEPTED,
                 "per_step_drafted": DRAFTED}}
-        self.wfile.write(f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n".encode())
+        for payload in self.server.reshape(index, [*payloads, json.dumps(final), "[DONE]"]):
+            self.wfile.write(f"data: {payload}\n\n".encode())
+            self.wfile.flush()
 
 
 @pytest.fixture(scope="module")
