@@ -99,7 +99,7 @@ def run_passes(
             passes.append(Pass(mode, batch_size, results,
                                counters.since(counted_before) if counters is not None else None, load_s,
                                time.perf_counter() - began, engine.step_log()[steps_before:], engine.record_granularity,
-                               engine.counted, domain_counters, warmup_s, getattr(engine, "threads", None)))
+                               engine.counted, domain_counters, warmup_s, engine.threads))
         except EngineFailed as exc:
             partial = Pass(mode, batch_size, results + exc.finished, None, load_s, 0.0, [], engine.record_granularity)
             exc.passes = passes + [partial]
@@ -124,7 +124,7 @@ def warm_up(engine: Engine, sampling: SamplingSpec) -> tuple[float, SpecCounters
     start = time.perf_counter()
     request = TurnRequest("speclens-warmup", 0, tuple(engine.chat_token_ids(WARMUP_MESSAGE)))
     engine.generate([request], replace(sampling, max_tokens=min(WARMUP_TOKENS, sampling.max_tokens)))
-    getattr(engine, "forget_finished", lambda: None)()
+    engine.forget_finished()
     return time.perf_counter() - start, engine.counters() or SpecCounters(), len(engine.step_log())
 
 

@@ -1,4 +1,5 @@
-"""`python -m evals.selfcheck [overrides]`: can this engine build be trusted?
+"""`python -m evals.selfcheck [overrides]`: can this engine build be trusted, and how far do its
+figures move from run to run?
 
 Drafting with the target itself must accept every draft token, so AL = 1 + D:
 - greedy: exactly, and the speculative output equals plain decoding token for token;
@@ -6,31 +7,45 @@ Drafting with the target itself must accept every draft token, so AL = 1 + D:
   distribution, so every proposal is accepted): AL within TOLERANCE of 1 + D
   (draft and target passes see different batch shapes, so their logits may
   differ in the last bits).
-Prints PASS/FAIL per check; exits 1 if any check fails. Overrides are
-`evals.run` keys, e.g. `target=custom target.model=/models/x d=5`.
+Reproducibility, where it is guaranteed (float32, core/summary.py Numerics):
+- the same config run twice gives the same records (every step's accepted count, every token);
+- a vLLM server speclens launches gives the in-process engine's records (runner=vllm only).
+And at the run's own dtype (engine.dtype, else the target's): the AL of an in-process run and of a
+second run (a server with runner=vllm), how many outputs part between them, and how many of the
+in-process run's outputs part from plain decoding at near-ties; it fails only on a divergence that
+rounding cannot explain. In float32 that is the checks above.
+
+Prints PASS/FAIL/SKIP per check; exits 1 if any check fails, 2 for bad input. Overrides are
+`evals.run` keys, e.g. `target=custom target.model=/models/x d=5`; `hydra.run.dir=<dir>` says where
+the runs go (default outputs/selfcheck/<time>).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
-from core.errors import SpeclensError, guarded
+from core.errors import ConfigError, MeasurementError, guarded
+from core.records import read_parquet
 from core.summary import RunSummary
 from evals.compose import compose_config, to_run_config
 from evals.run import run
-from runners.registry import runner_of
+from runners.registry import runner_name, runner_of
 
 # Relative shortfall of AL from 1 + D allowed at temperature > 0.
 TOLERANCE = 0.02
 SAMPLED_TEMPERATURE = 0.8
+COMMON = ["d=3", "dataset.num_requests=8", "sampling.max_tokens=64", "seed=0"]
 # float32: in bf16, batch-shape-dependent rounding can flip near-tied argmaxes, so greedy
 # speculative and plain outputs may differ for reasons that are not the engine's fault.
-DEFAULTS = ["d=3", "dataset.num_requests=8", "sampling.max_tokens=64", "seed=0", "engine.dtype=float32"]
+FLOAT32 = ["engine.dtype=float32"]
 SELF_DRAFT = ["drafter=draft_model", "drafter.model=${target.model}"]
+GREEDY = ["sampling.temperature=0"]
+RUN_DIR_KEY = "hydra.run.dir="
 
 
 @dataclass
@@ -38,6 +53,11 @@ class CheckResult:
     name: str
     passed: bool
     detail: str
+    ran: bool = True
+
+    @property
+    def verdict(self) -> str:
+        return "SKIP" if not self.ran else "PASS" if self.passed else "FAIL"
 
 
 def greedy_check(summary: RunSummary) -> CheckResult:
@@ -60,7 +80,7 @@ def sampled_check(summary: RunSummary) -> CheckResult:
 
 
 CHECKS: list[tuple[str, list[str], Callable[[RunSummary], CheckResult]]] = [
-    ("greedy", ["sampling.temperature=0", "baseline=true"], greedy_check),
+    ("greedy", [*GREEDY, "baseline=true"], greedy_check),
     (
         "sampled",
         [f"sampling.temperature={SAMPLED_TEMPERATURE}", "drafter.sample_method=probabilistic", "baseline=false"],
@@ -69,21 +89,107 @@ CHECKS: list[tuple[str, list[str], Callable[[RunSummary], CheckResult]]] = [
 ]
 
 
+def records(run_dir: Path) -> dict[tuple[str, int], tuple[list[int], list[int]]]:
+    """Each turn's output tokens and its drafted steps' accepted counts, as the run recorded them."""
+    accepted = (read_parquet(run_dir / "steps.parquet").sort_values(["request_id", "turn", "step"])
+                .groupby(["request_id", "turn"]).num_accepted.apply(list).to_dict())
+    rows = [json.loads(line) for line in (run_dir / "outputs.jsonl").read_text(encoding="utf-8").splitlines()]
+    return {(r["request_id"], r["turn"]): (r["token_ids"], accepted.get((r["request_id"], r["turn"]), []))
+            for r in rows}
+
+
+def parted(a: Path, b: Path) -> tuple[int, list[str]]:
+    """How many turns the two runs recorded, and those whose tokens or accepted counts differ."""
+    first, second = records(a), records(b)
+    keys = sorted(set(first) | set(second))
+    return len(keys), [f"{r}#{t}" for r, t in keys if first.get((r, t)) != second.get((r, t))]
+
+
+def same_records_check(name: str, reference: Path, again: Path) -> CheckResult:
+    n, differing = parted(reference, again)
+    shown = "" if not differing else f" (e.g. {', '.join(differing[:3])}; runs in {reference} and {again})"
+    return CheckResult(name, not differing, f"{n - len(differing)}/{n} turns with the same tokens and accepted counts"
+                       + shown)
+
+
+def spread_check(first: RunSummary, second: RunSummary, first_dir: Path, second_dir: Path, between: str) -> CheckResult:
+    """The figures' run-to-run movement at a dtype where near-ties can flip."""
+    n, differing = parted(first_dir, second_dir)
+    loss = first.lossless
+    moved = abs(second.al - first.al) / first.al
+    detail = (f"{first.numerics.dtype}: AL {first.al:.4f} in-process, {second.al:.4f} {between} ({moved:.2%} apart); "
+              f"{len(differing)}/{n} turns part between the two; in-process, {loss.n_near_ties} output(s) part from "
+              f"plain decoding at near-ties and {loss.n_divergences} beyond rounding")
+    return CheckResult(f"run-to-run spread at {first.numerics.dtype}", loss.n_divergences == 0, detail)
+
+
+def measured(cfg, out_dir: Path, name: str) -> tuple[RunSummary | None, CheckResult | None]:
+    """The run's summary, or the failed check that says why there is none."""
+    try:
+        return run(cfg, out_dir), None
+    except MeasurementError as exc:
+        return None, CheckResult(name, False, f"run failed: {exc}")
+
+
 def selfcheck(user_overrides: list[str], out_root: Path) -> list[CheckResult]:
+    def compose(*parts: list[str]):
+        return compose_config([item for part in parts for item in part])
+
     # Every check's config first: a bad override is refused before any engine starts.
-    configs = [(name, compose_config(DEFAULTS + SELF_DRAFT + user_overrides + overrides), judge)
+    configs = [(name, compose(COMMON, FLOAT32, SELF_DRAFT, user_overrides, overrides), judge)
                for name, overrides, judge in CHECKS]
-    for _, cfg, _ in configs:
+    repeat = compose(COMMON, FLOAT32, SELF_DRAFT, user_overrides, GREEDY, ["baseline=false"])
+    # The server checks run where the engine is vLLM in-process (a server of the same build).
+    in_process = runner_name(to_run_config(repeat).runner) == "vllm"
+    to_server = ["runner=server"] if in_process else []
+    server = compose(COMMON, FLOAT32, SELF_DRAFT, user_overrides, GREEDY, ["baseline=false"], to_server)
+    own_dtype = compose(COMMON, SELF_DRAFT, user_overrides, GREEDY, ["baseline=true"])
+    second = compose(COMMON, SELF_DRAFT, user_overrides, GREEDY, ["baseline=false"], to_server)
+    for cfg in (*(c for _, c, _ in configs), repeat, server, own_dtype, second):
         to_run_config(cfg)
+
     results = []
-    for name, cfg, judge in configs:
-        try:
-            result = judge(run(cfg, out_root / name))
-        except SpeclensError as exc:
-            result = CheckResult(name, False, f"run failed: {exc}")
-        print(f"{'PASS' if result.passed else 'FAIL'}  {result.name}: {result.detail}", flush=True)
+
+    def report(result: CheckResult) -> None:
+        print(f"{result.verdict}  {result.name}: {result.detail}", flush=True)
         results.append(result)
+
+    for name, cfg, judge in configs:
+        summary, failed = measured(cfg, out_root / name, name)
+        report(failed or judge(summary))
+    greedy_dir = out_root / "greedy"
+    if (greedy_dir / "summary.json").is_file():
+        _, failed = measured(repeat, out_root / "repeat", "same records twice (float32)")
+        report(failed or same_records_check("same records twice (float32)", greedy_dir, out_root / "repeat"))
+        if in_process:
+            _, failed = measured(server, out_root / "server", "a launched server's records (float32)")
+            report(failed or same_records_check("a launched server's records (float32)", greedy_dir,
+                                                out_root / "server"))
+        else:
+            report(CheckResult("a launched server's records (float32)", True, "runner=vllm only", ran=False))
+    report(spread(own_dtype, second, out_root, "on a launched server" if in_process else "in a second run"))
     return results
+
+
+def spread(own_dtype, second, out_root: Path, between: str) -> CheckResult:
+    name = "run-to-run spread at the run's own dtype"
+    first_summary, failed = measured(own_dtype, out_root / "own_dtype", name)
+    if failed:
+        return failed
+    if first_summary.numerics.reproducible:
+        return CheckResult(name, True, f"{first_summary.numerics.dtype}: reproducible (the checks above)", ran=False)
+    second_summary, failed = measured(second, out_root / "own_dtype_again", name)
+    return failed or spread_check(first_summary, second_summary, out_root / "own_dtype", out_root / "own_dtype_again",
+                                  between)
+
+
+def split_run_dir(argv: list[str]) -> tuple[list[str], Path]:
+    """The overrides, and where the runs go (`hydra.run.dir=`, as for evals.run)."""
+    dirs = [a[len(RUN_DIR_KEY):] for a in argv if a.startswith(RUN_DIR_KEY)]
+    if len(dirs) > 1 or (dirs and not dirs[0]):
+        raise ConfigError("hydra.run.dir= takes one folder for the self-check's runs.")
+    rest = [a for a in argv if not a.startswith(RUN_DIR_KEY)]
+    return rest, Path(dirs[0]) if dirs else Path("outputs/selfcheck") / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
 
 
 @guarded
@@ -91,12 +197,14 @@ def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
         return 0
-    run_config = to_run_config(compose_config(DEFAULTS + SELF_DRAFT + argv))
+    overrides, out_root = split_run_dir(argv)
+    run_config = to_run_config(compose_config(COMMON + FLOAT32 + SELF_DRAFT + overrides))
     runner_of(run_config).prepare_process(run_config)
-    out_root = Path("outputs/selfcheck") / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    results = selfcheck(argv, out_root)
-    failed = [r for r in results if not r.passed]
-    print(f"selfcheck: {len(results) - len(failed)} passed, {len(failed)} failed (runs in {out_root})")
+    results = selfcheck(overrides, out_root)
+    failed = [r for r in results if r.ran and not r.passed]
+    skipped = [r for r in results if not r.ran]
+    print(f"selfcheck: {len(results) - len(failed) - len(skipped)} passed, {len(failed)} failed, "
+          f"{len(skipped)} skipped (runs in {out_root})")
     return 1 if failed else 0
 
 

@@ -79,3 +79,30 @@ def test_batch_invariant_kernels_are_refused_on_a_cpu_build_with_the_reason(tmp_
         monkeypatch.setenv(name, "unset")  # restored after the test
     vllm_runner.prepare_process(cfg)
     assert os.environ["VLLM_BATCH_INVARIANT"] == "1"
+
+
+def test_a_launched_server_computes_on_the_threads_the_in_process_engine_would(tmp_path, monkeypatch):
+    from evals.compose import to_run_config
+    from runners.server_runner import numerics_env, parse_cpus
+
+    cfg = to_run_config(compose_run(*fake_overrides(tmp_path, ROWS), "runner=server"))
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 1, 2})
+    assert numerics_env(cfg) == {"VLLM_CPU_OMP_THREADS_BIND": "1,2,3"}
+    cfg.engine.batch_invariant = True
+    assert numerics_env(cfg)["VLLM_BATCH_INVARIANT"] == "1"
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-1")  # the user's own binding wins
+    assert numerics_env(cfg)["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+    assert parse_cpus("0,2-4|5") == [0, 2, 3, 4] and parse_cpus("nobind") == []
+
+
+def test_batch_invariant_kernels_cannot_be_asked_of_an_attached_server(tmp_path):
+    from core.errors import ConfigError
+    from evals.compose import to_run_config
+    from runners.server_runner import check_support
+
+    cfg = to_run_config(compose_run(*fake_overrides(tmp_path, ROWS), "runner=server", "runner.url=http://127.0.0.1:9",
+                                    "engine.batch_invariant=true"))
+    with pytest.raises(ConfigError, match=r"^engine\.batch_invariant=true with runner\.url: an attached server's "
+                                          r"kernels are chosen where it starts"):
+        check_support(cfg, speculative=True)

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from core.errors import ConfigError
-from core.records import read_parquet
+from core.records import read_parquet, write_parquet
 from core.summary import read_replay, read_summary
 from evals.cli import COMMANDS
 from evals.cli import main as speclens_main
@@ -85,8 +85,34 @@ def test_replay_is_exact_for_a_draft_model_and_estimated_for_eagle3(tmp_path):
 @pytest.mark.parametrize("pattern, outcome", [("[3]", [True, True]), ("[3,1]", [False, False])])
 def test_selfcheck_passes_only_when_every_draft_is_accepted(tmp_path, pattern, outcome):
     results = selfcheck([*fake_overrides(tmp_path, ROWS), f"runner.pattern={pattern}"], tmp_path / "checks")
-    assert [r.passed for r in results] == outcome
+    assert [r.passed for r in results[:2]] == outcome
     assert "AL 4.0000 (expected exactly 4)" in results[0].detail or not outcome[0]
+    # the scripted engine is deterministic: the same records twice, and no spread at its bf16
+    names = [(r.name, r.verdict) for r in results[2:]]
+    assert names == [("same records twice (float32)", "PASS"), ("a launched server's records (float32)", "SKIP"),
+                     ("run-to-run spread at bfloat16", "PASS")]
+    assert results[2].detail == "8/8 turns with the same tokens and accepted counts"
+    assert "; 0/8 turns part between the two; in-process, 0 output(s) part from plain decoding at near-ties and 0 " \
+        "beyond rounding" in results[4].detail
+
+
+def test_selfcheck_finds_records_that_part_between_two_runs(tmp_path, monkeypatch):
+    from evals import selfcheck as module
+
+    overrides = fake_overrides(tmp_path, ROWS)
+    real_run = module.run
+
+    def second_run_differs(cfg, out_dir):  # the repeat accepts one token less at its first step
+        summary = real_run(cfg, out_dir)
+        if out_dir.name == "repeat":
+            steps = read_parquet(out_dir / "steps.parquet")
+            steps.loc[steps.index[0], "num_accepted"] -= 1
+            write_parquet(steps, out_dir / "steps.parquet")
+        return summary
+
+    monkeypatch.setattr(module, "run", second_run_differs)
+    repeat = next(r for r in selfcheck(overrides, tmp_path / "checks") if r.name.startswith("same records"))
+    assert repeat.verdict == "FAIL" and repeat.detail.startswith("7/8 turns with the same tokens and accepted counts")
 
 
 def test_the_front_door_lists_every_command_and_reaches_each(capsys):
