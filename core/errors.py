@@ -3,9 +3,10 @@ one line, `speclens: error: …`, exit status 2, never a traceback."""
 
 from __future__ import annotations
 
+import argparse
 import functools
 import sys
-from typing import Callable
+from typing import Callable, NoReturn
 
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf.errors import (
@@ -39,6 +40,14 @@ EXIT_REGRESSION = 1  # evals.nightly found an AL regression
 EXIT_USER_ERROR = 2  # bad input or configuration, refused before anything is measured
 EXIT_MEASUREMENT = 3  # a measurement failed: engine crash, lost server, disk full, records that do not add up
 EXIT_INTERRUPTED = 130
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse for speclens's commands: a bad option or argument is a ConfigError, so `guarded`
+    reports it in one line with exit status 2 (argparse's own prints its usage over two)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"{self.prog}: {message} (`{self.prog} --help` lists its arguments).")
 
 
 def _config_message(exc: BaseException) -> str | None:

@@ -11,6 +11,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from core.errors import ConfigError
+
 
 @contextlib.contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
@@ -74,3 +76,52 @@ def exclusive(lock_file: Path, wait: bool = False) -> Iterator[None]:
             fh.seek(0)
             fh.truncate()
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# What a path may hold where the file system does not say (Linux's limits).
+DEFAULT_NAME_MAX = 255
+DEFAULT_PATH_MAX = 4096
+
+
+def _shown(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _limit(existing: Path, name: str, default: int) -> int:
+    try:
+        return os.pathconf(existing, name)
+    except (OSError, ValueError):
+        return default
+
+
+def check_folder(path: Path, key: str, value: str | None = None) -> None:
+    """Refuse, in one line naming `key` (set to `value`, default `path`), a folder that cannot be
+    made or written: an existing file, a path under a file, a name longer than the file system
+    takes, or a parent without write permission. Checked before a command measures anything, since
+    making it fails only later."""
+    path = Path(os.path.abspath(path.expanduser()))
+    existing = next(p for p in (path, *path.parents) if _exists(p))
+    name_max = _limit(existing, "PC_NAME_MAX", DEFAULT_NAME_MAX)
+    path_max = _limit(existing, "PC_PATH_MAX", DEFAULT_PATH_MAX)
+    where = f"{key}={_shown(value or str(path))}"
+    for part in path.parts:
+        if len(os.fsencode(part)) > name_max:
+            raise ConfigError(f"{where}: the name {_shown(part)!r} is {len(os.fsencode(part))} bytes long, and this file "
+                              f"system takes at most {name_max} per name; choose a shorter {key}.")
+    if len(os.fsencode(str(path))) >= path_max:
+        raise ConfigError(f"{where}: the path is {len(os.fsencode(str(path)))} bytes long, and this file system takes "
+                          f"fewer than {path_max}; choose a shorter {key}.")
+    if not existing.is_dir():
+        what = "is a file, not a folder" if existing == path else "is a file, and no folder can be made under it"
+        raise ConfigError(f"{where}: {_shown(str(existing))} {what}; choose another {key}.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{where}: {_shown(str(existing))} is not writable by this user; choose another {key}.")
+
+
+def _exists(path: Path) -> bool:
+    """Whether anything is at `path` (a name too long to look up is not there)."""
+    try:
+        os.lstat(path)
+    except OSError:
+        return False
+    return True

@@ -10,6 +10,7 @@ only presets that differ from them (targets, sampling, engines, experiments, lau
 from __future__ import annotations
 
 import hashlib
+import math
 from pathlib import Path
 from typing import Any
 
@@ -90,13 +91,13 @@ def register_configs() -> None:
             cs.store(group=group, name=name, node=config_class)
 
 
-def compose_config(overrides: list[str], config_name: str = "config") -> DictConfig:
+def compose_config(overrides: list[str], config_name: str = "config", with_hydra: bool = False) -> DictConfig:
     """The config for `overrides`, composed as `python -m evals.run` (config_name="replay":
-    `python -m evals.replay`) would, outside a Hydra app."""
+    `python -m evals.replay`) would, outside a Hydra app; `with_hydra`: with Hydra's own node."""
 
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return compose(config_name=config_name, overrides=overrides)
+        return compose(config_name=config_name, overrides=overrides, return_hydra_config=with_hydra)
 
 
 def unknown_keys(node: DictConfig, prefix: str = "") -> list[str]:
@@ -118,17 +119,39 @@ def unknown_keys(node: DictConfig, prefix: str = "") -> list[str]:
     return found
 
 
+# Bounds of keys that otherwise run until killed (a sweep's every job is checked before the first).
+# repeats: each repeat runs the speculative and plain passes over every prompt at every B again; a
+# median over more than this many is no steadier.
+MAX_REPEATS = 100
+# request_rate: at a lower mean rate (one request per 100 s) a run of a few dozen prompts takes hours.
+MIN_REQUEST_RATE = 0.01
+
+
+def check_bounds(cfg: RunConfig) -> None:
+    """Keys whose out-of-range values would keep a run going for hours or for ever, refused when the
+    config is composed (evals/plan.py checks the rest of each key's range before the engine starts)."""
+    if cfg.repeats is not None and not 1 <= cfg.repeats <= MAX_REPEATS:
+        raise ConfigError(f"repeats={cfg.repeats}: must be in 1..{MAX_REPEATS} (or null for once); each repeat runs "
+                          "every pass again.")
+    rate = cfg.request_rate
+    if rate is not None and not (math.isfinite(rate) and rate >= MIN_REQUEST_RATE):
+        raise ConfigError(f"request_rate={rate}: must be a finite number of requests per second >= {MIN_REQUEST_RATE} "
+                          f"(one request per {1 / MIN_REQUEST_RATE:g} s; slower arrivals take hours).")
+
+
 def to_run_config(cfg: DictConfig) -> Any:
     """The typed RunConfig (or ReplayConfig) of a composed config."""
     extra = unknown_keys(cfg)
     if extra:
         raise ConfigError(f"unknown key {extra[0]}.")
     try:
-        return OmegaConf.to_object(cfg)
+        typed = OmegaConf.to_object(cfg)
     except MissingMandatoryValue as exc:
         raise ConfigError(f"{exc.full_key} has no value; set {exc.full_key}=<value> on the command line.") from None
     except OmegaConfBaseException as exc:
         raise ConfigError(f"invalid configuration: {exc}") from None
+    check_bounds(typed)
+    return typed
 
 
 def component_names(cfg: RunConfig) -> dict[str, str]:

@@ -3,7 +3,6 @@ then (md) the drafters speclens built for the embedded target and how."""
 
 from __future__ import annotations
 
-import argparse
 import csv
 import sys
 
@@ -13,7 +12,7 @@ from core.drafter_build import (
     is_current_build,
     read_drafter_facts,
 )
-from core.errors import guarded
+from core.errors import ArgumentParser, guarded
 from drafters.facts_table import HEADER, comparison_rows
 from evals.embedded_drafters import EMBEDDED_DRAFTERS, drafter_dir
 from reports.table import markdown_table
@@ -21,7 +20,7 @@ from reports.table import markdown_table
 
 @guarded
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m evals.drafters", description=__doc__)
+    parser = ArgumentParser(prog="python -m evals.drafters", description=__doc__)
     parser.add_argument("--format", choices=["md", "csv"], default="md")
     args = parser.parse_args(argv)
     if args.format == "csv":

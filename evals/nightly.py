@@ -17,6 +17,7 @@ Any other key=value is an `evals.run` key applied to every job (target.model, da
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -26,7 +27,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from core.errors import ConfigError, guarded
-from core.files import exclusive, write_atomic
+from core.files import check_folder, exclusive, write_atomic
 from evals.compose import compose_config, to_run_config
 from evals.plan import RunPlan, make_plan
 from evals.run import TqdmProgress, run
@@ -36,6 +37,7 @@ from reports.runs import find_runs
 from runners.registry import runner_of
 
 NIGHTLY_KEYS = ("baseline", "history", "threshold", "suite", "night", "out")
+TREND_FILE = "trend.png"
 DEFAULT_SUITE = Path(__file__).resolve().parent.parent / "conf" / "experiment" / "nightly.yaml"
 HISTORY_COLUMNS = [
     "night", "night_dir", "job", "target", "target_fingerprint", "drafter", "d", "domain", "n_requests", "al",
@@ -69,6 +71,8 @@ class Suite:
         )
         if not well_formed:
             raise ConfigError(f"suite={path}: a suite {layout}" + (f"; unknown keys: {', '.join(unknown)}" if unknown else "") + ".")
+        for name in jobs:  # each job's run dir is <night dir>/<job name>
+            check_label(str(name), f"suite={path}: job")
         return cls({str(k): [str(o) for o in v] for k, v in jobs.items()}, [str(o) for o in common], float(threshold))
 
 
@@ -95,8 +99,10 @@ def parse_args(argv: list[str]) -> NightlyArgs:
         else:
             overrides.append(arg)
     suite = Suite.load(Path(own.get("suite", DEFAULT_SUITE)))
-    night = own.get("night") or datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    night = check_label(own.get("night") or datetime.now(timezone.utc).strftime("%Y-%m-%d"), "night",
+                        "; out=<dir> puts the night anywhere else")
     out = Path(own.get("out") or Path("outputs") / "nightly" / night)
+    check_folder(out, "out" if own.get("out") else "night")
     baseline = Path(own["baseline"]) if own.get("baseline") else None
     if baseline is not None and not baseline.is_dir():
         raise ConfigError(f"baseline={baseline}: no such folder (give an earlier night's dir, or no baseline "
@@ -104,6 +110,7 @@ def parse_args(argv: list[str]) -> NightlyArgs:
     if baseline is not None and baseline.resolve() == out.resolve():
         raise ConfigError(f"baseline={baseline} is this night's own dir; give out=<another dir> or an earlier night.")
     history = Path(own["history"]) if own.get("history") else (baseline or out).resolve().parent / "history.parquet"
+    check_history(history)
     try:
         threshold = float(own["threshold"]) if "threshold" in own else suite.threshold
     except ValueError:
@@ -111,6 +118,29 @@ def parse_args(argv: list[str]) -> NightlyArgs:
     if threshold < 0:
         raise ConfigError(f"threshold={threshold}: must be >= 0.")
     return NightlyArgs(overrides, baseline, history, threshold, suite, night, out)
+
+
+def check_label(label: str, key: str, hint: str = "") -> str:
+    """A label that names one folder (a night in outputs/nightly/, a job in the night's dir): no
+    path (`../x`, `/tmp/x`) that leads out of it."""
+    if not label or label in (".", "..") or "/" in label or "\\" in label:
+        raise ConfigError(f"{key}={label!r}: must name a single folder (e.g. 2026-05-01 or rerun-1: no / or \\, "
+                          f"not . or ..){hint}.")
+    return label
+
+
+def check_history(history: Path) -> None:
+    """history= (and trend.png beside it), before the suite runs rather than after it: an existing
+    store must be readable, and a new one creatable."""
+    check_folder(history.parent, "history", str(history))
+    for path in (history, history.with_name(TREND_FILE)):
+        if path.is_dir():
+            raise ConfigError(f"history={history}: {path} is a folder; give history=<a file path>.")
+        if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+            raise ConfigError(f"history={history}: {path} is not readable and writable by this user; give "
+                              "history=<another path>.")
+    if history.exists():
+        _read_history(history)
 
 
 def check_baseline(baseline: Path, plans: list[RunPlan]) -> None:
@@ -209,8 +239,8 @@ def nightly(args: NightlyArgs) -> int:
             print(note)
     rows = night_rows(args, comparison)
     history = append_history(args.history, rows)
-    args.history.with_name("trend.png").write_bytes(figures.trend(history))
-    print(f"history: {args.history} ({history.night.nunique()} nights); trend: {args.history.with_name('trend.png')}")
+    args.history.with_name(TREND_FILE).write_bytes(figures.trend(history))
+    print(f"history: {args.history} ({history.night.nunique()} nights); trend: {args.history.with_name(TREND_FILE)}")
     if args.baseline is None:
         print(f"speclens nightly: no baseline given; this night is a new baseline: {args.out}")
         return 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import hydra
 import numpy as np
@@ -24,6 +24,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from core import metrics
+from core.config import VLLM_MAX_SPEC_LEN, NoLoggerConfig, ReplayConfig, RunConfig
+from core.console import console, quiet
 from core.errors import (
     ConfigError,
     CorruptRecord,
@@ -34,6 +36,7 @@ from core.redact import redact
 from core.summary import (
     REPLAY_FILE,
     REPLAY_VERSION,
+    SUMMARY_FILE,
     Fingerprints,
     ReplayRecord,
     ReplaySummary,
@@ -44,7 +47,7 @@ from drafters.replay import ReplayContext
 from evals.compose import CONF_DIR, register_configs, run_fingerprint, to_run_config
 from evals.conversation import run_reference
 from evals.hydra_app import end_job, run_app
-from evals.measure import measure
+from evals.measure import ENGINE_LOG, STAMP_FILE, failures_logged, measure
 from evals.plan import make_plan
 from evals.run_dir import claimed, staged
 from reports.curves import curve_row
@@ -53,7 +56,53 @@ from runners.registry import runner_name, runner_of
 register_configs()
 
 # What a replay writes into its dir (with measured_d<d_max>/ for estimated curves); replay.json last.
-REPLAY_ARTIFACTS = ("curves.parquet", "curves.csv", "error.log", REPLAY_FILE)
+REPLAY_ARTIFACTS = ("curves.parquet", "curves.csv", "error.log", ENGINE_LOG, REPLAY_FILE)
+CURVE_FILES = ("curves.parquet", "curves.csv")
+# What other commands leave in a dir: a replay there would remove or overwrite it (or be read as it).
+OTHER_RESULTS = (STAMP_FILE, SUMMARY_FILE, "multirun.yaml")
+# evals.run keys a replay has no use for: it replays D = 1..d_max over one generation of all the
+# prompts at once, with no baseline, batch sizes, repeats, open-loop load, schedule or dashboard.
+IGNORED_KEYS = ("d", "baseline", "batch_sizes", "repeats", "request_rate", "drafter.schedule", "logger")
+RUN_DEFAULT_D = RunConfig.__dataclass_fields__["d"].default
+
+
+def _key(override: str) -> str:
+    return override.lstrip("+~").partition("=")[0]
+
+
+def ignored_keys(cfg: ReplayConfig, overrides: Sequence[str] = ()) -> list[str]:
+    """The IGNORED_KEYS this replay was given: set away from their defaults, or named in `overrides`."""
+    given = {
+        "d": cfg.d != RUN_DEFAULT_D, "baseline": cfg.baseline, "batch_sizes": cfg.batch_sizes is not None,
+        "repeats": cfg.repeats is not None, "request_rate": cfg.request_rate is not None,
+        "drafter.schedule": getattr(cfg.drafter, "schedule", None) is not None,
+        "logger": not isinstance(cfg.logger, NoLoggerConfig),
+    }
+    named = {_key(o) for o in overrides}
+    return [key for key in IGNORED_KEYS
+            if given[key] or any(name == key or name.startswith(key + ".") for name in named)]
+
+
+def check_keys(cfg: ReplayConfig, overrides: Sequence[str] = ()) -> None:
+    ignored = ignored_keys(cfg, overrides)
+    if ignored:
+        raise ConfigError(
+            f"evals.replay does not use {', '.join(ignored)}: it replays D = 1..d_max (d_max=, not d=) over one "
+            "generation of all the prompts at once, with no baseline, batch sizes, repeats, open-loop load, draft-length "
+            f"schedule or logger; drop {'it' if len(ignored) == 1 else 'them'}, or measure with `python -m evals.run`.")
+
+
+def check_replay_dir(out_dir: Path) -> None:
+    """A replay writes only into a new dir, an empty one or an earlier replay's: never over another
+    command's results (a sweep's curves.csv, a run's error.log)."""
+    present = [name for name in OTHER_RESULTS if (out_dir / name).exists()]
+    if not (out_dir / REPLAY_FILE).is_file():
+        present += [name for name in CURVE_FILES if (out_dir / name).exists()]
+    if present:
+        raise ConfigError(
+            f"hydra.run.dir={out_dir} holds {', '.join(present)}, which evals.replay did not write and would overwrite "
+            "or be mixed with; give the replay a dir of its own (a new one, e.g. <sweep dir>/replay_<drafter> to draw "
+            "it with a sweep's runs).")
 
 
 def curve_rows(plan, d: int, steps: pd.DataFrame, requests: pd.DataFrame, source: str) -> list[dict]:
@@ -104,7 +153,7 @@ def replay_exact(plan, d_max: int, factory) -> pd.DataFrame:
             f"speclens: a turn batch does not fit one engine step (max_num_seqs={max_seqs}, "
             f"max_num_batched_tokens={max_batched_tokens}); drafter={plan.drafter.name}'s curve is "
             "labelled estimated. Fewer requests or a larger engine.max_num_batched_tokens make it exact.",
-            file=sys.stderr,
+            file=console(),
         )
     rows = []
     for d in range(1, d_max + 1):
@@ -141,6 +190,18 @@ def replay_estimated(plan, d_max: int, out_dir: Path, factory, runner: str) -> p
     return pd.DataFrame(rows)
 
 
+def replay_curves(plan, d_max: int, staging: Path, factory, runner: str) -> pd.DataFrame:
+    """The curve, exact or estimated as the drafter allows (the engines' output quiet meanwhile)."""
+    if plan.drafter.replay is not ReplayKind.exact:
+        return replay_estimated(plan, d_max, staging, factory, runner)
+    if plan.dtype != "float32":
+        print(f"speclens: replaying in {plan.dtype}: the curve follows plain greedy decoding's tokens; a "
+              "measured run whose outputs part from them at a numerical near-tie (its summary.json "
+              "lossless.mismatches) follows other tokens from there, which moves its AL a few tenths of a "
+              "percent off the curve. engine.dtype=float32 makes the two agree exactly.", file=console())
+    return replay_exact(plan, d_max, factory)
+
+
 def finished_replay(out_dir: Path, fingerprint: str, runner: str, content: dict[str, str | None]) -> bool:
     """Whether `out_dir` holds a finished replay of this configuration on this content (the rule
     evals.run applies to run dirs)."""
@@ -163,13 +224,17 @@ def finished_replay(out_dir: Path, fingerprint: str, runner: str, content: dict[
     return not changed
 
 
-def replay(cfg: DictConfig, out_dir: Path) -> pd.DataFrame:
+def replay(cfg: DictConfig, out_dir: Path, overrides: Sequence[str] = ()) -> pd.DataFrame:
     """The curve for D = 1..d_max into `out_dir` (held by this process throughout; published whole
-    when complete; a finished replay of the same configuration and content is kept unless force=true)."""
+    when complete; a finished replay of the same configuration and content is kept unless force=true).
+    `overrides`: the command line's, so that a key it names and a replay ignores is refused."""
     run_config = to_run_config(cfg)
     d_max = run_config.d_max
-    if d_max < 1:
-        raise ConfigError(f"d_max={d_max}: must be >= 1.")
+    if not 1 <= d_max <= VLLM_MAX_SPEC_LEN:
+        raise ConfigError(f"d_max={d_max}: must be in 1..{VLLM_MAX_SPEC_LEN} (vLLM drafts at most "
+                          f"{VLLM_MAX_SPEC_LEN} tokens per step).")
+    check_keys(run_config, overrides)
+    check_replay_dir(out_dir)
     run_config.d = d_max
     runner = runner_name(run_config.runner)
     if not runner_of(run_config).replays:
@@ -195,15 +260,8 @@ def replay(cfg: DictConfig, out_dir: Path) -> pd.DataFrame:
         artifacts = [*REPLAY_ARTIFACTS, *(p.name for p in out_dir.glob("measured_d*"))]
         with staged(out_dir, artifacts, REPLAY_FILE) as staging:
             start = time.perf_counter()
-            if drafter.replay is ReplayKind.exact:
-                if plan.dtype != "float32":
-                    print(f"speclens: replaying in {plan.dtype}: the curve follows plain greedy decoding's tokens; a "
-                          "measured run whose outputs part from them at a numerical near-tie (its summary.json "
-                          "lossless.mismatches) follows other tokens from there, which moves its AL a few tenths of a "
-                          "percent off the curve. engine.dtype=float32 makes the two agree exactly.", file=sys.stderr)
-                curves = replay_exact(plan, d_max, factory)
-            else:
-                curves = replay_estimated(plan, d_max, staging, factory, runner)
+            with failures_logged(staging), quiet(staging / ENGINE_LOG, run_config.verbose):
+                curves = replay_curves(plan, d_max, staging, factory, runner)
             elapsed = time.perf_counter() - start
             curves.to_parquet(staging / "curves.parquet", index=False)
             curves.to_csv(staging / "curves.csv", index=False)
@@ -216,11 +274,12 @@ def replay(cfg: DictConfig, out_dir: Path) -> pd.DataFrame:
 
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="replay")
 def hydra_main(cfg: DictConfig) -> None:
-    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    hydra_cfg = HydraConfig.get()
+    out_dir = Path(hydra_cfg.runtime.output_dir)
     try:
         run_config = to_run_config(cfg)
         runner_of(run_config).prepare_process(run_config)
-        curves = replay(cfg, out_dir)
+        curves = replay(cfg, out_dir, list(hydra_cfg.overrides.task))
     except Exception as exc:  # noqa: BLE001 - every failure ends this job in one line (a sweep goes on)
         end_job(exc, out_dir)
         return

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import hydra
@@ -29,7 +30,7 @@ from core.summary import SUMMARY_FILE, RunSummary, read_summary
 from evals import sweep_report
 from evals.compose import CONF_DIR, register_configs, run_fingerprint, to_run_config
 from evals.hydra_app import end_job, run_app
-from evals.measure import ENGINE_LOG, RUN_ARTIFACTS, STAMP_FILE, measure
+from evals.measure import ENGINE_LOG, RUN_ARTIFACTS, STAMP_FILE, measure, write_error_log
 from evals.plan import make_plan
 from evals.run_dir import claimed, staged
 from reports.table import result_table
@@ -65,10 +66,13 @@ def check_lossless(summary: RunSummary, out_dir: Path) -> None:
                   else f"{first.top2_margin:.3g}")
         example = (f" (e.g. {first.request_id} turn {first.turn} at output token {first.first_divergence}, top-2 margin "
                    f"{margin}, bound {loss.near_tie_bound:g})")
-    raise MeasurementError(
+    failure = MeasurementError(
         f"lossless check failed: {loss.n_divergences} greedy output(s) diverge from plain decoding beyond a "
         f"{loss.dtype} near-tie{example}; the run is kept in {out_dir} (summary.json lossless.mismatches)."
     )
+    mismatches = "".join(json.dumps(asdict(m)) + "\n" for m in loss.mismatches)
+    write_error_log(out_dir, f"{failure}\n\nlossless.mismatches:\n{mismatches}")
+    raise failure
 
 
 def finished_summary(out_dir: Path, fingerprint: str, runner: str, content: dict[str, str | None]) -> RunSummary | None:
@@ -108,6 +112,7 @@ def run(cfg: DictConfig, out_dir: Path, progress=TqdmProgress, group: str | None
         done = None if run_config.force else finished_summary(out_dir, fingerprint, runner, plan.fingerprints)
         if done is not None:
             print(f"speclens: {out_dir} already holds this run; skipped (force=true re-runs it)")
+            check_lossless(done, out_dir)  # a run that failed it fails again, not exit 0 on a re-run
             return done
         factory = runner_of(run_config).engine_factory(run_config, plan.d)
         with staged(out_dir, RUN_ARTIFACTS, SUMMARY_FILE) as staging:
@@ -143,9 +148,10 @@ def hydra_main(cfg: DictConfig) -> None:
 @guarded
 def main(argv: list[str]) -> int:
     """A run: 0, or the error's status. A sweep runs every job; it exits with the worst failed
-    job's status, each failed job named on stderr and in the sweep dir's failures.json."""
+    job's status, each failed job named on stderr and in the sweep dir's failures.json (or 2 where
+    a finished job's records are corrupt)."""
     run_app(hydra_main, argv, "config", "python -m evals.run")
-    return max((f["exit_status"] for f in sweep_report.LAST_SWEEP_FAILURES), default=0)
+    return sweep_report.sweep_status()
 
 
 if __name__ == "__main__":

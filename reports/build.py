@@ -7,7 +7,6 @@ run stamp. The markdown twin has the same text and tables; its images are PNG fi
 
 from __future__ import annotations
 
-import argparse
 import base64
 import html
 import sys
@@ -18,7 +17,7 @@ import pandas as pd
 
 from core.account import CORRECTIONS, MODEL
 from core.drafter_build import describe_build
-from core.errors import SpeclensError, guarded
+from core.errors import ArgumentParser, SpeclensError, guarded
 from drafters.facts_table import HEADER as DRAFTER_HEADER
 from drafters.facts_table import comparison_rows
 from reports import figures
@@ -255,7 +254,7 @@ def build(root: Path) -> tuple[Path, Path]:
 
 @guarded
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reports.build", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m reports.build", description=__doc__.splitlines()[0])
     parser.add_argument("dir", type=Path, help="a run dir or a sweep dir")
     args = parser.parse_args(argv)
     html_file, md_file = build(args.dir)

@@ -10,14 +10,13 @@ its 95% CI excludes zero. Writes compare.csv and compare.md into the candidate d
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from core.errors import SpeclensError, guarded
+from core.errors import ArgumentParser, SpeclensError, guarded
 from core.metrics import BOOTSTRAP_SAMPLES, resample_indices
 from core.records import read_parquet
 from reports.runs import CONSISTENT_KEYS, Run, check_consistent, find_runs
@@ -151,7 +150,7 @@ def write_comparison(baseline_dir: Path, candidate_dir: Path) -> tuple[pd.DataFr
 
 @guarded
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reports.compare", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m reports.compare", description=__doc__.splitlines()[0])
     parser.add_argument("baseline", type=Path, help="run or sweep dir measured first")
     parser.add_argument("candidate", type=Path, help="run or sweep dir to compare with it (outputs go here)")
     args = parser.parse_args(argv)

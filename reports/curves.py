@@ -9,19 +9,22 @@ curve_temperature_<domain>.png draws AL against temperature per drafter and D.
 
 from __future__ import annotations
 
-import argparse
+import hashlib
 import sys
 from pathlib import Path
+from typing import Collection
 
 import pandas as pd
 
-from core.errors import SpeclensError, guarded
+from core.errors import ArgumentParser, SpeclensError, guarded
+from core.files import check_folder
 from core.metrics import GroupFigures
 from reports import figures
 from reports.runs import (
     CONSISTENT_ACROSS_TEMPERATURES,
     Run,
     check_consistent,
+    check_one_each,
     find_replays,
     find_runs,
 )
@@ -45,28 +48,23 @@ def measured_rows(run: Run) -> list[dict]:
     return [curve_row(s.drafter, s.d, domain, g, "measured", run.temperature) for domain, g in s.groups().items()]
 
 
-def drafter_identity(run: Run) -> str:
-    drafter = dict(run.stamp.get("config", {}).get("drafter", {}))
-    return repr(sorted(drafter.items()))
+def curve_point(run: Run) -> tuple[str, int, float]:
+    """The (drafter, D, temperature) a run is drawn at."""
+    return run.summary.drafter, run.summary.d, run.temperature
 
 
-def collect(root: Path) -> pd.DataFrame:
-    """Curve rows from every finished run (and replayed curve) under `root`."""
+def collect(root: Path, exclude: Collection[Path] = ()) -> pd.DataFrame:
+    """Curve rows from every finished run (and replayed curve) under `root`, but for `exclude`.
+    Two runs at one curve point are refused, as reports.rank refuses two at one ranking entry."""
     # A run of a draft-length schedule has no one D: it is ranked, not drawn on an AL-vs-D curve.
-    runs = [r for r in find_runs(root) if r.summary.d is not None and not r.summary.schedule]
-    replays = find_replays(root)
+    runs = [r for r in find_runs(root, exclude) if r.summary.d is not None and not r.summary.schedule]
+    replays = find_replays(root, exclude)
     if not runs and not replays:
         raise SpeclensError(f"{root}: no finished speculative runs (summary.json) or replayed curves in it.")
     check_consistent(runs + replays, CONSISTENT_ACROSS_TEMPERATURES)
-    seen: dict[tuple, str] = {}
-    for run in runs:
-        key = (run.summary.drafter, run.summary.d, run.temperature)
-        ident = drafter_identity(run)
-        if seen.setdefault(key, ident) != ident:
-            raise SpeclensError(
-                f"two runs of drafter={key[0]} d={key[1]} (temperature {key[2]:g}) with different drafter settings under {root} "
-                f"(one is {run.path}); sweep them into separate dirs."
-            )
+    check_one_each(runs, lambda run: [curve_point(run)],
+                   lambda key: f"drafter={key[0]} d={key[1]} (temperature {key[2]:g})",
+                   "draw each setting from its own dir.")
     frames = [pd.DataFrame([row for run in runs for row in measured_rows(run)], columns=CURVE_COLUMNS)]
     # replays written before curves carried a temperature: it is in their stamp
     frames += [pd.read_parquet(r.path / "curves.parquet").assign(temperature=r.temperature)[CURVE_COLUMNS]
@@ -78,12 +76,22 @@ def collect(root: Path) -> pd.DataFrame:
     return curves.astype({"d": "int64"}).reset_index(drop=True)
 
 
+# Longest domain kept whole in a file name (curve_<domain>.png, report_al_vs_d_<domain>.png).
+MAX_NAME_CHARS = 64
+
+
 def safe_name(domain: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in domain)
+    """A file-name part for `domain`, one per domain: the domain itself where it is short and
+    plain; else its plain characters, cut short, and a hash of the whole (so `a/b` and `a_b`,
+    or two long names alike at the start, never share a file)."""
+    plain = "".join(c if c.isascii() and (c.isalnum() or c in "-_.@+") else "_" for c in domain)
+    if plain == domain and 0 < len(domain) <= MAX_NAME_CHARS and not domain.startswith("."):
+        return domain
+    return f"{plain[:MAX_NAME_CHARS - 13]}-{hashlib.sha256(domain.encode()).hexdigest()[:12]}"
 
 
-def write_curves(root: Path, out_dir: Path | None = None) -> pd.DataFrame:
-    curves = collect(root)
+def write_curves(root: Path, out_dir: Path | None = None, exclude: Collection[Path] = ()) -> pd.DataFrame:
+    curves = collect(root, exclude)
     out_dir = out_dir or root
     out_dir.mkdir(parents=True, exist_ok=True)
     curves.to_parquet(out_dir / "curves.parquet", index=False)
@@ -97,10 +105,12 @@ def write_curves(root: Path, out_dir: Path | None = None) -> pd.DataFrame:
 
 @guarded
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reports.curves", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m reports.curves", description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="where to write (default: the sweep dir)")
     args = parser.parse_args(argv)
+    if args.out is not None:
+        check_folder(args.out, "--out")
     curves = write_curves(args.sweep_dir, args.out)
     print(curves.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"curves: {(args.out or args.sweep_dir) / 'curves.csv'}")

@@ -16,6 +16,7 @@ Checked on writing: 1 + Σ marginal = AL and the marginal never increases.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,28 @@ def run_profiles(run_dir: Path, summary: RunSummary) -> list[dict[str, Any]]:
     steps = steps[steps.batch_size == steps.batch_size.max()]
     groups = [("all", steps)] + [(domain, group) for domain, group in steps.groupby("domain", sort=True)]
     return [p for domain, group in groups if (p := profile(summary.mechanism, summary.d, domain, group)) is not None]
+
+
+# What every profile entry holds (a run's file is checked for them before a sweep gathers it).
+PROFILE_KEYS = ("drafter", "d", "domain", "al", "marginal")
+
+
+def read_profiles(run_dir: Path) -> list[dict[str, Any]]:
+    """A run's profiles from its speculation_profile.json, or CorruptRecord for a file that is not
+    readable JSON in this layout (of this version or an earlier one)."""
+    path = run_dir / PROFILE_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptRecord(f"{path} is unreadable ({exc})") from None
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= PROFILE_VERSION:
+        raise CorruptRecord(f"{path} has no schema_version this speclens reads (1 to {PROFILE_VERSION}; it has {version!r})")
+    profiles = data.get("profiles")
+    if not isinstance(profiles, list) or not all(isinstance(p, dict) and all(k in p for k in PROFILE_KEYS)
+                                                 for p in profiles):
+        raise CorruptRecord(f"{path} does not hold a list of profiles (each with {', '.join(PROFILE_KEYS)})")
+    return profiles
 
 
 def write_profiles(profiles: list[dict[str, Any]], out_dir: Path) -> Path:

@@ -12,17 +12,16 @@ beside the mechanisms: where it ranks first, speculation does not pay at that op
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 import pandas as pd
 
 from core import costs
-from core.errors import SpeclensError, guarded
-from core.files import write_json_atomic
+from core.errors import ArgumentParser, SpeclensError, guarded
+from core.files import check_folder, write_json_atomic
 from core.guidelines import Guidelines, low_latency_speedup
 from core.summary import DomainPoint, OperatingPoint
 from drafters.facts_table import facts_of
@@ -31,6 +30,7 @@ from reports.runs import (
     CONSISTENT_ACROSS_TEMPERATURES,
     Run,
     check_consistent,
+    check_one_each,
     find_runs,
 )
 from reports.serve import SERVE_FILE, serve_markdown, serve_plan
@@ -207,23 +207,19 @@ def _mark_ties(frame: pd.DataFrame, order: list[int]) -> None:
 
 
 def check_unique(runs: list[Run]) -> None:
-    seen: dict[tuple, Path] = {}
-    for run in runs:
-        key = (run.summary.mechanism, run.summary.d, run.temperature)
-        for point in run.summary.operating_points:
-            other = seen.setdefault(key + (point.batch_size,), run.path)
-            if other != run.path:
-                raise SpeclensError(
-                    f"drafter={key[0]} d={key[1]} at batch size {point.batch_size} was measured twice "
-                    f"({other} and {run.path}); rank each setting from its own dir."
-                )
+    """One run per ranking entry (mechanism, D, temperature, batch size)."""
+    check_one_each(runs, lambda run: [(run.summary.mechanism, run.summary.d, run.temperature, point.batch_size)
+                                      for point in run.summary.operating_points],
+                   lambda key: f"drafter={key[0]} d={key[1]} at batch size {key[3]}" + (f" (temperature {key[2]:g})" if key[2] else ""),
+                   "rank each setting from its own dir.")
 
 
-def find_all_runs(dirs: list[Path]) -> list[Run]:
-    """Every finished run under `dirs`, each once (a sweep and one of its runs name it twice)."""
+def find_all_runs(dirs: list[Path], exclude: Collection[Path] = ()) -> list[Run]:
+    """Every finished run under `dirs` (but for `exclude`), each once (a sweep and one of its runs
+    name it twice)."""
     unique: dict[Path, Run] = {}
     for root in dirs:
-        for run in find_runs(root):
+        for run in find_runs(root, exclude):
             unique.setdefault(run.path.resolve(), run)
     runs = list(unique.values())
     if not runs:
@@ -392,8 +388,9 @@ def pareto_front(points: pd.DataFrame) -> pd.DataFrame:
     return points[keep].sort_values("tokens_per_s_per_request")
 
 
-def write_ranking(dirs: list[Path], out_dir: Path | None = None) -> tuple[pd.DataFrame, list[str]]:
-    runs = find_all_runs(dirs)
+def write_ranking(dirs: list[Path], out_dir: Path | None = None, exclude: Collection[Path] = ()
+                  ) -> tuple[pd.DataFrame, list[str]]:
+    runs = find_all_runs(dirs, exclude)
     out_dir = out_dir or dirs[0]
     out_dir.mkdir(parents=True, exist_ok=True)
     ranking = rank_runs(runs)
@@ -408,10 +405,12 @@ def write_ranking(dirs: list[Path], out_dir: Path | None = None) -> tuple[pd.Dat
 
 @guarded
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reports.rank", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m reports.rank", description=__doc__.splitlines()[0])
     parser.add_argument("dirs", type=Path, nargs="+", help="run dirs or sweep dirs")
     parser.add_argument("--out", type=Path, default=None, help="where to write (default: the first dir)")
     args = parser.parse_args(argv)
+    if args.out is not None:
+        check_folder(args.out, "--out")
     ranking, notes = write_ranking(args.dirs, args.out)
     print(terminal_table(ranking))
     print("\n".join(notes))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Collection, Hashable, Iterable
 
 from core.errors import CorruptRecord, SpeclensError
 from core.summary import (
@@ -83,23 +83,35 @@ def _stamp(run_dir: Path) -> dict[str, Any]:
     return stamp
 
 
-def find_runs(root: Path) -> list[Run]:
-    """Every finished run under `root` (a run dir, or a sweep dir holding several)."""
+def _found(root: Path, name: str, exclude: Collection[Path]) -> list[Path]:
+    """The folders under `root` holding `name`, but for those in (or under) `exclude`."""
+    left_out = {Path(p).resolve() for p in exclude}
+    folders = []
+    for file in sorted(root.rglob(name)):
+        folder = file.parent.resolve()
+        if folder not in left_out and left_out.isdisjoint(folder.parents):
+            folders.append(file.parent)
+    return folders
+
+
+def find_runs(root: Path, exclude: Collection[Path] = ()) -> list[Run]:
+    """Every finished run under `root` (a run dir, or a sweep dir holding several), but for those
+    in `exclude` (a sweep's jobs that failed: what their dirs hold is not this sweep's result)."""
     if not root.is_dir():
         raise SpeclensError(f"{root}: no such folder.")
     runs = []
-    for summary_file in sorted(root.rglob(SUMMARY_FILE)):
-        summary = read_summary(summary_file.parent)
-        runs.append(Run(summary_file.parent, summary.fingerprints, _stamp(summary_file.parent), summary))
+    for run_dir in _found(root, SUMMARY_FILE, exclude):
+        summary = read_summary(run_dir)
+        runs.append(Run(run_dir, summary.fingerprints, _stamp(run_dir), summary))
     return runs
 
 
-def find_replays(root: Path) -> list[Replay]:
-    """Every replay (replay.json beside its curves) under `root`."""
+def find_replays(root: Path, exclude: Collection[Path] = ()) -> list[Replay]:
+    """Every replay (replay.json beside its curves) under `root`, but for those in `exclude`."""
     replays = []
-    for replay_file in sorted(root.rglob(REPLAY_FILE)):
-        record = read_replay(replay_file.parent)
-        replays.append(Replay(replay_file.parent, record.summary.fingerprints, record.stamp, record))
+    for replay_dir in _found(root, REPLAY_FILE, exclude):
+        record = read_replay(replay_dir)
+        replays.append(Replay(replay_dir, record.summary.fingerprints, record.stamp, record))
     return replays
 
 
@@ -120,3 +132,43 @@ def check_consistent(runs: list[Measured], keys: tuple[str, ...] = CONSISTENT_KE
             + " | ".join(differing)
             + ". Aggregate each setting from its own sweep dir."
         )
+
+
+def _flat(node: Any, prefix: str = "") -> dict[str, str]:
+    """Dotted key -> JSON value of every leaf of a nested dict."""
+    if not isinstance(node, dict):
+        return {prefix: json.dumps(node, sort_keys=True)}
+    flat: dict[str, str] = {}
+    for key, value in node.items():
+        flat |= _flat(value, f"{prefix}.{key}" if prefix else str(key))
+    return flat
+
+
+def settings(run: Measured) -> dict[str, str]:
+    """Everything a run was measured with, flattened: its config keys (as the command line names
+    them), the runner and the content fingerprints."""
+    return (_flat(run.stamp.get("config", {})) | {"runner": json.dumps(run.stamp.get("runner"))}
+            | _flat(asdict(run.fingerprints), "fingerprints"))
+
+
+def differing_settings(a: Measured, b: Measured, shown: int = 4) -> str:
+    """The keys two runs were measured with different values of, each with both values."""
+    mine, theirs = settings(a), settings(b)
+    keys = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+    if not keys:
+        return "the same settings"
+    listed = "; ".join(f"{k}: {mine.get(k, 'unset')} vs {theirs.get(k, 'unset')}" for k in keys[:shown])
+    return f"different {', '.join(keys[:shown])}{f' (and {len(keys) - shown} more keys)' if len(keys) > shown else ''} ({listed})"
+
+
+def check_one_each(runs: list[Measured], keys_of: Callable[[Measured], Iterable[Hashable]],
+                   describe: Callable[[Hashable], str], advice: str) -> None:
+    """Refuse two runs that give the same entry (`keys_of`: the entries a run gives), naming the
+    settings they differ in, rather than silently keeping one of them."""
+    seen: dict[Hashable, Measured] = {}
+    for run in runs:
+        for key in keys_of(run):
+            other = seen.setdefault(key, run)
+            if other is not run:
+                raise SpeclensError(f"{describe(key)} was measured twice ({other.path} and {run.path}), with "
+                                    f"{differing_settings(other, run)}; {advice}")

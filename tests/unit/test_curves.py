@@ -61,8 +61,11 @@ def test_same_drafter_and_d_with_different_settings_are_refused(tmp_path):
     root = sweep(tmp_path, [("ngram", 2)])
     other = sweep(tmp_path / "other", [("ngram", 2)], "drafter.prompt_lookup_max=7")
     shutil.copytree(other / "drafter=ngram,d=2", root / "copy")
-    with pytest.raises(SpeclensError, match=r"two runs of drafter=ngram d=2 \(temperature 0\) with different drafter settings"):
+    with pytest.raises(SpeclensError) as refused:
         collect(root)
+    assert "drafter=ngram d=2 (temperature 0) was measured twice" in str(refused.value)
+    # the runs' own drafter setting is named with both values, beside the paths that differ too
+    assert "drafter.prompt_lookup_max: 7 vs 5" in str(refused.value)
 
 
 def test_replayed_points_fill_in_and_measured_points_win(tmp_path):

@@ -390,9 +390,10 @@ def test_a_sweep_on_a_server_with_credentials_writes_them_nowhere(tmp_path, smol
          f"d={D}", "engine.max_model_len=2048", "seed=0,1", f"hydra.sweep.dir={sweep}"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    # Hydra's launcher logs each job's overrides itself ("[HYDRA] #0 : ..."), out of speclens's hands
-    printed = [line for line in (proc.stdout + proc.stderr).splitlines() if "[HYDRA]" not in line]
+    # Hydra's launcher logs each job's overrides ("[HYDRA] #0 : ..."): through speclens's filter
+    printed = (proc.stdout + proc.stderr).splitlines()
     assert not [line for line in printed if SECRET in line]
+    assert sum("[HYDRA]" in line and "runner.url=http\\://***@" in line for line in printed) == 2
     jobs = [p for p in sweep.iterdir() if p.is_dir()]
     assert len(jobs) == 2 and all((job / "summary.json").is_file() for job in jobs)
     assert (sweep / "multirun.yaml").is_file()
