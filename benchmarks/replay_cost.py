@@ -8,9 +8,11 @@ process after a warm-up run, each with its own engine load(s), and prints:
     python benchmarks/replay_cost.py [--measure-d 3 5] [evals.run overrides]
 
 The replay follows plain greedy decoding's tokens. It equals the measured AL exactly where the
-measured run's outputs are plain decoding's (engine.dtype=float32: gap 0.00 %); in bfloat16 a
-run that parts from plain decoding at a numerical near-tie follows other tokens from there, and
-the gap is that (0.23 % at d = 3 on the defaults).
+measured run's outputs are plain decoding's: in float32 (`engine.dtype=float32`, gap 0.00 %),
+which is the only setting where the gap is a check of the replay. In bfloat16 a run that parts
+from plain decoding at a numerical near-tie follows other tokens from there, and the gap is that:
+it depends on the machine's thread count and batch shapes (0.23 % at d = 3 on the defaults on
+one machine, 5.29 % on a fresh one). `baseline=true` counts the near-ties that moved the run.
 """
 
 from __future__ import annotations
@@ -53,11 +55,18 @@ def main(argv: list[str]) -> None:
         measured_s = measured_s or elapsed
         gap = abs(pooled.loc[d, "al"] - summary.al) / summary.al
         gaps.append(gap)
-        print(f"d={d}: replayed AL {pooled.loc[d, 'al']:.4f}, measured AL {summary.al:.4f}, gap {gap:.2%}; "
-              f"measured run {elapsed:.1f}s")
+        loss = summary.lossless
+        flips = f", {loss.n_near_ties} near-tie flip(s) from plain decoding" if loss else ""
+        print(f"d={d}: replayed AL {pooled.loc[d, 'al']:.4f}, measured AL {summary.al:.4f}, gap {gap:.2%} "
+              f"({summary.numerics.dtype}{flips}); measured run {elapsed:.1f}s")
+        exact = summary.numerics.reproducible
     print(f"replayed curve d=1..{D_MAX}: {replay_s:.1f}s ({curves.source.iloc[0]})")
     print(f"replay_cost_ratio {replay_s / measured_s:.3f}  (16-point replay / one measured run at d={args.measure_d[0]}; target <= 1.5)")
-    print(f"replay_vs_measured_max_gap {max(gaps):.4%}  (target <= 1%)")
+    if exact:
+        print(f"replay_vs_measured_max_gap {max(gaps):.4%}  (float32: exact, target 0 %)")
+    else:
+        print(f"replay_vs_measured_max_gap {max(gaps):.4%}  (not a check of the replay: in this dtype the measured "
+              "run parts from plain decoding at near-ties; engine.dtype=float32 makes the gap 0)")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,86 @@
+"""Compare what two fresh-check runs (.ci/fresh-check) wrote, wherever speclens claims equality.
+
+- Every run dir both test suites wrote (the same path under each --basetemp): where both ran
+  with reproducible numerics (float32, or batch-invariant kernels; summary.json `numerics`), every
+  turn's output tokens and accepted counts must be equal; elsewhere (bf16) the AL difference is
+  shown, not judged.
+- Every drafter speclens built and every answers file it generated, in both caches: the same bytes.
+Prints one line per finding and a last line `N equal, M differ`; exits 1 when anything claimed
+equal differs. Usage: python .ci/compare_records.py <fresh-check mode dir A> <mode dir B>
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+
+def turns(run_dir: Path) -> dict:
+    """Each turn's output tokens and its drafted steps' accepted counts."""
+    import pandas as pd  # from the clone's venv
+
+    steps = pd.read_parquet(run_dir / "steps.parquet") if (run_dir / "steps.parquet").is_file() else None
+    accepted = {} if steps is None else (steps.sort_values(["batch_size", "request_id", "turn", "step"])
+                                         .groupby(["batch_size", "request_id", "turn"]).num_accepted.apply(list).to_dict())
+    rows = [json.loads(line) for line in (run_dir / "outputs.jsonl").read_text().splitlines() if line.strip()]
+    return {(r["batch_size"], r["request_id"], r["turn"]): (r["token_ids"], accepted.get((r["batch_size"], r["request_id"], r["turn"])))
+            for r in rows}
+
+
+def reproducible(summary: dict) -> bool:
+    numerics = summary.get("numerics") or {}
+    return bool(numerics.get("reproducible"))
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def compare_runs(a: Path, b: Path) -> tuple[int, int]:
+    equal = differ = 0
+    for summary_a in sorted((a / "pytest").rglob("summary.json")):
+        rel = summary_a.parent.relative_to(a / "pytest")
+        summary_b = b / "pytest" / rel / "summary.json"
+        if not summary_b.is_file() or not (summary_a.parent / "outputs.jsonl").is_file():
+            continue
+        sa, sb = json.loads(summary_a.read_text()), json.loads(summary_b.read_text())
+        if reproducible(sa) and reproducible(sb):
+            same = turns(summary_a.parent) == turns(summary_b.parent) and sa.get("al") == sb.get("al")
+            equal, differ = equal + same, differ + (not same)
+            if not same:
+                print(f"DIFFER  {rel}: AL {sa.get('al')} vs {sb.get('al')} ({sa['numerics']['dtype']}, claimed equal)")
+        elif sa.get("al") and sb.get("al"):
+            print(f"moved   {rel}: AL {sa['al']:.4f} vs {sb['al']:.4f} "
+                  f"({(sa.get('numerics') or {}).get('dtype')}: not claimed equal)")
+    return equal, differ
+
+
+def compare_builds(a: Path, b: Path) -> tuple[int, int]:
+    equal = differ = 0
+    files = [*(a / "cache" / "models").glob("*/model.safetensors"), *(a / "cache" / "drafter-data").glob("*.jsonl")]
+    for file_a in sorted(files):
+        rel = file_a.relative_to(a / "cache")
+        file_b = b / "cache" / rel
+        if not file_b.is_file():
+            continue
+        same = digest(file_a) == digest(file_b)
+        equal, differ = equal + same, differ + (not same)
+        print(f"{'equal  ' if same else 'DIFFER '} {rel}: sha256 {digest(file_a)[:16]}"
+              + ("" if same else f" vs {digest(file_b)[:16]}"))
+    return equal, differ
+
+
+def main(argv: list[str]) -> int:
+    a, b = Path(argv[0]), Path(argv[1])
+    runs = compare_runs(a, b)
+    builds = compare_builds(a, b)
+    equal, differ = runs[0] + builds[0], runs[1] + builds[1]
+    print(f"compare: {runs[0]} float32 runs and {builds[0]} built files equal; {differ} differ")
+    print(f"{equal} equal, {differ} differ")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
