@@ -12,37 +12,52 @@ from typing import Any
 
 from core.errors import CorruptRecord
 
-__all__ = ["DRAFTER_FACTS_FILE", "DRAFTER_FACTS_VERSION", "describe_build", "is_current_build", "read_drafter_facts"]
+__all__ = ["DRAFTER_FACTS_FILE", "DRAFTER_FACTS_VERSION", "built_version", "describe_build", "is_current_build",
+           "read_drafter_facts"]
 
 DRAFTER_FACTS_FILE = "speclens_drafter.json"
 # 2: trained on answers generated in vLLM's own engine process (bit-stable; see
 # drafters/training/selfdistill.py). 3: the head's held-out agreement counts as vLLM accepts, over
 # the target's whole vocabulary (drafters/training/eagle3_head.py: chain_agreement); the weights
-# are those of version 2. Builds of another version are rebuilt on use.
-DRAFTER_FACTS_VERSION = 3
+# are those of version 2. 4: answers decoded in float32 on one thread, every answer that recites an
+# evaluation set dropped (corpus.dropped_recitations). Builds of another version are rebuilt on use.
+DRAFTER_FACTS_VERSION = 4
 
 
-def read_drafter_facts(folder: Path) -> dict[str, Any] | None:
-    """The build facts in ``folder``, or None when speclens did not build it."""
+def _read_record(folder: Path) -> dict[str, Any] | None:
+    """``folder``'s build record as written (None: it has none); CorruptRecord when unreadable."""
     path = Path(folder) / DRAFTER_FACTS_FILE
     if not path.is_file():
         return None
     try:
         facts = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise CorruptRecord(f"{path} is unreadable ({exc}); delete its folder to rebuild it") from None
-    if not isinstance(facts, dict) or facts.get("version") != DRAFTER_FACTS_VERSION:
-        raise CorruptRecord(f"{path} is not a version-{DRAFTER_FACTS_VERSION} drafter build record; "
-                            "delete its folder to rebuild it")
+        raise CorruptRecord(f"{path} is unreadable ({exc}); delete {Path(folder)} to build the drafter again") from None
+    if not isinstance(facts, dict) or not isinstance(facts.get("version"), int):
+        raise CorruptRecord(f"{path} is not a drafter build record; delete {Path(folder)} to build the drafter again")
     return facts
 
 
+def read_drafter_facts(folder: Path) -> dict[str, Any] | None:
+    """The build facts in ``folder``, or None when speclens did not build it."""
+    facts = _read_record(folder)
+    if facts is not None and facts["version"] != DRAFTER_FACTS_VERSION:
+        raise CorruptRecord(f"{Path(folder) / DRAFTER_FACTS_FILE} is not a version-{DRAFTER_FACTS_VERSION} drafter build "
+                            f"record; delete {Path(folder)} to build the drafter again")
+    return facts
+
+
+def built_version(folder: Path) -> int | None:
+    """The builder version that built ``folder`` (None: nothing built there). An unreadable record
+    is a CorruptRecord, not a reason to spend minutes building again unasked."""
+    facts = _read_record(folder)
+    return None if facts is None else facts["version"]
+
+
 def is_current_build(folder: Path) -> bool:
-    """Whether ``folder`` holds a drafter built by this version of the builder."""
-    try:
-        return read_drafter_facts(folder) is not None
-    except CorruptRecord:
-        return False
+    """Whether ``folder`` holds a drafter built by this version of the builder (CorruptRecord when
+    its record is unreadable)."""
+    return built_version(folder) == DRAFTER_FACTS_VERSION
 
 
 def describe_build(facts: dict[str, Any]) -> str:

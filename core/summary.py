@@ -15,8 +15,8 @@ Schema versions of summary.json:
    corrections) and, per domain, `predicted_corrected` with its range; `speedup_range` and
    `speedup_repeats` (repeats=N); `timing.warmup_s`; `schedule` (drafter.schedule);
    `lossless.mismatches` (each explained as a near-tie or a divergence) with their counts.
-7  `numerics`: the engine's dtype, its thread count and batch-invariant kernels, and whether its
-   greedy outputs are a fixed function of the config (`reproducible`).
+7  `numerics`: the engine's dtype, its thread count and batch-invariant kernels, the CPU, and
+   whether its greedy outputs are a fixed function of the config (`reproducible`).
 """
 
 from __future__ import annotations
@@ -107,10 +107,13 @@ class Numerics:
     threads: int | None
     batch_invariant: bool
     reproducible: bool
+    # The CPU it computed on (core/machine.py; None where that is not this machine): runs are
+    # reproducible between machines of one cpu only.
+    cpu: str | None = None
 
     @classmethod
-    def of(cls, dtype: str, threads: int | None, batch_invariant: bool = False) -> "Numerics":
-        return cls(dtype, threads, batch_invariant, batch_invariant or dtype in REPRODUCIBLE_DTYPES)
+    def of(cls, dtype: str, threads: int | None, batch_invariant: bool = False, cpu: str | None = None) -> "Numerics":
+        return cls(dtype, threads, batch_invariant, batch_invariant or dtype in REPRODUCIBLE_DTYPES, cpu)
 
 
 @dataclass

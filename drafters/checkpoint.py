@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from core.config import Choice
+from core.drafter_build import DRAFTER_FACTS_FILE
 from core.errors import ConfigError
 from core.model_facts import ModelFacts
+from core.weights import safetensors_problem
 from drafters.base import Drafter, DrafterConfig, check_path_hints
 
 
@@ -58,9 +61,25 @@ class CheckpointDrafter(Drafter):
         kind_error = self.checkpoint_kind_error(draft)
         if kind_error:
             raise ConfigError(f"drafter.model={draft.path} is not a {self.name} checkpoint: {kind_error}.")
+        check_weights(self.name, Path(draft.path))
         if draft.vocab_size != target.vocab_size:
             raise ConfigError(
                 f"drafter.model={draft.path} has vocab_size={draft.vocab_size} but "
                 f"target.model={target.path} has vocab_size={target.vocab_size}; "
                 f"drafter={self.name} needs the target's vocabulary."
             )
+
+
+def check_weights(drafter: str, folder: Path) -> None:
+    """Refuse a local checkpoint whose weights are cut short, saying how to get whole ones."""
+    if not folder.is_dir():
+        return  # a hub id: vLLM fetches it whole
+    problem = safetensors_problem(folder)
+    if problem is None:
+        return
+    if (folder / DRAFTER_FACTS_FILE).is_file():  # built by speclens: it builds it again
+        fix = (f"delete {folder} and run `python -m evals.embedded_drafters {drafter}` (or any run with "
+               f"drafter={drafter}) to build it again")
+    else:
+        fix = "copy or export the checkpoint again"
+    raise ConfigError(f"drafter.model={folder}: {problem}; {fix}.")

@@ -7,11 +7,14 @@ the target is the embedded default.
 
 Both learn from the same data: the target's own greedy answers to speclens's
 training prompts (drafters/training/corpus.py), generated once with vLLM and
-cached. Each folder holds `speclens_drafter.json` (core/drafter_build.py); one
-of another build version is rebuilt. From an empty cache a build gives the same
-bytes on the same machine kind: the answers come from vLLM's own engine process
-(drafters/training/selfdistill.py), and training is seeded, on a fixed thread
-count, for a fixed number of steps.
+cached, less every answer that recites an evaluation set speclens ships or reads
+(drafters/training/contamination.py; the build record counts them per set).
+Each folder holds `speclens_drafter.json` (core/drafter_build.py); one of another
+build version is rebuilt. From an empty cache a build gives the same bytes on
+every machine with the same CPU (core/machine.py), whatever cores it is given:
+the answers are decoded in float32 on one thread (drafters/training/selfdistill.py),
+and training is seeded, on a fixed thread count, for a fixed number of steps, in
+bf16 autocast where the CPU has native bf16 and in float32 elsewhere.
 """
 
 from __future__ import annotations
@@ -31,13 +34,18 @@ from core.console import console, quiet
 from core.drafter_build import (
     DRAFTER_FACTS_FILE,
     DRAFTER_FACTS_VERSION,
+    built_version,
     is_current_build,
 )
 from core.errors import AssetError, ConfigError, guarded
 from core.files import write_json_atomic, write_text_atomic
+from core.machine import cpu_label
 from evals.embedded_target import SMOLLM2_DIRNAME, ensure_smollm2
 
 __all__ = ["BUDGETS", "EMBEDDED_DRAFTERS", "Budget", "drafter_dir", "ensure_drafter", "training_samples"]
+
+# Spec-Bench's rows where this workplace keeps them (not redistributed with speclens).
+SHARED_SPEC_BENCH = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "spec_bench" / "question.jsonl"
 
 # drafter name -> folder suffix (no "eagle" in the draft model's path: vLLM would take it for a head).
 EMBEDDED_DRAFTERS = {"eagle3": "eagle3", "draft_model": "draft"}
@@ -97,8 +105,12 @@ def ensure_drafter(mechanism: str, budget: str = "full") -> pathlib.Path:
     training threads out of the caller) when it is missing or was built by another builder version."""
     _check_mechanism(mechanism)
     dest = drafter_dir(mechanism, budget)
-    if is_current_build(dest):
+    version = built_version(dest)
+    if version == DRAFTER_FACTS_VERSION:
         return dest
+    if version is not None:
+        _log(f"{dest} was built by builder version {version}, this speclens builds version {DRAFTER_FACTS_VERSION}: "
+             "building it again")
     command = [sys.executable, "-m", "evals.embedded_drafters", mechanism, "--budget", budget]
     proc = subprocess.run(command, stdout=subprocess.DEVNULL)
     if proc.returncode != 0 or not is_current_build(dest):
@@ -108,7 +120,8 @@ def ensure_drafter(mechanism: str, budget: str = "full") -> pathlib.Path:
 
 
 # The answers' own version: a new build version that does not change them reuses the cached ones.
-ANSWERS_VERSION = 2
+# 3: decoded in float32 on one thread (2: bf16 in vLLM's engine process, which parted at near-ties).
+ANSWERS_VERSION = 3
 
 
 def _answers_file(budget: Budget) -> pathlib.Path:
@@ -125,14 +138,14 @@ def _prompts(budget: Budget):
 
 def _answers(target: pathlib.Path, budget: Budget):
     """The target's greedy answers to the training and held-out prompts, generated once and cached."""
-    from drafters.training.selfdistill import Sample, generate_answers
+    from drafters.training.selfdistill import Sample, generate_answers_apart
 
     path = _answers_file(budget)
     with locked(f"drafter-data-{budget.name}"):
         if not path.is_file():
             prompts = _prompts(budget)
             _log(f"generating the target's answers to {len(prompts)} training prompts (vLLM)")
-            samples = generate_answers(target, prompts, budget.max_tokens)
+            samples = generate_answers_apart(target, prompts, budget.max_tokens)
             path.parent.mkdir(parents=True, exist_ok=True)
             write_text_atomic(path, "".join(json.dumps({"domain": s.domain, "prompt_ids": s.prompt_ids,
                                                         "answer_ids": s.answer_ids}) + "\n" for s in samples))
@@ -140,10 +153,61 @@ def _answers(target: pathlib.Path, budget: Budget):
     return [Sample(r["domain"], tuple(r["prompt_ids"]), tuple(r["answer_ids"])) for r in rows]
 
 
-def training_samples(target: pathlib.Path, budget: Budget):
-    """The build's training samples and its held-out ones (the target's answers, cached)."""
+def evaluation_sets() -> dict[str, list[str]]:
+    """Every evaluation text speclens ships or reads, by set: MT-Bench's and HumanEval's prompts,
+    the long-context sets' sources (standard-library code and docstrings), and Spec-Bench's rows
+    where a copy is found (SPECLENS_SPEC_BENCH, else the workplace's shared data beside the checkout)."""
+    from evals.datasets.humaneval import problems
+    from evals.datasets.long_context import source_texts
+    from evals.datasets.mt_bench import questions
+
+    sets = {"mt_bench": [t for p in questions() for t in p.turns],
+            "humaneval": [t for p in problems() for t in p.turns],
+            "long_context": source_texts()}
+    spec_bench = _spec_bench_file()
+    if spec_bench is not None:
+        rows = [json.loads(line) for line in spec_bench.read_text(encoding="utf-8").splitlines() if line.strip()]
+        sets["spec_bench"] = [t for r in rows for t in r.get("turns", [])]
+    return sets
+
+
+def _spec_bench_file() -> pathlib.Path | None:
+    chosen = os.environ.get("SPECLENS_SPEC_BENCH")
+    path = pathlib.Path(chosen) if chosen else SHARED_SPEC_BENCH
+    return path if path.is_file() else None
+
+
+@dataclass(frozen=True)
+class TrainingSet:
+    """The answers a build learns from (training, held-out) and the recitations left out of both."""
+
+    train: list
+    heldout: list
+    dropped: dict[str, int]
+    evaluation_texts: dict[str, int]
+
+
+def training_set(target: pathlib.Path, budget: Budget) -> TrainingSet:
+    """The build's training and held-out samples (the target's cached answers), less every answer
+    that recites an evaluation set."""
+    from transformers import AutoTokenizer
+
+    from drafters.training.contamination import EvaluationIndex, drop_recitations
+
     samples = _answers(target, budget)
-    return samples[:budget.prompts], samples[budget.prompts:]
+    tokenizer = AutoTokenizer.from_pretrained(str(target))
+    index = EvaluationIndex(evaluation_sets())
+    recitations = drop_recitations([tokenizer.decode(s.answer_ids) for s in samples], index)
+    kept = set(recitations.kept)
+    return TrainingSet([s for i, s in enumerate(samples[:budget.prompts]) if i in kept],
+                       [s for i, s in enumerate(samples) if i >= budget.prompts and i in kept],
+                       recitations.dropped, index.sizes)
+
+
+def training_samples(target: pathlib.Path, budget: Budget):
+    """The build's training samples and its held-out ones (training_set)."""
+    chosen = training_set(target, budget)
+    return chosen.train, chosen.heldout
 
 
 class _Bar:
@@ -203,12 +267,14 @@ def build(mechanism: str, budget: Budget) -> pathlib.Path:
         log = cache_dir() / "drafter-data" / f"{dest.name}.build.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with quiet(log):
-            train, heldout = training_samples(target, budget)
+            chosen = training_set(target, budget)
+        train, heldout = chosen.train, chosen.heldout
         answers_done = time.monotonic()
         with building(dest) as tmp:
             with quiet(log):
                 trained = _train(mechanism, target, train, heldout, tmp, budget)
             from drafters.training.corpus import CORPUS
+            from drafters.training.selfdistill import ANSWER_DTYPE, ANSWER_THREADS
 
             facts = {
                 "version": DRAFTER_FACTS_VERSION,
@@ -217,7 +283,9 @@ def build(mechanism: str, budget: Budget) -> pathlib.Path:
                 "library": trained["library"],
                 "budget": budget.name,
                 "corpus": {**CORPUS, "training_prompts": len(train), "heldout_prompts": len(heldout),
-                           "answer_tokens": sum(len(s.answer_ids) for s in train), "max_answer_tokens": budget.max_tokens},
+                           "answer_tokens": sum(len(s.answer_ids) for s in train), "max_answer_tokens": budget.max_tokens,
+                           "answers_decoded": {"dtype": ANSWER_DTYPE, "threads": ANSWER_THREADS, "cpu": cpu_label()},
+                           "dropped_recitations": chosen.dropped, "evaluation_texts": chosen.evaluation_texts},
                 "training": {**trained["plan"], "final_loss": round(trained["final_loss"], 4)},
                 "heldout_greedy_agreement": trained["agreement"],
                 "build_seconds": {"answers": round(answers_done - started, 1),

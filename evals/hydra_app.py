@@ -21,8 +21,8 @@ from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from core.errors import EXIT_MEASUREMENT, exit_status, report, user_message
-from core.redact import redact_overrides
 from core.files import check_folder
+from core.redact import redact_overrides
 from evals.compose import compose_config, to_run_config
 from evals.measure import ERROR_LOG, write_error_log
 from evals.sweep_report import record_failure

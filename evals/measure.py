@@ -18,6 +18,7 @@ from core.drafter_build import read_drafter_facts
 from core.errors import MeasurementError, SpeclensError
 from core.files import write_json_atomic, write_text_atomic
 from core.generation import RecordGranularity, SpecCounters
+from core.machine import cpu_label
 from core.redact import redact
 from core.summary import SUMMARY_FILE, SUMMARY_VERSION, Numerics, RunSummary
 from evals.passes import (
@@ -73,6 +74,14 @@ def _pooled_domain_counters(passes: list[Pass]) -> dict[str, SpecCounters] | Non
         for domain, c in p.domain_counters.items():
             pooled[domain] = pooled.get(domain, SpecCounters()) + c
     return pooled
+
+
+def engine_numerics(plan: RunPlan, passes: list[Pass]) -> Numerics:
+    """The engine's numerics; its CPU is this machine's where its threads are known here (in-process,
+    a launched server), unknown otherwise (an attached server, the fake)."""
+    threads = passes[0].threads if passes else None
+    return Numerics.of(plan.dtype, threads, plan.config.engine.batch_invariant,
+                       cpu_label() if threads is not None else None)
 
 
 def _check_counters(passes: list[Pass], plan: RunPlan, out_dir: Path) -> None:
@@ -257,7 +266,7 @@ def _execute(
         lossless_check=merge_lossless([op.lossless for op in points]) if baseline else None,
         speedup=speedup,
         operating_points=points,
-        numerics=Numerics.of(plan.dtype, passes[0].threads if passes else None, cfg.engine.batch_invariant),
+        numerics=engine_numerics(plan, passes),
     )
     profiles = run_profiles(out_dir, summary)
     if profiles:

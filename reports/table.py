@@ -78,6 +78,7 @@ def numerics_line(summary: RunSummary) -> str | None:
     if numerics is None or numerics.reproducible:
         return None
     threads = f" on {numerics.threads} thread(s)" if numerics.threads else ""
+    threads += f" of {numerics.cpu}" if numerics.cpu else ""
     line = (f"numerics: {numerics.dtype}{threads}: greedy outputs can part at near-ties with another thread count or "
             "batch shape, so AL may differ by a few percent on another machine, server or run; "
             "engine.dtype=float32 makes it reproducible")

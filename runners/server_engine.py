@@ -21,7 +21,6 @@ from typing import Any, Sequence
 
 from core.assets import cache_dir
 from core.errors import ConfigError, MeasurementError
-from core.redact import redact_url
 from core.files import exclusive
 from core.generation import (
     EngineStep,
@@ -30,6 +29,7 @@ from core.generation import (
     TurnRequest,
     TurnResult,
 )
+from core.redact import redact_url
 from runners.chat import ChatTokenizer
 from runners.engine import EngineFailed, ProgressFn
 from runners.server_dialects import DIALECTS, Acceptance, Dialect, Reply, unfinished

@@ -13,7 +13,7 @@ import random
 import re
 from dataclasses import dataclass
 
-__all__ = ["CORPUS", "TrainingPrompt", "shared_passages", "training_prompts"]
+__all__ = ["CORPUS", "TrainingPrompt", "shared_passages", "training_prompts", "words"]
 
 # Named in speclens_drafter.json and the README.
 CORPUS = {
@@ -208,7 +208,8 @@ def training_prompts(count: int, seed: int = 0) -> list[TrainingPrompt]:
     return prompts
 
 
-def _words(text: str) -> list[str]:
+def words(text: str) -> list[str]:
+    """The words texts are compared by: runs of lower-cased letters and digits."""
     return re.findall(r"[a-z0-9]+", text.lower())
 
 
@@ -216,18 +217,18 @@ def shared_passages(training: list[str], evaluation: list[str], n: int = 8) -> l
     """Evaluation texts that appear in the training texts: whole (short ones) or by a run of ``n``
     words in common. Empty when the two are disjoint."""
     grams: set[tuple[str, ...]] = set()
-    joined = " " + " ".join(" ".join(_words(t)) for t in training) + " "
+    joined = " " + " ".join(" ".join(words(t)) for t in training) + " "
     for text in training:
-        words = _words(text)
-        grams.update(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
+        found_words = words(text)
+        grams.update(tuple(found_words[i:i + n]) for i in range(len(found_words) - n + 1))
     found = []
     for text in evaluation:
-        words = _words(text)
-        if not words:
+        found_words = words(text)
+        if not found_words:
             continue
-        if len(words) < n:
-            if f" {' '.join(words)} " in joined and len(words) >= 4:
+        if len(found_words) < n:
+            if f" {' '.join(found_words)} " in joined and len(found_words) >= 4:
                 found.append(text)
-        elif any(tuple(words[i:i + n]) in grams for i in range(len(words) - n + 1)):
+        elif any(tuple(found_words[i:i + n]) in grams for i in range(len(found_words) - n + 1)):
             found.append(text)
     return found

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from drafters.training.optimise import Optimiser
-from drafters.training.selfdistill import Sample, training_threads
+from drafters.training.selfdistill import Sample, compute_dtype, training_autocast, training_threads
 
 __all__ = ["HeadPlan", "HeadResult", "chain_agreement", "head_agreement", "train_eagle3_head"]
 
@@ -72,8 +72,8 @@ def _verifier_states(target, samples: list[Sample], aux_layers: tuple[int, ...])
                 fused = torch.cat([out.hidden_states[i] for i in aux_layers], dim=-1)[0]
                 mask = torch.zeros(len(s.ids), dtype=torch.bool)
                 mask[len(s.prompt_ids):] = True  # learn the answers, not the prompts
-                states.append({"input_ids": ids[0], "hidden_states": fused.to(torch.bfloat16),
-                               "verifier_last_hidden_states": captured["pre_norm"][0].to(torch.bfloat16),
+                states.append({"input_ids": ids[0], "hidden_states": fused.to(compute_dtype()),
+                               "verifier_last_hidden_states": captured["pre_norm"][0].to(compute_dtype()),
                                "loss_mask": mask})
     finally:
         hook.remove()
@@ -81,12 +81,11 @@ def _verifier_states(target, samples: list[Sample], aux_layers: tuple[int, ...])
 
 
 def _target_pass(target_dir: pathlib.Path, sample_lists: list[list[Sample]], aux_layers: tuple[int, ...]):
-    """One load of the target (bf16): _verifier_states of each list, its config and its lm_head
+    """One load of the target (in compute_dtype): _verifier_states of each list, its config and its lm_head
     weight (what the agreement check needs of it)."""
-    import torch
     from transformers import AutoModelForCausalLM
 
-    target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.bfloat16).eval()
+    target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=compute_dtype()).eval()
     states = [_verifier_states(target, samples, aux_layers) for samples in sample_lists]
     return states, target.config, target.lm_head.weight.detach()
 
@@ -186,16 +185,16 @@ def train_eagle3_head(
     for step in range(plan.steps):
         batch = next(batches)
         ttt_steps = 1 if step < plan.first_position_steps else plan.ttt_steps
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with training_autocast():
             _, loss, _ = model(**batch, ttt_steps=ttt_steps, loss_config=loss_config)
         loss_value = optimiser.step(loss)
         work += ttt_steps
         progress(work, loss_value)
 
     model.eval()
-    model.to(torch.bfloat16)
+    model.to(torch.bfloat16).to(compute_dtype())  # the saved weights' values, computed as training computed
     agreement = _agreement(model, heldout_states, lm_head, plan.ttt_steps)
-    model.save_pretrained(str(out_dir))
+    model.to(torch.bfloat16).save_pretrained(str(out_dir))
     return HeadResult(plan.steps, loss_value, agreement)
 
 
@@ -226,7 +225,7 @@ def _agreement(model, states: list[dict], lm_head, ttt_steps: int, chunk: int = 
     agreed, counted = [0.0] * ttt_steps, [0.0] * ttt_steps
     for start in range(0, len(states), chunk):
         batch = _pack(states[start:start + chunk])
-        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.no_grad(), training_autocast():
             drafts = model(**{k: v for k, v in batch.items() if k != "verifier_last_hidden_states"},
                            ttt_steps=ttt_steps)
             normed = model.verifier_norm(batch["verifier_last_hidden_states"].to(lm_head.dtype))
@@ -259,5 +258,5 @@ def head_agreement(target_dir: pathlib.Path, head_dir: pathlib.Path,
     if loaded.unexpected_keys or set(loaded.missing_keys) - set(model._keys_to_ignore_on_save):
         raise ValueError(f"{head_dir} is not a head this builder saved: {loaded}")
     model.eval()
-    model.to(torch.bfloat16)
+    model.to(torch.bfloat16).to(compute_dtype())
     return {name: _agreement(model, states, lm_head, ttt_steps) for name, states in zip(sets, rows)}

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from drafters.training.optimise import Optimiser
-from drafters.training.selfdistill import Sample, training_threads
+from drafters.training.selfdistill import Sample, training_autocast, training_threads
 
 __all__ = ["DraftPlan", "DraftResult", "train_draft_model"]
 
@@ -83,7 +83,7 @@ def _agreement(draft, heldout: list[Sample]) -> float:
 
     agree = total = 0
     draft.eval()
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.no_grad(), training_autocast():
         for start in range(0, len(heldout), 8):
             ids, mask, labels = _pad(heldout[start:start + 8])
             predicted = draft(input_ids=ids, attention_mask=mask).logits[:, :-1].argmax(-1)
@@ -134,7 +134,7 @@ def train_draft_model(
             rng.shuffle(order)
         batch = [train[order.pop()] for _ in range(plan.samples_per_step)]
         ids, mask, labels = _pad(batch)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with training_autocast():
             hidden = draft.model(input_ids=ids, attention_mask=mask).last_hidden_state[:, :-1]
             wanted = to_loss_vocab[labels[:, 1:]]
             scored = wanted >= 0

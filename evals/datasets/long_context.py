@@ -95,6 +95,11 @@ def _docstrings(name: str) -> list[str]:
     return [inspect.cleandoc(d) for d in docs if d and len(d) > 80]
 
 
+def source_texts() -> list[str]:
+    """Every text the long-context prompts are cut from: each module's source and its docstrings."""
+    return [text for name in SOURCE_MODULES for text in (_source(name), *_docstrings(name))]
+
+
 def _long_text(parts: Callable[[str], list[str]], rng: random.Random, min_chars: int) -> str:
     chunks: list[str] = []
     size = 0

@@ -14,9 +14,7 @@ import pytest
 
 from core.drafter_build import DRAFTER_FACTS_FILE, describe_build, read_drafter_facts
 from drafters.training.corpus import CORPUS, shared_passages
-from evals.datasets.humaneval import problems
-from evals.datasets.mt_bench import questions
-from evals.embedded_drafters import BUDGETS, EMBEDDED_DRAFTERS, _answers, ensure_drafter
+from evals.embedded_drafters import BUDGETS, EMBEDDED_DRAFTERS, _answers, ensure_drafter, evaluation_sets, training_set
 from evals.embedded_target import ensure_smollm2
 from tests.integration.conftest import measure
 
@@ -77,8 +75,13 @@ def test_the_build_record_says_what_was_trained_and_the_stamp_carries_it(built, 
     facts = read_drafter_facts(built[mechanism])
     assert facts["mechanism"] == mechanism and facts["budget"] == "reduced"
     assert facts["corpus"]["name"] == CORPUS["name"]
-    assert facts["corpus"]["training_prompts"] == REDUCED.prompts
-    assert facts["corpus"]["heldout_prompts"] == REDUCED.heldout
+    chosen = training_set(ensure_smollm2(), REDUCED)
+    assert facts["corpus"]["dropped_recitations"] == chosen.dropped
+    assert facts["corpus"]["training_prompts"] + facts["corpus"]["heldout_prompts"] + sum(chosen.dropped.values()) \
+        == REDUCED.prompts + REDUCED.heldout
+    assert facts["corpus"]["training_prompts"] == len(chosen.train) > 0.8 * REDUCED.prompts
+    decoded = facts["corpus"]["answers_decoded"]
+    assert (decoded["dtype"], decoded["threads"]) == ("float32", 1)
     steps = REDUCED.head_steps if mechanism == "eagle3" else REDUCED.draft_steps
     assert facts["training"]["steps"] == steps
     agreement = facts["heldout_greedy_agreement"]
@@ -92,14 +95,14 @@ def test_the_build_record_says_what_was_trained_and_the_stamp_carries_it(built, 
     assert stamp["draft_build"] == facts
 
 
-# Generated again in a child process on one core with the in-process engine setting this test
-# process has: what a build started from a pinned or differently configured caller would do.
+# Generated again in a child process pinned to one core, with the in-process engine setting this test
+# process has: what a build on a machine with fewer cores, or from a pinned caller, would do.
 _REGENERATE = """
 import json, os
 from drafters.training.selfdistill import generate_answers
 from evals.embedded_drafters import BUDGETS, _prompts
 from evals.embedded_target import ensure_smollm2
-os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
 budget = BUDGETS["reduced"]
 samples = generate_answers(ensure_smollm2(), _prompts(budget), budget.max_tokens)
 print(json.dumps([list(s.answer_ids) for s in samples]))
@@ -114,14 +117,17 @@ def test_the_targets_answers_are_the_same_tokens_from_one_core_and_an_in_process
     assert sum(len(a) for a in again) > 2000  # answers, not empty strings
 
 
-def test_the_answers_trained_on_hold_no_evaluation_prompt(samples):
+def test_the_answers_trained_on_hold_no_evaluation_text(samples):
+    """The target recites some evaluation texts (SmolLM2: HumanEval docstrings); those answers are
+    dropped before training, and what is kept shares no 8-word run with any evaluation set."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(ensure_smollm2()))
-    answers = [tokenizer.decode(s.answer_ids) for s in samples]
-    assert len(answers) == REDUCED.prompts + REDUCED.heldout
-    evaluation = [t for p in questions() + problems() for t in p.turns]
-    assert shared_passages(answers, evaluation) == []
+    chosen = training_set(ensure_smollm2(), REDUCED)
+    kept = [tokenizer.decode(s.answer_ids) for s in chosen.train + chosen.heldout]
+    assert len(kept) + sum(chosen.dropped.values()) == len(samples) == REDUCED.prompts + REDUCED.heldout
+    for name, texts in evaluation_sets().items():
+        assert shared_passages(kept, texts) == [], name
 
 
 @pytest.mark.parametrize("mechanism", list(EMBEDDED_DRAFTERS))

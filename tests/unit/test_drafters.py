@@ -226,11 +226,13 @@ def test_a_build_record_of_another_version_is_refused_with_the_fix_and_is_not_cu
     assert is_current_build(tmp_path)
     (tmp_path / DRAFTER_FACTS_FILE).write_text(json.dumps(_build_facts(version=DRAFTER_FACTS_VERSION - 1)))
     with pytest.raises(CorruptRecord, match=f"not a version-{DRAFTER_FACTS_VERSION} drafter build record; "
-                                            "delete its folder to rebuild it"):
+                                            f"delete {tmp_path} to build the drafter again"):
         read_drafter_facts(tmp_path)
     assert not is_current_build(tmp_path)  # so ensure_drafter builds it again
+    # an unreadable record is said, not answered by minutes of building again unasked
     (tmp_path / DRAFTER_FACTS_FILE).write_text("{")
-    assert not is_current_build(tmp_path)
+    with pytest.raises(CorruptRecord, match=f"is unreadable .*; delete {tmp_path} to build the drafter again"):
+        is_current_build(tmp_path)
 
 
 def test_ensure_drafter_builds_again_only_a_drafter_of_another_builder_version(monkeypatch, tmp_path):
@@ -270,7 +272,7 @@ def test_the_targets_answers_are_generated_once_and_read_back_as_generated(monke
         calls.append((len(prompts), max_tokens))
         return [selfdistill.Sample(p.domain, (1, 2, i), tuple(range(i % 5 + 1))) for i, p in enumerate(prompts)]
 
-    monkeypatch.setattr(selfdistill, "generate_answers", generate)
+    monkeypatch.setattr(selfdistill, "generate_answers_apart", generate)
     budget = BUDGETS["reduced"]
     first = _answers(tmp_path, budget)
     assert _answers(tmp_path, budget) == first and calls == [(budget.prompts + budget.heldout, budget.max_tokens)]
@@ -290,3 +292,58 @@ def test_the_heads_agreement_counts_chains_as_greedy_verification_accepts_them()
     agreed, counted = chain_agreement([first, second], d2t, wanted, mask)
     assert counted == [5.0, 4.0]  # the second draft is counted where the token it proposes is an answer's
     assert agreed == [4.0, 2.0]  # rows 0, 1, 2, 4; then rows 0 and 1 (row 4's second token is not counted)
+
+
+def test_an_unreadable_build_record_is_refused_in_one_line_not_rebuilt(monkeypatch, tmp_path, capsys):
+    import subprocess
+
+    from core.drafter_build import DRAFTER_FACTS_FILE
+    from evals import embedded_drafters
+    from evals.embedded_drafters import drafter_dir, main
+
+    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
+    folder = drafter_dir("eagle3", "reduced")
+    folder.mkdir(parents=True)
+    (folder / DRAFTER_FACTS_FILE).write_text("{not json")
+    monkeypatch.setattr(embedded_drafters.subprocess, "run",
+                        lambda *a, **k: pytest.fail("started a build") or subprocess.CompletedProcess(a, 0))
+    with pytest.raises(Exception, match="is unreadable"):
+        embedded_drafters.ensure_drafter("eagle3", "reduced")
+    assert main(["eagle3", "--budget", "reduced"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("speclens: error: ") and f"delete {folder}" in err[0]
+
+
+def _safetensors(path, tensors: dict[str, bytes]) -> None:
+    import json
+    import struct
+
+    header, offset = {}, 0
+    for name, data in tensors.items():
+        header[name] = {"dtype": "U8", "shape": [len(data)], "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+    blob = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(blob)) + blob + b"".join(tensors.values()))
+
+
+def test_truncated_weights_are_refused_before_vllm_naming_the_drafter_and_how_to_rebuild_it(tmp_path):
+    from core.drafter_build import DRAFTER_FACTS_FILE
+    from core.errors import ConfigError
+    from core.weights import safetensors_problem
+    from drafters.checkpoint import check_weights
+
+    folder = tmp_path / "head"
+    folder.mkdir()
+    _safetensors(folder / "model.safetensors", {"a": b"x" * 100, "b": b"y" * 50})
+    assert safetensors_problem(folder) is None
+    whole = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(whole[:-30])
+    assert safetensors_problem(folder) == f"model.safetensors is cut short: {len(whole) - 30:,} of its {len(whole):,} bytes"
+    with pytest.raises(ConfigError, match="copy or export the checkpoint again"):
+        check_weights("eagle3", folder)
+    (folder / DRAFTER_FACTS_FILE).write_text("{}")  # one speclens built
+    with pytest.raises(ConfigError, match=rf"^drafter\.model={folder}: model\.safetensors is cut short: .*; delete "
+                                          rf"{folder} and run `python -m evals\.embedded_drafters eagle3`"):
+        check_weights("eagle3", folder)
+    (folder / "model.safetensors").write_bytes(whole[:5])
+    assert safetensors_problem(folder) == "model.safetensors has 5 bytes, not even a header"

@@ -1,0 +1,37 @@
+"""The CPU a run's numbers were computed on, as far as it moves them.
+
+Float kernels are chosen by instruction set: the same float32 (or bf16) model gives other
+roundings on an AVX2 machine than on an AVX-512 one, and bf16 matrix products run natively only
+with AVX512_BF16 or AMX (elsewhere several times slower, in a fallback). So equality between two
+machines is claimed only between machines of the same `cpu_label()`.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+from pathlib import Path
+
+__all__ = ["cpu_label"]
+
+# The instruction sets that pick the float kernels, most capable first.
+ISA_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_label() -> str:
+    """`<model name> (<its float instruction sets>)`, e.g. `AMD EPYC (avx2)`."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                model = value.strip()
+            elif key.strip() in ("flags", "Features"):
+                flags = set(value.split())
+            if flags and model:
+                break
+    except OSError:
+        pass
+    isa = [flag for flag in ISA_FLAGS if flag in flags]
+    return f"{model} ({', '.join(isa) or platform.machine()})"
