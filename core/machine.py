@@ -12,7 +12,7 @@ import functools
 import platform
 from pathlib import Path
 
-__all__ = ["cpu_label"]
+__all__ = ["cpu_label", "native_bf16"]
 
 # The instruction sets that pick the float kernels, most capable first.
 ISA_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
@@ -35,3 +35,8 @@ def cpu_label() -> str:
         pass
     isa = [flag for flag in ISA_FLAGS if flag in flags]
     return f"{model} ({', '.join(isa) or platform.machine()})"
+
+
+def native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 matrices natively (AVX512_BF16 or AMX)."""
+    return any(isa in cpu_label() for isa in ("amx_bf16", "avx512_bf16"))

