@@ -115,8 +115,7 @@ def fit_engine_defaults(cfg: RunConfig, target: ModelFacts) -> dict[str, dict[st
             cfg.engine.dtype = Dtype.float32
             fitted["engine.dtype"] |= {"value": "float32", "why": (
                 f"this CPU ({cpu_label()}) has no native bf16: vLLM's CPU build runs 16-bit models many times "
-                "slower than float32 here, and float32 greedy outputs are reproducible; set engine.dtype=bfloat16 "
-                "to measure in bf16 anyway")}
+                "slower than float32 here, and float32 greedy outputs are reproducible")}
     return fitted
 
 
