@@ -16,17 +16,8 @@ import json
 import sys
 from pathlib import Path
 
-
-def turns(run_dir: Path) -> dict:
-    """Each turn's output tokens and its drafted steps' accepted counts."""
-    import pandas as pd  # from the clone's venv
-
-    steps = pd.read_parquet(run_dir / "steps.parquet") if (run_dir / "steps.parquet").is_file() else None
-    accepted = {} if steps is None else (steps.sort_values(["batch_size", "request_id", "turn", "step"])
-                                         .groupby(["batch_size", "request_id", "turn"]).num_accepted.apply(list).to_dict())
-    rows = [json.loads(line) for line in (run_dir / "outputs.jsonl").read_text().splitlines() if line.strip()]
-    return {(r["batch_size"], r["request_id"], r["turn"]): (r["token_ids"], accepted.get((r["batch_size"], r["request_id"], r["turn"])))
-            for r in rows}
+# Run by the fresh clone's venv, where speclens is installed: the self-check's own comparison.
+from evals.selfcheck import parted
 
 
 def reproducible(summary: dict) -> bool:
@@ -47,7 +38,7 @@ def compare_runs(a: Path, b: Path) -> tuple[int, int]:
             continue
         sa, sb = json.loads(summary_a.read_text()), json.loads(summary_b.read_text())
         if reproducible(sa) and reproducible(sb):
-            same = turns(summary_a.parent) == turns(summary_b.parent) and sa.get("al") == sb.get("al")
+            same = not parted(summary_a.parent, summary_b.parent)[1] and sa.get("al") == sb.get("al")
             equal, differ = equal + same, differ + (not same)
             if not same:
                 print(f"DIFFER  {rel}: AL {sa.get('al')} vs {sb.get('al')} ({sa['numerics']['dtype']}, claimed equal)")
@@ -65,10 +56,10 @@ def compare_builds(a: Path, b: Path) -> tuple[int, int]:
         file_b = b / "cache" / rel
         if not file_b.is_file():
             continue
-        same = digest(file_a) == digest(file_b)
+        digest_a, digest_b = digest(file_a), digest(file_b)
+        same = digest_a == digest_b
         equal, differ = equal + same, differ + (not same)
-        print(f"{'equal  ' if same else 'DIFFER '} {rel}: sha256 {digest(file_a)[:16]}"
-              + ("" if same else f" vs {digest(file_b)[:16]}"))
+        print(f"{'equal  ' if same else 'DIFFER '} {rel}: sha256 {digest_a[:16]}" + ("" if same else f" vs {digest_b[:16]}"))
     return equal, differ
 
 

@@ -89,20 +89,21 @@ CHECKS: list[tuple[str, list[str], Callable[[RunSummary], CheckResult]]] = [
 ]
 
 
-def records(run_dir: Path) -> dict[tuple[str, int], tuple[list[int], list[int]]]:
-    """Each turn's output tokens and its drafted steps' accepted counts, as the run recorded them."""
-    accepted = (read_parquet(run_dir / "steps.parquet").sort_values(["request_id", "turn", "step"])
-                .groupby(["request_id", "turn"]).num_accepted.apply(list).to_dict())
+def records(run_dir: Path) -> dict[tuple[int, str, int], tuple[list[int], list[int]]]:
+    """Each (batch size, request, turn)'s output tokens and its drafted steps' accepted counts, as
+    the run recorded them."""
+    keys = ["batch_size", "request_id", "turn"]
+    accepted = (read_parquet(run_dir / "steps.parquet").sort_values([*keys, "step"])
+                .groupby(keys).num_accepted.apply(list).to_dict())
     rows = [json.loads(line) for line in (run_dir / "outputs.jsonl").read_text(encoding="utf-8").splitlines()]
-    return {(r["request_id"], r["turn"]): (r["token_ids"], accepted.get((r["request_id"], r["turn"]), []))
-            for r in rows}
+    return {key: (r["token_ids"], accepted.get(key, [])) for r in rows for key in [tuple(r[k] for k in keys)]}
 
 
 def parted(a: Path, b: Path) -> tuple[int, list[str]]:
     """How many turns the two runs recorded, and those whose tokens or accepted counts differ."""
     first, second = records(a), records(b)
     keys = sorted(set(first) | set(second))
-    return len(keys), [f"{r}#{t}" for r, t in keys if first.get((r, t)) != second.get((r, t))]
+    return len(keys), [f"{r}#{t} (B={b})" for b, r, t in keys if first.get((b, r, t)) != second.get((b, r, t))]
 
 
 def same_records_check(name: str, reference: Path, again: Path) -> CheckResult:
