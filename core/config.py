@@ -126,6 +126,21 @@ class DatasetConfig:
 
 
 @dataclass
+class ReasoningConfig:
+    """Where a reasoning target's thinking ends in each output, so that acceptance is measured per
+    segment (thinking, answer; core/segments.py). Set `parser` or `end`, not both; neither: no split."""
+
+    # One of vLLM's reasoning parsers, by name (vllm.reasoning.ReasoningParserManager), built on
+    # the target's tokenizer: thinking ends where it says (is_reasoning_end / extract_content_ids).
+    parser: str | None = None
+    # Or delimiters matched on the decoded output, for any model: thinking ends with `end` ...
+    end: str | None = None
+    # ... and, where set, an output thinks only if the prompt's template opened thinking (its last
+    # delimiter is `start`) or the output holds `start` itself.
+    start: str | None = None
+
+
+@dataclass
 class RunConfig:
     target: TargetConfig = MISSING
     # A drafter's config class (drafters/<name>.py), chosen with drafter=<name>.
@@ -152,6 +167,11 @@ class RunConfig:
     # With baseline=true: run the speculative and plain passes this many times, interleaved; the
     # speedup is the median repeat's, with the range over all of them (null: once).
     repeats: int | None = None
+    # Where thinking ends in the outputs: acceptance per segment (summary.json by_segment).
+    reasoning: ReasoningConfig = field(default_factory=ReasoningConfig)
+    # Passed to the target's chat template wherever speclens renders a prompt (in-process and
+    # server runners alike), e.g. {enable_thinking: false} for Qwen3's.
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     # Re-run even when the run dir already holds a finished run of this configuration.
     force: bool = False
     # Show vLLM's and torch's own output on the terminal (default: into the run dir's engine.log).
@@ -171,7 +191,9 @@ NOT_FINGERPRINTED = ("force", "logger", "runner", "verbose")
 # fingerprint only when set otherwise, so a configuration that does not use them keeps the
 # identity its finished runs were stored under.
 FINGERPRINTED_WHEN_SET: dict[str, Any] = {"request_rate": None, "repeats": None, "drafter.schedule": None,
-                                          "engine.batch_invariant": False}
+                                          "engine.batch_invariant": False,
+                                          "reasoning": {"parser": None, "end": None, "start": None},
+                                          "chat_template_kwargs": {}}
 
 
 def config_fingerprint(resolved: dict[str, Any], names: dict[str, str]) -> str:

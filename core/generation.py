@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
+
+from core.segments import Boundary
 
 
 @dataclass(frozen=True)
 class Prompt:
-    """One conversation: user turns sent in order, later turns carrying the model's answers."""
+    """One conversation: user turns sent in order, later turns carrying the model's answers; or
+    one cut point of an agent trajectory: its recorded messages, sent as they are."""
 
     request_id: str
     # What reports group by (evals/datasets/domains.py normalizes source categories).
@@ -18,6 +21,18 @@ class Prompt:
     # The source's own category, kept next to the domain.
     category: str
     turns: tuple[str, ...]
+    # A cut point: every message of the trajectory before one assistant turn (OpenAI layout:
+    # role, content, tool_calls, tool_call_id), one request; `turns` is then empty ...
+    messages: tuple[dict[str, Any], ...] | None = None
+    # ... the tool schemas its chat template renders ...
+    tools: tuple[dict[str, Any], ...] | None = None
+    # ... and which assistant turn of the trajectory it is (0: the first).
+    agent_turn: int | None = None
+
+    @property
+    def n_turns(self) -> int:
+        """Generations this prompt takes: one per user turn, or one for a cut point."""
+        return 1 if self.messages is not None else len(self.turns)
 
 
 @dataclass(frozen=True)
@@ -83,6 +98,8 @@ class TurnResult:
     top2_margins: list[float] | None = None
     # The prompt it answered (set by the conversation runner; explaining a mismatch re-sends it).
     prompt_token_ids: tuple[int, ...] = ()
+    # Where its thinking ends (set after the pass where reasoning.* is configured; evals/reasoning.py).
+    boundary: Boundary | None = None
 
 
 @dataclass(frozen=True)
@@ -143,4 +160,5 @@ class SamplingSpec:
 class ChatEncoder(Protocol):
     """Anything that turns chat messages into the target's prompt token ids (an engine, a tokenizer)."""
 
-    def chat_token_ids(self, messages: Sequence[dict[str, str]]) -> list[int]: ...
+    def chat_token_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
+        """Token ids of `messages` (and the tool schemas `tools`) with the target's chat template."""

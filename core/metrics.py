@@ -10,12 +10,14 @@ reports only counters (`domain`), AL comes from the counters of the requests it 
 - tokens per target step: output tokens / target forward passes, counting the
   prefill step and undrafted steps.
 - per-position acceptance: steps with more than k accepted / drafted steps.
+- per segment (thinking, answer; core/segments.py for which step and token is where): the same
+  figures over each segment's steps, its share of the output tokens.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -23,8 +25,28 @@ import pandas as pd
 from core.console import console
 from core.errors import MeasurementError
 from core.generation import COUNTER_NAMES, SpecCounters
+from core.segments import SEGMENTS
 
 BOOTSTRAP_SAMPLES = 2000
+# Dataclass fields written to JSON only when set (core/summary.py to_plain): absent, not null,
+# where they do not apply.
+OMITTED_WHEN_NONE = {"omit_when_none": True}
+
+
+@dataclass
+class SegmentFigures:
+    """Acceptance within one segment (thinking or answer) of a group's outputs."""
+
+    al: float | None
+    al_ci95: list[float] | None
+    # The segment's output tokens over its target passes.
+    tokens_per_step: float | None
+    per_position_acceptance: list[float] | None
+    # Conversations with at least one token in the segment.
+    n_requests: int
+    n_steps: int
+    output_tokens: int
+    share_of_output_tokens: float | None
 
 
 @dataclass
@@ -36,6 +58,8 @@ class GroupFigures:
     tokens_per_step: float | None
     n_requests: int
     n_steps: int
+    # With a reasoning boundary: the same per segment (thinking, answer).
+    by_segment: dict[str, SegmentFigures] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
 
 
 @dataclass
@@ -161,11 +185,53 @@ def group_summary(steps: pd.DataFrame, requests: pd.DataFrame, seed: int,
 
 
 def by_domain(steps: pd.DataFrame, requests: pd.DataFrame, seed: int,
-              counters: dict[str, SpecCounters] | None = None) -> dict[str, GroupFigures]:
-    return {
-        domain: group_summary(domain_steps, group, seed, counters[domain] if counters else None)
-        for domain, group, domain_steps in split_by_domain(steps, requests)
-    }
+              counters: dict[str, SpecCounters] | None = None, d: int | None = None,
+              per_step: bool = True) -> dict[str, GroupFigures]:
+    """Each domain's figures, with its segments' (`d`: for their per-position acceptance)."""
+    out = {}
+    for domain, group, domain_steps in split_by_domain(steps, requests):
+        figures = group_summary(domain_steps, group, seed, counters[domain] if counters else None)
+        figures.by_segment = by_segment(domain_steps, group, seed, d, per_step)
+        out[domain] = figures
+    return out
+
+
+def by_segment(steps: pd.DataFrame, requests: pd.DataFrame, seed: int, d: int | None,
+               per_step: bool = True) -> dict[str, SegmentFigures] | None:
+    """Each segment's figures; None where the records hold no reasoning boundary. Without step
+    records (`per_step` false: request or domain granularity) a segment's AL is unknown, its tokens are not."""
+    if "thinking_tokens" not in requests.columns:
+        return None
+    per_step = per_step and "segment" in steps.columns
+    total = int(requests["output_tokens"].sum())
+    out = {}
+    for segment in SEGMENTS:
+        tokens = requests[f"{segment}_tokens"]
+        passes = requests[f"{segment}_target_steps"]
+        seg_steps = steps[steps["segment"] == segment] if per_step else steps.iloc[0:0]
+        al = acceptance_length(seg_steps) if per_step else None
+        known_passes = not passes.isna().any() and int(passes.sum()) > 0
+        out[segment] = SegmentFigures(
+            al=None if al is None else float(al),
+            al_ci95=al_ci95(seg_steps, seed) if per_step else None,
+            tokens_per_step=float(tokens.sum() / passes.sum()) if known_passes else None,
+            per_position_acceptance=per_position_acceptance(seg_steps, d) if per_step and d else None,
+            n_requests=int(requests.loc[tokens > 0, "request_id"].nunique()),
+            n_steps=int(len(seg_steps)),
+            output_tokens=int(tokens.sum()),
+            share_of_output_tokens=float(tokens.sum() / total) if total else None,
+        )
+    return out
+
+
+def by_turn(steps: pd.DataFrame, requests: pd.DataFrame, seed: int) -> dict[str, GroupFigures] | None:
+    """Each assistant-turn index of agent trajectories (`agent_turn`), keyed by it as text; None
+    where the prompts are not cut points of trajectories."""
+    if "agent_turn" not in requests.columns:
+        return None
+    steps_of = dict(tuple(steps.groupby("agent_turn", sort=False))) if "agent_turn" in steps.columns else {}
+    return {str(int(turn)): group_summary(steps_of.get(turn, steps.iloc[0:0]), group, seed)
+            for turn, group in requests.groupby("agent_turn", sort=True)}
 
 
 def split_by_domain(steps: pd.DataFrame, requests: pd.DataFrame) -> list[tuple[str, pd.DataFrame, pd.DataFrame]]:

@@ -16,9 +16,13 @@ import pyarrow.parquet as pq
 from core.errors import CorruptRecord, SpeclensError
 from core.files import write_atomic
 from core.generation import EngineStep, Prompt, RecordGranularity, TurnResult
+from core.segments import passes_by_segment, step_segment
 
 # 2: every record carries the batch size (operating point) it was measured at; engine steps their pass.
-RECORDS_VERSION = 2
+# 3: where a reasoning boundary is configured, steps carry their `segment` and requests
+#    SEGMENT_REQUEST_COLUMNS; on agent trajectories, steps and requests carry `agent_turn`, the
+#    assistant turn of the trajectory the request cut before (both absent otherwise).
+RECORDS_VERSION = 3
 SCHEMA_KEY = b"speclens_schema_version"
 
 STEP_COLUMNS = [
@@ -28,6 +32,9 @@ REQUEST_COLUMNS = [
     "batch_size", "request_id", "domain", "category", "turn", "prompt_tokens", "output_tokens",
     "drafted_steps", "target_steps", "num_accepted", "al", "latency_s",
 ]
+# With a reasoning boundary: each turn's output tokens on either side of it, and its target
+# passes by segment (core/segments.py: a pass belongs where its first token is).
+SEGMENT_REQUEST_COLUMNS = ["thinking_tokens", "answer_tokens", "thinking_target_steps", "answer_target_steps"]
 
 
 def step_frame(results: Sequence[TurnResult], prompts: Mapping[str, Prompt], batch_size: int) -> pd.DataFrame:
@@ -39,7 +46,32 @@ def step_frame(results: Sequence[TurnResult], prompts: Mapping[str, Prompt], bat
     ]
     frame = pd.DataFrame(rows, columns=STEP_COLUMNS)
     ints = ("batch_size", "turn", "step", "position", "num_drafted", "num_accepted")
-    return frame.astype({c: "int64" for c in ints})
+    frame = frame.astype({c: "int64" for c in ints})
+    _add_agent_turns(frame, prompts)
+    if _segmented(results):
+        frame["segment"] = [step_segment(s.position, r.prompt_tokens, r.boundary.thinking_tokens)
+                            for r in results for s in r.steps]
+        frame["segment"] = frame["segment"].astype("object")
+    return frame
+
+
+def _add_agent_turns(frame: pd.DataFrame, prompts: Mapping[str, Prompt]) -> None:
+    """`agent_turn` of each row's request, where the prompts are cut points of agent trajectories."""
+    if any(p.agent_turn is not None for p in prompts.values()):
+        frame["agent_turn"] = [prompts[rid].agent_turn for rid in frame["request_id"]]
+        frame["agent_turn"] = frame["agent_turn"].astype("Int64")
+
+
+def _segmented(results: Sequence[TurnResult]) -> bool:
+    """Whether these results carry their thinking boundaries (reasoning.* configured)."""
+    return bool(results) and all(r.boundary is not None for r in results)
+
+
+def _segment_columns(r: TurnResult) -> tuple[int, int, int, int]:
+    n, thinking = len(r.output_token_ids), r.boundary.thinking_tokens
+    starts = [(s.position - r.prompt_tokens, s.num_accepted) for s in r.steps]
+    thinking_passes, answer_passes = passes_by_segment(starts, n, thinking)
+    return thinking, n - thinking, thinking_passes, answer_passes
 
 
 def request_frame(
@@ -66,7 +98,15 @@ def request_frame(
     frame = pd.DataFrame(rows, columns=REQUEST_COLUMNS)
     ints = ("batch_size", "turn", "prompt_tokens", "output_tokens", "drafted_steps", "target_steps", "num_accepted")
     nullable = ("drafted_steps", "num_accepted", "target_steps") if granularity == RecordGranularity.domain else ()
-    return frame.astype({c: "Int64" if c in nullable else "int64" for c in ints} | {"al": "float64", "latency_s": "float64"})
+    frame = frame.astype({c: "Int64" if c in nullable else "int64" for c in ints} | {"al": "float64", "latency_s": "float64"})
+    _add_agent_turns(frame, prompts)
+    if _segmented(results):
+        columns = pd.DataFrame([_segment_columns(r) for r in results], columns=SEGMENT_REQUEST_COLUMNS, dtype="int64")
+        if granularity != RecordGranularity.step:  # no step positions: passes by segment unknown
+            columns[["thinking_target_steps", "answer_target_steps"]] = None
+            columns = columns.astype({c: "Int64" for c in ("thinking_target_steps", "answer_target_steps")})
+        frame = pd.concat([frame, columns], axis=1)
+    return frame
 
 
 # mode: the pass (core/costs.py PassMode).

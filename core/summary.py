@@ -17,6 +17,10 @@ Schema versions of summary.json:
    `lossless.mismatches` (each explained as a near-tie or a divergence) with their counts.
 7  `numerics`: the engine's dtype, its thread count and batch-invariant kernels, the CPU, and
    whether its greedy outputs are a fixed function of the config (`reproducible`).
+8  with a reasoning boundary (reasoning.*): `by_segment` (thinking, answer), overall and under
+   every domain, and `reasoning` (how the boundary was found, how many outputs closed thinking);
+   both absent otherwise. On agent trajectories (dataset=agentic): `by_turn`, the figures per
+   assistant-turn index of the trajectories; absent otherwise.
 """
 
 from __future__ import annotations
@@ -35,10 +39,10 @@ from core.errors import CorruptRecord, SpeclensError
 from core.files import write_json_atomic
 from core.generation import SpecCounters
 from core.latency import Latency
-from core.metrics import GroupFigures, PositionBin
+from core.metrics import OMITTED_WHEN_NONE, GroupFigures, PositionBin, SegmentFigures
 
 SUMMARY_FILE = "summary.json"
-SUMMARY_VERSION = 7
+SUMMARY_VERSION = 8
 REPLAY_FILE = "replay.json"
 # replay.json: 1 had no version field (summary and stamp only); 2 carries `schema_version`, the
 # config fingerprint and the runner.
@@ -114,6 +118,21 @@ class Numerics:
     @classmethod
     def of(cls, dtype: str, threads: int | None, batch_invariant: bool = False, cpu: str | None = None) -> "Numerics":
         return cls(dtype, threads, batch_invariant, batch_invariant or dtype in REPRODUCIBLE_DTYPES, cpu)
+
+
+@dataclass
+class ReasoningSplit:
+    """How a run's outputs were split into thinking and answer (core/segments.py)."""
+
+    # How the boundary was found: "parser <name>" or "text '<end>'" (reasoning.*).
+    boundary: str
+    n_outputs: int
+    # Outputs in which thinking ended.
+    n_closed: int
+    # Outputs that think to their end (cut by sampling.max_tokens): all thinking.
+    n_unclosed: int
+    # Outputs with no thinking at all (all answer).
+    n_without_thinking: int
 
 
 @dataclass
@@ -203,6 +222,11 @@ class RunSummary:
     # ([[start, end, k], ...]; d is its largest k).
     schedule: list[list[int]] | None = None
     numerics: Numerics | None = None
+    # With a reasoning boundary: the figures per segment, and how the outputs were split.
+    by_segment: dict[str, SegmentFigures] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    reasoning: ReasoningSplit | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    # On agent trajectories: the figures per assistant-turn index ("0", "1", ...).
+    by_turn: dict[str, GroupFigures] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
 
     @property
     def label(self) -> str:
@@ -262,7 +286,8 @@ _KEYWORDS = {"from_": "from"}
 
 def to_plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value):
-        return {_KEYWORDS.get(f.name, f.name): to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {_KEYWORDS.get(f.name, f.name): to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if not (f.metadata.get("omit_when_none") and getattr(value, f.name) is None)}
     if isinstance(value, dict):
         return {k: to_plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -330,10 +355,14 @@ def _summary_6_to_7(data: dict[str, Any]) -> dict[str, Any]:
     return data  # the engine's numerics were not recorded: numerics = null
 
 
+def _summary_7_to_8(data: dict[str, Any]) -> dict[str, Any]:
+    return data  # no reasoning boundary could be configured: no by_segment, no reasoning
+
+
 # version -> the step from that version to the next.
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     1: _summary_1_to_2, 2: _summary_2_to_3, 3: _summary_3_to_4, 4: _summary_4_to_5, 5: _summary_5_to_6,
-    6: _summary_6_to_7,
+    6: _summary_6_to_7, 7: _summary_7_to_8,
 }
 
 

@@ -4,7 +4,7 @@ and turn k+1 carries the model's own earlier answers."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from core.generation import SamplingSpec, TurnRequest, TurnResult
 from evals.datasets import Prompt
@@ -16,13 +16,16 @@ def _run_turns(
 ) -> None:
     """Send every conversation's turn k as one batch; `answer(batch)` generates it and gives
     the answer texts that turn k + 1 carries as the assistant's messages."""
-    history: dict[str, list[dict[str, str]]] = {p.request_id: [] for p in prompts}
-    for turn in range(max(len(p.turns) for p in prompts)):
+    # A cut point of an agent trajectory starts from its recorded messages and is one generation.
+    history: dict[str, list[dict[str, Any]]] = {p.request_id: list(p.messages or ()) for p in prompts}
+    for turn in range(max(p.n_turns for p in prompts)):
         batch = []
         for p in prompts:
-            if turn < len(p.turns):
-                history[p.request_id].append({"role": "user", "content": p.turns[turn]})
-                batch.append(TurnRequest(p.request_id, turn, tuple(engine.chat_token_ids(history[p.request_id]))))
+            if turn < p.n_turns:
+                if p.messages is None:
+                    history[p.request_id].append({"role": "user", "content": p.turns[turn]})
+                ids = engine.chat_token_ids(history[p.request_id], p.tools)
+                batch.append(TurnRequest(p.request_id, turn, tuple(ids)))
         for req, text in zip(batch, answer(batch)):
             history[req.request_id].append({"role": "assistant", "content": text})
 
@@ -55,6 +58,8 @@ def run_conversations(
 def conversation_token_ids(encoder: Engine, prompt: Prompt, answer_tokens: int) -> list[list[int]]:
     """Turn-by-turn prompt ids with placeholder answers of `answer_tokens` words, for length
     checks before a run; `encoder` is anything with `chat_token_ids` (engine or tokenizer)."""
+    if prompt.messages is not None:
+        return [encoder.chat_token_ids(list(prompt.messages), prompt.tools)]
     placeholder = " ".join(["x"] * answer_tokens)
     messages: list[dict[str, str]] = []
     per_turn = []

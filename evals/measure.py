@@ -30,6 +30,7 @@ from evals.passes import (
     zero_cost_spec,
 )
 from evals.plan import RunPlan
+from evals.reasoning import split_outputs, warn_about
 from evals.stamp import git_sha, package_versions
 from evals.summary import (
     build_summary,
@@ -211,6 +212,8 @@ def _execute(
         "draft_build": read_drafter_facts(plan.draft_dir) if plan.draft_dir else None,
         "git_sha": sha,
     }
+    if plan.dropped_too_long:  # prompts dropped as too long for the engine (dataset.drop_too_long), per category
+        stamp["dropped_too_long"] = plan.dropped_too_long
     write_json_atomic(stamp, out_dir / STAMP_FILE)
 
     mode = PassMode.speculative if spec is not None else PassMode.plain
@@ -226,6 +229,10 @@ def _execute(
                 lambda: run_passes(plan, factory, None, PassMode.plain, progress, out_dir),
                 lambda finished: write_outputs(finished, out_dir / "baseline_outputs.jsonl")))
     passes, baseline, spreads = median_repeats(spec_rounds, plain_rounds)
+    split = None
+    if plan.segmenter is not None:
+        split = split_outputs(plan.segmenter, [r for p in passes for r in p.results])
+        warn_about(split, cfg)
     steps, requests = write_records(passes, plan, out_dir)
     engine_steps = write_engine_steps(passes, out_dir / "engine_steps.parquet")
     if baseline:
@@ -267,6 +274,7 @@ def _execute(
         speedup=speedup,
         operating_points=points,
         numerics=engine_numerics(plan, passes),
+        reasoning=split,
     )
     profiles = run_profiles(out_dir, summary)
     if profiles:

@@ -192,7 +192,8 @@ def night_rows(args: NightlyArgs, comparison: pd.DataFrame | None) -> pd.DataFra
                          "domain": domain, "n_requests": group.n_requests, "al": group.al})
     frame = pd.DataFrame(rows)
     if comparison is not None and not frame.empty:
-        diff = comparison.drop(columns=["candidate_al", "n_requests"])
+        # the history's rows are of whole outputs; the comparison's segments are in compare.csv
+        diff = comparison[comparison.segment == "all"].drop(columns=["candidate_al", "n_requests", "segment"])
         frame = frame.merge(diff, on=["drafter", "d", "domain"], how="left")
         frame["baseline_dir"] = str(args.baseline.resolve()) if args.baseline else None
         frame["regressed"] = regressed(frame, args.threshold)

@@ -20,6 +20,7 @@ from core.config import (
     RunConfig,
     WandbLoggerConfig,
 )
+from core.console import console
 from core.errors import ConfigError
 from core.generation import Prompt, SamplingSpec
 from core.machine import cpu_label, native_bf16
@@ -31,6 +32,7 @@ from evals.conversation import conversation_token_ids
 from evals.datasets import dataset_name, load_prompts
 from evals.datasets.base import fingerprint as dataset_fingerprint
 from evals.embedded_drafters import EMBEDDED_DRAFTERS, ensure_drafter
+from evals.reasoning import Segmenter, check_template_kwargs, make_segmenter
 from runners import checkpoints
 from runners.registry import runner_name, runner_of
 
@@ -55,6 +57,10 @@ class RunPlan:
     schedule: list[list[int]] | None = None
     # Engine keys the user left unset, with the value fitted to the target and why (stamp.json).
     fitted: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Where thinking ends in each output (reasoning.*; None: no split).
+    segmenter: Segmenter | None = None
+    # Prompts dropped as too long (dataset.drop_too_long), per category.
+    dropped_too_long: dict[str, int] = field(default_factory=dict)
 
     @property
     def dataset_name(self) -> str:
@@ -221,8 +227,15 @@ def check_context_window(cfg: RunConfig, target: ModelFacts) -> None:
         )
 
 
-def check_prompt_lengths(prompts: list[Prompt], encoder: Any, cfg: RunConfig) -> None:
-    """Every turn's prompt (earlier answers counted at max_tokens) plus its answer must fit."""
+def first_messages(prompt: Prompt) -> list[dict[str, Any]]:
+    """The messages of a prompt's first generation."""
+    return list(prompt.messages) if prompt.messages is not None else [{"role": "user", "content": prompt.turns[0]}]
+
+
+def check_prompt_lengths(prompts: list[Prompt], encoder: Any, cfg: RunConfig) -> tuple[list[Prompt], dict[str, int]]:
+    """Every turn's prompt (earlier answers counted at max_tokens) plus its answer must fit; with
+    dataset.drop_too_long (agent trajectories) the prompts that do not are dropped instead, counted
+    per category. The prompts kept, and the dropped counts."""
     limit = cfg.engine.max_model_len
     max_tokens = cfg.sampling.max_tokens
     needed = {
@@ -230,6 +243,20 @@ def check_prompt_lengths(prompts: list[Prompt], encoder: Any, cfg: RunConfig) ->
         for p in prompts
     }
     too_long = {rid: n for rid, n in needed.items() if n > limit}
+    if too_long and getattr(cfg.dataset, "drop_too_long", False):
+        dropped: dict[str, int] = {}
+        for p in prompts:
+            if p.request_id in too_long:
+                dropped[p.category] = dropped.get(p.category, 0) + 1
+        kept = [p for p in prompts if p.request_id not in too_long]
+        counts = ", ".join(f"{c}: {n}" for c, n in sorted(dropped.items()))
+        print(f"speclens: dropped {len(too_long)} of {len(prompts)} prompts longer than engine.max_model_len={limit} "
+              f"with sampling.max_tokens={max_tokens} (dataset.drop_too_long=true; by category: {counts}).",
+              file=console())
+        if not kept:
+            raise ConfigError(f"every prompt is longer than engine.max_model_len={limit} allows with sampling.max_tokens="
+                              f"{max_tokens}; raise engine.max_model_len.")
+        return kept, dropped
     if too_long:
         worst = max(too_long.values())
         raise ConfigError(
@@ -237,8 +264,10 @@ def check_prompt_lengths(prompts: list[Prompt], encoder: Any, cfg: RunConfig) ->
             f"the longest needs {worst} tokens (prompt with earlier turns + sampling.max_tokens="
             f"{max_tokens} per answer), e.g. request {next(iter(too_long))}. Raise "
             f"engine.max_model_len to at least {worst}, lower sampling.max_tokens, or choose "
-            "other prompts (dataset.num_requests / dataset.path)."
+            "other prompts (dataset.num_requests / dataset.path)"
+            + ("; or dataset.drop_too_long=true to drop them." if hasattr(cfg.dataset, "drop_too_long") else ".")
         )
+    return prompts, {}
 
 
 def resolve_batch_sizes(cfg: RunConfig, num_prompts: int) -> list[int]:
@@ -284,12 +313,14 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     runner = runner_of(cfg)
     runner.check_support(cfg, drafter.speculative)
     encoder = runner.encoder(cfg, target_dir)
+    segmenter = make_segmenter(cfg.reasoning, encoder)
     prompts = load_prompts(cfg.dataset, cfg.seed, encoder)
-    check_prompt_lengths(prompts, encoder, cfg)
+    check_template_kwargs(cfg, encoder, first_messages(prompts[0]) if prompts else [])
+    prompts, dropped = check_prompt_lengths(prompts, encoder, cfg)
     sampling = SamplingSpec(cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.max_tokens, cfg.seed)
     batch_sizes = resolve_batch_sizes(cfg, len(prompts))
     return RunPlan(cfg, target_dir, target, drafter, draft_dir, draft, prompts, sampling, batch_sizes,
-                   resolve_schedule(cfg, drafter), fitted)
+                   resolve_schedule(cfg, drafter), fitted, segmenter, dropped)
 
 
 def resolve_schedule(cfg: RunConfig, drafter: Drafter) -> list[list[int]] | None:

@@ -31,8 +31,9 @@ from core.errors import (
     CorruptRecord,
     guarded,
 )
-from core.records import read_parquet
+from core.records import SEGMENT_REQUEST_COLUMNS, read_parquet
 from core.redact import redact
+from core.segments import passes_by_segment, step_segment
 from core.summary import (
     REPLAY_FILE,
     REPLAY_VERSION,
@@ -51,6 +52,7 @@ from evals.measure import ENGINE_LOG, STAMP_FILE, failures_logged, measure
 from evals.plan import make_plan
 from evals.run_dir import claimed, staged
 from reports.curves import curve_row
+from reports.runs import template_label
 from runners.registry import runner_name, runner_of
 
 register_configs()
@@ -106,10 +108,35 @@ def check_replay_dir(out_dir: Path) -> None:
 
 
 def curve_rows(plan, d: int, steps: pd.DataFrame, requests: pd.DataFrame, source: str) -> list[dict]:
+    """The curve's rows at `d`: every domain and `all`, and with a reasoning boundary each segment's."""
     groups = {"all": (steps, requests)}
     groups |= {dom: (steps[steps.domain == dom], g) for dom, g in requests.groupby("domain", sort=True)}
-    return [curve_row(plan.drafter.name, d, domain, metrics.group_summary(s, r, plan.config.seed), source,
-                      plan.config.sampling.temperature) for domain, (s, r) in groups.items()]
+    seed, temperature = plan.config.seed, plan.config.sampling.temperature
+    template = template_label(dict(plan.config.chat_template_kwargs))
+    rows = []
+    for domain, (s, r) in groups.items():
+        rows.append(curve_row(plan.drafter.name, d, domain, metrics.group_summary(s, r, seed), source, temperature,
+                              template=template))
+        rows += [curve_row(plan.drafter.name, d, domain, figures, source, temperature, segment, template)
+                 for segment, figures in (metrics.by_segment(s, r, seed, d) or {}).items()]
+    return rows
+
+
+def _segments(plan, turn, steps) -> tuple[list[str], tuple[int, int, int, int]] | None:
+    """With a reasoning boundary: each replayed step's segment, and the turn's thinking and answer
+    tokens and passes (core/records.py SEGMENT_REQUEST_COLUMNS); None without one."""
+    if plan.segmenter is None:
+        return None
+    output = list(turn.continuation[: turn.output_tokens])
+    thinking = plan.segmenter.boundary(turn.prompt_token_ids, output).thinking_tokens
+    prompt = len(turn.prompt_token_ids)
+    passes = passes_by_segment([(s.position - prompt, s.num_accepted) for s in steps], len(output), thinking)
+    return ([step_segment(s.position, prompt, thinking) for s in steps],
+            (thinking, len(output) - thinking, *passes))
+
+
+REPLAY_STEP_COLUMNS = ["request_id", "domain", "position", "num_drafted", "num_accepted"]
+REPLAY_REQUEST_COLUMNS = ["request_id", "domain", "output_tokens", "target_steps"]
 
 
 def reference_contexts(plan, d_max: int, factory) -> tuple[list, list, tuple[int, int]]:
@@ -163,10 +190,16 @@ def replay_exact(plan, d_max: int, factory) -> pd.DataFrame:
             for i, (steps, target_steps) in zip(batch, results):
                 t = reference[i]
                 domain = domain_of[t.request_id]
-                step_rows += [(t.request_id, domain, s.position, s.num_drafted, s.num_accepted) for s in steps]
-                request_rows.append((t.request_id, domain, t.output_tokens, target_steps))
-        steps_frame = pd.DataFrame(step_rows, columns=["request_id", "domain", "position", "num_drafted", "num_accepted"])
-        requests_frame = pd.DataFrame(request_rows, columns=["request_id", "domain", "output_tokens", "target_steps"])
+                split = _segments(plan, t, steps)
+                segments = split[0] if split else [None] * len(steps)
+                step_rows += [(t.request_id, domain, s.position, s.num_drafted, s.num_accepted, seg)
+                              for s, seg in zip(steps, segments)]
+                request_rows.append((t.request_id, domain, t.output_tokens, target_steps, *(split[1] if split else ())))
+        steps_frame = pd.DataFrame(step_rows, columns=REPLAY_STEP_COLUMNS + ["segment"])
+        request_columns = REPLAY_REQUEST_COLUMNS + (SEGMENT_REQUEST_COLUMNS if plan.segmenter else [])
+        requests_frame = pd.DataFrame(request_rows, columns=request_columns)
+        if plan.segmenter is None:
+            steps_frame = steps_frame.drop(columns="segment")
         rows += curve_rows(plan, d, steps_frame, requests_frame, source)
     return pd.DataFrame(rows)
 
@@ -185,6 +218,9 @@ def replay_estimated(plan, d_max: int, out_dir: Path, factory, runner: str) -> p
             al = metrics.acceptance_length(clipped) or 1.0
             decoded = requests.output_tokens - 1
             est["target_steps"] = 1 + decoded / al
+            for column in ("thinking_target_steps", "answer_target_steps"):
+                if column in est.columns:  # a segment's passes are not estimated: its tokens per step is unknown
+                    est[column] = pd.NA
         source = "measured" if d == d_max else "estimated"
         rows += curve_rows(plan, d, clipped, est, source)
     return pd.DataFrame(rows)

@@ -27,6 +27,7 @@ from core.summary import (
     Mismatch,
     Numerics,
     OperatingPoint,
+    ReasoningSplit,
     RunSummary,
     Timing,
 )
@@ -243,6 +244,7 @@ def build_summary(
     speedup: float | None = None,
     operating_points: list[OperatingPoint] | None = None,
     numerics: Numerics | None = None,
+    reasoning: ReasoningSplit | None = None,
 ) -> RunSummary:
     pooled = counters if domain_counters is not None else None
     overall = metrics.group_summary(steps, requests, seed, pooled)
@@ -271,7 +273,7 @@ def build_summary(
         acceptance_histogram=metrics.acceptance_histogram(steps, d) if d and per_step else None,
         al_by_position=metrics.al_by_position(steps),
         n_steps=overall.n_steps,
-        by_domain=metrics.by_domain(steps, requests, seed, domain_counters),
+        by_domain=metrics.by_domain(steps, requests, seed, domain_counters, d, per_step),
         vllm_counters=counters,
         lossless=lossless_check,
         speedup=speedup,
@@ -285,4 +287,7 @@ def build_summary(
         record_granularity=str(record_granularity.value),
         schedule=schedule,
         numerics=numerics,
+        by_segment=metrics.by_segment(steps, requests, seed, d, per_step),
+        by_turn=metrics.by_turn(steps, requests, seed) if pooled is None else None,
+        reasoning=reasoning,
     )

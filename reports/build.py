@@ -21,7 +21,7 @@ from core.errors import ArgumentParser, SpeclensError, guarded
 from drafters.facts_table import HEADER as DRAFTER_HEADER
 from drafters.facts_table import comparison_rows
 from reports import figures
-from reports.curves import collect, safe_name
+from reports.curves import WHOLE_OUTPUT, collect, safe_name
 from reports.rank import (
     display_columns,
     display_rows,
@@ -75,12 +75,51 @@ def curve_sections(root: Path) -> list[Section]:
     except SpeclensError as exc:
         return [Section("AL vs D", [f"No curves: {exc}"])]
     section = Section("AL vs D per domain", ["One line per drafter, 95% CI band; dots are measured D values."])
+    whole = curves[curves.segment == WHOLE_OUTPUT]
     for domain in sorted(curves.domain.unique()):
-        section.images.append((f"al_vs_d_{safe_name(domain)}", figures.al_vs_d(curves, domain)))
+        section.images.append((f"al_vs_d_{safe_name(domain)}", figures.al_vs_d(whole, domain)))
     rows = [[r.drafter, str(r.d), r.domain, cell(r.al, 3), cell(r.al_ci95_lo, 3), cell(r.al_ci95_hi, 3),
-             cell(r.tokens_per_step, 3), r.source] for r in curves[curves.domain == "all"].itertuples()]
+             cell(r.tokens_per_step, 3), r.source] for r in whole[whole.domain == "all"].itertuples()]
     section.tables.append((["drafter", "D", "domain", "AL", "CI low", "CI high", "tokens/step", "source"], rows))
     return [section]
+
+
+def segment_section(runs: list[Run]) -> Section | None:
+    """AL per segment (thinking, answer) per drafter and D, with each segment's share of the output
+    tokens; None where no run has a reasoning boundary."""
+    rows = []
+    for run in runs:
+        s = run.summary
+        for segment, f in (s.by_segment or {}).items():
+            rows.append([s.label, segment, cell(f.al, 3), _ci_cell(f.al_ci95), str(f.n_steps), str(f.output_tokens),
+                         cell(f.share_of_output_tokens, 2), cell(f.tokens_per_step, 3)])
+    if not rows:
+        return None
+    splits = sorted({run.summary.reasoning.boundary for run in runs if run.summary.reasoning})
+    text = [f"Thinking ends by {', '.join(splits)}. A verification step counts where its first token is; token "
+            "shares count each token where it is."]
+    unclosed = [f"{run.summary.label}: {run.summary.reasoning.n_unclosed} of {run.summary.reasoning.n_outputs}"
+                for run in runs if run.summary.reasoning and run.summary.reasoning.n_unclosed]
+    if unclosed:
+        text.append("Outputs that think to their end (all thinking): " + "; ".join(unclosed) + ".")
+    return Section("Thinking vs answer", text,
+                   tables=[(["run", "segment", "AL", "95% CI", "steps", "tokens", "share", "tokens/step"], rows)])
+
+
+def turn_section(runs: list[Run]) -> Section | None:
+    """AL per assistant turn of agent trajectories, per run; None where no run measured trajectories."""
+    measured = [run for run in runs if run.summary.by_turn]
+    if not measured:
+        return None
+    rows = [[run.summary.label, turn, str(g.n_requests), str(g.n_steps), cell(g.al, 3), _ci_cell(g.al_ci95)]
+            for run in measured for turn, g in sorted(run.summary.by_turn.items(), key=lambda kv: int(kv[0]))]
+    return Section("AL by agent turn", ["One request per assistant turn, its prompt the trajectory's recorded history "
+                                        "before it."], images=[("al_by_turn", figures.al_vs_turn(measured))],
+                   tables=[(["run", "turn", "requests", "steps", "AL", "95% CI"], rows)])
+
+
+def _ci_cell(ci: list[float] | None) -> str:
+    return "-" if ci is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
 def ranking_section(runs: list[Run], ranking: pd.DataFrame | SpeclensError) -> Section:
@@ -197,7 +236,7 @@ def build_sections(root: Path) -> list[Section]:
     sections.append(Section("Measured vs predicted speedup",
                             ["Predicted = T_verif(B)·tokens/step / (T_verif(B(1+D)) + T_draft(B,D)); needs baseline=true."]
                             if speed is None else [], images=[("speedup", speed)] if speed else []))
-    for optional in (account_section(runs), latency_section(runs)):
+    for optional in (segment_section(spec_runs), turn_section(spec_runs), account_section(runs), latency_section(runs)):
         if optional is not None:
             sections.append(optional)
     try:

@@ -19,15 +19,16 @@ import pandas as pd
 from core.errors import ArgumentParser, SpeclensError, guarded
 from core.metrics import BOOTSTRAP_SAMPLES, resample_indices
 from core.records import read_parquet
+from core.segments import SEGMENTS
 from reports.runs import CONSISTENT_KEYS, Run, check_consistent, find_runs
 from reports.table import cell, markdown_table, text_table
 
 COMPARE_COLUMNS = [
     "drafter", "d", "domain", "n_requests", "baseline_al", "candidate_al", "al_diff", "diff_ci95_lo",
-    "diff_ci95_hi", "significant",
+    "diff_ci95_hi", "significant", "segment",
 ]
 # The target may differ between the two sides; nothing else that shapes acceptance may.
-PAIRED_KEYS = tuple(k for k in CONSISTENT_KEYS if k != "fingerprints.target")
+PAIRED_KEYS = tuple(k for k in CONSISTENT_KEYS if k != "fingerprints.target") + ("config.chat_template_kwargs",)
 
 
 def _per_request(steps: pd.DataFrame, request_ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -110,11 +111,17 @@ def compare(baseline_dir: Path, candidate_dir: Path, seed: int = 0) -> tuple[pd.
         b_steps, c_steps = read_parquet(base.path / "steps.parquet"), read_parquet(cand.path / "steps.parquet")
         domains = b_req.groupby("domain")["request_id"].unique()
         groups = [("all", sorted(set(b_req.request_id)))] + [(dom, sorted(ids)) for dom, ids in domains.items()]
+        # With a reasoning boundary on both sides, each segment is compared too (its steps on each side).
+        segments = ["all"] + (list(SEGMENTS) if "segment" in b_steps.columns and "segment" in c_steps.columns else [])
         for domain, ids in groups:
-            in_domain = b_steps.domain == domain if domain != "all" else slice(None)
-            c_in_domain = c_steps.domain == domain if domain != "all" else slice(None)
-            figures = paired_al_difference(b_steps[in_domain], c_steps[c_in_domain], ids, seed)
-            rows.append({"drafter": key[0], "d": key[1], "domain": domain, "n_requests": len(ids)} | figures)
+            b_part = b_steps[b_steps.domain == domain] if domain != "all" else b_steps
+            c_part = c_steps[c_steps.domain == domain] if domain != "all" else c_steps
+            for segment in segments:
+                b_seg = b_part if segment == "all" else b_part[b_part.segment == segment]
+                c_seg = c_part if segment == "all" else c_part[c_part.segment == segment]
+                figures = paired_al_difference(b_seg, c_seg, ids, seed)
+                rows.append({"drafter": key[0], "d": key[1], "domain": domain, "n_requests": len(ids),
+                             "segment": segment} | figures)
     notes = [f"only in the baseline: drafter={k[0]} d={k[1]}" for k in sorted(base_runs.keys() - cand_runs.keys())]
     notes += [f"only in the candidate: drafter={k[0]} d={k[1]}" for k in sorted(cand_runs.keys() - base_runs.keys())]
     if not rows:
@@ -124,10 +131,13 @@ def compare(baseline_dir: Path, candidate_dir: Path, seed: int = 0) -> tuple[pd.
 
 def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     header = ["drafter", "D", "domain", "prompts", "baseline AL", "candidate AL", "difference", "95% CI", "significant"]
+    segmented = (table.segment != "all").any()
+    if segmented:
+        header.insert(3, "segment")
     rows = []
     for r in table.itertuples():
         ci = "-" if pd.isna(r.diff_ci95_lo) else f"[{r.diff_ci95_lo:+.3f}, {r.diff_ci95_hi:+.3f}]"
-        rows.append([r.drafter, str(r.d), r.domain, str(r.n_requests), cell(r.baseline_al, 3),
+        rows.append([r.drafter, str(r.d), r.domain, *([r.segment] if segmented else []), str(r.n_requests), cell(r.baseline_al, 3),
                      cell(r.candidate_al, 3), cell(r.al_diff, 3, signed=True), ci, "yes" if r.significant else "no"])
     return header, rows
 

@@ -1,10 +1,12 @@
 """`python -m reports.curves <sweep dir>`: AL-vs-D curves per domain and drafter.
 
 Writes curves.parquet and curves.csv (drafter, d, domain, al, al_ci95_lo, al_ci95_hi,
-tokens_per_step, source = measured|replayed|estimated, temperature; domain `all` is the pooled
-figure) and curve_<domain>.png (one line per drafter, CI band, measured points marked). Runs at
-several sampling temperatures are one more axis: their lines are labelled by temperature, and
-curve_temperature_<domain>.png draws AL against temperature per drafter and D.
+tokens_per_step, source = measured|replayed|estimated, temperature, segment, chat_template_kwargs;
+domain `all` is the pooled figure, segment `all` the whole output) and curve_<domain>.png (one
+line per drafter, CI band, measured points marked). Runs at several sampling temperatures, or with
+several chat_template_kwargs (thinking on, off), are one more axis: their lines are labelled by it,
+and curve_temperature_<domain>.png draws AL against temperature per drafter and D. Runs with a
+reasoning boundary add rows per segment (thinking, answer) and curve_segments_<domain>.png.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ import pandas as pd
 
 from core.errors import ArgumentParser, SpeclensError, guarded
 from core.files import check_folder
-from core.metrics import GroupFigures
+from core.metrics import GroupFigures, SegmentFigures
 from reports import figures
 from reports.runs import (
     CONSISTENT_ACROSS_TEMPERATURES,
+    Replay,
     Run,
     check_consistent,
     check_one_each,
@@ -30,27 +33,39 @@ from reports.runs import (
 )
 
 CURVE_COLUMNS = ["drafter", "d", "domain", "al", "al_ci95_lo", "al_ci95_hi", "tokens_per_step", "source",
-                 "temperature"]
+                 "temperature", "segment", "chat_template_kwargs"]
+# One point of one curve.
+CURVE_KEY = ["drafter", "d", "domain", "segment", "temperature", "chat_template_kwargs"]
+WHOLE_OUTPUT = "all"
 # Where several sources give the same (drafter, d, domain), the first of these wins.
 SOURCE_ORDER = {"measured": 0, "replayed": 1, "estimated": 2}
 
 
-def curve_row(drafter: str, d: int, domain: str, figures: GroupFigures, source: str, temperature: float = 0.0) -> dict:
-    """One curve point from a group's figures."""
+def curve_row(drafter: str, d: int, domain: str, figures: GroupFigures | SegmentFigures, source: str,
+              temperature: float = 0.0, segment: str = WHOLE_OUTPUT, template: str = "") -> dict:
+    """One curve point from a group's (or a segment's) figures."""
     lo, hi = figures.al_ci95 or [None, None]
     return {"drafter": drafter, "d": d, "domain": domain, "al": figures.al, "al_ci95_lo": lo,
             "al_ci95_hi": hi, "tokens_per_step": figures.tokens_per_step, "source": source,
-            "temperature": temperature}
+            "temperature": temperature, "segment": segment, "chat_template_kwargs": template}
 
 
 def measured_rows(run: Run) -> list[dict]:
     s = run.summary
-    return [curve_row(s.drafter, s.d, domain, g, "measured", run.temperature) for domain, g in s.groups().items()]
+    groups = [(domain, g) for domain, g in s.groups().items()]
+    overall_segments = s.by_segment or {}
+    rows = []
+    for domain, g in groups:
+        rows.append(curve_row(s.drafter, s.d, domain, g, "measured", run.temperature, template=run.template))
+        segments = overall_segments if domain == "all" else (g.by_segment or {})
+        rows += [curve_row(s.drafter, s.d, domain, f, "measured", run.temperature, segment, run.template)
+                 for segment, f in segments.items()]
+    return rows
 
 
-def curve_point(run: Run) -> tuple[str, int, float]:
-    """The (drafter, D, temperature) a run is drawn at."""
-    return run.summary.drafter, run.summary.d, run.temperature
+def curve_point(run: Run) -> tuple[str, int, float, str]:
+    """The (drafter, D, temperature, chat_template_kwargs) a run is drawn at."""
+    return run.summary.drafter, run.summary.d, run.temperature, run.template
 
 
 def collect(root: Path, exclude: Collection[Path] = ()) -> pd.DataFrame:
@@ -63,17 +78,24 @@ def collect(root: Path, exclude: Collection[Path] = ()) -> pd.DataFrame:
         raise SpeclensError(f"{root}: no finished speculative runs (summary.json) or replayed curves in it.")
     check_consistent(runs + replays, CONSISTENT_ACROSS_TEMPERATURES)
     check_one_each(runs, lambda run: [curve_point(run)],
-                   lambda key: f"drafter={key[0]} d={key[1]} (temperature {key[2]:g})",
+                   lambda key: f"drafter={key[0]} d={key[1]} (temperature {key[2]:g}{', ' + key[3] if key[3] else ''})",
                    "draw each setting from its own dir.")
     frames = [pd.DataFrame([row for run in runs for row in measured_rows(run)], columns=CURVE_COLUMNS)]
-    # replays written before curves carried a temperature: it is in their stamp
-    frames += [pd.read_parquet(r.path / "curves.parquet").assign(temperature=r.temperature)[CURVE_COLUMNS]
-               for r in replays]
+    # the mode is in a replay's stamp (replays written before curves carried a temperature or a
+    # segment: their rows are of the whole output)
+    frames += [_replay_rows(r) for r in replays]
     curves = pd.concat([f for f in frames if not f.empty], ignore_index=True)
     curves = curves.assign(_rank=curves["source"].map(SOURCE_ORDER)).sort_values(
-        ["drafter", "domain", "temperature", "d", "_rank"])
-    curves = curves.drop_duplicates(["drafter", "d", "domain", "temperature"]).drop(columns="_rank")
+        ["drafter", "domain", "segment", "temperature", "chat_template_kwargs", "d", "_rank"])
+    curves = curves.drop_duplicates(CURVE_KEY).drop(columns="_rank")
     return curves.astype({"d": "int64"}).reset_index(drop=True)
+
+
+def _replay_rows(replay: Replay) -> pd.DataFrame:
+    frame = pd.read_parquet(replay.path / "curves.parquet")
+    if "segment" not in frame.columns:
+        frame["segment"] = WHOLE_OUTPUT
+    return frame.assign(temperature=replay.temperature, chat_template_kwargs=replay.template)[CURVE_COLUMNS]
 
 
 # Longest domain kept whole in a file name (curve_<domain>.png, report_al_vs_d_<domain>.png).
@@ -96,10 +118,14 @@ def write_curves(root: Path, out_dir: Path | None = None, exclude: Collection[Pa
     out_dir.mkdir(parents=True, exist_ok=True)
     curves.to_parquet(out_dir / "curves.parquet", index=False)
     curves.to_csv(out_dir / "curves.csv", index=False)
+    whole = curves[curves.segment == WHOLE_OUTPUT]
     for domain in sorted(curves.domain.unique()):
-        (out_dir / f"curve_{safe_name(domain)}.png").write_bytes(figures.al_vs_d(curves, domain))
+        (out_dir / f"curve_{safe_name(domain)}.png").write_bytes(figures.al_vs_d(whole, domain))
         if curves.temperature.nunique() > 1:
-            (out_dir / f"curve_temperature_{safe_name(domain)}.png").write_bytes(figures.al_vs_temperature(curves, domain))
+            (out_dir / f"curve_temperature_{safe_name(domain)}.png").write_bytes(figures.al_vs_temperature(whole, domain))
+        segments = curves[(curves.domain == domain) & (curves.segment != WHOLE_OUTPUT)]
+        if not segments.empty:
+            (out_dir / f"curve_segments_{safe_name(domain)}.png").write_bytes(figures.al_vs_d_by_segment(segments, domain))
     return curves
 
 

@@ -32,19 +32,38 @@ def draw(plot: Callable[[Any], None], size: tuple[float, float] = (6.4, 4.0), dp
     return buf.getvalue()
 
 
-def al_vs_d(curves: pd.DataFrame, domain: str) -> bytes:
-    """AL against D, one line per drafter with its 95% CI band; measured points as dots."""
+def _series_label(key: tuple, columns: list[str]) -> str:
+    """A curve's legend label: its drafter, then each varying axis (temperature, chat template
+    variables, segment)."""
+    parts = []
+    for column, value in zip(columns, key):
+        if column == "temperature":
+            parts.append(f"T={value:g}")
+        elif column == "segment":
+            parts.append(f"({value})")
+        elif column in ("drafter", "d"):
+            parts.append(str(value) if column == "drafter" else f"d={value}")
+        else:
+            parts.append(value or "template defaults")
+    return " ".join(parts)
+
+
+def _series(curves: pd.DataFrame, first: list[str]) -> list[str]:
+    """The columns one line is drawn per: `first`, then each axis that varies in `curves`."""
+    return first + [c for c in ("temperature", "chat_template_kwargs", "segment") if c in curves and curves[c].nunique() > 1]
+
+
+def al_vs_d(curves: pd.DataFrame, domain: str, title: str = "AL vs D") -> bytes:
+    """AL against D, one line per drafter (and mode, segment) with its 95% CI band; measured points as dots."""
     # matplotlib is loaded only when a plot is drawn.
     from matplotlib.ticker import MaxNLocator
 
-    several = curves["temperature"].nunique() > 1 if "temperature" in curves else False
+    keys = _series(curves, ["drafter"])
 
     def plot(ax):
-        keys = ["drafter", "temperature"] if several else ["drafter"]
         for key, g in curves[curves.domain == domain].groupby(keys, sort=True):
             g = g.sort_values("d")
-            label = f"{key[0]} T={key[1]:g}" if several else (key[0] if isinstance(key, tuple) else key)
-            (line,) = ax.plot(g.d, g.al, label=label)
+            (line,) = ax.plot(g.d, g.al, label=_series_label(key, keys))
             ax.fill_between(g.d, g.al_ci95_lo, g.al_ci95_hi, color=line.get_color(), alpha=0.15, linewidth=0)
             measured = g[g.source == "measured"]
             ax.plot(measured.d, measured.al, "o", color=line.get_color())
@@ -53,18 +72,26 @@ def al_vs_d(curves: pd.DataFrame, domain: str) -> bytes:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("draft length D")
         ax.set_ylabel("AL (accepted + 1 per drafted step)")
-        ax.set_title(f"AL vs D — {domain}  (dots: measured)")
+        ax.set_title(f"{title} — {domain}  (dots: measured)")
 
     return draw(plot, size=(6.4, 4.2), dpi=110)
+
+
+def al_vs_d_by_segment(curves: pd.DataFrame, domain: str) -> bytes:
+    """AL against D per drafter and segment (thinking, answer) of a reasoning target's outputs."""
+    return al_vs_d(curves, domain, "AL vs D per segment")
 
 
 def al_vs_temperature(curves: pd.DataFrame, domain: str) -> bytes:
     """AL against sampling temperature, one line per (drafter, D), with its 95% CI band."""
 
+    keys = ["drafter", "d"] + (["chat_template_kwargs"] if "chat_template_kwargs" in curves
+                               and curves.chat_template_kwargs.nunique() > 1 else [])
+
     def plot(ax):
-        for (drafter, d), g in curves[curves.domain == domain].groupby(["drafter", "d"], sort=True):
+        for key, g in curves[curves.domain == domain].groupby(keys, sort=True):
             g = g.sort_values("temperature")
-            (line,) = ax.plot(g.temperature, g.al, "o-", label=f"{drafter} d={d}")
+            (line,) = ax.plot(g.temperature, g.al, "o-", label=_series_label(key, keys))
             ax.fill_between(g.temperature, g.al_ci95_lo, g.al_ci95_hi, color=line.get_color(), alpha=0.15, linewidth=0)
         ax.set_xlabel("sampling temperature")
         ax.set_ylabel("AL (accepted + 1 per drafted step)")
@@ -111,6 +138,27 @@ def al_by_position(runs: list[Run]) -> bytes:
         ax.set_xlabel("context length at the step (tokens, bin start)")
         ax.set_ylabel("AL")
         ax.set_title("AL by context position")
+
+    return draw(plot)
+
+
+def al_vs_turn(runs: list[Run]) -> bytes:
+    """AL against the assistant-turn index of agent trajectories, one line per run, 95% CI band."""
+    from matplotlib.ticker import MaxNLocator
+
+    def plot(ax):
+        for run in runs:
+            turns = sorted((int(k), g) for k, g in (run.summary.by_turn or {}).items() if g.al is not None)
+            if not turns:
+                continue
+            x = [k for k, _ in turns]
+            (line,) = ax.plot(x, [g.al for _, g in turns], "o-", label=run.summary.label)
+            ci = [g.al_ci95 or [g.al, g.al] for _, g in turns]
+            ax.fill_between(x, [c[0] for c in ci], [c[1] for c in ci], color=line.get_color(), alpha=0.15, linewidth=0)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("assistant turn of the trajectory")
+        ax.set_ylabel("AL")
+        ax.set_title("AL by agent turn")
 
     return draw(plot)
 

@@ -40,8 +40,9 @@ def synthetic_config(d: int, marginal: list[float]) -> dict[str, Any]:
             "rejection_sample_method": "synthetic", "synthetic_acceptance_rates": marginal}
 
 
-def profile(drafter: str, d: int, domain: str, steps: pd.DataFrame) -> dict[str, Any] | None:
-    """One profile from drafted steps (None without any)."""
+def profile(drafter: str, d: int, domain: str, steps: pd.DataFrame, segment: str = "all") -> dict[str, Any] | None:
+    """One profile from drafted steps (None without any); `segment`: of the whole output (`all`),
+    or of its thinking or answer steps (core/segments.py)."""
     if steps.empty:
         return None
     al = metrics.acceptance_length(steps)
@@ -50,7 +51,7 @@ def profile(drafter: str, d: int, domain: str, steps: pd.DataFrame) -> dict[str,
         raise CorruptRecord(f"drafter={drafter} d={d} {domain}: per-position acceptance {marginal} is not a "
                             f"profile of AL {al} (accepted counts above D in the step records?)")
     conditional = metrics.conditional_acceptance(marginal)
-    return {"drafter": drafter, "d": d, "domain": domain, "al": al, "n_steps": int(len(steps)),
+    return {"drafter": drafter, "d": d, "domain": domain, "segment": segment, "al": al, "n_steps": int(len(steps)),
             "marginal": marginal, "conditional": conditional,
             "vllm_speculative_config": synthetic_config(d, marginal),
             # Model-Optimizer's proposed layout (module docstring): after a position nothing reaches, 0.
@@ -61,7 +62,8 @@ def profile(drafter: str, d: int, domain: str, steps: pd.DataFrame) -> dict[str,
 def run_profiles(run_dir: Path, summary: RunSummary) -> list[dict[str, Any]]:
     """A run's profiles: all its prompts and each domain, at its largest batch size (acceptance
     does not depend on B under greedy decoding; one set per run). None where the run has no
-    per-step records (no drafter, or a server that reports coarser)."""
+    per-step records (no drafter, or a server that reports coarser). With a reasoning boundary,
+    each of those per segment too."""
     steps_file = run_dir / "steps.parquet"
     if summary.d is None or summary.record_granularity != "step" or not steps_file.is_file():
         return []
@@ -70,7 +72,12 @@ def run_profiles(run_dir: Path, summary: RunSummary) -> list[dict[str, Any]]:
         return []
     steps = steps[steps.batch_size == steps.batch_size.max()]
     groups = [("all", steps)] + [(domain, group) for domain, group in steps.groupby("domain", sort=True)]
-    return [p for domain, group in groups if (p := profile(summary.mechanism, summary.d, domain, group)) is not None]
+    segmented = "segment" in steps.columns
+    parts = [(domain, "all", group) for domain, group in groups]
+    parts += [(domain, segment, part) for domain, group in groups if segmented
+              for segment, part in group.groupby("segment", sort=True)]
+    return [p for domain, segment, group in parts
+            if (p := profile(summary.mechanism, summary.d, domain, group, segment)) is not None]
 
 
 # What every profile entry holds (a run's file is checked for them before a sweep gathers it).

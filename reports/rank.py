@@ -48,18 +48,26 @@ RANK_COLUMNS = [
     "predicted_corrected", "predicted_corrected_lo", "predicted_corrected_hi",
     # With repeats: the measured speedup's range over them; entries whose ranges overlap share a rank.
     "speedup_lo", "speedup_hi", "tie",
-    # The sampling temperature: entries are ranked only against others at the same one.
-    "temperature",
+    # The sampling temperature and the chat template's variables (reports/runs.py Measured.template):
+    # entries are ranked only against others in the same mode.
+    "temperature", "chat_template_kwargs",
 ]
-# One table of the ranking: entries at the same temperature, domain and batch size.
-TABLE = ["temperature", "domain", "batch_size"]
+# One table of the ranking: entries in the same mode, domain and batch size.
+TABLE = ["temperature", "chat_template_kwargs", "domain", "batch_size"]
+
+
+def mode_label(temperature: float, template: str, ranking: pd.DataFrame) -> str:
+    """`T=.., kwargs` naming an entry's mode, each part only where the ranking holds several."""
+    parts = [f"T={temperature:g}"] if ranking["temperature"].nunique() > 1 else []
+    parts += [template or "template defaults"] if ranking["chat_template_kwargs"].nunique() > 1 else []
+    return ", ".join(parts)
 
 
 def tables(ranking: pd.DataFrame):
-    """(heading, rows) of each table of the ranking, the temperature named only when there are several."""
-    several = ranking["temperature"].nunique() > 1
-    for (t, domain, b), group in ranking.groupby(TABLE, sort=True):
-        yield (f"T={t:g}, " if several else "") + f"{domain}, batch size {b}", group
+    """(heading, rows) of each table of the ranking, the mode named only when there are several."""
+    for (t, template, domain, b), group in ranking.groupby(TABLE, sort=True):
+        mode = mode_label(t, template, ranking)
+        yield (f"{mode}, " if mode else "") + f"{domain}, batch size {b}", group
 
 
 def _p50(stat: Any) -> float | None:
@@ -121,7 +129,7 @@ def _row(run: Run, point: OperatingPoint, domain: str, figures: DomainPoint, mea
         "output_tokens_per_s": tokens_per_s,
         "tokens_per_s_per_request": tokens_per_s / point.batch_size if tokens_per_s is not None else None,
         "serve_memory": serve_memory, "training_cost": training_cost, "run": str(run.path),
-        "temperature": run.temperature,
+        "temperature": run.temperature, "chat_template_kwargs": run.template,
         **_latency(point if measured else None),
         "speedup_lo": (point.speedup_range or [None, None])[0] if measured else None,
         "speedup_hi": (point.speedup_range or [None, None])[1] if measured else None,
@@ -144,7 +152,7 @@ def _plain_row(run: Run, point: OperatingPoint, domain: str) -> dict[str, Any]:
         "tokens_per_s_per_request": tokens_per_s / point.batch_size if tokens_per_s else None,
         "serve_memory": memory, "training_cost": training, "run": str(run.path),
         **_plain_latency(point if domain == "all" or len(point.by_domain) == 1 else None, run.summary.d is not None),
-        "speedup_lo": 1.0, "speedup_hi": 1.0, "temperature": run.temperature,
+        "speedup_lo": 1.0, "speedup_hi": 1.0, "temperature": run.temperature, "chat_template_kwargs": run.template,
     }
 
 
@@ -180,11 +188,11 @@ def ranking_rows(runs: list[Run]) -> pd.DataFrame:
                 if s.d is not None:
                     rows.append(_row(run, point, domain, group, measured))
                 # Plain decoding's row: from a drafter=none run first, else from any baseline pass.
-                key = (run.temperature, domain, point.batch_size)
+                key = (run.temperature, run.template, domain, point.batch_size)
                 if point.t_verif is not None and (key not in plain or s.d is None):
                     plain[key] = _plain_row(run, point, domain)
     frame = pd.DataFrame(rows + list(plain.values()), columns=RANK_COLUMNS)
-    frame = frame.sort_values([*TABLE, "speedup"], ascending=[True, True, True, False], na_position="last")
+    frame = frame.sort_values([*TABLE, "speedup"], ascending=[True] * len(TABLE) + [False], na_position="last")
     frame = frame.reset_index(drop=True)
     frame["rank"] = frame.groupby(TABLE)["speedup"].rank(method="min", ascending=False)
     frame["rank"] = frame["rank"].astype("Int64")
@@ -207,10 +215,11 @@ def _mark_ties(frame: pd.DataFrame, order: list[int]) -> None:
 
 
 def check_unique(runs: list[Run]) -> None:
-    """One run per ranking entry (mechanism, D, temperature, batch size)."""
-    check_one_each(runs, lambda run: [(run.summary.mechanism, run.summary.d, run.temperature, point.batch_size)
-                                      for point in run.summary.operating_points],
-                   lambda key: f"drafter={key[0]} d={key[1]} at batch size {key[3]}" + (f" (temperature {key[2]:g})" if key[2] else ""),
+    """One run per ranking entry (mechanism, D, mode, batch size)."""
+    check_one_each(runs, lambda run: [(run.summary.mechanism, run.summary.d, run.temperature, point.batch_size,
+                                       run.template) for point in run.summary.operating_points],
+                   lambda key: f"drafter={key[0]} d={key[1]} at batch size {key[3]}" + (f" (temperature {key[2]:g})" if key[2] else "")
+                   + (f" ({key[4]})" if key[4] else ""),
                    "rank each setting from its own dir.")
 
 
@@ -375,8 +384,8 @@ def terminal_table(ranking: pd.DataFrame) -> str:
 def plot_pareto(ranking: pd.DataFrame) -> bytes:
     """The measured operating points (all prompts) with their Pareto front."""
     points = ranking[(ranking.domain == "all") & ranking.output_tokens_per_s.notna()].copy()
-    several = ranking["temperature"].nunique() > 1
-    points["label"] = [f"{r.drafter}" + ("" if pd.isna(r.d) else f" d={int(r.d)}") + (f" T={r.temperature:g}" if several else "")
+    points["label"] = [f"{r.drafter}" + ("" if pd.isna(r.d) else f" d={int(r.d)}")
+                       + (f" {mode}" if (mode := mode_label(r.temperature, r.chat_template_kwargs, ranking)) else "")
                        for r in points.itertuples()]
     return figures.pareto(points, pareto_front(points))
 

@@ -26,7 +26,14 @@ CONSISTENT_KEYS = (
     "config.sampling.top_p",
     "config.sampling.max_tokens",
     "config.seed",
+    # Where thinking ends: segment figures split one way only.
+    "config.reasoning",
 )
+# Keys added to run configs after runs were first stored, with the value older stamps meant.
+LATER_KEY_DEFAULTS: dict[str, Any] = {
+    "config.reasoning": {"parser": None, "end": None, "start": None},
+    "config.chat_template_kwargs": {},
+}
 
 
 @dataclass(frozen=True)
@@ -42,11 +49,23 @@ class Measured:
         """The sampling temperature it was measured at (0: greedy)."""
         return float(self.get("config.sampling.temperature") or 0.0)
 
+    @property
+    def template(self) -> str:
+        """The chat_template_kwargs it rendered prompts with, as `key=value, ...` ('': the
+        template's defaults). Like the temperature, an axis: runs in different modes (thinking on,
+        off) are never drawn in one curve or ranked in one table."""
+        return template_label(self.get("config.chat_template_kwargs") or {})
+
     def get(self, dotted: str) -> Any:
         node: Any = {"fingerprints": asdict(self.fingerprints), "config": self.stamp.get("config", {})}
         for part in dotted.split("."):
             node = node.get(part) if isinstance(node, dict) else None
-        return node
+        return LATER_KEY_DEFAULTS.get(dotted) if node is None else node
+
+
+def template_label(kwargs: dict[str, Any]) -> str:
+    """chat_template_kwargs as `key=value, ...` (JSON values, keys sorted; '' for none)."""
+    return ", ".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in sorted(kwargs.items()))
 
 
 # Runs at different sampling temperatures are one more axis of curves and rankings, not a conflict.

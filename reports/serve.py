@@ -73,11 +73,15 @@ def schedule(ranking: pd.DataFrame, drafter: str, max_num_seqs: int) -> list[lis
 
 
 def serve_plan(ranking: pd.DataFrame, runs: list[Run]) -> dict[str, Any]:
-    """serve.json's content: per sampling temperature, winners, each mechanism's schedule and the
-    speculative config that serves it (null where the mechanism never pays). One temperature: that
-    plan with its `temperature`; several: `{"by_temperature": [plan, ...]}`."""
-    plans = [_plan(group, runs) | {"temperature": float(t)}
-             for t, group in ranking.groupby("temperature", sort=True)]
+    """serve.json's content: per mode (sampling temperature and chat_template_kwargs), winners, each
+    mechanism's schedule and the speculative config that serves it (null where the mechanism never
+    pays). One mode: that plan with its `temperature` and `chat_template_kwargs`; several:
+    `{"by_temperature": [plan, ...]}`, one plan per mode."""
+    by_path = {str(run.path): run for run in runs}
+    plans = []
+    for (t, _), group in ranking.groupby(["temperature", "chat_template_kwargs"], sort=True):
+        kwargs = next((by_path[p].get("config.chat_template_kwargs") for p in group.run if p in by_path), None)
+        plans.append(_plan(group, runs) | {"temperature": float(t), "chat_template_kwargs": kwargs or {}})
     return plans[0] if len(plans) == 1 else {"by_temperature": plans}
 
 
@@ -104,7 +108,9 @@ def serve_markdown(plan: dict[str, Any]) -> list[str]:
     out = ["## What to serve", ""]
     for one in plans:
         if len(plans) > 1:
-            out += [f"At temperature {one['temperature']:g}:", ""]
+            kwargs = ", ".join(f"{k}={_json(v)}" for k, v in sorted((one.get("chat_template_kwargs") or {}).items()))
+            out += [f"At temperature {one['temperature']:g}" + (f", chat_template_kwargs {kwargs}" if kwargs else "")
+                    + ":", ""]
         out += _plan_markdown(one)
     return out
 

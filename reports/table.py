@@ -53,6 +53,12 @@ def result_table(summary: RunSummary) -> str:
     if summary.schedule:
         title += f", draft-length schedule {summary.schedule}"
     out = [title, text_table(header, rows)]
+    if summary.by_segment:
+        out.append(segment_table(summary))
+    if summary.by_turn:
+        turns = sorted(summary.by_turn.items(), key=lambda kv: int(kv[0]))
+        out.append(text_table(("agent turn", "requests", "steps", "AL", "AL 95% CI"),
+                              [(t, str(g.n_requests), str(g.n_steps), cell(g.al), _ci(g.al_ci95)) for t, g in turns]))
     timing = summary.timing
     out.append(
         f"generate {timing.generate_s:.1f}s, {timing.output_tokens_per_s:.1f} output tokens/s"
@@ -69,6 +75,25 @@ def result_table(summary: RunSummary) -> str:
     if numerics:
         out.append(numerics)
     return "\n".join(out)
+
+
+def segment_table(summary: RunSummary) -> str:
+    """AL per segment (thinking, answer) of every group, with its share of the output tokens, and
+    how the outputs were split."""
+    header = ("domain", "segment", "tokens", "share", "steps", "AL", "AL 95% CI", "tokens/step")
+    rows = [
+        (domain, segment, str(f.output_tokens), cell(f.share_of_output_tokens), str(f.n_steps), cell(f.al),
+         _ci(f.al_ci95), cell(f.tokens_per_step))
+        for domain, group in [("all", summary), *summary.by_domain.items()]
+        for segment, f in (group.by_segment or {}).items()
+    ]
+    lines = [text_table(header, rows, left_columns=2)]
+    split = summary.reasoning
+    if split is not None:
+        lines.append(f"thinking ends by {split.boundary}: closed in {split.n_closed} of {split.n_outputs} outputs"
+                     + (f", {split.n_unclosed} think to their end (all thinking)" if split.n_unclosed else "")
+                     + (f", {split.n_without_thinking} without thinking" if split.n_without_thinking else ""))
+    return "\n".join(lines)
 
 
 def numerics_line(summary: RunSummary) -> str | None:

@@ -42,6 +42,12 @@ def summary_figures(summary: RunSummary) -> dict[str, Any]:
     for domain, figures in summary.by_domain.items():
         flat[f"al/{domain}"] = figures.al
         flat[f"tokens_per_step/{domain}"] = figures.tokens_per_step
+        for segment, f in (figures.by_segment or {}).items():
+            flat[f"al/{domain}/{segment}"] = f.al
+    for segment, f in (summary.by_segment or {}).items():
+        flat[f"al/{segment}"] = f.al
+        flat[f"tokens_per_step/{segment}"] = f.tokens_per_step
+        flat[f"share_of_output_tokens/{segment}"] = f.share_of_output_tokens
     for k, rate in enumerate(summary.per_position_acceptance or [], start=1):
         flat[f"acceptance/pos{k}"] = rate
     for point in summary.operating_points:

@@ -3,26 +3,37 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 
 class ChatTokenizer:
-    def __init__(self, model_dir: Path) -> None:
+    def __init__(self, model_dir: Path, chat_template_kwargs: Mapping[str, Any] | None = None) -> None:
         # transformers is loaded only where a tokenizer or model is built.
         from transformers import AutoTokenizer
 
         # The engine's max_model_len is the real limit; this only silences a length warning.
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir), model_max_length=1 << 30)
         self.has_template = bool(getattr(self.tokenizer, "chat_template", None))
+        # Where the template comes from, for messages about it.
+        self.source = str(model_dir)
+        # Extra variables for the template (run config chat_template_kwargs).
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
 
-    def chat_token_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
+    def chat_text(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None,
+                  **template_kwargs: Any) -> str:
+        """`messages` (and the tool schemas `tools`) rendered by the target's chat template with the
+        generation prompt; keyword arguments go to the template besides chat_template_kwargs."""
+        extra = {"tools": list(tools)} if tools else {}
+        return self.tokenizer.apply_chat_template(
+            list(messages), tokenize=False, add_generation_prompt=True, **extra,
+            **(self.chat_template_kwargs | template_kwargs)
+        )
+
+    def chat_token_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
         if self.has_template:
-            text = self.tokenizer.apply_chat_template(
-                list(messages), tokenize=False, add_generation_prompt=True
-            )
-            return list(self.tokenizer.encode(text, add_special_tokens=False))
+            return list(self.tokenizer.encode(self.chat_text(messages, tools), add_special_tokens=False))
         # Base models without a template: the turns as plain text, one per paragraph.
-        text = "\n\n".join(m["content"] for m in messages)
+        text = "\n\n".join(m.get("content") or "" for m in messages)
         return list(self.tokenizer.encode(text))
 
     def encode_text(self, text: str) -> list[int]:
@@ -31,3 +42,7 @@ class ChatTokenizer:
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
+
+    def decode_verbatim(self, token_ids: Sequence[int]) -> str:
+        """Text of `token_ids` with special tokens kept (delimiters may be special tokens)."""
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)

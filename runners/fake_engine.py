@@ -93,13 +93,22 @@ class FakeRunnerConfig:
     record_granularity: RecordGranularity = RecordGranularity.step
 
 
-def chat_token_ids(messages: Sequence[dict[str, str]]) -> list[int]:
-    """The fake's chat template: a role token, then one token per word (its length + 10)."""
-    ids = []
+def chat_token_ids(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
+    """The fake's chat template: a role token (user 1, assistant 2, any other 4), then one token per
+    word (its length + 10) of the content and of each tool call; the tool schemas first, one token
+    per word of their JSON."""
+    ids = [len(word) + 10 for tool in tools or () for word in json.dumps(tool, sort_keys=True).split()]
     for m in messages:
-        ids.append(1 if m["role"] == "user" else 2)
-        ids.extend(len(word) + 10 for word in m["content"].split())
+        ids.append({"user": 1, "assistant": 2}.get(m["role"], 4))
+        ids.extend(len(word) + 10 for word in (m.get("content") or "").split())
+        for call in m.get("tool_calls") or ():
+            ids.extend(len(word) + 10 for word in json.dumps(call, sort_keys=True).split())
     return ids + [3]
+
+
+def decode(token_ids: Sequence[int]) -> str:
+    """The fake's text of a token sequence: `w<id>` per token, space-separated."""
+    return " ".join(f"w{t}" for t in token_ids)
 
 
 def linear_cost(mode: str, num_requests: int, num_tokens: int, num_draft_tokens: int,
@@ -152,8 +161,8 @@ class FakeEngine:
         self._counters = SpecCounters(num_accepted_tokens_per_pos=[0] * (d or 0))
         self._steps: list[EngineStep] = []
 
-    def chat_token_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
-        return chat_token_ids(messages)
+    def chat_token_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
+        return chat_token_ids(messages, tools)
 
     def _decode_steps(self, key: str) -> list[tuple[int, int] | None]:
         """This request's decode steps in this mode: (drafted, accepted), or None when undrafted."""
@@ -229,7 +238,7 @@ class FakeEngine:
         return list(self._steps)
 
     def decode(self, token_ids: Sequence[int]) -> str:
-        return " ".join(f"w{t}" for t in token_ids)
+        return decode(token_ids)
 
     def stop_token_ids(self) -> set[int]:
         return {EOS_TOKEN}
@@ -320,7 +329,7 @@ class _Flight:
             turn=self.request.turn,
             prompt_tokens=len(self.request.prompt_token_ids),
             output_token_ids=out,
-            output_text=" ".join(f"w{t}" for t in out),
+            output_text=decode(out),
             steps=self.steps,
             target_steps=self.target_steps,
             latency_s=self.latency_s,
@@ -390,5 +399,8 @@ def engine_factory(cfg: FakeRunnerConfig, d: int | None, max_num_seqs: int, max_
 class FakeEncoder:
     """The fake engine's chat encoding, for pre-engine checks (prompt lengths, long-context cuts)."""
 
-    def chat_token_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
-        return chat_token_ids(messages)
+    def chat_token_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
+        return chat_token_ids(messages, tools)
+
+    def decode_verbatim(self, token_ids: Sequence[int]) -> str:
+        return decode(token_ids)

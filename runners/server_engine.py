@@ -150,7 +150,8 @@ class ServerEngine:
     with `arrivals`, requests are sent open loop at those times instead of B at a time."""
 
     def __init__(self, endpoint: Endpoint, target_dir: Path, speculative: bool, process: Any = None,
-                 arrivals: Arrivals | None = None, dialect: Dialect = DIALECTS["vllm"]) -> None:
+                 arrivals: Arrivals | None = None, dialect: Dialect = DIALECTS["vllm"],
+                 chat_template_kwargs: dict[str, Any] | None = None) -> None:
         self.endpoint = endpoint
         self.dialect = dialect
         self.record_granularity = dialect.granularity
@@ -158,7 +159,8 @@ class ServerEngine:
         # Known for a server speclens launched (server_runner.numerics_env), not for an attached one.
         self.threads: int | None = None
         self.arrivals = arrivals
-        self.tokenizer = ChatTokenizer(target_dir)
+        # speclens renders every prompt itself, so a server sees the template's variables too.
+        self.tokenizer = ChatTokenizer(target_dir, chat_template_kwargs)
         self.speculative = speculative
         self.process = process
         self._lock = threading.Lock()
@@ -176,8 +178,8 @@ class ServerEngine:
             self.close()
             raise
 
-    def chat_token_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
-        return self.tokenizer.chat_token_ids(messages)
+    def chat_token_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
+        return self.tokenizer.chat_token_ids(messages, tools)
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(token_ids)

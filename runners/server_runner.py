@@ -255,6 +255,7 @@ def dialect_of(cfg: RunConfig, endpoint: Endpoint, key: str) -> Dialect:
 
 def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
     rc = cfg.runner
+    template_kwargs = dict(cfg.chat_template_kwargs)
 
     def start(model_dir: Path, spec: dict[str, Any] | None) -> Engine:
         arrivals = Arrivals(cfg.request_rate, cfg.seed) if cfg.request_rate else None
@@ -264,11 +265,11 @@ def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
             key, url = ("runner.baseline_url", rc.baseline_url) if beside_drafter else ("runner.url", rc.url)
             endpoint = _endpoint(cfg, url, rc.model or cfg.target.model)
             return ServerEngine(endpoint, model_dir, spec is not None, arrivals=arrivals,
-                                dialect=dialect_of(cfg, endpoint, key))
+                                dialect=dialect_of(cfg, endpoint, key), chat_template_kwargs=template_kwargs)
         process = ServerProcess(model_dir, spec, cfg)
         try:
             engine = ServerEngine(_endpoint(cfg, process.url, str(model_dir)), model_dir, spec is not None, process,
-                                  arrivals)
+                                  arrivals, chat_template_kwargs=template_kwargs)
             engine.threads = process.threads
             return engine
         except BaseException:

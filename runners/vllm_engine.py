@@ -56,6 +56,7 @@ class VllmEngine:
         engine_args: dict[str, Any],
         cpu_kvcache_space_gib: int = 4,
         batch_invariant: bool = False,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> None:
         set_process_env(cpu_kvcache_space_gib, batch_invariant)
 
@@ -76,7 +77,7 @@ class VllmEngine:
         # In-process, the worker computes in this process with the threads vLLM bound for it.
         self.threads: int | None = torch.get_num_threads()
         self.scheduler = self.engine.engine_core.engine_core.scheduler
-        self.tokenizer = ChatTokenizer(Path(model))
+        self.tokenizer = ChatTokenizer(Path(model), chat_template_kwargs)
         self._counters_at_start = self._read_counters()
         self._steps: list[EngineStep] = []
         self._last_schedule: Any = None
@@ -89,8 +90,8 @@ class VllmEngine:
 
         self.scheduler.schedule = capture_schedule
 
-    def chat_token_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
-        return self.tokenizer.chat_token_ids(messages)
+    def chat_token_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
+        return self.tokenizer.chat_token_ids(messages, tools)
 
     def generate(
         self,

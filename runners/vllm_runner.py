@@ -41,14 +41,15 @@ def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
 
         return VllmEngine(model=str(model_dir), speculative_config=spec, engine_args=engine_args(cfg.engine, cfg.seed),
                           cpu_kvcache_space_gib=cfg.engine.cpu_kvcache_space_gib,
-                          batch_invariant=cfg.engine.batch_invariant)
+                          batch_invariant=cfg.engine.batch_invariant,
+                          chat_template_kwargs=dict(cfg.chat_template_kwargs))
 
     return start
 
 
 def encoder(cfg: RunConfig, target_dir: Path) -> Any:
     """The target's own chat tokenizer (transformers, imported on use)."""
-    return ChatTokenizer(target_dir)
+    return ChatTokenizer(target_dir, dict(cfg.chat_template_kwargs))
 
 
 def closed_loop_only(cfg: RunConfig) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -18,6 +19,7 @@ HEADER = 7
 
 
 def _chunks(data: bytes) -> Iterator[bytes]:
+    """Every complete record; a chunk still being written (shorter than its header says) ends it."""
     assert data[:4] == b":W&B", "not a wandb run file"
     pos, pending = HEADER, b""
     while pos + HEADER <= len(data):
@@ -30,6 +32,8 @@ def _chunks(data: bytes) -> Iterator[bytes]:
             pos += left  # zero padding to the end of the block
             continue
         chunk = data[pos + HEADER:pos + HEADER + length]
+        if len(chunk) < length:
+            return
         pos += HEADER + length
         if kind == 1:
             yield chunk
@@ -57,14 +61,32 @@ def _items(items) -> dict[str, Any]:
     return {item.key or ".".join(item.nested_key): json.loads(item.value_json) for item in items}
 
 
-def read_offline_run(run_dir: Path) -> OfflineRun:
+# wandb's service may still be writing a run's file when wandb.finish() returns.
+WRITTEN_TIMEOUT_S = 120.0
+
+
+def _records(file: Path) -> list[Any]:
+    """The run file's records once wandb has written its last one (the `exit` record): waits for
+    that event, re-reading the file, rather than reading a file still being written."""
     from wandb.proto import wandb_internal_pb2 as pb
 
+    deadline = time.monotonic() + WRITTEN_TIMEOUT_S
+    while True:
+        records = []
+        for chunk in _chunks(file.read_bytes()):
+            record = pb.Record()
+            record.ParseFromString(chunk)
+            records.append(record)
+        if any(r.WhichOneof("record_type") == "exit" for r in records):
+            return records
+        assert time.monotonic() < deadline, f"{file}: wandb wrote no exit record in {WRITTEN_TIMEOUT_S:.0f} s"
+        time.sleep(0.05)
+
+
+def read_offline_run(run_dir: Path) -> OfflineRun:
     (file,) = Path(run_dir).glob("run-*.wandb")
     run = OfflineRun()
-    for chunk in _chunks(file.read_bytes()):
-        record = pb.Record()
-        record.ParseFromString(chunk)
+    for record in _records(file):
         kind = record.WhichOneof("record_type")
         if kind == "run":
             r = record.run

@@ -8,6 +8,8 @@ from typing import Callable
 from core.config import DatasetConfig
 from core.errors import ConfigError
 from core.generation import ChatEncoder, Prompt
+from evals.datasets.agentic import AgenticConfig
+from evals.datasets.agentic import load as load_agentic
 from evals.datasets.base import filter_categories, select
 from evals.datasets.humaneval import HumanEvalConfig
 from evals.datasets.humaneval import load as load_humaneval
@@ -39,6 +41,7 @@ DATASETS: dict[str, DatasetSpec] = {
     "spec_bench": DatasetSpec(SpecBenchConfig, load_jsonl, needs_path=True),
     "speed_bench": DatasetSpec(SpeedBenchConfig, load_speed_bench),
     "long_context": DatasetSpec(LongContextConfig, load_long_context),
+    "agentic": DatasetSpec(AgenticConfig, load_agentic),
 }
 
 

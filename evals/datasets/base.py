@@ -52,7 +52,13 @@ def select(prompts: list[Prompt], num_requests: int | None, seed: int) -> list[P
     return chosen
 
 
+# Prompt fields added after prompt sets were first fingerprinted: left out while unset, so a set
+# that does not use them keeps the fingerprint its runs were stored under.
+ADDED_FIELDS = ("messages", "tools", "agent_turn")
+
+
 def fingerprint(prompts: list[Prompt]) -> str:
     """sha256 of exactly what is sent, so two runs can tell whether they saw the same prompts."""
-    blob = json.dumps([asdict(p) for p in prompts], sort_keys=True, ensure_ascii=False)
+    rows = [{k: v for k, v in asdict(p).items() if not (k in ADDED_FIELDS and v is None)} for p in prompts]
+    blob = json.dumps(rows, sort_keys=True, ensure_ascii=False)
     return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()

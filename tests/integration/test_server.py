@@ -120,3 +120,24 @@ def test_a_sweep_shares_an_attached_server_without_mixing_counter_deltas(tmp_pat
     # runner.exclusive (default) enforced the check: each run's counters are its own steps' sums
     for s in summaries:
         assert s["vllm_counters"]["num_drafts"] == s["n_steps"]
+
+
+def test_agent_trajectories_measure_alike_in_process_and_through_a_server(tmp_path, attached_server):
+    from tests.fixtures.trajectories import messages, openai_row, speed_bench_row, write_rows
+
+    data = tmp_path / "trajectories"
+    data.mkdir()
+    write_rows(data / "swe.jsonl", [speed_bench_row("swe1", "swe", messages(2))])
+    write_rows(data / "retail.jsonl", [openai_row("tau1", "retail", messages(1))])
+    agentic = [*SETTINGS[:2], "dataset=agentic", f"dataset.path={data}", "sampling.max_tokens=32", "engine.max_model_len=2048",
+               "engine.dtype=float32"]
+    # SmolLM2's template drops tools and tool calls: refused unless they are written as text
+    with pytest.raises(ConfigError, match="drops tools, tool calls from the prompt"):
+        measure(tmp_path / "refused", *agentic)
+    local = measure(tmp_path / "local", *agentic, "dataset.tools_as_text=true")
+    served = measure(tmp_path / "served", "runner=server", f"runner.url={attached_server}", *agentic,
+                     "dataset.tools_as_text=true")
+    assert sorted(requests_of(tmp_path / "local").request_id) == ["swe1@0", "swe1@1", "swe1@2", "tau1@0", "tau1@1"]
+    assert per_request(tmp_path / "served") == per_request(tmp_path / "local")
+    assert served["by_turn"] == local["by_turn"] and set(local["by_turn"]) == {"0", "1", "2"}
+    assert set(local["by_domain"]) == {"swe", "retail"}

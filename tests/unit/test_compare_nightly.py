@@ -190,3 +190,21 @@ def test_compare_refuses_one_dir_twice_and_runs_of_other_settings(tmp_path, caps
     batched = measure(tmp_path, tmp_path / "batched", {}, ROWS, "batch_sizes=[2]")
     with pytest.raises(SpeclensError, match=r"different batch sizes \(config.batch_sizes: None vs \[2\]\)"):
         compare(base, batched)
+
+
+def test_with_a_reasoning_boundary_each_segment_is_compared(tmp_path):
+    def measured(name: str, steps: list[int]) -> Path:
+        out = tmp_path / name
+        cfg = compose_run(*fake_overrides(tmp_path, ROWS, {f"{r['question_id']}#0": steps for r in ROWS}, name=name),
+                          "drafter=ngram", f"d={D}", "reasoning.end=w106")
+        run(cfg, out / "ngram", progress=lambda label: None)
+        return out
+
+    # tokens 0..6 are thinking ("w106" is token 6): the steps at offsets 1 and 4 think, the rest answer
+    base = measured("base", [2, 2, 2, 2, 2])
+    cand = measured("cand", [2, 2, 1, 1, 1])
+    table = compare(base, cand)[0].set_index(["domain", "segment"])
+    assert table.loc[("all", "thinking"), "al_diff"] == pytest.approx(0.0)
+    answer = table.loc[("all", "answer")]
+    assert (answer.baseline_al, answer.candidate_al) == pytest.approx((3.0, 2.0)) and answer.significant
+    assert table.loc[("all", "all"), "al_diff"] == pytest.approx((2 * 3 + 3 * 2) / 5 - 3.0)

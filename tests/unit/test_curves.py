@@ -36,7 +36,8 @@ def test_curves_from_a_sweep_match_the_golden_file(tmp_path):
     curves = write_curves(root)
     check_golden("curves.csv", (root / "curves.csv").read_text())
     assert list(curves.columns) == ["drafter", "d", "domain", "al", "al_ci95_lo", "al_ci95_hi", "tokens_per_step", "source",
-                                    "temperature"]
+                                    "temperature", "segment", "chat_template_kwargs"]
+    assert set(curves.segment) == {"all"} and set(curves.chat_template_kwargs) == {""}
     pooled = curves[(curves.domain == "all") & (curves.drafter == "ngram")].set_index("d")
     # d=1: every drafted step accepts min(x,1): 1,1,0 | 1 | 1,1 -> 5 of 6 -> AL 1 + 5/6
     assert pooled.loc[1, "al"] == pytest.approx(1 + 5 / 6)
@@ -107,3 +108,35 @@ def test_temperature_is_an_axis_of_the_curves_and_separates_the_ranking(tmp_path
     assert "## T=0, all, batch size 2" in md and "## T=0.7, all, batch size 2" in md
     plan = json.loads((root / "serve.json").read_text())
     assert [p["temperature"] for p in plan["by_temperature"]] == [0.0, 0.7]
+
+
+def test_chat_template_kwargs_are_an_axis_like_temperature(tmp_path):
+    """Thinking on and off: never one curve, never one ranking table, one plan each in serve.json."""
+    from reports.rank import write_ranking
+    from tests.unit.test_costs import measure
+
+    measure(tmp_path, 2)
+    measure(tmp_path, 2, "+chat_template_kwargs.enable_thinking=false", name="no-thinking")
+    root = tmp_path / "sweep"
+    curves = write_curves(root)
+    overall = curves[curves.domain == "all"]
+    assert sorted(overall.chat_template_kwargs) == ["", "enable_thinking=false"]
+    ranking, _ = write_ranking([root])
+    for mode in ("", "enable_thinking=false"):
+        table = ranking[(ranking.chat_template_kwargs == mode) & (ranking.domain == "all") & (ranking.batch_size == 2)]
+        assert sorted(table.drafter) == ["ngram", "none"] and sorted(table["rank"]) == [1, 2]
+    md = (root / "ranking.md").read_text()
+    assert "## template defaults, all, batch size 2" in md and "## enable_thinking=false, all, batch size 2" in md
+    plan = json.loads((root / "serve.json").read_text())
+    assert [p["chat_template_kwargs"] for p in plan["by_temperature"]] == [{}, {"enable_thinking": False}]
+
+
+def test_runs_with_a_reasoning_boundary_add_curves_per_segment(tmp_path):
+    root = sweep(tmp_path, [("ngram", 1), ("ngram", 3)], "reasoning.end=w104")
+    curves = write_curves(root)
+    assert set(curves.segment) == {"all", "thinking", "answer"}
+    thinking = curves[(curves.domain == "all") & (curves.segment == "thinking")].set_index("d")
+    # d=3 (test_reasoning's hand count): thinking steps accept 3, 2 and 3 (q2's first drafted step)
+    assert thinking.loc[3, "al"] == pytest.approx(1 + 8 / 3)
+    assert (root / "curve_segments_all.png").stat().st_size > 5000
+    assert set(pd.read_csv(root / "curves.csv").segment) == {"all", "thinking", "answer"}

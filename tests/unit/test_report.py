@@ -123,3 +123,19 @@ def test_the_run_stamp_names_how_speclens_built_the_draft(tmp_path):
     fingerprint = json.loads((out / "stamp.json").read_text())["fingerprints"]["draft"]
     assert f"Draft {fingerprint}: {describe_build(facts)}." in stamp
     assert "held-out greedy agreement 0.44, 10.0 min" in describe_build(facts)
+
+
+def test_the_report_shows_acceptance_per_segment_where_thinking_was_split(tmp_path):
+    from tests.unit.test_costs import PROMPTS, SCRIPTS
+
+    measure(tmp_path, 2, "reasoning.end=w102")
+    root = tmp_path / "sweep"
+    html, md = (f.read_text() for f in build(root))
+    assert "<h2>Thinking vs answer</h2>" in html and "## Thinking vs answer" in md
+    # every output's tokens 0..2 are thinking (the delimiter is token 2): 3 of each output's tokens
+    outputs = len(PROMPTS) * 2  # two batch sizes
+    tokens = sum(1 + sum(1 if s is None else s + 1 for s in SCRIPTS[2]) for _ in range(outputs))
+    assert "| ngram d=2 | thinking |" in md and f"| {3 * outputs} | {3 * outputs / tokens:.2f} |" in md
+    assert "Thinking ends by text 'w102'" in md
+    measure(tmp_path / "other", 2)
+    assert "Thinking vs answer" not in build(tmp_path / "other" / "sweep")[1].read_text()

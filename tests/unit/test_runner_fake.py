@@ -82,6 +82,22 @@ def test_replay_is_exact_for_a_draft_model_and_estimated_for_eagle3(tmp_path):
     assert list(pooled.source) == ["estimated", "estimated", "measured"]
 
 
+def test_an_exact_replay_gives_curves_per_segment(tmp_path):
+    draft = write_checkpoint(tmp_path / "draft")
+    base = fake_overrides(tmp_path, ROWS)
+    curves = replay(compose_config([*base, "drafter=draft_model", f"drafter.model={draft}", "d_max=3",
+                                    "reasoning.end=w104"], "replay"), tmp_path / "exact")
+    assert set(curves.segment) == {"all", "thinking", "answer"}
+    for segment in ("thinking", "answer"):
+        rows = curves[(curves.domain == "all") & (curves.segment == segment)].set_index("d")
+        assert list(rows.index) == [1, 2, 3] and all(1 <= al <= 1 + d for d, al in rows.al.items())
+    # the whole output's rows are those a replay without the boundary gives
+    plain = replay(compose_config([*base, "drafter=draft_model", f"drafter.model={draft}", "d_max=3"], "replay"),
+                   tmp_path / "plain")
+    whole = curves[curves.segment == "all"].reset_index(drop=True)
+    assert whole.al.tolist() == plain.al.tolist() and whole.tokens_per_step.tolist() == plain.tokens_per_step.tolist()
+
+
 @pytest.mark.parametrize("pattern, outcome", [("[3]", [True, True]), ("[3,1]", [False, False])])
 def test_selfcheck_passes_only_when_every_draft_is_accepted(tmp_path, pattern, outcome):
     results = selfcheck([*fake_overrides(tmp_path, ROWS), f"runner.pattern={pattern}"], tmp_path / "checks")
