@@ -1,7 +1,7 @@
 """Every run under a folder that was split by a text delimiter: each step's segment as speclens
 recorded it against the independent derivation (tests/fixtures/segments.py), and each segment's AL.
 
-    python benchmarks/segment_agreement.py <sweep or run dir>
+    PYTHONPATH=. python benchmarks/segment_agreement.py <sweep or run dir>
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from reports.runs import Run
+from reports.runs import Run, template_label
 
 SERVE_FILE = "serve.json"
 
@@ -108,7 +108,7 @@ def serve_markdown(plan: dict[str, Any]) -> list[str]:
     out = ["## What to serve", ""]
     for one in plans:
         if len(plans) > 1:
-            kwargs = ", ".join(f"{k}={_json(v)}" for k, v in sorted((one.get("chat_template_kwargs") or {}).items()))
+            kwargs = template_label(one.get("chat_template_kwargs") or {})
             out += [f"At temperature {one['temperature']:g}" + (f", chat_template_kwargs {kwargs}" if kwargs else "")
                     + ":", ""]
         out += _plan_markdown(one)

@@ -123,7 +123,7 @@ def test_a_sweep_shares_an_attached_server_without_mixing_counter_deltas(tmp_pat
 
 
 def test_agent_trajectories_measure_alike_in_process_and_through_a_server(tmp_path, attached_server):
-    from tests.fixtures.trajectories import messages, openai_row, speed_bench_row, write_rows
+    from tests.fixtures.trajectories import TOOLS, messages, openai_row, speed_bench_row, write_rows
 
     data = tmp_path / "trajectories"
     data.mkdir()
@@ -138,6 +138,15 @@ def test_agent_trajectories_measure_alike_in_process_and_through_a_server(tmp_pa
     served = measure(tmp_path / "served", "runner=server", f"runner.url={attached_server}", *agentic,
                      "dataset.tools_as_text=true")
     assert sorted(requests_of(tmp_path / "local").request_id) == ["swe1@0", "swe1@1", "swe1@2", "tau1@0", "tau1@1"]
+    # each prompt is the recorded history before its turn, tool calls and results written as text
+    from evals.datasets.agentic import Trajectory, as_text
+    from runners.chat import ChatTokenizer
+
+    history = as_text(Trajectory("swe1", "swe", tuple(messages(2)), tuple(TOOLS)))
+    text = ChatTokenizer(ensure_smollm2()).chat_text(list(history.messages[:4]))
+    assert '<tool_call>{"arguments": {"pattern": "bug0"}, "name": "grep"}</tool_call>' in text
+    prompt_tokens = requests_of(tmp_path / "local").set_index("request_id").prompt_tokens
+    assert prompt_tokens["swe1@1"] == len(ChatTokenizer(ensure_smollm2()).chat_token_ids(list(history.messages[:4])))
     assert per_request(tmp_path / "served") == per_request(tmp_path / "local")
     assert served["by_turn"] == local["by_turn"] and set(local["by_turn"]) == {"0", "1", "2"}
     assert set(local["by_domain"]) == {"swe", "retail"}
