@@ -254,3 +254,14 @@ def test_speculation_profiles_per_segment_match_the_summary(tmp_path):
         assert by_key[("all", segment)]["al"] == pytest.approx(summary["by_segment"][segment]["al"])
         assert by_key[("all", segment)]["marginal"] == pytest.approx(summary["by_segment"][segment]["per_position_acceptance"])
         assert by_key[("coding", segment)]["al"] == pytest.approx(summary["by_domain"]["coding"]["by_segment"][segment]["al"])
+
+
+def test_wandb_gets_the_segment_figures(tmp_path):
+    from core.summary import read_summary
+    from reports.wandb_log import summary_figures
+
+    summary, out, _ = fake_run(tmp_path, f"reasoning.end={END}")
+    flat = summary_figures(read_summary(out))
+    assert flat["al/thinking"] == pytest.approx(1 + 9 / 4) and flat["al/answer"] == pytest.approx(1 + 4 / 3)
+    assert flat["share_of_output_tokens/thinking"] == pytest.approx(0.6)
+    assert flat["al/coding/thinking"] == pytest.approx(3.0)
