@@ -256,8 +256,7 @@ def load(cfg: AgenticConfig, encoder: ChatEncoder) -> list[Prompt]:
     trajectories = [trajectory_of(row, where) for row, where in rows]
     if not trajectories:
         raise ConfigError(f"{source}: no trajectories in it.")
-    ids = [Prompt(t.trajectory_id, "", "", ()) for t in trajectories]
-    check_unique(ids, source, "question_id")
+    check_unique([Prompt(t.trajectory_id, t.category, t.category, ()) for t in trajectories], source, "question_id")
     dropped = dropped_by_template(encoder, trajectories)
     if dropped and not cfg.tools_as_text:
         raise ConfigError(f"the target's chat template drops {', '.join(dropped)} from the prompt ({getattr(encoder, 'source', 'the target')}): "
