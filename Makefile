@@ -55,7 +55,7 @@ unit: install $(BROWSER)
 
 # A new user's machine, rehearsed: a fresh clone of HEAD with empty caches, `make test` pinned to
 # one core and on every core, then the records both wrote compared where equality is claimed
-# (.ci/fresh-check; each suite takes 30-50 min on 2 cores).
+# (.ci/fresh-check; on this AVX2 machine kind the one-core suite took 101 min, set-up 7 min more).
 fresh-check:
 	bash .ci/fresh-check
 
