@@ -239,7 +239,7 @@ class RunSummary:
 
     def groups(self) -> dict[str, GroupFigures]:
         """`all` (this summary's own figures) and every domain."""
-        overall = GroupFigures(self.al, self.al_ci95, self.tokens_per_step, self.n_requests, self.n_steps)
+        overall = GroupFigures(self.al, self.al_ci95, self.tokens_per_step, self.n_requests, self.n_steps, self.by_segment)
         return {"all": overall} | self.by_domain
 
     def to_dict(self) -> dict[str, Any]:

@@ -52,14 +52,11 @@ def curve_row(drafter: str, d: int, domain: str, figures: GroupFigures | Segment
 
 def measured_rows(run: Run) -> list[dict]:
     s = run.summary
-    groups = [(domain, g) for domain, g in s.groups().items()]
-    overall_segments = s.by_segment or {}
     rows = []
-    for domain, g in groups:
+    for domain, g in s.groups().items():
         rows.append(curve_row(s.drafter, s.d, domain, g, "measured", run.temperature, template=run.template))
-        segments = overall_segments if domain == "all" else (g.by_segment or {})
         rows += [curve_row(s.drafter, s.d, domain, f, "measured", run.temperature, segment, run.template)
-                 for segment, f in segments.items()]
+                 for segment, f in (g.by_segment or {}).items()]
     return rows
 
 

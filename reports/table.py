@@ -84,7 +84,7 @@ def segment_table(summary: RunSummary) -> str:
     rows = [
         (domain, segment, str(f.output_tokens), cell(f.share_of_output_tokens), str(f.n_steps), cell(f.al),
          _ci(f.al_ci95), cell(f.tokens_per_step))
-        for domain, group in [("all", summary), *summary.by_domain.items()]
+        for domain, group in summary.groups().items()
         for segment, f in (group.by_segment or {}).items()
     ]
     lines = [text_table(header, rows, left_columns=2)]
