@@ -28,7 +28,6 @@ HELDOUT = "held-out (training prompts)"
 def main(argv: list[str]) -> None:
     from safetensors import safe_open
 
-    from core.drafter_build import DRAFTER_FACTS_FILE
     from drafters.training.corpus import TrainingPrompt
     from drafters.training.eagle3_head import head_agreement
     from drafters.training.selfdistill import generate_answers
@@ -36,6 +35,7 @@ def main(argv: list[str]) -> None:
     from evals.datasets.mt_bench import questions
     from evals.embedded_drafters import BUDGETS, ensure_drafter, training_samples
     from evals.embedded_target import ensure_smollm2
+    from speclens.drafter_build import DRAFTER_FACTS_FILE
 
     target = ensure_smollm2()
     head = pathlib.Path(argv[0]) if argv else ensure_drafter("eagle3")

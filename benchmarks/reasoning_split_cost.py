@@ -23,14 +23,14 @@ DEFAULTS = ["drafter=ngram", "d=3", "dataset.num_requests=16", "sampling.max_tok
 
 
 def main(overrides: list[str]) -> None:
-    from core import records
-    from core.generation import DraftedStep, TurnResult
-    from core.summary import read_summary
     from evals.compose import compose_config, to_run_config
     from evals.plan import make_plan
     from evals.reasoning import split_outputs
     from evals.run import run
     from runners.registry import runner_of
+    from speclens import records
+    from speclens.generation import DraftedStep, TurnResult
+    from speclens.summary import read_summary
 
     out = Path(tempfile.mkdtemp(prefix="speclens-split-")) / "run"
     cfg = compose_config(DEFAULTS + overrides)

@@ -22,9 +22,9 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core import records  # noqa: E402
-from core.summary import Timing  # noqa: E402
 from evals.summary import build_summary, operating_points  # noqa: E402
+from speclens import records  # noqa: E402
+from speclens.summary import Timing  # noqa: E402
 
 DRAFTERS = ["ngram", "suffix", "eagle3", "draft_model"]
 DRAFT_LENGTHS = [1, 2, 3, 5]

@@ -10,8 +10,8 @@ import json
 import sys
 from pathlib import Path
 
-from core.records import read_parquet
-from core.summary import read_summary
+from speclens.records import read_parquet
+from speclens.summary import read_summary
 from tests.fixtures.segments import derived_segments
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from core.config import VLLM_MAX_SPEC_LEN, Choice
-from core.errors import ConfigError
-from core.model_facts import ModelFacts
 from drafters.replay import replay_turn
+from speclens.config import VLLM_MAX_SPEC_LEN, Choice
+from speclens.errors import ConfigError
+from speclens.model_facts import ModelFacts
 
 # vLLM 0.32 re-labels a draft as one of these methods when its path contains the substring,
 # whatever method was asked for (config/speculative.py), except for these methods themselves.

@@ -6,12 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.config import Choice
-from core.drafter_build import DRAFTER_FACTS_FILE
-from core.errors import ConfigError
-from core.model_facts import ModelFacts
-from core.weights import safetensors_problem
 from drafters.base import Drafter, DrafterConfig, check_path_hints
+from speclens.config import Choice
+from speclens.drafter_build import DRAFTER_FACTS_FILE
+from speclens.errors import ConfigError
+from speclens.model_facts import ModelFacts
+from speclens.weights import safetensors_problem
 
 
 class SampleMethod(Choice):

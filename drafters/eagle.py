@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.errors import ConfigError
-from core.model_facts import ModelFacts
 from drafters.base import MechanismFacts, ReplayKind
 from drafters.checkpoint import CheckpointDrafter, CheckpointDrafterConfig
+from speclens.errors import ConfigError
+from speclens.model_facts import ModelFacts
 
 
 @dataclass

@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from core.errors import ConfigError
-from core.model_facts import ModelFacts, text_config
 from drafters.base import (
     Drafter,
     DrafterConfig,
@@ -14,6 +12,8 @@ from drafters.base import (
     ReplayKind,
     check_path_hints,
 )
+from speclens.errors import ConfigError
+from speclens.model_facts import ModelFacts, text_config
 
 # config.json fields that count a target's MTP layers, by model family.
 MTP_LAYER_FIELDS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from core.errors import ConfigError
-from core.model_facts import ModelFacts
 from drafters.base import Drafter, DrafterConfig, MechanismFacts, ReplayKind
+from speclens.errors import ConfigError
+from speclens.model_facts import ModelFacts
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from core.generation import DraftedStep
+from speclens.generation import DraftedStep
 
 # Stands for a draft token after the first miss: its value is unknown and cannot be accepted.
 UNKNOWN_TOKEN = -1

@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import ConfigError
-from core.model_facts import ModelFacts
 from drafters.base import Drafter, DrafterConfig, MechanismFacts, ReplayKind
 from drafters.replay import lockstep_replay
+from speclens.errors import ConfigError
+from speclens.model_facts import ModelFacts
 
 
 @dataclass

@@ -3,7 +3,7 @@ resolvers conf/ uses, and composition outside a Hydra app (`compose_config`).
 
 Named components are registered as the options of their group, each its own config class:
 `drafter=<name>` (drafters/), `dataset=<name>` (evals/datasets/), `runner=<name>` (runners/),
-`logger=<name>` (core/config.py). Their defaults live in those classes, stated once; conf/ holds
+`logger=<name>` (speclens/config.py). Their defaults live in those classes, stated once; conf/ holds
 only presets that differ from them (targets, sampling, engines, experiments, launchers).
 """
 
@@ -19,8 +19,12 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from core.assets import cache_dir
-from core.config import (
+from drafters import REGISTRY as DRAFTERS
+from drafters import drafter_name
+from evals.datasets import DATASETS, dataset_name
+from runners.registry import RUNNERS
+from speclens.assets import cache_dir
+from speclens.config import (
     LOGGERS,
     EngineConfig,
     ReplayConfig,
@@ -29,12 +33,8 @@ from core.config import (
     TargetConfig,
     config_fingerprint,
 )
-from core.errors import ConfigError
-from core.redact import redact_overrides
-from drafters import REGISTRY as DRAFTERS
-from drafters import drafter_name
-from evals.datasets import DATASETS, dataset_name
-from runners.registry import RUNNERS
+from speclens.errors import ConfigError
+from speclens.redact import redact_overrides
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
-from core.generation import SamplingSpec, TurnRequest, TurnResult
 from evals.datasets import Prompt
 from runners.engine import Engine, EngineFailed, ProgressFn
+from speclens.generation import SamplingSpec, TurnRequest, TurnResult
 
 
 def _run_turns(

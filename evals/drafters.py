@@ -6,16 +6,16 @@ from __future__ import annotations
 import csv
 import sys
 
-from core.drafter_build import (
+from drafters.facts_table import HEADER, comparison_rows
+from evals.embedded_drafters import EMBEDDED_DRAFTERS, drafter_dir
+from reports.table import markdown_table
+from speclens.drafter_build import (
     DRAFTER_FACTS_FILE,
     describe_build,
     is_current_build,
     read_drafter_facts,
 )
-from core.errors import ArgumentParser, guarded
-from drafters.facts_table import HEADER, comparison_rows
-from evals.embedded_drafters import EMBEDDED_DRAFTERS, drafter_dir
-from reports.table import markdown_table
+from speclens.errors import ArgumentParser, guarded
 
 
 @guarded

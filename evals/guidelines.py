@@ -1,18 +1,18 @@
 """`python -m evals.guidelines target=<name> | target.model=<path> [drafter.model=<path>]`:
-the draft-length guidelines (core/guidelines.py) computed from the target's (and the draft's) config."""
+the draft-length guidelines (speclens/guidelines.py) computed from the target's (and the draft's) config."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from core.errors import ConfigError, guarded
-from core.guidelines import Guidelines
-from core.guidelines import __doc__ as guidelines_doc
-from core.model_facts import text_config
 from evals.compose import compose_config, to_run_config
 from evals.plan import resolve_target
 from runners import checkpoints
+from speclens.errors import ConfigError, guarded
+from speclens.guidelines import Guidelines
+from speclens.guidelines import __doc__ as guidelines_doc
+from speclens.model_facts import text_config
 
 
 def _split_args(argv: list[str]) -> tuple[list[str], str | None]:

@@ -20,12 +20,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from core.errors import EXIT_MEASUREMENT, exit_status, report, user_message
-from core.files import check_folder
-from core.redact import redact_overrides
 from evals.compose import compose_config, to_run_config
 from evals.measure import ERROR_LOG, write_error_log
 from evals.sweep_report import record_failure
+from speclens.errors import EXIT_MEASUREMENT, exit_status, report, user_message
+from speclens.files import check_folder
+from speclens.redact import redact_overrides
 
 # Flags after which Hydra prints something (help, the config) instead of running a job.
 MULTIRUN_FLAGS = ("-m", "--multirun")
@@ -93,7 +93,7 @@ LAUNCHER_LOGGERS = ("hydra._internal.core_plugins.basic_launcher", "hydra_plugin
 
 
 class RedactedOverrides(logging.Filter):
-    """A launcher's log line with the overrides' credentials out (core/redact.py)."""
+    """A launcher's log line with the overrides' credentials out (speclens/redact.py)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         record.msg = redact_overrides(record.getMessage())

@@ -12,15 +12,6 @@ from typing import Callable, Iterator
 import pandas as pd
 from omegaconf import OmegaConf
 
-from core import metrics, records
-from core.costs import PassMode
-from core.drafter_build import read_drafter_facts
-from core.errors import MeasurementError, SpeclensError
-from core.files import write_json_atomic, write_text_atomic
-from core.generation import RecordGranularity, SpecCounters
-from core.machine import cpu_label
-from core.redact import redact
-from core.summary import SUMMARY_FILE, SUMMARY_VERSION, Numerics, RunSummary
 from evals.passes import (
     SERVER_LOG,
     Pass,
@@ -43,10 +34,19 @@ from evals.summary import (
 from reports.profile import PROFILE_FILE, run_profiles, write_profiles
 from runners.engine import EngineFactory, EngineFailed
 from runners.registry import runner_of
+from speclens import metrics, records
+from speclens.costs import PassMode
+from speclens.drafter_build import read_drafter_facts
+from speclens.errors import MeasurementError, SpeclensError
+from speclens.files import write_json_atomic, write_text_atomic
+from speclens.generation import RecordGranularity, SpecCounters
+from speclens.machine import cpu_label
+from speclens.redact import redact
+from speclens.summary import SUMMARY_FILE, SUMMARY_VERSION, Numerics, RunSummary
 
 STAMP_FILE = "stamp.json"
 ERROR_LOG = "error.log"
-# vLLM's, torch's and native libraries' output during the measurement (core/console.py; verbose=true: the terminal).
+# vLLM's, torch's and native libraries' output during the measurement (speclens/console.py; verbose=true: the terminal).
 ENGINE_LOG = "engine.log"
 # Everything a measurement writes into a run dir (evals/run_dir.py publishes them; summary.json last).
 RUN_ARTIFACTS = (STAMP_FILE, "steps.parquet", "requests.parquet", "engine_steps.parquet", "outputs.jsonl",
@@ -86,7 +86,7 @@ def engine_numerics(plan: RunPlan, passes: list[Pass]) -> Numerics:
 
 
 def _check_counters(passes: list[Pass], plan: RunPlan, out_dir: Path) -> None:
-    """Each speculative pass's records against the engine's counters (core/metrics.py); where they
+    """Each speculative pass's records against the engine's counters (speclens/metrics.py); where they
     disagree, the records are written for inspection before the error goes on."""
     cfg = plan.config
     steps, requests = record_frames(passes, plan)

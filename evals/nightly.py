@@ -26,8 +26,6 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import OmegaConf
 
-from core.errors import ConfigError, guarded
-from core.files import check_folder, exclusive, write_atomic
 from evals.compose import compose_config, to_run_config
 from evals.plan import RunPlan, make_plan
 from evals.run import TqdmProgress, run
@@ -35,6 +33,8 @@ from reports import figures
 from reports.compare import terminal_table, write_comparison
 from reports.runs import find_runs
 from runners.registry import runner_of
+from speclens.errors import ConfigError, guarded
+from speclens.files import check_folder, exclusive, write_atomic
 
 NIGHTLY_KEYS = ("baseline", "history", "threshold", "suite", "night", "out")
 TREND_FILE = "trend.png"

@@ -7,8 +7,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from core.costs import PassMode
-from core.generation import (
+from evals.conversation import run_conversations
+from evals.plan import RunPlan
+from runners.engine import Engine, EngineFactory, EngineFailed, ProgressFn
+from runners.zero_cost_proposer import CLASS_PATH
+from speclens.costs import PassMode
+from speclens.generation import (
     COUNTER_NAMES,
     EngineStep,
     RecordGranularity,
@@ -17,11 +21,7 @@ from core.generation import (
     TurnRequest,
     TurnResult,
 )
-from core.lossless import first_divergence
-from evals.conversation import run_conversations
-from evals.plan import RunPlan
-from runners.engine import Engine, EngineFactory, EngineFailed, ProgressFn
-from runners.zero_cost_proposer import CLASS_PATH
+from speclens.lossless import first_divergence
 
 # A launched server's log, every pass's appended under a header line.
 SERVER_LOG = "server.log"
@@ -44,7 +44,7 @@ class Pass:
     elapsed_s: float
     engine_steps: list[EngineStep]
     record_granularity: RecordGranularity = RecordGranularity.step
-    # The counters the engine keeps (core.generation.COUNTER_NAMES, or fewer).
+    # The counters the engine keeps (speclens.generation.COUNTER_NAMES, or fewer).
     counted: tuple[str, ...] = COUNTER_NAMES
     # Domain granularity: each domain's counter deltas (its requests ran on their own).
     domain_counters: dict[str, SpecCounters] | None = None

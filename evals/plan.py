@@ -13,19 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from core.config import (
-    DEFAULT_DTYPE,
-    DEFAULT_MAX_MODEL_LEN,
-    Dtype,
-    RunConfig,
-    WandbLoggerConfig,
-)
-from core.console import console
-from core.errors import ConfigError
-from core.generation import Prompt, SamplingSpec
-from core.machine import cpu_label, native_bf16
-from core.model_facts import ModelFacts
-from core.schedule import read_schedule
 from drafters import Drafter, make_drafter
 from evals import embedded_target
 from evals.conversation import conversation_token_ids
@@ -35,6 +22,19 @@ from evals.embedded_drafters import EMBEDDED_DRAFTERS, ensure_drafter
 from evals.reasoning import Segmenter, check_template_kwargs, make_segmenter
 from runners import checkpoints
 from runners.registry import runner_name, runner_of
+from speclens.config import (
+    DEFAULT_DTYPE,
+    DEFAULT_MAX_MODEL_LEN,
+    Dtype,
+    RunConfig,
+    WandbLoggerConfig,
+)
+from speclens.console import console
+from speclens.errors import ConfigError
+from speclens.generation import Prompt, SamplingSpec
+from speclens.machine import cpu_label, native_bf16
+from speclens.model_facts import ModelFacts
+from speclens.schedule import read_schedule
 
 
 def _embedded_targets() -> dict[str, tuple[Callable[[], Path], Callable[[], Path]]]:

@@ -1,16 +1,16 @@
 """The thinking boundary a run is configured with (reasoning.*), built before any engine starts,
-and the segment of every output found with it once the passes have run (core/segments.py)."""
+and the segment of every output found with it once the passes have run (speclens/segments.py)."""
 
 from __future__ import annotations
 
 from typing import Any, Protocol, Sequence
 
-from core.config import ReasoningConfig, RunConfig
-from core.console import console
-from core.errors import ConfigError
-from core.generation import TurnResult
-from core.segments import Boundary, text_boundary
-from core.summary import ReasoningSplit
+from speclens.config import ReasoningConfig, RunConfig
+from speclens.console import console
+from speclens.errors import ConfigError
+from speclens.generation import TurnResult
+from speclens.segments import Boundary, text_boundary
+from speclens.summary import ReasoningSplit
 
 
 class Segmenter(Protocol):

@@ -23,26 +23,6 @@ import pandas as pd
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from core import metrics
-from core.config import VLLM_MAX_SPEC_LEN, NoLoggerConfig, ReplayConfig, RunConfig
-from core.console import console, quiet
-from core.errors import (
-    ConfigError,
-    CorruptRecord,
-    guarded,
-)
-from core.records import SEGMENT_REQUEST_COLUMNS, read_parquet
-from core.redact import redact
-from core.segments import passes_by_segment, step_segment
-from core.summary import (
-    REPLAY_FILE,
-    REPLAY_VERSION,
-    SUMMARY_FILE,
-    Fingerprints,
-    ReplayRecord,
-    ReplaySummary,
-    read_replay,
-)
 from drafters.base import ReplayKind
 from drafters.replay import ReplayContext
 from evals.compose import CONF_DIR, register_configs, run_fingerprint, to_run_config
@@ -54,6 +34,26 @@ from evals.run_dir import claimed, staged
 from reports.curves import curve_row
 from reports.runs import template_label
 from runners.registry import runner_name, runner_of
+from speclens import metrics
+from speclens.config import VLLM_MAX_SPEC_LEN, NoLoggerConfig, ReplayConfig, RunConfig
+from speclens.console import console, quiet
+from speclens.errors import (
+    ConfigError,
+    CorruptRecord,
+    guarded,
+)
+from speclens.records import SEGMENT_REQUEST_COLUMNS, read_parquet
+from speclens.redact import redact
+from speclens.segments import passes_by_segment, step_segment
+from speclens.summary import (
+    REPLAY_FILE,
+    REPLAY_VERSION,
+    SUMMARY_FILE,
+    Fingerprints,
+    ReplayRecord,
+    ReplaySummary,
+    read_replay,
+)
 
 register_configs()
 
@@ -124,7 +124,7 @@ def curve_rows(plan, d: int, steps: pd.DataFrame, requests: pd.DataFrame, source
 
 def _segments(plan, turn, steps) -> tuple[list[str], tuple[int, int, int, int]] | None:
     """With a reasoning boundary: each replayed step's segment, and the turn's thinking and answer
-    tokens and passes (core/records.py SEGMENT_REQUEST_COLUMNS); None without one."""
+    tokens and passes (speclens/records.py SEGMENT_REQUEST_COLUMNS); None without one."""
     if plan.segmenter is None:
         return None
     output = list(turn.continuation[: turn.output_tokens])

@@ -17,16 +17,6 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from core.config import WandbLoggerConfig
-from core.console import console, quiet
-from core.errors import (
-    ConfigError,
-    CorruptRecord,
-    MeasurementError,
-    guarded,
-)
-from core.lossless import DIVERGENCE, UNEXPLAINED
-from core.summary import SUMMARY_FILE, RunSummary, read_summary
 from evals import sweep_report
 from evals.compose import CONF_DIR, register_configs, run_fingerprint, to_run_config
 from evals.hydra_app import end_job, run_app
@@ -36,6 +26,16 @@ from evals.run_dir import claimed, staged
 from reports.table import result_table
 from reports.wandb_log import log_run
 from runners.registry import runner_name, runner_of
+from speclens.config import WandbLoggerConfig
+from speclens.console import console, quiet
+from speclens.errors import (
+    ConfigError,
+    CorruptRecord,
+    MeasurementError,
+    guarded,
+)
+from speclens.lossless import DIVERGENCE, UNEXPLAINED
+from speclens.summary import SUMMARY_FILE, RunSummary, read_summary
 
 register_configs()
 

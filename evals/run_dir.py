@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from core.errors import ConfigError
-from core.files import Busy, exclusive
+from speclens.errors import ConfigError
+from speclens.files import Busy, exclusive
 
 LOCK_FILE = ".speclens.lock"
 STAGING_PREFIX = ".incoming-"

@@ -7,7 +7,7 @@ Drafting with the target itself must accept every draft token, so AL = 1 + D:
   distribution, so every proposal is accepted): AL within TOLERANCE of 1 + D
   (draft and target passes see different batch shapes, so their logits may
   differ in the last bits).
-Reproducibility, where it is guaranteed (float32, core/summary.py Numerics):
+Reproducibility, where it is guaranteed (float32, speclens/summary.py Numerics):
 - the same config run twice gives the same records (every step's accepted count, every token);
 - a vLLM server speclens launches gives the in-process engine's records (runner=vllm only).
 And at the run's own dtype (engine.dtype, else the target's): the AL of an in-process run and of a
@@ -29,12 +29,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
-from core.errors import ConfigError, MeasurementError, guarded
-from core.records import read_parquet
-from core.summary import RunSummary
 from evals.compose import compose_config, to_run_config
 from evals.run import run
 from runners.registry import runner_name, runner_of
+from speclens.errors import ConfigError, MeasurementError, guarded
+from speclens.records import read_parquet
+from speclens.summary import RunSummary
 
 # Relative shortfall of AL from 1 + D allowed at temperature > 0.
 TOLERANCE = 0.02

@@ -1,4 +1,4 @@
-"""Building a run's RunSummary (core/summary.py) from its passes and records."""
+"""Building a run's RunSummary (speclens/summary.py) from its passes and records."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ from typing import Mapping, Protocol, Sequence
 
 import pandas as pd
 
-from core import costs, metrics
-from core.account import SpeedupAccount, speedup_account
-from core.generation import RecordGranularity, SpecCounters, TurnResult
-from core.latency import Latency, latency_of
-from core.lossless import (
+from speclens import costs, metrics
+from speclens.account import SpeedupAccount, speedup_account
+from speclens.generation import RecordGranularity, SpecCounters, TurnResult
+from speclens.latency import Latency, latency_of
+from speclens.lossless import (
     DIVERGENCE,
     FOLLOWS_EARLIER_TURN,
     NEAR_TIE,
@@ -19,7 +19,7 @@ from core.lossless import (
     first_divergence,
     near_tie_bound,
 )
-from core.summary import (
+from speclens.summary import (
     SUMMARY_VERSION,
     DomainPoint,
     Fingerprints,

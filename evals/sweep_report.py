@@ -22,8 +22,13 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from core.config import WandbLoggerConfig
-from core.errors import (
+from evals.measure import ERROR_LOG
+from reports.curves import write_curves
+from reports.profile import PROFILE_FILE, read_profiles, write_profiles
+from reports.rank import write_ranking
+from reports.wandb_log import log_sweep
+from speclens.config import WandbLoggerConfig
+from speclens.errors import (
     EXIT_MEASUREMENT,
     EXIT_USER_ERROR,
     CorruptRecord,
@@ -31,14 +36,9 @@ from core.errors import (
     exit_status,
     user_message,
 )
-from core.files import write_json_atomic
-from core.redact import redact
-from core.summary import SUMMARY_FILE
-from evals.measure import ERROR_LOG
-from reports.curves import write_curves
-from reports.profile import PROFILE_FILE, read_profiles, write_profiles
-from reports.rank import write_ranking
-from reports.wandb_log import log_sweep
+from speclens.files import write_json_atomic
+from speclens.redact import redact
+from speclens.summary import SUMMARY_FILE
 
 FAILURE_FILE = "failure.json"
 FAILURES_FILE = "failures.json"

@@ -15,9 +15,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from core.account import CORRECTIONS, MODEL
-from core.drafter_build import describe_build
-from core.errors import ArgumentParser, SpeclensError, guarded
 from drafters.facts_table import HEADER as DRAFTER_HEADER
 from drafters.facts_table import comparison_rows
 from reports import figures
@@ -38,6 +35,9 @@ from reports.runs import (
 )
 from reports.serve import serve_markdown, serve_plan
 from reports.table import cell, markdown_table
+from speclens.account import CORRECTIONS, MODEL
+from speclens.drafter_build import describe_build
+from speclens.errors import ArgumentParser, SpeclensError, guarded
 
 # Tells a browser test whether every image decoded and no script error happened.
 LOAD_CHECK = """<script>
@@ -179,7 +179,7 @@ MAX_WATERFALLS = 12
 
 def account_section(runs: list[Run]) -> Section | None:
     """Each operating point's speedup account: the model's prediction times the corrections measured
-    from its engine steps, multiplying out to the measured speedup (core/account.py)."""
+    from its engine steps, multiplying out to the measured speedup (speclens/account.py)."""
     header = ["run", "B", *(name.replace("_", " ") for name in (MODEL, *CORRECTIONS)), "product", "measured",
               "outside steps (spec / plain)"]
     rows, images = [], []

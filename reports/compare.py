@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from core.errors import ArgumentParser, SpeclensError, guarded
-from core.metrics import BOOTSTRAP_SAMPLES, resample_indices
-from core.records import read_parquet
-from core.segments import SEGMENTS
 from reports.runs import CONSISTENT_KEYS, Run, check_consistent, find_runs
 from reports.table import cell, markdown_table, text_table
+from speclens.errors import ArgumentParser, SpeclensError, guarded
+from speclens.metrics import BOOTSTRAP_SAMPLES, resample_indices
+from speclens.records import read_parquet
+from speclens.segments import SEGMENTS
 
 COMPARE_COLUMNS = [
     "drafter", "d", "domain", "n_requests", "baseline_al", "candidate_al", "al_diff", "diff_ci95_lo",

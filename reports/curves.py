@@ -18,9 +18,6 @@ from typing import Collection
 
 import pandas as pd
 
-from core.errors import ArgumentParser, SpeclensError, guarded
-from core.files import check_folder
-from core.metrics import GroupFigures, SegmentFigures
 from reports import figures
 from reports.runs import (
     CONSISTENT_ACROSS_TEMPERATURES,
@@ -31,6 +28,9 @@ from reports.runs import (
     find_replays,
     find_runs,
 )
+from speclens.errors import ArgumentParser, SpeclensError, guarded
+from speclens.files import check_folder
+from speclens.metrics import GroupFigures, SegmentFigures
 
 CURVE_COLUMNS = ["drafter", "d", "domain", "al", "al_ci95_lo", "al_ci95_hi", "tokens_per_step", "source",
                  "temperature", "segment", "chat_template_kwargs"]

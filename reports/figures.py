@@ -7,8 +7,8 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from core.costs import GAP_TOLERANCE
 from reports.runs import Run
+from speclens.costs import GAP_TOLERANCE
 
 
 def draw(plot: Callable[[Any], None], size: tuple[float, float] = (6.4, 4.0), dpi: int = 100) -> bytes:

@@ -22,12 +22,12 @@ from typing import Any
 
 import pandas as pd
 
-from core import metrics
-from core.errors import CorruptRecord
-from core.files import write_json_atomic
-from core.records import read_parquet
-from core.summary import RunSummary
 from runners.zero_cost_proposer import CLASS_PATH
+from speclens import metrics
+from speclens.errors import CorruptRecord
+from speclens.files import write_json_atomic
+from speclens.records import read_parquet
+from speclens.summary import RunSummary
 
 PROFILE_FILE = "speculation_profile.json"
 PROFILE_VERSION = 1
@@ -42,7 +42,7 @@ def synthetic_config(d: int, marginal: list[float]) -> dict[str, Any]:
 
 def profile(drafter: str, d: int, domain: str, steps: pd.DataFrame, segment: str = "all") -> dict[str, Any] | None:
     """One profile from drafted steps (None without any); `segment`: of the whole output (`all`),
-    or of its thinking or answer steps (core/segments.py)."""
+    or of its thinking or answer steps (speclens/segments.py)."""
     if steps.empty:
         return None
     al = metrics.acceptance_length(steps)

@@ -19,11 +19,6 @@ from typing import Any, Collection
 
 import pandas as pd
 
-from core import costs
-from core.errors import ArgumentParser, SpeclensError, guarded
-from core.files import check_folder, write_json_atomic
-from core.guidelines import Guidelines, low_latency_speedup
-from core.summary import DomainPoint, OperatingPoint
 from drafters.facts_table import facts_of
 from reports import figures
 from reports.runs import (
@@ -35,6 +30,11 @@ from reports.runs import (
 )
 from reports.serve import SERVE_FILE, serve_markdown, serve_plan
 from reports.table import cell, markdown_table, median_ms, text_table
+from speclens import costs
+from speclens.errors import ArgumentParser, SpeclensError, guarded
+from speclens.files import check_folder, write_json_atomic
+from speclens.guidelines import Guidelines, low_latency_speedup
+from speclens.summary import DomainPoint, OperatingPoint
 
 RANK_COLUMNS = [
     "domain", "batch_size", "drafter", "d", "rank", "speedup", "speedup_source", "measured_speedup",
@@ -44,7 +44,7 @@ RANK_COLUMNS = [
     # Latency at the operating point (all prompts; runs that measured it): p50 in ms, and plain
     # decoding's p50 TPOT over this entry's.
     "ttft_p50_ms", "tpot_p50_ms", "latency_speedup",
-    # The prediction times the corrections its operating point measured (core/account.py), and range.
+    # The prediction times the corrections its operating point measured (speclens/account.py), and range.
     "predicted_corrected", "predicted_corrected_lo", "predicted_corrected_hi",
     # With repeats: the measured speedup's range over them; entries whose ranges overlap share a rank.
     "speedup_lo", "speedup_hi", "tie",

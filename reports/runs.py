@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Collection, Hashable, Iterable
 
-from core.errors import CorruptRecord, SpeclensError
-from core.summary import (
+from speclens.errors import CorruptRecord, SpeclensError
+from speclens.summary import (
     REPLAY_FILE,
     SUMMARY_FILE,
     Fingerprints,

@@ -8,8 +8,8 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from core.costs import GAP_TOLERANCE, StepTiming
-from core.summary import LosslessCheck, OperatingPoint, RunSummary
+from speclens.costs import GAP_TOLERANCE, StepTiming
+from speclens.summary import LosslessCheck, OperatingPoint, RunSummary
 
 
 def cell(value: Any, digits: int = 2, signed: bool = False) -> str:
@@ -97,7 +97,7 @@ def segment_table(summary: RunSummary) -> str:
 
 
 def numerics_line(summary: RunSummary) -> str | None:
-    """Where the run's greedy outputs are not a fixed function of its config (core/summary.py
+    """Where the run's greedy outputs are not a fixed function of its config (speclens/summary.py
     Numerics), by how much that can move its figures and what makes them exact."""
     numerics = summary.numerics
     if numerics is None or numerics.reproducible:

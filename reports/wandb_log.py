@@ -15,9 +15,9 @@ from typing import Any
 
 import pandas as pd
 
-from core.redact import redact
-from core.summary import RunSummary
 from reports.table import median_ms
+from speclens.redact import redact
+from speclens.summary import RunSummary
 
 # wandb refuses tags longer than 64 characters.
 MAX_TAG = 64

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from core.assets import cache_dir
-from core.errors import ConfigError
-from core.files import write_text_atomic
+from speclens.assets import cache_dir
+from speclens.errors import ConfigError
+from speclens.files import write_text_atomic
 
 # Files that define what a checkpoint computes; their contents go into its fingerprint.
 FINGERPRINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".json", ".model", ".txt", ".gguf")

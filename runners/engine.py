@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
-from core.errors import MeasurementError
-from core.generation import (
+from speclens.errors import MeasurementError
+from speclens.generation import (
     EngineStep,
     RecordGranularity,
     SamplingSpec,
@@ -32,12 +32,12 @@ class EngineFailed(MeasurementError):
 
 
 class Engine(Protocol):
-    # How finely it reports acceptance (core/generation.py): per step for in-process vLLM and vLLM
+    # How finely it reports acceptance (speclens/generation.py): per step for in-process vLLM and vLLM
     # servers with per-request metrics.
     record_granularity: RecordGranularity
     # The SpecCounters fields its counters() keeps (all four for vLLM; a server may keep fewer).
     counted: tuple[str, ...]
-    # Threads it computes with: greedy bf16 outputs on CPU move with it (core/summary.py Numerics).
+    # Threads it computes with: greedy bf16 outputs on CPU move with it (speclens/summary.py Numerics).
     # None where it cannot be seen (an attached server, the fake engine).
     threads: int | None
 

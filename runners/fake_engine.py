@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from core.costs import PassMode
-from core.errors import ConfigError
-from core.generation import (
+from runners.engine import ProgressFn
+from runners.zero_cost_proposer import CLASS_PATH
+from speclens.costs import PassMode
+from speclens.errors import ConfigError
+from speclens.generation import (
     COUNTER_NAMES,
     DraftedStep,
     EngineStep,
@@ -31,8 +33,6 @@ from core.generation import (
     TurnRequest,
     TurnResult,
 )
-from runners.engine import ProgressFn
-from runners.zero_cost_proposer import CLASS_PATH
 
 # One script entry per decode step: None = the drafter proposed nothing (an
 # undrafted step), an int = accepted count with D drafted, a pair = (drafted, accepted).

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from core.errors import ConfigError
-from core.segments import Boundary
+from speclens.errors import ConfigError
+from speclens.segments import Boundary
 
 
 def parser_names() -> list[str]:

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from core.config import RunConfig
-from core.generation import ChatEncoder
 from runners import fake_engine, server_runner, vllm_runner
 from runners.engine import EngineFactory
+from speclens.config import RunConfig
+from speclens.generation import ChatEncoder
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from core.generation import (
+from runners.server_records import drafted_steps, parse_counters, prometheus_samples
+from speclens.generation import (
     COUNTER_NAMES,
     DraftedStep,
     RecordGranularity,
@@ -30,8 +31,7 @@ from core.generation import (
     SamplingSpec,
     SpecCounters,
 )
-from core.lossless import top2_margin
-from runners.server_records import drafted_steps, parse_counters, prometheus_samples
+from speclens.lossless import top2_margin
 
 
 @dataclass

@@ -19,20 +19,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from core.assets import cache_dir
-from core.errors import ConfigError, MeasurementError
-from core.files import exclusive
-from core.generation import (
+from runners.chat import ChatTokenizer
+from runners.engine import EngineFailed, ProgressFn
+from runners.server_dialects import DIALECTS, Acceptance, Dialect, Reply, unfinished
+from speclens.assets import cache_dir
+from speclens.errors import ConfigError, MeasurementError
+from speclens.files import exclusive
+from speclens.generation import (
     EngineStep,
     SamplingSpec,
     SpecCounters,
     TurnRequest,
     TurnResult,
 )
-from core.redact import redact_url
-from runners.chat import ChatTokenizer
-from runners.engine import EngineFailed, ProgressFn
-from runners.server_dialects import DIALECTS, Acceptance, Dialect, Reply, unfinished
+from speclens.redact import redact_url
 
 # Statuses a busy server answers with: retried with backoff.
 RETRYABLE = (429, 503)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Iterator, Sequence
 
-from core.generation import DraftedStep, SpecCounters
+from speclens.generation import DraftedStep, SpecCounters
 
 COUNTER_PREFIX = "vllm:spec_decode_"
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")

@@ -31,15 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from core.config import Choice, RunConfig
-from core.console import console
-from core.errors import ConfigError, MeasurementError
-from core.redact import redact_url
 from runners.engine import Engine, EngineFactory
 from runners.server_dialects import DIALECTS, OWNED_BY, Dialect, Reply
 from runners.server_engine import Arrivals, Endpoint, ServerEngine
 from runners.server_records import prometheus_samples
 from runners.vllm_runner import check_batch_invariance, engine_args
+from speclens.config import Choice, RunConfig
+from speclens.console import console
+from speclens.errors import ConfigError, MeasurementError
+from speclens.redact import redact_url
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Lines of a failed server's log quoted in the error.

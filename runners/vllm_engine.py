@@ -15,7 +15,10 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from core.generation import (
+from runners.chat import ChatTokenizer
+from runners.engine import ProgressFn
+from runners.vllm_compat import make_kernel_registration_safe
+from speclens.generation import (
     COUNTER_NAMES,
     DraftedStep,
     EngineStep,
@@ -25,10 +28,7 @@ from core.generation import (
     TurnRequest,
     TurnResult,
 )
-from core.lossless import top2_margin
-from runners.chat import ChatTokenizer
-from runners.engine import ProgressFn
-from runners.vllm_compat import make_kernel_registration_safe
+from speclens.lossless import top2_margin
 
 COUNTER_PREFIX = "vllm:spec_decode_"
 

@@ -6,12 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.config import EngineConfig, RunConfig
-from core.errors import ConfigError
 from runners import cpu_expand_fix
 from runners.chat import ChatTokenizer
 from runners.engine import Engine, EngineFactory
 from runners.vllm_engine import VllmEngine, set_process_env
+from speclens.config import EngineConfig, RunConfig
+from speclens.errors import ConfigError
 
 
 @dataclass

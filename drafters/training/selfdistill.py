@@ -17,8 +17,8 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from core.machine import native_bf16
 from drafters.training.corpus import TrainingPrompt
+from speclens.machine import native_bf16
 
 __all__ = ["ANSWER_DTYPE", "ANSWER_THREADS", "Sample", "compute_dtype", "generate_answers", "generate_answers_apart",
            "training_autocast", "training_threads"]
@@ -29,7 +29,7 @@ ANSWER_THREADS = 1
 
 def training_autocast():
     """The training's mixed precision: bf16 autocast where the CPU has native bf16, float32 (no
-    autocast) elsewhere, where torch's bf16 products take a fallback some 20 times slower. Either way the build is the same bytes on machines of one CPU (core/machine.py)."""
+    autocast) elsewhere, where torch's bf16 products take a fallback some 20 times slower. Either way the build is the same bytes on machines of one CPU (speclens/machine.py)."""
     import torch
 
     return torch.autocast("cpu", dtype=torch.bfloat16, enabled=native_bf16())
@@ -68,7 +68,7 @@ def generate_answers(
     from tqdm import tqdm
     from vllm import LLM, SamplingParams
 
-    from core.console import console
+    from speclens.console import console
 
     def bar(*args, **kwargs):
         return tqdm(*args, **{**kwargs, "desc": "speclens: the target's answers", "file": console()})

@@ -5,9 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from core.config import DatasetConfig
-from core.errors import ConfigError
-from core.generation import ChatEncoder, Prompt
 from evals.datasets.agentic import AgenticConfig
 from evals.datasets.agentic import load as load_agentic
 from evals.datasets.base import filter_categories, select
@@ -23,6 +20,9 @@ from evals.datasets.sample import SampleConfig
 from evals.datasets.sample import load as load_sample
 from evals.datasets.speed_bench import SpeedBenchConfig
 from evals.datasets.speed_bench import load as load_speed_bench
+from speclens.config import DatasetConfig
+from speclens.errors import ConfigError
+from speclens.generation import ChatEncoder, Prompt
 
 
 @dataclass(frozen=True)

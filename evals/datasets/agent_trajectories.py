@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from core.errors import ArgumentParser, guarded
-from core.files import write_text_atomic
 from evals.datasets.long_context import SOURCE_MODULES, _source
+from speclens.errors import ArgumentParser, guarded
+from speclens.files import write_text_atomic
 
 
 def _tool(name: str, description: str, **properties: str) -> dict[str, Any]:

@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.config import DatasetConfig
-from core.errors import ConfigError
-from core.generation import ChatEncoder, Prompt
 from evals.datasets.domains import domain_of
 from evals.datasets.jsonl import check_unique
 from evals.datasets.speed_bench import DATA_SUFFIXES, HUB_ID, _plain, _read_file
+from speclens.config import DatasetConfig
+from speclens.errors import ConfigError
+from speclens.generation import ChatEncoder, Prompt
 
 ROLES = ("system", "user", "assistant", "tool")
 HUB_CONFIG = "agentic"

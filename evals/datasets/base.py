@@ -8,8 +8,8 @@ import random
 from collections import defaultdict
 from dataclasses import asdict
 
-from core.errors import ConfigError
-from core.generation import Prompt
+from speclens.errors import ConfigError
+from speclens.generation import Prompt
 
 
 def filter_categories(prompts: list[Prompt], categories: list[str] | None, source: str) -> list[Prompt]:

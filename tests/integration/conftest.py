@@ -14,11 +14,9 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 pytest.importorskip("vllm", reason="integration tests need the CPU extra (make install)")
 
-from core.records import read_parquet  # noqa: E402
 from evals.compose import compose_config  # noqa: E402
 from evals.run import run  # noqa: E402
-
-pytestmark = pytest.mark.integration
+from speclens.records import read_parquet  # noqa: E402
 
 
 def measure(out_dir: Path, *overrides: str) -> dict:

@@ -7,8 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from core.records import read_parquet
 from reports.rank import write_ranking
+from speclens.records import read_parquet
 from tests.integration.conftest import measure
 
 D = 3

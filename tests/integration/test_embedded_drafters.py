@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from core.drafter_build import DRAFTER_FACTS_FILE, describe_build, read_drafter_facts
 from drafters.training.corpus import CORPUS, shared_passages
 from evals.embedded_drafters import BUDGETS, EMBEDDED_DRAFTERS, _answers, ensure_drafter, evaluation_sets, training_set
 from evals.embedded_target import ensure_smollm2
+from speclens.drafter_build import DRAFTER_FACTS_FILE, describe_build, read_drafter_facts
 from tests.integration.conftest import measure
 
 REDUCED = BUDGETS["reduced"]

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import ConfigError
 from evals.embedded_target import ensure_smollm2
+from speclens.errors import ConfigError
 from tests.integration.conftest import measure, requests_of, steps_of
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from core.records import read_parquet
+from speclens.records import read_parquet
 from tests.fixtures.models import random_eagle3_head, tiny_draft, tiny_target
 from tests.integration.conftest import measure, requests_of, steps_of, tiny_overrides
 
@@ -101,7 +101,7 @@ os.environ["VLLM_CPU_KVCACHE_SPACE"] = "1"
 from evals.conversation import run_conversations
 from evals.datasets import load_prompts
 from evals.datasets.mt_bench import MtBenchConfig
-from core.generation import SamplingSpec
+from speclens.generation import SamplingSpec
 from runners.vllm_engine import VllmEngine
 spec = {{"method": "draft_model", "model": "{target}", "num_speculative_tokens": {D}, "draft_sample_method": "probabilistic"}}
 engine = VllmEngine("{target}", spec, {{"max_model_len": 1024, "dtype": "float32", "enforce_eager": True, "seed": 0}})

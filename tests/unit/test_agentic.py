@@ -9,10 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from core.errors import ConfigError
-from core.records import read_parquet
 from evals.run import run
 from runners.fake_engine import chat_token_ids
+from speclens.errors import ConfigError
+from speclens.records import read_parquet
 from tests.fixtures.trajectories import TOOLS, messages, openai_row, speed_bench_row, write_rows
 from tests.unit.conftest import compose_run, write_checkpoint, write_script
 

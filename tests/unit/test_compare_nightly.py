@@ -7,11 +7,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from core.errors import SpeclensError
 from evals.nightly import main as nightly_main
 from evals.run import run
 from reports.compare import compare, paired_al_difference
 from reports.compare import main as compare_main
+from speclens.errors import SpeclensError
 from tests.unit.conftest import (
     compose_run,
     fake_overrides,

@@ -7,14 +7,6 @@ import pytest
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from core.config import (
-    LOGGERS,
-    EngineConfig,
-    ReplayConfig,
-    RunConfig,
-    SamplingConfig,
-    TargetConfig,
-)
 from drafters import REGISTRY as DRAFTERS
 from evals.compose import (
     CONF_DIR,
@@ -25,6 +17,14 @@ from evals.compose import (
 )
 from evals.datasets import DATASETS
 from runners.registry import RUNNERS
+from speclens.config import (
+    LOGGERS,
+    EngineConfig,
+    ReplayConfig,
+    RunConfig,
+    SamplingConfig,
+    TargetConfig,
+)
 
 REGISTRIES = components()
 PRESETS = {"target": TargetConfig, "sampling": SamplingConfig, "engine": EngineConfig}

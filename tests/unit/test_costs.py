@@ -10,13 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core import costs
-from core.costs import StepTiming
-from core.errors import ConfigError, SpeclensError
-from core.records import read_parquet
 from evals.run import run
 from reports.rank import main as rank_main
 from reports.rank import pareto_front, rank, write_ranking
+from speclens import costs
+from speclens.costs import StepTiming
+from speclens.errors import ConfigError, SpeclensError
+from speclens.records import read_parquet
 from tests.unit.conftest import compose_run, fake_overrides
 
 PROMPTS = [{"question_id": f"c{i}", "category": "coding", "turns": [f"write function number {i} " * (i + 1)]}
@@ -204,7 +204,7 @@ def test_a_sweep_that_cannot_be_ranked_any_more_drops_its_stale_ranking(tmp_path
 
 
 def test_pass_factors_name_prefill_tail_and_outliers():
-    from core.account import pass_factors
+    from speclens.account import pass_factors
 
     # B=2: a prefill step, three full decode steps (one 4x slower), a tail step with one request
     steps = pd.DataFrame({"mode": "plain", "batch_size": 2, "step": range(5),
@@ -221,8 +221,8 @@ def test_pass_factors_name_prefill_tail_and_outliers():
 
 
 def _pass(mode: str, seconds: float, tokens: int = 100):
-    from core.generation import TurnResult
     from evals.passes import Pass
+    from speclens.generation import TurnResult
 
     result = TurnResult("q", 0, 5, list(range(tokens)), "", [], tokens, seconds)
     return Pass(mode, 1, [result], None, 0.0, seconds, [])

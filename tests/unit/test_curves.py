@@ -9,10 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from core.errors import SpeclensError
 from evals.run import run
 from reports.curves import collect, write_curves
 from reports.curves import main as curves_main
+from speclens.errors import SpeclensError
 from tests.unit.conftest import compose_run, fake_overrides
 from tests.unit.test_run_fake import ROWS, check_golden
 

@@ -9,14 +9,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from core.config import DatasetConfig
-from core.errors import ConfigError
-from core.generation import Prompt
 from evals.datasets import load_prompts
 from evals.datasets.base import select
 from evals.datasets.domains import domain_of, long_context_domain
 from evals.datasets.jsonl import JsonlConfig, SpecBenchConfig
 from evals.datasets.speed_bench import PLACEHOLDER, SpeedBenchConfig
+from speclens.config import DatasetConfig
+from speclens.errors import ConfigError
+from speclens.generation import Prompt
 
 SPEC_BENCH = Path(__file__).resolve().parents[3] / "shared" / "data" / "spec_bench" / "question.jsonl"
 QUALITATIVE = ["coding", "math", "summarization", "writing"]

@@ -8,11 +8,11 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from core.errors import ConfigError
-from core.model_facts import ModelFacts
 from drafters import REGISTRY, make_drafter
 from evals.drafters import HEADER
 from evals.drafters import main as table_main
+from speclens.errors import ConfigError
+from speclens.model_facts import ModelFacts
 
 
 @pytest.mark.parametrize("d", [1, 4, 9])
@@ -167,7 +167,7 @@ def test_a_speculators_format_head_is_checked_by_its_nested_layer_config():
 
 
 def _build_facts(**overrides) -> dict:
-    from core.drafter_build import DRAFTER_FACTS_VERSION
+    from speclens.drafter_build import DRAFTER_FACTS_VERSION
 
     facts = {"version": DRAFTER_FACTS_VERSION, "mechanism": "eagle3", "target": "SmolLM2-135M-Instruct",
              "library": "speculators 0.9.0", "budget": "full",
@@ -181,8 +181,8 @@ def _build_facts(**overrides) -> dict:
 def test_a_build_record_is_described_in_one_line_and_listed_by_evals_drafters(monkeypatch, tmp_path):
     import json
 
-    from core.drafter_build import DRAFTER_FACTS_FILE, describe_build
     from evals.embedded_drafters import drafter_dir
+    from speclens.drafter_build import DRAFTER_FACTS_FILE, describe_build
 
     assert describe_build(_build_facts()) == (
         "eagle3 for SmolLM2-135M-Instruct built by speclens with speculators 0.9.0: speclens-selfdistill-v1 "
@@ -212,13 +212,13 @@ def test_a_build_record_is_described_in_one_line_and_listed_by_evals_drafters(mo
 def test_a_build_record_of_another_version_is_refused_with_the_fix_and_is_not_current(tmp_path):
     import json
 
-    from core.drafter_build import (
+    from speclens.drafter_build import (
         DRAFTER_FACTS_FILE,
         DRAFTER_FACTS_VERSION,
         is_current_build,
         read_drafter_facts,
     )
-    from core.errors import CorruptRecord
+    from speclens.errors import CorruptRecord
 
     assert read_drafter_facts(tmp_path) is None
     assert not is_current_build(tmp_path)
@@ -239,9 +239,9 @@ def test_ensure_drafter_builds_again_only_a_drafter_of_another_builder_version(m
     import json
     import subprocess
 
-    from core.drafter_build import DRAFTER_FACTS_FILE
     from evals import embedded_drafters
     from evals.embedded_drafters import drafter_dir, ensure_drafter
+    from speclens.drafter_build import DRAFTER_FACTS_FILE
 
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
     folder = drafter_dir("eagle3", "reduced")
@@ -297,9 +297,9 @@ def test_the_heads_agreement_counts_chains_as_greedy_verification_accepts_them()
 def test_an_unreadable_build_record_is_refused_in_one_line_not_rebuilt(monkeypatch, tmp_path, capsys):
     import subprocess
 
-    from core.drafter_build import DRAFTER_FACTS_FILE
     from evals import embedded_drafters
     from evals.embedded_drafters import drafter_dir, main
+    from speclens.drafter_build import DRAFTER_FACTS_FILE
 
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
     folder = drafter_dir("eagle3", "reduced")
@@ -327,10 +327,10 @@ def _safetensors(path, tensors: dict[str, bytes]) -> None:
 
 
 def test_truncated_weights_are_refused_before_vllm_naming_the_drafter_and_how_to_rebuild_it(tmp_path):
-    from core.drafter_build import DRAFTER_FACTS_FILE
-    from core.errors import ConfigError
-    from core.weights import safetensors_problem
     from drafters.checkpoint import check_weights
+    from speclens.drafter_build import DRAFTER_FACTS_FILE
+    from speclens.errors import ConfigError
+    from speclens.weights import safetensors_problem
 
     folder = tmp_path / "head"
     folder.mkdir()

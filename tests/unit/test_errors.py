@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import ConfigError, SpeclensError
 from evals.run import run
+from speclens.errors import ConfigError, SpeclensError
 from tests.unit.conftest import compose_run, fake_overrides, write_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -178,7 +178,7 @@ def test_no_report_command_creates_its_output_dir_before_its_input_is_valid(tmp_
 QUIET_SCRIPT = """
 import os, sys
 from pathlib import Path
-from core.console import console, quiet
+from speclens.console import console, quiet
 log = Path(sys.argv[1])
 with quiet(log, verbose=sys.argv[2] == "1"):
     print("engine says hello")

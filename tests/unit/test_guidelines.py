@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import ConfigError
-from core.guidelines import (
+from evals.guidelines import main
+from speclens.errors import ConfigError
+from speclens.guidelines import (
     Guidelines,
     layer_ratio,
     low_latency_speedup,
@@ -13,7 +14,6 @@ from core.guidelines import (
     starting_draft_length,
     tile_aligned_draft_lengths,
 )
-from evals.guidelines import main
 from tests.unit.conftest import write_checkpoint
 
 

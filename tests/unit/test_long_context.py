@@ -6,11 +6,11 @@ import os
 
 import pytest
 
-from core.errors import ConfigError
 from evals.datasets.long_context import LongContextConfig, load, o200k_counter
 from evals.embedded_target import ensure_smollm2
 from evals.run import run
 from runners.chat import ChatTokenizer
+from speclens.errors import ConfigError
 from tests.unit.conftest import compose_run
 
 # The real cache (the unit tests' autouse fixture points SPECLENS_CACHE elsewhere).

@@ -6,8 +6,8 @@ Request A (domain x) accepted 3, 1, 0 of d=3; request B (domain y) accepted 2, 2
 import pandas as pd
 import pytest
 
-from core import metrics
-from core.generation import SpecCounters
+from speclens import metrics
+from speclens.generation import SpecCounters
 
 D = 3
 
@@ -97,7 +97,7 @@ def test_spec_counters_add_and_subtract_per_position():
 
 
 def test_the_near_tie_bound_is_four_ulps_of_a_top_logit_in_each_dtype():
-    from core.lossless import classify, first_divergence, near_tie_bound
+    from speclens.lossless import classify, first_divergence, near_tie_bound
 
     assert near_tie_bound("bfloat16") == 4 * 0.125 and near_tie_bound("float16") == 4 * 2**-6
     assert near_tie_bound("float32") == 4 * 2**-19
@@ -109,8 +109,8 @@ def test_the_near_tie_bound_is_four_ulps_of_a_top_logit_in_each_dtype():
 def test_a_later_turn_carrying_a_parted_answer_follows_that_turn():
     """Turn 1 carries turn 0's answer: where turn 0 parted at a near-tie, turn 1's prompts differ and
     its mismatch is that one's consequence, neither a near-tie nor a divergence of its own."""
-    from core.generation import TurnResult
     from evals.summary import lossless
+    from speclens.generation import TurnResult
 
     def result(turn: int, prompt: tuple, out: list) -> TurnResult:
         return TurnResult("q", turn, len(prompt), out, "", [], len(out), 0.1, prompt_token_ids=prompt)

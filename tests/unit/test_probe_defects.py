@@ -14,13 +14,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from core.errors import ConfigError, MeasurementError, SpeclensError
-from core.schedule import check_schedule, read_schedule
 from evals.compose import MAX_REPEATS, MIN_REQUEST_RATE, compose_config, to_run_config
 from evals.replay import replay
 from evals.run import run
 from reports.curves import collect, safe_name, write_curves
 from reports.rank import rank
+from speclens.errors import ConfigError, MeasurementError, SpeclensError
+from speclens.schedule import check_schedule, read_schedule
 from tests.unit.conftest import compose_run, fake_overrides
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from core.errors import ConfigError
-from core.records import read_parquet
-from core.segments import ANSWER, THINKING, Boundary, passes_by_segment, step_segment, text_boundary
 from runners.fake_engine import decode, output_token
+from speclens.errors import ConfigError
+from speclens.records import read_parquet
+from speclens.segments import ANSWER, THINKING, Boundary, passes_by_segment, step_segment, text_boundary
 from tests.unit.test_run_fake import fake_run
 
 # The fake's outputs are tokens 100, 101, ... decoded as "w100 w101 ...": "w104" ends token 4.
@@ -131,7 +131,7 @@ def test_bad_reasoning_keys_are_refused_naming_the_key(tmp_path, overrides, mess
 
 
 def test_the_config_fingerprint_keeps_its_value_without_reasoning_keys():
-    from core.config import config_fingerprint
+    from speclens.config import config_fingerprint
 
     base = {"d": 3, "seed": 0}
     unset = base | {"reasoning": {"parser": None, "end": None, "start": None}, "chat_template_kwargs": {}}
@@ -257,8 +257,8 @@ def test_speculation_profiles_per_segment_match_the_summary(tmp_path):
 
 
 def test_wandb_gets_the_segment_figures(tmp_path):
-    from core.summary import read_summary
     from reports.wandb_log import summary_figures
+    from speclens.summary import read_summary
 
     summary, out, _ = fake_run(tmp_path, f"reasoning.end={END}")
     flat = summary_figures(read_summary(out))

@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from core.config import config_fingerprint
-from core.summary import Numerics, read_summary
 from evals.run import run
 from reports.table import numerics_line, result_table
+from speclens.config import config_fingerprint
+from speclens.summary import Numerics, read_summary
 from tests.unit.conftest import compose_run, fake_overrides
 
 ROWS = [{"question_id": "q1", "category": "coding", "turns": ["write code"]}]
@@ -64,9 +64,9 @@ def test_keys_added_later_enter_the_fingerprint_only_when_set():
 
 
 def test_batch_invariant_kernels_are_refused_on_a_cpu_build_with_the_reason(tmp_path, monkeypatch):
-    from core.errors import ConfigError
     from evals.compose import to_run_config
     from runners import vllm_runner
+    from speclens.errors import ConfigError
 
     cfg = to_run_config(compose_run(*fake_overrides(tmp_path, ROWS), "runner=vllm", "engine.batch_invariant=true"))
     monkeypatch.setattr(vllm_runner, "on_cpu", lambda: True)
@@ -97,9 +97,9 @@ def test_a_launched_server_computes_on_the_threads_the_in_process_engine_would(t
 
 
 def test_batch_invariant_kernels_cannot_be_asked_of_an_attached_server(tmp_path):
-    from core.errors import ConfigError
     from evals.compose import to_run_config
     from runners.server_runner import check_support
+    from speclens.errors import ConfigError
 
     cfg = to_run_config(compose_run(*fake_overrides(tmp_path, ROWS), "runner=server", "runner.url=http://127.0.0.1:9",
                                     "engine.batch_invariant=true"))
@@ -115,9 +115,9 @@ def test_batch_invariant_kernels_cannot_be_asked_of_an_attached_server(tmp_path)
 ])
 def test_a_bf16_target_is_fitted_to_float32_where_this_cpu_has_no_native_bf16(tmp_path, monkeypatch, runner, native,
                                                                                fitted):
-    from core.model_facts import ModelFacts
     from evals import plan
     from evals.compose import to_run_config
+    from speclens.model_facts import ModelFacts
 
     monkeypatch.setattr(plan, "native_bf16", lambda: native)
     monkeypatch.setattr(plan, "_cpu_build", lambda: True)

@@ -9,11 +9,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from core.errors import ConfigError, CorruptRecord, MeasurementError, exit_status
-from core.records import read_parquet
-from core.summary import read_summary
 from evals.run import run
 from reports.table import result_table
+from speclens.errors import ConfigError, CorruptRecord, MeasurementError, exit_status
+from speclens.records import read_parquet
+from speclens.summary import read_summary
 from tests.unit.conftest import compose_run, fake_overrides, write_checkpoint
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"

@@ -16,15 +16,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from core.errors import ConfigError
-from core.records import read_parquet, write_parquet
-from core.summary import read_replay, read_summary
 from evals.cli import COMMANDS
 from evals.cli import main as speclens_main
 from evals.compose import compose_config
 from evals.replay import replay
 from evals.run import run
 from evals.selfcheck import selfcheck
+from speclens.errors import ConfigError
+from speclens.records import read_parquet, write_parquet
+from speclens.summary import read_replay, read_summary
 from tests.unit.conftest import fake_overrides, write_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -292,7 +292,7 @@ def test_each_record_granularity_gives_the_same_al_overall_and_per_domain(tmp_pa
 
 
 def test_a_request_granularity_miscount_is_caught(tmp_path):
-    from core.errors import MeasurementError
+    from speclens.errors import MeasurementError
 
     rows = [{"question_id": "q0", "category": "coding", "turns": ["task"]}]
     overrides = fake_overrides(tmp_path, rows, {"q0#0": [2, 1]}) + ["drafter=ngram", "d=3",

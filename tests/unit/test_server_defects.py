@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from core.errors import ConfigError, MeasurementError, exit_status, user_message
-from core.records import read_parquet
-from core.redact import redact_overrides
 from evals.compose import compose_config, job_dirname
 from evals.embedded_target import ensure_smollm2
 from evals.run import run
 from evals.sweep_report import record_failure, redact_saved_config
+from speclens.errors import ConfigError, MeasurementError, exit_status, user_message
+from speclens.records import read_parquet
+from speclens.redact import redact_overrides
 from tests.unit.conftest import write_checkpoint, write_questions
 from tests.unit.test_server_dialects import Scripted
 from tests.unit.test_server_runner import ROWS, D, FakeVllm, Handler

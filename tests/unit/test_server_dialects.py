@@ -22,12 +22,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from core.errors import ConfigError, MeasurementError, exit_status
-from core.records import read_parquet
-from core.summary import read_summary
 from evals.compose import compose_config
 from evals.embedded_target import ensure_smollm2
 from evals.run import run
+from speclens.errors import ConfigError, MeasurementError, exit_status
+from speclens.records import read_parquet
+from speclens.summary import read_summary
 from tests.unit.conftest import write_questions
 from tests.unit.test_server_runner import FakeVllm
 

@@ -3,8 +3,8 @@ request's streamed chunks matched to its per-step acceptance arrays."""
 
 from __future__ import annotations
 
-from core.generation import DraftedStep
 from runners.server_records import drafted_steps, parse_counters
+from speclens.generation import DraftedStep
 
 # As vLLM 0.32's Prometheus logger writes it, with two data-parallel engines.
 METRICS = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.

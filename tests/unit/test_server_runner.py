@@ -12,11 +12,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from core.errors import ConfigError
 from evals.compose import compose_config
 from evals.embedded_target import ensure_smollm2
 from evals.run import run
 from runners.server_runner import server_flags
+from speclens.errors import ConfigError
 from tests.unit.conftest import write_questions
 
 D = 3
@@ -157,7 +157,7 @@ def test_an_attached_server_gives_exact_records_checked_against_its_counters(tmp
 
 
 def test_other_traffic_on_the_server_fails_the_check_unless_it_is_declared(tmp_path, smollm2, capsys):
-    from core.errors import MeasurementError
+    from speclens.errors import MeasurementError
 
     server = FakeVllm(str(smollm2))
     real = server.metrics_text

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from core.config import WandbLoggerConfig
 from evals.sweep_report import SweepReport
+from speclens.config import WandbLoggerConfig
 from tests.unit.test_costs import measure
 from tests.wandb_offline import offline_runs
 
@@ -76,15 +76,15 @@ def test_a_sweep_logs_its_curves_and_ranking_in_its_group(tmp_path):
     ("stop_token_ids", False), ("num_draft_tokens", False), ("author", False),
 ])
 def test_secret_keys_are_told_apart_from_token_counts(key, secret):
-    from core.redact import REDACTED, redact
+    from speclens.redact import REDACTED, redact
 
     assert (redact({"a": [{key: "x"}]})["a"][0][key] == REDACTED) is secret
 
 
 def test_secrets_stay_out_of_job_dir_names_and_the_saved_sweep_config(tmp_path):
-    from core.redact import REDACTED, redact_overrides
     from evals.compose import job_dirname
     from evals.sweep_report import redact_saved_config
+    from speclens.redact import REDACTED, redact_overrides
 
     overrides = f"batch_sizes=[1,4],d=3,+engine.extra_args.hf_token={SECRET},sampling.max_tokens=64"
     assert redact_overrides(overrides) == f"batch_sizes=[1,4],d=3,+engine.extra_args.hf_token={REDACTED},sampling.max_tokens=64"
@@ -126,8 +126,8 @@ def test_the_command_line_with_a_secret_is_not_stored_by_wandb(tmp_path, monkeyp
     f'+engine.extra_args={{"password": "{SECRET}"}}',
 ])
 def test_a_dict_valued_override_is_redacted_too(override):
-    from core.redact import redact
     from evals.compose import job_dirname
+    from speclens.redact import redact
 
     assert SECRET not in job_dirname(override)
     assert SECRET not in json.dumps(redact({"hydra": {"overrides": {"task": [override, "d=3"]}}}))

@@ -36,7 +36,7 @@ class Boundary:
 
 
 def step_segment(position: int, prompt_tokens: int, thinking_tokens: int) -> str:
-    """The segment of a step starting at context length `position` (core/generation.py DraftedStep)."""
+    """The segment of a step starting at context length `position` (speclens/generation.py DraftedStep)."""
     return THINKING if position - prompt_tokens < thinking_tokens else ANSWER
 
 

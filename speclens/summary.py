@@ -33,13 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from core.account import SpeedupAccount
-from core.costs import StepTiming
-from core.errors import CorruptRecord, SpeclensError
-from core.files import write_json_atomic
-from core.generation import SpecCounters
-from core.latency import Latency
-from core.metrics import OMITTED_WHEN_NONE, GroupFigures, PositionBin, SegmentFigures
+from speclens.account import SpeedupAccount
+from speclens.costs import StepTiming
+from speclens.errors import CorruptRecord, SpeclensError
+from speclens.files import write_json_atomic
+from speclens.generation import SpecCounters
+from speclens.latency import Latency
+from speclens.metrics import OMITTED_WHEN_NONE, GroupFigures, PositionBin, SegmentFigures
 
 SUMMARY_FILE = "summary.json"
 SUMMARY_VERSION = 8
@@ -55,7 +55,7 @@ class DomainPoint(GroupFigures):
 
     predicted_speedup: float | None = None
     predicted_speedup_range: list[float] | None = None
-    # The prediction times the operating point's measured corrections (core/account.py).
+    # The prediction times the operating point's measured corrections (speclens/account.py).
     predicted_corrected: float | None = None
     predicted_corrected_range: list[float] | None = None
 
@@ -63,7 +63,7 @@ class DomainPoint(GroupFigures):
 @dataclass
 class Mismatch:
     """A greedy output that differs from plain decoding: where, plain decoding's top-2 margin
-    there, and why (core/lossless.py: near_tie | divergence | unexplained)."""
+    there, and why (speclens/lossless.py: near_tie | divergence | unexplained)."""
 
     request_id: str
     turn: int
@@ -92,7 +92,7 @@ class LosslessCheck:
 
 
 # Dtypes in which greedy decoding on CPU gives the same tokens whatever the thread count and batch
-# shape: a top-2 margin small enough for their rounding to flip (core/lossless.py) is rare enough
+# shape: a top-2 margin small enough for their rounding to flip (speclens/lossless.py) is rare enough
 # that no check of this project has met one.
 REPRODUCIBLE_DTYPES = frozenset({"float32", "float"})
 
@@ -102,7 +102,7 @@ class Numerics:
     """What a run's greedy outputs depend on beyond its config.
 
     In bfloat16 or float16 on CPU they move with the engine's thread count and batch shapes
-    (near-ties flip, core/lossless.py), so two runs, or a server and the in-process engine, can
+    (near-ties flip, speclens/lossless.py), so two runs, or a server and the in-process engine, can
     part; in float32, or with batch-invariant kernels on a GPU (engine.batch_invariant), they are
     a function of the prompts and the config: `reproducible`."""
 
@@ -111,7 +111,7 @@ class Numerics:
     threads: int | None
     batch_invariant: bool
     reproducible: bool
-    # The CPU it computed on (core/machine.py; None where that is not this machine): runs are
+    # The CPU it computed on (speclens/machine.py; None where that is not this machine): runs are
     # reproducible between machines of one cpu only.
     cpu: str | None = None
 
@@ -122,7 +122,7 @@ class Numerics:
 
 @dataclass
 class ReasoningSplit:
-    """How a run's outputs were split into thinking and answer (core/segments.py)."""
+    """How a run's outputs were split into thinking and answer (speclens/segments.py)."""
 
     # How the boundary was found: "parser <name>" or "text '<end>'" (reasoning.*).
     boundary: str

@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from core.errors import ConfigError
+from speclens.errors import ConfigError
 
 # vLLM's rejection sampler handles at most this many draft tokens per step
 # (vllm/v1/sample/rejection_sampler.py, MAX_SPEC_LEN).
@@ -128,7 +128,7 @@ class DatasetConfig:
 @dataclass
 class ReasoningConfig:
     """Where a reasoning target's thinking ends in each output, so that acceptance is measured per
-    segment (thinking, answer; core/segments.py). Set `parser` or `end`, not both; neither: no split."""
+    segment (thinking, answer; speclens/segments.py). Set `parser` or `end`, not both; neither: no split."""
 
     # One of vLLM's reasoning parsers, by name (vllm.reasoning.ReasoningParserManager), built on
     # the target's tokenizer: thinking ends where it says (is_reasoning_end / extract_content_ids).
@@ -162,7 +162,7 @@ class RunConfig:
     # however many are in flight (runner=server).
     request_rate: float | None = None
     # Also run without speculation at each B (lossless check, measured speedup, T_verif(B)) and
-    # with a zero-cost proposer (T_verif(B*(1+D)), hence T_draft): see core/costs.py.
+    # with a zero-cost proposer (T_verif(B*(1+D)), hence T_draft): see speclens/costs.py.
     baseline: bool = False
     # With baseline=true: run the speculative and plain passes this many times, interleaved; the
     # speedup is the median repeat's, with the range over all of them (null: once).

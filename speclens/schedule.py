@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from core.errors import ConfigError
+from speclens.errors import ConfigError
 
 Schedule = list[list[int]]
 

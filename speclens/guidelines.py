@@ -15,9 +15,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from core.config import VLLM_MAX_SPEC_LEN
-from core.errors import ConfigError
-from core.model_facts import text_config
+from speclens.config import VLLM_MAX_SPEC_LEN
+from speclens.errors import ConfigError
+from speclens.model_facts import text_config
 
 TILE_ROWS = 128
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol, Sequence
 
-from core.segments import Boundary
+from speclens.segments import Boundary
 
 
 @dataclass(frozen=True)

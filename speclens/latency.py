@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from core.generation import TurnResult
+from speclens.generation import TurnResult
 
 
 @dataclass

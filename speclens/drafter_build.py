@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from core.errors import CorruptRecord
+from speclens.errors import CorruptRecord
 
 __all__ = ["DRAFTER_FACTS_FILE", "DRAFTER_FACTS_VERSION", "built_version", "describe_build", "is_current_build",
            "read_drafter_facts"]

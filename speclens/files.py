@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from core.errors import ConfigError
+from speclens.errors import ConfigError
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from core.config import Choice
+from speclens.config import Choice
 
 
 class PassMode(Choice):

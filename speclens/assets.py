@@ -19,7 +19,7 @@ import tempfile
 import zipfile
 from collections.abc import Iterator
 
-from core.errors import AssetError
+from speclens.errors import AssetError
 
 __all__ = ["building", "cache_dir", "locked", "publish_dir", "wheel_member"]
 

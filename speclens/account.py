@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from core.costs import PassMode
+from speclens.costs import PassMode
 
 # The corrections, in the order the account applies them after the steady-state model.
 CORRECTIONS = ("prefill", "ramp_up_and_tail", "slow_outliers", "token_yield")

@@ -13,10 +13,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from core.errors import CorruptRecord, SpeclensError
-from core.files import write_atomic
-from core.generation import EngineStep, Prompt, RecordGranularity, TurnResult
-from core.segments import passes_by_segment, step_segment
+from speclens.errors import CorruptRecord, SpeclensError
+from speclens.files import write_atomic
+from speclens.generation import EngineStep, Prompt, RecordGranularity, TurnResult
+from speclens.segments import passes_by_segment, step_segment
 
 # 2: every record carries the batch size (operating point) it was measured at; engine steps their pass.
 # 3: where a reasoning boundary is configured, steps carry their `segment` and requests
@@ -33,7 +33,7 @@ REQUEST_COLUMNS = [
     "drafted_steps", "target_steps", "num_accepted", "al", "latency_s",
 ]
 # With a reasoning boundary: each turn's output tokens on either side of it, and its target
-# passes by segment (core/segments.py: a pass belongs where its first token is).
+# passes by segment (speclens/segments.py: a pass belongs where its first token is).
 SEGMENT_REQUEST_COLUMNS = ["thinking_tokens", "answer_tokens", "thinking_target_steps", "answer_target_steps"]
 
 
@@ -109,7 +109,7 @@ def request_frame(
     return frame
 
 
-# mode: the pass (core/costs.py PassMode).
+# mode: the pass (speclens/costs.py PassMode).
 ENGINE_STEP_COLUMNS = ["mode", "batch_size", "step", "wall_s", "num_requests", "num_tokens", "num_draft_tokens"]
 
 

@@ -10,7 +10,7 @@ reports only counters (`domain`), AL comes from the counters of the requests it 
 - tokens per target step: output tokens / target forward passes, counting the
   prefill step and undrafted steps.
 - per-position acceptance: steps with more than k accepted / drafted steps.
-- per segment (thinking, answer; core/segments.py for which step and token is where): the same
+- per segment (thinking, answer; speclens/segments.py for which step and token is where): the same
   figures over each segment's steps, its share of the output tokens.
 """
 
@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from core.console import console
-from core.errors import MeasurementError
-from core.generation import COUNTER_NAMES, SpecCounters
-from core.segments import SEGMENTS
+from speclens.console import console
+from speclens.errors import MeasurementError
+from speclens.generation import COUNTER_NAMES, SpecCounters
+from speclens.segments import SEGMENTS
 
 BOOTSTRAP_SAMPLES = 2000
-# Dataclass fields written to JSON only when set (core/summary.py to_plain): absent, not null,
+# Dataclass fields written to JSON only when set (speclens/summary.py to_plain): absent, not null,
 # where they do not apply.
 OMITTED_WHEN_NONE = {"omit_when_none": True}
 
