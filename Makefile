@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 
 BROWSER := /usr/bin/chromium
 
-.PHONY: install target drafters demo curves test unit fresh-check clean-venv
+.PHONY: install target drafters demo curves lint test unit fresh-check clean-venv
 
 install: $(INSTALLED)
 
@@ -47,11 +47,17 @@ $(BROWSER):
 	SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends chromium
 
-test: target $(BROWSER)
+# The format and the lint rules of pyproject.toml ([tool.ruff]); `make test` runs it first.
+lint: install
+	$(VENV)/bin/ruff format --check --quiet .
+	$(VENV)/bin/ruff check --quiet .
+
+test: lint target $(BROWSER)
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
-unit: install $(BROWSER)
-	$(PYTHON) -m pytest tests/unit $(PYTEST_ARGS)
+# The unit and fault tests only: fake engine, no vLLM engine started (minutes, not the hour).
+unit: lint $(BROWSER)
+	$(PYTHON) -m pytest -m "not integration" $(PYTEST_ARGS)
 
 # A new user's machine, rehearsed: a fresh clone of HEAD with empty caches, `make test` pinned to
 # one core and on every core, then the records both wrote compared where equality is claimed

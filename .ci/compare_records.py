@@ -43,8 +43,10 @@ def compare_runs(a: Path, b: Path) -> tuple[int, int]:
             if not same:
                 print(f"DIFFER  {rel}: AL {sa.get('al')} vs {sb.get('al')} ({sa['numerics']['dtype']}, claimed equal)")
         elif sa.get("al") and sb.get("al"):
-            print(f"moved   {rel}: AL {sa['al']:.4f} vs {sb['al']:.4f} "
-                  f"({(sa.get('numerics') or {}).get('dtype')}: not claimed equal)")
+            print(
+                f"moved   {rel}: AL {sa['al']:.4f} vs {sb['al']:.4f} "
+                f"({(sa.get('numerics') or {}).get('dtype')}: not claimed equal)"
+            )
     return equal, differ
 
 
@@ -59,7 +61,10 @@ def compare_builds(a: Path, b: Path) -> tuple[int, int]:
         digest_a, digest_b = digest(file_a), digest(file_b)
         same = digest_a == digest_b
         equal, differ = equal + same, differ + (not same)
-        print(f"{'equal  ' if same else 'DIFFER '} {rel}: sha256 {digest_a[:16]}" + ("" if same else f" vs {digest_b[:16]}"))
+        print(
+            f"{'equal  ' if same else 'DIFFER '} {rel}: sha256 {digest_a[:16]}"
+            + ("" if same else f" vs {digest_b[:16]}")
+        )
     return equal, differ
 
 

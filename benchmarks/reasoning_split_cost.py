@@ -48,9 +48,19 @@ def main(overrides: list[str]) -> None:
     for o in outputs:
         row = requests[(requests.request_id == o["request_id"]) & (requests.turn == o["turn"])].iloc[0]
         own = steps[(steps.request_id == o["request_id"]) & (steps.turn == o["turn"])]
-        results.append(TurnResult(o["request_id"], o["turn"], int(row.prompt_tokens), o["token_ids"], o["text"],
-                                  [DraftedStep(int(s.position), int(s.num_drafted), int(s.num_accepted)) for s in own.itertuples()],
-                                  int(row.target_steps), 0.0, prompt_token_ids=tuple([0] * int(row.prompt_tokens))))
+        results.append(
+            TurnResult(
+                o["request_id"],
+                o["turn"],
+                int(row.prompt_tokens),
+                o["token_ids"],
+                o["text"],
+                [DraftedStep(int(s.position), int(s.num_drafted), int(s.num_accepted)) for s in own.itertuples()],
+                int(row.target_steps),
+                0.0,
+                prompt_token_ids=tuple([0] * int(row.prompt_tokens)),
+            )
+        )
 
     def frames() -> None:
         records.step_frame(results, by_id, 0)
@@ -75,11 +85,15 @@ def main(overrides: list[str]) -> None:
 
     extra = timed(split_and_frames) - timed(plain_frames)
     generate_s = summary.timing.generate_s
-    print(f"{len(results)} outputs, {sum(len(r.output_token_ids) for r in results)} tokens; split by "
-          f"{plan.segmenter.description}: {summary.reasoning.n_closed} closed, {summary.reasoning.n_unclosed} unclosed")
+    print(
+        f"{len(results)} outputs, {sum(len(r.output_token_ids) for r in results)} tokens; split by "
+        f"{plan.segmenter.description}: {summary.reasoning.n_closed} closed, {summary.reasoning.n_unclosed} unclosed"
+    )
     print(f"split + segment columns: {extra * 1000:.1f} ms (median of {REPEATS})")
-    print(f"run wall time {wall_s:.1f} s: ratio {extra / wall_s:.4f} ({100 * extra / wall_s:.2f} %); "
-          f"generate phase {generate_s:.1f} s: ratio {extra / generate_s:.4f}")
+    print(
+        f"run wall time {wall_s:.1f} s: ratio {extra / wall_s:.4f} ({100 * extra / wall_s:.2f} %); "
+        f"generate phase {generate_s:.1f} s: ratio {extra / generate_s:.4f}"
+    )
 
 
 if __name__ == "__main__":

@@ -41,8 +41,11 @@ def main(argv: list[str]) -> None:
 
     out = Path(tempfile.mkdtemp(prefix="speclens-replay-cost-"))
     # Warm-up: the first engine in a process pays imports and cold file reads; neither side should.
-    run(compose_config(DEFAULTS + overrides + ["d=1", "dataset.num_requests=1", "sampling.max_tokens=8"]),
-        out / "warmup", progress=lambda label: None)
+    run(
+        compose_config(DEFAULTS + overrides + ["d=1", "dataset.num_requests=1", "sampling.max_tokens=8"]),
+        out / "warmup",
+        progress=lambda label: None,
+    )
     start = time.perf_counter()
     curves = replay(compose_config(DEFAULTS + overrides + [f"d_max={D_MAX}"], "replay"), out / "replay")
     replay_s = time.perf_counter() - start
@@ -57,16 +60,22 @@ def main(argv: list[str]) -> None:
         gaps.append(gap)
         loss = summary.lossless
         flips = f", {loss.n_near_ties} near-tie flip(s) from plain decoding" if loss else ""
-        print(f"d={d}: replayed AL {pooled.loc[d, 'al']:.4f}, measured AL {summary.al:.4f}, gap {gap:.2%} "
-              f"({summary.numerics.dtype}{flips}); measured run {elapsed:.1f}s")
+        print(
+            f"d={d}: replayed AL {pooled.loc[d, 'al']:.4f}, measured AL {summary.al:.4f}, gap {gap:.2%} "
+            f"({summary.numerics.dtype}{flips}); measured run {elapsed:.1f}s"
+        )
         exact = summary.numerics.reproducible
     print(f"replayed curve d=1..{D_MAX}: {replay_s:.1f}s ({curves.source.iloc[0]})")
-    print(f"replay_cost_ratio {replay_s / measured_s:.3f}  (16-point replay / one measured run at d={args.measure_d[0]}; target <= 1.5)")
+    print(
+        f"replay_cost_ratio {replay_s / measured_s:.3f}  (16-point replay / one measured run at d={args.measure_d[0]}; target <= 1.5)"
+    )
     if exact:
         print(f"replay_vs_measured_max_gap {max(gaps):.4%}  (float32: exact, target 0 %)")
     else:
-        print(f"replay_vs_measured_max_gap {max(gaps):.4%}  (not a check of the replay: in this dtype the measured "
-              "run parts from plain decoding at near-ties; engine.dtype=float32 makes the gap 0)")
+        print(
+            f"replay_vs_measured_max_gap {max(gaps):.4%}  (not a check of the replay: in this dtype the measured "
+            "run parts from plain decoding at near-ties; engine.dtype=float32 makes the gap 0)"
+        )
 
 
 if __name__ == "__main__":

@@ -18,8 +18,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-SETTINGS = ["drafter=ngram", "d=3", "dataset=mt_bench", "dataset.num_requests=3", "sampling.max_tokens=40",
-            "engine.max_model_len=2048", "engine.cpu_kvcache_space_gib=1"]
+SETTINGS = [
+    "drafter=ngram",
+    "d=3",
+    "dataset=mt_bench",
+    "dataset.num_requests=3",
+    "sampling.max_tokens=40",
+    "engine.max_model_len=2048",
+    "engine.cpu_kvcache_space_gib=1",
+]
 DTYPES = ("float32", "bfloat16")
 
 
@@ -49,10 +56,13 @@ def main(argv: list[str]) -> int:
         als = [al for al, _, _ in served]
         spread = (max(als) - min(als)) / local.al
         loss = local.lossless
-        print(f"{dtype}: in-process AL {local.al:.4f} ({loss.n_near_ties} near-tie flip(s) from plain decoding, "
-              f"{local.numerics.threads} threads); server ALs {', '.join(f'{a:.4f}' for a in als)} "
-              f"(mean {statistics.mean(als):.4f}, spread {spread:.2%} of in-process); turns parting from in-process: "
-              + ", ".join(f"{k}/{n}" for _, k, n in served), flush=True)
+        print(
+            f"{dtype}: in-process AL {local.al:.4f} ({loss.n_near_ties} near-tie flip(s) from plain decoding, "
+            f"{local.numerics.threads} threads); server ALs {', '.join(f'{a:.4f}' for a in als)} "
+            f"(mean {statistics.mean(als):.4f}, spread {spread:.2%} of in-process); turns parting from in-process: "
+            + ", ".join(f"{k}/{n}" for _, k, n in served),
+            flush=True,
+        )
         if dtype == "float32":
             exact = all(al == local.al and k == 0 for al, k, _ in served)
     print(f"float32 server == in-process on every run: {exact} (runs in {out})")

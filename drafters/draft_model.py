@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from drafters.base import MechanismFacts, ReplayKind
-from drafters.checkpoint import CheckpointDrafter, CheckpointDrafterConfig
+from drafters.checkpoint_drafter import CheckpointDrafter, CheckpointDrafterConfig
 from drafters.replay import UNKNOWN_TOKEN
 
 # Architecture-name fragments of heads and special drafters, which are not standalone draft models.
@@ -15,6 +15,7 @@ HEAD_MARKERS = ("eagle", "medusa", "dflash", "dspark", "speculator", "mtp")
 @dataclass
 class DraftModelConfig(CheckpointDrafterConfig):
     """drafter=draft_model: needs drafter.model=<local path or hub id>."""
+
 
 class DraftModel(CheckpointDrafter):
     config_class = DraftModelConfig

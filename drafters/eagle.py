@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from drafters.base import MechanismFacts, ReplayKind
-from drafters.checkpoint import CheckpointDrafter, CheckpointDrafterConfig
+from drafters.checkpoint_drafter import CheckpointDrafter, CheckpointDrafterConfig
 from speclens.errors import ConfigError
 from speclens.model_facts import ModelFacts
 
@@ -36,8 +36,10 @@ class Eagle(CheckpointDrafter):
     kind_marker = "eagle"
 
     def checkpoint_kind_error(self, draft: ModelFacts) -> str | None:
-        names = [a.lower() for a in draft.architectures] + [str(draft.raw.get("model_type", "")).lower(),
-                                                            str(draft.raw.get("speculators_model_type", "")).lower()]
+        names = [a.lower() for a in draft.architectures] + [
+            str(draft.raw.get("model_type", "")).lower(),
+            str(draft.raw.get("speculators_model_type", "")).lower(),
+        ]
         is_eagle3 = any("eagle3" in n for n in names)
         if (self.kind_marker == "eagle3") != is_eagle3 or not any("eagle" in n for n in names):
             return (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from drafters.base import MechanismFacts, ReplayKind
-from drafters.checkpoint import CheckpointDrafter, CheckpointDrafterConfig
+from drafters.checkpoint_drafter import CheckpointDrafter, CheckpointDrafterConfig
 from speclens.errors import ConfigError
 from speclens.model_facts import ModelFacts
 
@@ -37,7 +37,9 @@ class Medusa(CheckpointDrafter):
         heads = draft.raw.get("num_heads")
         # vLLM builds exactly D heads; fewer in the checkpoint fails at load.
         if heads is not None and d > int(heads):
-            raise ConfigError(f"d={d} with drafter=medusa: drafter.model has {heads} heads, one per draft position, so d <= {heads}.")
+            raise ConfigError(
+                f"d={d} with drafter=medusa: drafter.model has {heads} heads, one per draft position, so d <= {heads}."
+            )
         if draft.hidden_size != target.hidden_size:
             raise ConfigError(
                 f"drafter.model={draft.path} has hidden_size={draft.hidden_size} but target.model has "

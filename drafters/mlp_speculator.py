@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from drafters.base import MechanismFacts
-from drafters.checkpoint import CheckpointDrafter, CheckpointDrafterConfig
+from drafters.checkpoint_drafter import CheckpointDrafter, CheckpointDrafterConfig
 from speclens.errors import ConfigError
 from speclens.model_facts import ModelFacts
 

@@ -55,7 +55,6 @@ class Suffix(Drafter):
         # optional (built from source by make install): only suffix decoding needs it.
         from arctic_inference.suffix_decoding import SuffixDecodingCache
 
-
         cache = SuffixDecodingCache(
             max_tree_depth=self.cfg.max_tree_depth, max_cached_requests=self.cfg.max_cached_requests
         )

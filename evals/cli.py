@@ -15,7 +15,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "guidelines": ("evals.guidelines", "draft-length guidelines from the target's (and draft's) config"),
     "drafters": ("evals.drafters", "the mechanisms' comparison table and the drafters built for the embedded target"),
     "prepare": ("evals.embedded_target", "prepare the embedded default target (SmolLM2-135M) and print its folder"),
-    "build-drafters": ("evals.embedded_drafters", "train the embedded target's EAGLE-3 head and draft model (one time)"),
+    "build-drafters": (
+        "evals.embedded_drafters",
+        "train the embedded target's EAGLE-3 head and draft model (one time)",
+    ),
     "report": ("reports.build", "report.html and report.md for a run or sweep dir"),
     "curves": ("reports.curves", "AL-vs-D curves of a sweep dir"),
     "rank": ("reports.rank", "rank (mechanism, D) by speedup over plain decoding"),
@@ -25,8 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def usage() -> str:
     width = max(len(c) for c in COMMANDS)
-    lines = ["usage: speclens <command> [args]   (speclens <command> --help for a command's own help)", "",
-             "commands:"]
+    lines = ["usage: speclens <command> [args]   (speclens <command> --help for a command's own help)", "", "commands:"]
     lines += [f"  {name.ljust(width)}  {what}  (python -m {module})" for name, (module, what) in COMMANDS.items()]
     return "\n".join(lines)
 

@@ -79,6 +79,9 @@ def register_configs() -> None:
         OmegaConf.register_new_resolver("speclens_job_dir", job_dirname)
     if not OmegaConf.has_resolver("speclens_groups"):
         OmegaConf.register_new_resolver("speclens_groups", choosable_groups)
+    if not OmegaConf.has_resolver("speclens_gpus"):
+        # A job's GPUs: tensor x pipeline parallel (conf/hydra/launcher/slurm.yaml, ray_cluster.yaml).
+        OmegaConf.register_new_resolver("speclens_gpus", lambda tp, pp: int(tp) * int(pp))
     cs = ConfigStore.instance()
     # Schemas of presets live under schema/ so they never show up as choices of a group.
     cs.store(group="schema", name="run", node=RunConfig)
@@ -131,12 +134,15 @@ def check_bounds(cfg: RunConfig) -> None:
     """Keys whose out-of-range values would keep a run going for hours or for ever, refused when the
     config is composed (evals/plan.py checks the rest of each key's range before the engine starts)."""
     if cfg.repeats is not None and not 1 <= cfg.repeats <= MAX_REPEATS:
-        raise ConfigError(f"repeats={cfg.repeats}: must be in 1..{MAX_REPEATS} (or null for once); each repeat runs "
-                          "every pass again.")
+        raise ConfigError(
+            f"repeats={cfg.repeats}: must be in 1..{MAX_REPEATS} (or null for once); each repeat runs every pass again."
+        )
     rate = cfg.request_rate
     if rate is not None and not (math.isfinite(rate) and rate >= MIN_REQUEST_RATE):
-        raise ConfigError(f"request_rate={rate}: must be a finite number of requests per second >= {MIN_REQUEST_RATE} "
-                          f"(one request per {1 / MIN_REQUEST_RATE:g} s; slower arrivals take hours).")
+        raise ConfigError(
+            f"request_rate={rate}: must be a finite number of requests per second >= {MIN_REQUEST_RATE} "
+            f"(one request per {1 / MIN_REQUEST_RATE:g} s; slower arrivals take hours)."
+        )
 
 
 def to_run_config(cfg: DictConfig) -> Any:
@@ -157,8 +163,11 @@ def to_run_config(cfg: DictConfig) -> Any:
 def component_names(cfg: RunConfig) -> dict[str, str]:
     """The chosen target, drafter and dataset by name (a target is named by its embedded key or
     `custom`, as conf/target/ names its presets)."""
-    return {"target": cfg.target.embedded or "custom", "drafter": drafter_name(cfg.drafter),
-            "dataset": dataset_name(cfg.dataset)}
+    return {
+        "target": cfg.target.embedded or "custom",
+        "drafter": drafter_name(cfg.drafter),
+        "dataset": dataset_name(cfg.dataset),
+    }
 
 
 def run_fingerprint(cfg: DictConfig, run_config: RunConfig, fitted: dict[str, Any] | None = None) -> str:

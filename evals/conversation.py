@@ -11,9 +11,7 @@ from runners.engine import Engine, EngineFailed, ProgressFn
 from speclens.generation import SamplingSpec, TurnRequest, TurnResult
 
 
-def _run_turns(
-    engine: Engine, prompts: Sequence[Prompt], answer: Callable[[list[TurnRequest]], list[str]]
-) -> None:
+def _run_turns(engine: Engine, prompts: Sequence[Prompt], answer: Callable[[list[TurnRequest]], list[str]]) -> None:
     """Send every conversation's turn k as one batch; `answer(batch)` generates it and gives
     the answer texts that turn k + 1 carries as the assistant's messages."""
     # A cut point of an agent trajectory starts from its recorded messages and is one generation.
@@ -83,9 +81,7 @@ class ReferenceTurn:
     output_tokens: int
 
 
-def run_reference(
-    engine: Engine, prompts: Sequence[Prompt], sampling: SamplingSpec, extra: int
-) -> list[ReferenceTurn]:
+def run_reference(engine: Engine, prompts: Sequence[Prompt], sampling: SamplingSpec, extra: int) -> list[ReferenceTurn]:
     """Turn by turn like `run_conversations`, but each answer runs `extra` tokens further and
     ignores end-of-sequence; later turns still carry the answers as a normal run would end them."""
     stop_ids = engine.stop_token_ids()

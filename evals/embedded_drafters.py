@@ -86,13 +86,17 @@ def drafter_dir(mechanism: str, budget: str = "full") -> pathlib.Path:
 
 def _check_mechanism(mechanism: str) -> None:
     if mechanism not in EMBEDDED_DRAFTERS:
-        raise ConfigError(f"speclens builds drafters {', '.join(EMBEDDED_DRAFTERS)} for the embedded target, "
-                          f"not {mechanism!r}; give drafter.model=<checkpoint> for other mechanisms.")
+        raise ConfigError(
+            f"speclens builds drafters {', '.join(EMBEDDED_DRAFTERS)} for the embedded target, "
+            f"not {mechanism!r}; give drafter.model=<checkpoint> for other mechanisms."
+        )
 
 
 def estimate_s(mechanism: str, budget: Budget, answers_cached: bool) -> float:
     scale = 2 / max(1, min(os.cpu_count() or 2, 16))
-    answers = 0.0 if answers_cached else (budget.prompts + budget.heldout) * budget.max_tokens / budget.answer_tokens_per_s
+    answers = (
+        0.0 if answers_cached else (budget.prompts + budget.heldout) * budget.max_tokens / budget.answer_tokens_per_s
+    )
     if mechanism == "eagle3":
         training = budget.head_steps * budget.head_step_s + budget.head_fixed_s
     else:
@@ -109,13 +113,17 @@ def ensure_drafter(mechanism: str, budget: str = "full") -> pathlib.Path:
     if version == DRAFTER_FACTS_VERSION:
         return dest
     if version is not None:
-        _log(f"{dest} was built by builder version {version}, this speclens builds version {DRAFTER_FACTS_VERSION}: "
-             "building it again")
+        _log(
+            f"{dest} was built by builder version {version}, this speclens builds version {DRAFTER_FACTS_VERSION}: "
+            "building it again"
+        )
     command = [sys.executable, "-m", "evals.embedded_drafters", mechanism, "--budget", budget]
     proc = subprocess.run(command, stdout=subprocess.DEVNULL)
     if proc.returncode != 0 or not is_current_build(dest):
-        raise AssetError(f"building the embedded {mechanism} drafter failed (exit {proc.returncode}; its output is "
-                         f"above); retry with `{' '.join(command[1:])}`, or give drafter.model=<checkpoint>.")
+        raise AssetError(
+            f"building the embedded {mechanism} drafter failed (exit {proc.returncode}; its output is "
+            f"above); retry with `{' '.join(command[1:])}`, or give drafter.model=<checkpoint>."
+        )
     return dest
 
 
@@ -147,8 +155,13 @@ def _answers(target: pathlib.Path, budget: Budget):
             _log(f"generating the target's answers to {len(prompts)} training prompts (vLLM)")
             samples = generate_answers_apart(target, prompts, budget.max_tokens)
             path.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(path, "".join(json.dumps({"domain": s.domain, "prompt_ids": s.prompt_ids,
-                                                        "answer_ids": s.answer_ids}) + "\n" for s in samples))
+            write_text_atomic(
+                path,
+                "".join(
+                    json.dumps({"domain": s.domain, "prompt_ids": s.prompt_ids, "answer_ids": s.answer_ids}) + "\n"
+                    for s in samples
+                ),
+            )
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     return [Sample(r["domain"], tuple(r["prompt_ids"]), tuple(r["answer_ids"])) for r in rows]
 
@@ -161,9 +174,11 @@ def evaluation_sets() -> dict[str, list[str]]:
     from evals.datasets.long_context import source_texts
     from evals.datasets.mt_bench import questions
 
-    sets = {"mt_bench": [t for p in questions() for t in p.turns],
-            "humaneval": [t for p in problems() for t in p.turns],
-            "long_context": source_texts()}
+    sets = {
+        "mt_bench": [t for p in questions() for t in p.turns],
+        "humaneval": [t for p in problems() for t in p.turns],
+        "long_context": source_texts(),
+    }
     spec_bench = _spec_bench_file()
     if spec_bench is not None:
         rows = [json.loads(line) for line in spec_bench.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -199,9 +214,12 @@ def training_set(target: pathlib.Path, budget: Budget) -> TrainingSet:
     index = EvaluationIndex(evaluation_sets())
     recitations = drop_recitations([tokenizer.decode(s.answer_ids) for s in samples], index)
     kept = set(recitations.kept)
-    return TrainingSet([s for i, s in enumerate(samples[:budget.prompts]) if i in kept],
-                       [s for i, s in enumerate(samples) if i >= budget.prompts and i in kept],
-                       recitations.dropped, index.sizes)
+    return TrainingSet(
+        [s for i, s in enumerate(samples[: budget.prompts]) if i in kept],
+        [s for i, s in enumerate(samples) if i >= budget.prompts and i in kept],
+        recitations.dropped,
+        index.sizes,
+    )
 
 
 def training_samples(target: pathlib.Path, budget: Budget):
@@ -221,8 +239,7 @@ class _Bar:
         from tqdm import tqdm
 
         if self.bar is None:
-            self.bar = tqdm(total=self.total, desc=f"speclens: training {self.what}", file=console(),
-                            smoothing=0.05)
+            self.bar = tqdm(total=self.total, desc=f"speclens: training {self.what}", file=console(), smoothing=0.05)
         self.bar.update(done - self.bar.n)
         if loss == loss:  # not NaN
             self.bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
@@ -247,8 +264,12 @@ def _train(mechanism: str, target: pathlib.Path, train, heldout, out: pathlib.Pa
         result = trainer(target, train, heldout, out, plan, bar)
     finally:
         bar.close()
-    return {"library": f"{library} {metadata.version(library)}", "plan": asdict(plan),
-            "final_loss": result.final_loss, "agreement": result.heldout_agreement}
+    return {
+        "library": f"{library} {metadata.version(library)}",
+        "plan": asdict(plan),
+        "final_loss": result.final_loss,
+        "agreement": result.heldout_agreement,
+    }
 
 
 def build(mechanism: str, budget: Budget) -> pathlib.Path:
@@ -261,8 +282,10 @@ def build(mechanism: str, budget: Budget) -> pathlib.Path:
         started = time.monotonic()
         target = ensure_smollm2()
         minutes = estimate_s(mechanism, budget, _answers_file(budget).is_file()) / 60
-        _log(f"building the {mechanism} drafter for {SMOLLM2_DIRNAME} (one time, budget {budget.name}: "
-             f"about {minutes:.0f} min on this machine)")
+        _log(
+            f"building the {mechanism} drafter for {SMOLLM2_DIRNAME} (one time, budget {budget.name}: "
+            f"about {minutes:.0f} min on this machine)"
+        )
         # vLLM's, torch's and the libraries' own output goes to a log; progress stays on the terminal.
         log = cache_dir() / "drafter-data" / f"{dest.name}.build.log"
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -282,15 +305,23 @@ def build(mechanism: str, budget: Budget) -> pathlib.Path:
                 "target": SMOLLM2_DIRNAME,
                 "library": trained["library"],
                 "budget": budget.name,
-                "corpus": {**CORPUS, "training_prompts": len(train), "heldout_prompts": len(heldout),
-                           "answer_tokens": sum(len(s.answer_ids) for s in train), "max_answer_tokens": budget.max_tokens,
-                           "answers_decoded": {"dtype": ANSWER_DTYPE, "threads": ANSWER_THREADS, "cpu": cpu_label()},
-                           "dropped_recitations": chosen.dropped, "evaluation_texts": chosen.evaluation_texts},
+                "corpus": {
+                    **CORPUS,
+                    "training_prompts": len(train),
+                    "heldout_prompts": len(heldout),
+                    "answer_tokens": sum(len(s.answer_ids) for s in train),
+                    "max_answer_tokens": budget.max_tokens,
+                    "answers_decoded": {"dtype": ANSWER_DTYPE, "threads": ANSWER_THREADS, "cpu": cpu_label()},
+                    "dropped_recitations": chosen.dropped,
+                    "evaluation_texts": chosen.evaluation_texts,
+                },
                 "training": {**trained["plan"], "final_loss": round(trained["final_loss"], 4)},
                 "heldout_greedy_agreement": trained["agreement"],
-                "build_seconds": {"answers": round(answers_done - started, 1),
-                                  "training": round(time.monotonic() - answers_done, 1),
-                                  "total": round(time.monotonic() - started, 1)},
+                "build_seconds": {
+                    "answers": round(answers_done - started, 1),
+                    "training": round(time.monotonic() - answers_done, 1),
+                    "total": round(time.monotonic() - started, 1),
+                },
                 "speclens": metadata.version("speclens"),
             }
             write_json_atomic(facts, tmp / DRAFTER_FACTS_FILE)
@@ -301,15 +332,17 @@ def build(mechanism: str, budget: Budget) -> pathlib.Path:
 @guarded
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m evals.embedded_drafters", description=__doc__.splitlines()[0])
-    parser.add_argument("mechanisms", nargs="*", metavar="mechanism",
-                        help=f"any of {', '.join(EMBEDDED_DRAFTERS)} (default: all)")
+    parser.add_argument(
+        "mechanisms", nargs="*", metavar="mechanism", help=f"any of {', '.join(EMBEDDED_DRAFTERS)} (default: all)"
+    )
     parser.add_argument("--budget", choices=list(BUDGETS), default="full")
     args = parser.parse_args(argv)
     for mechanism in args.mechanisms:
         _check_mechanism(mechanism)
     budget = BUDGETS[args.budget]
-    missing = [m for m in args.mechanisms or list(EMBEDDED_DRAFTERS)
-               if not is_current_build(drafter_dir(m, budget.name))]
+    missing = [
+        m for m in args.mechanisms or list(EMBEDDED_DRAFTERS) if not is_current_build(drafter_dir(m, budget.name))
+    ]
     if len(missing) > 1:
         cached = _answers_file(budget).is_file()
         total = sum(estimate_s(m, budget, answers_cached=cached or i > 0) for i, m in enumerate(missing)) / 60

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from evals.compose import compose_config, to_run_config
 from evals.plan import resolve_target
-from runners import checkpoints
+from speclens import checkpoints
 from speclens.errors import ConfigError, guarded
 from speclens.guidelines import Guidelines
 from speclens.guidelines import __doc__ as guidelines_doc
@@ -41,9 +41,11 @@ def main(argv: list[str]) -> int:
         draft_config = checkpoints.read_config(checkpoints.resolve(draft, "drafter.model"), "drafter.model")
     guidelines = Guidelines.for_configs(target_config, draft_config)
     text = text_config(target_config)
-    print(f"target: {Path(target_dir)} ({', '.join(target_config.get('architectures') or ['?'])}, "
-          f"{text.get('num_hidden_layers')} layers, {text.get('num_attention_heads')} query heads / "
-          f"{text.get('num_key_value_heads') or text.get('num_attention_heads')} KV heads)")
+    print(
+        f"target: {Path(target_dir)} ({', '.join(target_config.get('architectures') or ['?'])}, "
+        f"{text.get('num_hidden_layers')} layers, {text.get('num_attention_heads')} query heads / "
+        f"{text.get('num_key_value_heads') or text.get('num_attention_heads')} KV heads)"
+    )
     print("\n".join(guidelines.lines()))
     return 0
 

@@ -74,8 +74,9 @@ def preflight(argv: list[str], config_name: str) -> None:
     if any(a.startswith("-") and a not in MULTIRUN_FLAGS for a in argv):
         return  # --help, --cfg, --info ...: Hydra's own business
     multirun = any(a in MULTIRUN_FLAGS for a in argv)
-    overrides = [a for a in argv if a not in MULTIRUN_FLAGS
-                 and (not _hydra_key(a) or a.lstrip("+~").startswith(OUTPUT_DIR_KEYS))]
+    overrides = [
+        a for a in argv if a not in MULTIRUN_FLAGS and (not _hydra_key(a) or a.lstrip("+~").startswith(OUTPUT_DIR_KEYS))
+    ]
     for job in job_overrides(overrides):
         cfg = compose_config(job, config_name, with_hydra=True)
         folders = output_dirs(cfg, multirun)
@@ -87,9 +88,12 @@ def preflight(argv: list[str], config_name: str) -> None:
 
 
 # The launchers that log each job's overrides as they start it.
-LAUNCHER_LOGGERS = ("hydra._internal.core_plugins.basic_launcher", "hydra_plugins.hydra_joblib_launcher._core",
-                    "hydra_plugins.hydra_submitit_launcher.submitit_launcher",
-                    "hydra_plugins.hydra_ray_launcher._core")
+LAUNCHER_LOGGERS = (
+    "hydra._internal.core_plugins.basic_launcher",
+    "hydra_plugins.hydra_joblib_launcher._core",
+    "hydra_plugins.hydra_submitit_launcher.submitit_launcher",
+    "hydra_plugins.hydra_ray_launcher._core",
+)
 
 
 class RedactedOverrides(logging.Filter):

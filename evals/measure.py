@@ -5,12 +5,10 @@ from __future__ import annotations
 import contextlib
 import json
 import traceback
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator
 
 import pandas as pd
-from omegaconf import OmegaConf
 
 from evals.passes import (
     SERVER_LOG,
@@ -22,8 +20,8 @@ from evals.passes import (
 )
 from evals.plan import RunPlan
 from evals.reasoning import split_outputs, warn_about
-from evals.stamp import git_sha, package_versions
-from evals.summary import (
+from evals.stamp import Provenance, run_stamp
+from evals.summarise import (
     build_summary,
     lossless,
     merge_lossless,
@@ -36,32 +34,63 @@ from runners.engine import EngineFactory, EngineFailed
 from runners.registry import runner_of
 from speclens import metrics, records
 from speclens.costs import PassMode
-from speclens.drafter_build import read_drafter_facts
 from speclens.errors import MeasurementError, SpeclensError
 from speclens.files import write_json_atomic, write_text_atomic
 from speclens.generation import RecordGranularity, SpecCounters
 from speclens.machine import cpu_label
-from speclens.redact import redact
-from speclens.summary import SUMMARY_FILE, SUMMARY_VERSION, Numerics, RunSummary
+from speclens.run_files import (
+    BASELINE_OUTPUTS_FILE,
+    ENGINE_LOG,
+    ENGINE_STEPS_FILE,
+    ERROR_LOG,
+    FAILURE_FILE,
+    OUTPUTS_FILE,
+    REQUESTS_FILE,
+    STAMP_FILE,
+    STEPS_FILE,
+)
+from speclens.summary import SUMMARY_FILE, Numerics, RunSummary
 
-STAMP_FILE = "stamp.json"
-ERROR_LOG = "error.log"
-# vLLM's, torch's and native libraries' output during the measurement (speclens/console.py; verbose=true: the terminal).
-ENGINE_LOG = "engine.log"
 # Everything a measurement writes into a run dir (evals/run_dir.py publishes them; summary.json last).
-RUN_ARTIFACTS = (STAMP_FILE, "steps.parquet", "requests.parquet", "engine_steps.parquet", "outputs.jsonl",
-                 "baseline_outputs.jsonl", SERVER_LOG, ENGINE_LOG, PROFILE_FILE, ERROR_LOG, "failure.json", SUMMARY_FILE)
+RUN_ARTIFACTS = (
+    STAMP_FILE,
+    STEPS_FILE,
+    REQUESTS_FILE,
+    ENGINE_STEPS_FILE,
+    OUTPUTS_FILE,
+    BASELINE_OUTPUTS_FILE,
+    SERVER_LOG,
+    ENGINE_LOG,
+    PROFILE_FILE,
+    ERROR_LOG,
+    FAILURE_FILE,
+    SUMMARY_FILE,
+)
 
 
 def write_outputs(passes: list[Pass], path: Path) -> None:
-    rows = [json.dumps({"batch_size": p.batch_size, "request_id": r.request_id, "turn": r.turn,
-                        "token_ids": r.output_token_ids, "text": r.output_text}, ensure_ascii=False) + "\n"
-            for p in passes for r in p.results]
+    rows = [
+        json.dumps(
+            {
+                "batch_size": p.batch_size,
+                "request_id": r.request_id,
+                "turn": r.turn,
+                "token_ids": r.output_token_ids,
+                "text": r.output_text,
+            },
+            ensure_ascii=False,
+        )
+        + "\n"
+        for p in passes
+        for r in p.results
+    ]
     write_text_atomic(path, "".join(rows))
 
 
 def write_engine_steps(passes: list[Pass], path: Path) -> pd.DataFrame:
-    frame = pd.concat([records.engine_step_frame(p.engine_steps, p.mode, p.batch_size) for p in passes], ignore_index=True)
+    frame = pd.concat(
+        [records.engine_step_frame(p.engine_steps, p.mode, p.batch_size) for p in passes], ignore_index=True
+    )
     records.write_parquet(frame, path)
     return frame
 
@@ -81,8 +110,9 @@ def engine_numerics(plan: RunPlan, passes: list[Pass]) -> Numerics:
     """The engine's numerics; its CPU is this machine's where its threads are known here (in-process,
     a launched server), unknown otherwise (an attached server, the fake)."""
     threads = passes[0].threads if passes else None
-    return Numerics.of(plan.dtype, threads, plan.config.engine.batch_invariant,
-                       cpu_label() if threads is not None else None)
+    return Numerics.of(
+        plan.dtype, threads, plan.config.engine.batch_invariant, cpu_label() if threads is not None else None
+    )
 
 
 def _check_counters(passes: list[Pass], plan: RunPlan, out_dir: Path) -> None:
@@ -94,16 +124,23 @@ def _check_counters(passes: list[Pass], plan: RunPlan, out_dir: Path) -> None:
         for p in passes:
             if p.record_granularity == RecordGranularity.domain:
                 continue  # its counters are its only acceptance record: nothing to check them against
-            metrics.check_counters(steps[steps.batch_size == p.batch_size], p.counters, plan.d,
-                                   f"batch size {p.batch_size}", enforce=runner_of(cfg).exclusive(cfg),
-                                   requests=requests[requests.batch_size == p.batch_size], counted=p.counted)
+            metrics.check_counters(
+                steps[steps.batch_size == p.batch_size],
+                p.counters,
+                plan.d,
+                f"batch size {p.batch_size}",
+                enforce=runner_of(cfg).exclusive(cfg),
+                requests=requests[requests.batch_size == p.batch_size],
+                counted=p.counted,
+            )
     except MeasurementError:
         write_records(passes, plan, out_dir)
         raise
 
 
-def median_repeats(spec_rounds: list[list[Pass]], plain_rounds: list[list[Pass]]
-                   ) -> tuple[list[Pass], list[Pass], dict[int, list[float]]]:
+def median_repeats(
+    spec_rounds: list[list[Pass]], plain_rounds: list[list[Pass]]
+) -> tuple[list[Pass], list[Pass], dict[int, list[float]]]:
     """Per batch size, the repeat whose speedup is the median (the lower middle one for an even
     count: a repeat that was measured, so its records and speedup account belong together), and
     every repeat's speedup; the first repeat where there is no baseline."""
@@ -124,17 +161,18 @@ def record_frames(passes: list[Pass], plan: RunPlan) -> tuple[pd.DataFrame, pd.D
     """The steps and requests frames of these passes."""
     by_id = {p.request_id: p for p in plan.prompts}
     steps = pd.concat([records.step_frame(p.results, by_id, p.batch_size) for p in passes], ignore_index=True)
-    requests = pd.concat([records.request_frame(p.results, by_id, p.batch_size, p.record_granularity)
-                          for p in passes], ignore_index=True)
+    requests = pd.concat(
+        [records.request_frame(p.results, by_id, p.batch_size, p.record_granularity) for p in passes], ignore_index=True
+    )
     return steps, requests
 
 
 def write_records(passes: list[Pass], plan: RunPlan, out_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """steps.parquet, requests.parquet and outputs.jsonl of these passes; the two frames."""
     steps, requests = record_frames(passes, plan)
-    records.write_parquet(steps, out_dir / "steps.parquet")
-    records.write_parquet(requests, out_dir / "requests.parquet")
-    write_outputs(passes, out_dir / "outputs.jsonl")
+    records.write_parquet(steps, out_dir / STEPS_FILE)
+    records.write_parquet(requests, out_dir / REQUESTS_FILE)
+    write_outputs(passes, out_dir / OUTPUTS_FILE)
     return steps, requests
 
 
@@ -183,73 +221,71 @@ def failures_logged(out_dir: Path) -> Iterator[None]:
         raise
     except Exception as exc:
         write_error_log(out_dir, traceback.format_exc())
-        raise MeasurementError(f"the measurement failed: {type(exc).__name__}: {exc} (traceback in {ERROR_LOG})") from exc
+        raise MeasurementError(
+            f"the measurement failed: {type(exc).__name__}: {exc} (traceback in {ERROR_LOG})"
+        ) from exc
 
 
 def _execute(
-    plan: RunPlan, out_dir: Path, factory: EngineFactory, runner: str, progress: ProgressFactory,
+    plan: RunPlan,
+    out_dir: Path,
+    factory: EngineFactory,
+    runner: str,
+    progress: ProgressFactory,
     config_fingerprint: str | None,
 ) -> RunSummary:
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = plan.config
-    versions = package_versions()
-    fingerprints = plan.fingerprints
-    sha = git_sha()
     spec = plan.speculative_config()
-    stamp = {
-        "schema_version": SUMMARY_VERSION,
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "config": redact(OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True)),
-        "config_fingerprint": config_fingerprint,
-        "runner": runner,
-        "speculative_config": redact(spec),
-        # Engine keys left unset, fitted to the target: value and why.
-        "fitted_defaults": plan.fitted,
-        "target_dir": str(plan.target_dir),
-        "versions": versions,
-        "fingerprints": fingerprints,
-        # How speclens built the draft checkpoint, when it did (speclens_drafter.json).
-        "draft_build": read_drafter_facts(plan.draft_dir) if plan.draft_dir else None,
-        "git_sha": sha,
-    }
-    if plan.dropped_too_long:  # prompts dropped as too long for the engine (dataset.drop_too_long), per category
-        stamp["dropped_too_long"] = plan.dropped_too_long
-    write_json_atomic(stamp, out_dir / STAMP_FILE)
+    provenance = Provenance.of(plan, config_fingerprint)
+    write_json_atomic(run_stamp(plan, runner, provenance), out_dir / STAMP_FILE)
 
     mode = PassMode.speculative if spec is not None else PassMode.plain
     spec_rounds: list[list[Pass]] = []
     plain_rounds: list[list[Pass]] = []
     for _ in range(cfg.repeats or 1):  # speculative and plain passes interleaved, repeat by repeat
-        spec_rounds.append(_kept_on_failure(lambda: run_passes(plan, factory, spec, mode, progress, out_dir),
-                                            lambda finished: write_records(finished, plan, out_dir)))
+        spec_rounds.append(
+            _kept_on_failure(
+                lambda: run_passes(plan, factory, spec, mode, progress, out_dir),
+                lambda finished: write_records(finished, plan, out_dir),
+            )
+        )
         if spec is not None:
             _check_counters(spec_rounds[-1], plan, out_dir)
         if cfg.baseline and spec is not None:
-            plain_rounds.append(_kept_on_failure(
-                lambda: run_passes(plan, factory, None, PassMode.plain, progress, out_dir),
-                lambda finished: write_outputs(finished, out_dir / "baseline_outputs.jsonl")))
+            plain_rounds.append(
+                _kept_on_failure(
+                    lambda: run_passes(plan, factory, None, PassMode.plain, progress, out_dir),
+                    lambda finished: write_outputs(finished, out_dir / BASELINE_OUTPUTS_FILE),
+                )
+            )
     passes, baseline, spreads = median_repeats(spec_rounds, plain_rounds)
     split = None
     if plan.segmenter is not None:
         split = split_outputs(plan.segmenter, [r for p in passes for r in p.results])
         warn_about(split, cfg)
     steps, requests = write_records(passes, plan, out_dir)
-    engine_steps = write_engine_steps(passes, out_dir / "engine_steps.parquet")
+    engine_steps = write_engine_steps(passes, out_dir / ENGINE_STEPS_FILE)
     if baseline:
-        write_outputs(baseline, out_dir / "baseline_outputs.jsonl")
+        write_outputs(baseline, out_dir / BASELINE_OUTPUTS_FILE)
         # The zero-cost pass only times engine steps: useless where the engine shows none (a server).
         if any(p.engine_steps for p in passes):
             verify = run_passes(plan, factory, zero_cost_spec(plan.config.d), PassMode.verify, progress, out_dir)
-            engine_steps = write_engine_steps(passes + baseline + verify, out_dir / "engine_steps.parquet")
+            engine_steps = write_engine_steps(passes + baseline + verify, out_dir / ENGINE_STEPS_FILE)
 
     counters = sum((p.counters for p in passes), SpecCounters()) if spec is not None else None
     greedy = plan.sampling.temperature == 0
-    mismatched = {b.batch_size: mismatched_turns(p.results, b.results) for p, b in zip(passes, baseline)} if greedy else {}
+    mismatched = (
+        {b.batch_size: mismatched_turns(p.results, b.results) for p, b in zip(passes, baseline)} if greedy else {}
+    )
     margins = top2_margins(plan, factory, mismatched) if any(mismatched.values()) else {}
-    checks = {b.batch_size: lossless(p.results, b.results, greedy, b.batch_size, margins, plan.dtype)
-              for p, b in zip(passes, baseline)}
-    points = operating_points(passes, baseline, steps, requests, engine_steps, plan.d, cfg.seed, checks, cfg.request_rate,
-                              spreads)
+    checks = {
+        b.batch_size: lossless(p.results, b.results, greedy, b.batch_size, margins, plan.dtype)
+        for p, b in zip(passes, baseline)
+    }
+    points = operating_points(
+        passes, baseline, steps, requests, engine_steps, plan.d, cfg.seed, checks, cfg.request_rate, spreads
+    )
     granularity = passes[0].record_granularity if spec is not None else RecordGranularity.step
     timing, speedup = pooled_timing(sum(p.load_s for p in passes), passes, baseline)
     summary = build_summary(
@@ -266,10 +302,7 @@ def _execute(
         schedule=plan.schedule,
         seed=cfg.seed,
         timing=timing,
-        versions=versions,
-        fingerprints=fingerprints,
-        git_sha=sha,
-        config_fingerprint=config_fingerprint,
+        provenance=provenance,
         lossless_check=merge_lossless([op.lossless for op in points]) if baseline else None,
         speedup=speedup,
         operating_points=points,

@@ -40,8 +40,23 @@ NIGHTLY_KEYS = ("baseline", "history", "threshold", "suite", "night", "out")
 TREND_FILE = "trend.png"
 DEFAULT_SUITE = Path(__file__).resolve().parent.parent / "conf" / "experiment" / "nightly.yaml"
 HISTORY_COLUMNS = [
-    "night", "night_dir", "job", "target", "target_fingerprint", "drafter", "d", "domain", "n_requests", "al",
-    "baseline_dir", "baseline_al", "al_diff", "diff_ci95_lo", "diff_ci95_hi", "significant", "regressed",
+    "night",
+    "night_dir",
+    "job",
+    "target",
+    "target_fingerprint",
+    "drafter",
+    "d",
+    "domain",
+    "n_requests",
+    "al",
+    "baseline_dir",
+    "baseline_al",
+    "al_diff",
+    "diff_ci95_lo",
+    "diff_ci95_hi",
+    "significant",
+    "regressed",
 ]
 
 
@@ -55,22 +70,32 @@ class Suite:
     def load(cls, path: Path) -> "Suite":
         if not path.is_file():
             raise ConfigError(f"suite={path}: no such file.")
-        layout = ("needs `jobs` (a mapping of job name to a list of evals.run overrides) and may hold `common` "
-                  "(a list of overrides) and `threshold` (a number)")
+        layout = (
+            "needs `jobs` (a mapping of job name to a list of evals.run overrides) and may hold `common` "
+            "(a list of overrides) and `threshold` (a number)"
+        )
         try:
             raw = OmegaConf.to_container(OmegaConf.load(path))
         except Exception as exc:  # noqa: BLE001 - YAML's and OmegaConf's errors alike: not a suite file
-            raise ConfigError(f"suite={path}: not readable YAML ({str(exc).splitlines()[0]}); a suite {layout}.") from None
+            raise ConfigError(
+                f"suite={path}: not readable YAML ({str(exc).splitlines()[0]}); a suite {layout}."
+            ) from None
         if not isinstance(raw, dict):
             raise ConfigError(f"suite={path}: a suite {layout}.")
         unknown = sorted(set(raw) - {"jobs", "common", "threshold"})
         jobs, common, threshold = raw.get("jobs"), raw.get("common") or [], raw.get("threshold", 0.1)
         well_formed = (
-            not unknown and isinstance(jobs, dict) and jobs and isinstance(common, list)
-            and all(isinstance(v, list) for v in jobs.values()) and isinstance(threshold, (int, float))
+            not unknown
+            and isinstance(jobs, dict)
+            and jobs
+            and isinstance(common, list)
+            and all(isinstance(v, list) for v in jobs.values())
+            and isinstance(threshold, (int, float))
         )
         if not well_formed:
-            raise ConfigError(f"suite={path}: a suite {layout}" + (f"; unknown keys: {', '.join(unknown)}" if unknown else "") + ".")
+            raise ConfigError(
+                f"suite={path}: a suite {layout}" + (f"; unknown keys: {', '.join(unknown)}" if unknown else "") + "."
+            )
         for name in jobs:  # each job's run dir is <night dir>/<job name>
             check_label(str(name), f"suite={path}: job")
         return cls({str(k): [str(o) for o in v] for k, v in jobs.items()}, [str(o) for o in common], float(threshold))
@@ -99,14 +124,19 @@ def parse_args(argv: list[str]) -> NightlyArgs:
         else:
             overrides.append(arg)
     suite = Suite.load(Path(own.get("suite", DEFAULT_SUITE)))
-    night = check_label(own.get("night") or datetime.now(timezone.utc).strftime("%Y-%m-%d"), "night",
-                        "; out=<dir> puts the night anywhere else")
+    night = check_label(
+        own.get("night") or datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        "night",
+        "; out=<dir> puts the night anywhere else",
+    )
     out = Path(own.get("out") or Path("outputs") / "nightly" / night)
     check_folder(out, "out" if own.get("out") else "night")
     baseline = Path(own["baseline"]) if own.get("baseline") else None
     if baseline is not None and not baseline.is_dir():
-        raise ConfigError(f"baseline={baseline}: no such folder (give an earlier night's dir, or no baseline "
-                          "to make this night the baseline).")
+        raise ConfigError(
+            f"baseline={baseline}: no such folder (give an earlier night's dir, or no baseline "
+            "to make this night the baseline)."
+        )
     if baseline is not None and baseline.resolve() == out.resolve():
         raise ConfigError(f"baseline={baseline} is this night's own dir; give out=<another dir> or an earlier night.")
     history = Path(own["history"]) if own.get("history") else (baseline or out).resolve().parent / "history.parquet"
@@ -124,8 +154,9 @@ def check_label(label: str, key: str, hint: str = "") -> str:
     """A label that names one folder (a night in outputs/nightly/, a job in the night's dir): no
     path (`../x`, `/tmp/x`) that leads out of it."""
     if not label or label in (".", "..") or "/" in label or "\\" in label:
-        raise ConfigError(f"{key}={label!r}: must name a single folder (e.g. 2026-05-01 or rerun-1: no / or \\, "
-                          f"not . or ..){hint}.")
+        raise ConfigError(
+            f"{key}={label!r}: must name a single folder (e.g. 2026-05-01 or rerun-1: no / or \\, not . or ..){hint}."
+        )
     return label
 
 
@@ -137,8 +168,9 @@ def check_history(history: Path) -> None:
         if path.is_dir():
             raise ConfigError(f"history={history}: {path} is a folder; give history=<a file path>.")
         if path.exists() and not os.access(path, os.R_OK | os.W_OK):
-            raise ConfigError(f"history={history}: {path} is not readable and writable by this user; give "
-                              "history=<another path>.")
+            raise ConfigError(
+                f"history={history}: {path} is not readable and writable by this user; give history=<another path>."
+            )
     if history.exists():
         _read_history(history)
 
@@ -148,19 +180,27 @@ def check_baseline(baseline: Path, plans: list[RunPlan]) -> None:
     before the suite runs, not after hours of measuring."""
     runs = [r for r in find_runs(baseline) if r.summary.d is not None]
     if not runs:
-        raise ConfigError(f"baseline={baseline} holds no finished speculative runs (summary.json); give an "
-                          "earlier night's dir, or no baseline to make this night the baseline.")
+        raise ConfigError(
+            f"baseline={baseline} holds no finished speculative runs (summary.json); give an "
+            "earlier night's dir, or no baseline to make this night the baseline."
+        )
     for plan in plans:
         cfg = plan.config
-        mine = {"fingerprints.dataset": plan.fingerprints["dataset"], "config.sampling.temperature": cfg.sampling.temperature,
-                "config.sampling.top_p": cfg.sampling.top_p, "config.sampling.max_tokens": cfg.sampling.max_tokens,
-                "config.seed": cfg.seed}
+        mine = {
+            "fingerprints.dataset": plan.fingerprints["dataset"],
+            "config.sampling.temperature": cfg.sampling.temperature,
+            "config.sampling.top_p": cfg.sampling.top_p,
+            "config.sampling.max_tokens": cfg.sampling.max_tokens,
+            "config.seed": cfg.seed,
+        }
         for key, value in mine.items():
             theirs = {r.get(key) for r in runs}
             if value not in theirs:
                 what = "other prompts" if key == "fingerprints.dataset" else f"{key} in {sorted(map(str, theirs))}"
-                raise ConfigError(f"baseline={baseline} was measured with {what}; this night's {key} is {value}. "
-                                  "Compare nights over the same prompts, sampling and seed.")
+                raise ConfigError(
+                    f"baseline={baseline} was measured with {what}; this night's {key} is {value}. "
+                    "Compare nights over the same prompts, sampling and seed."
+                )
 
 
 def run_suite(args: NightlyArgs) -> None:
@@ -168,7 +208,9 @@ def run_suite(args: NightlyArgs) -> None:
     config is composed and planned first, and the baseline checked against them, so a bad key or
     a baseline that cannot be compared stops the night before any engine starts."""
 
-    jobs = {name: compose_config([*args.suite.common, *job, *args.run_overrides]) for name, job in args.suite.jobs.items()}
+    jobs = {
+        name: compose_config([*args.suite.common, *job, *args.run_overrides]) for name, job in args.suite.jobs.items()
+    }
     typed = [to_run_config(cfg) for cfg in jobs.values()]
     runner_of(typed[0]).prepare_process(typed[0])
     if args.baseline is not None:
@@ -186,10 +228,20 @@ def night_rows(args: NightlyArgs, comparison: pd.DataFrame | None) -> pd.DataFra
         if s.d is None:
             continue
         for domain, group in s.groups().items():
-            rows.append({"night": args.night, "night_dir": str(args.out.resolve()), "job": measured.path.name,
-                         "target": s.target,
-                         "target_fingerprint": s.fingerprints.target, "drafter": s.drafter, "d": s.d,
-                         "domain": domain, "n_requests": group.n_requests, "al": group.al})
+            rows.append(
+                {
+                    "night": args.night,
+                    "night_dir": str(args.out.resolve()),
+                    "job": measured.path.name,
+                    "target": s.target,
+                    "target_fingerprint": s.fingerprints.target,
+                    "drafter": s.drafter,
+                    "d": s.d,
+                    "domain": domain,
+                    "n_requests": group.n_requests,
+                    "al": group.al,
+                }
+            )
     frame = pd.DataFrame(rows)
     if comparison is not None and not frame.empty:
         # the history's rows are of whole outputs; the comparison's segments are in compare.csv
@@ -226,8 +278,9 @@ def _read_history(history: Path) -> pd.DataFrame:
     try:
         return pd.read_parquet(history).reindex(columns=HISTORY_COLUMNS)
     except (OSError, ValueError) as exc:  # pyarrow's errors for a file that is not parquet
-        raise ConfigError(f"history={history} is not a readable history file ({exc}); move it aside or give "
-                          "history=<another path>.") from None
+        raise ConfigError(
+            f"history={history} is not a readable history file ({exc}); move it aside or give history=<another path>."
+        ) from None
 
 
 def nightly(args: NightlyArgs) -> int:
@@ -247,9 +300,12 @@ def nightly(args: NightlyArgs) -> int:
         return 0
     bad = rows[rows.regressed.eq(True)]
     for r in bad.itertuples():
-        print(f"speclens nightly: REGRESSION drafter={r.drafter} d={r.d} domain={r.domain}: AL {r.baseline_al:.3f} -> "
-              f"{r.al:.3f} ({r.al_diff:+.3f}, 95% CI [{r.diff_ci95_lo:+.3f}, {r.diff_ci95_hi:+.3f}], threshold "
-              f"{args.threshold})", file=sys.stderr)
+        print(
+            f"speclens nightly: REGRESSION drafter={r.drafter} d={r.d} domain={r.domain}: AL {r.baseline_al:.3f} -> "
+            f"{r.al:.3f} ({r.al_diff:+.3f}, 95% CI [{r.diff_ci95_lo:+.3f}, {r.diff_ci95_hi:+.3f}], threshold "
+            f"{args.threshold})",
+            file=sys.stderr,
+        )
     if bad.empty:
         print(f"speclens nightly: no AL drop beyond {args.threshold} against {args.baseline}")
     return 1 if len(bad) else 0

@@ -70,7 +70,11 @@ class Pass:
 
 
 def run_passes(
-    plan: RunPlan, factory: EngineFactory, spec: dict[str, Any] | None, mode: PassMode, progress: ProgressFactory,
+    plan: RunPlan,
+    factory: EngineFactory,
+    spec: dict[str, Any] | None,
+    mode: PassMode,
+    progress: ProgressFactory,
     logs_dir: Path | None = None,
 ) -> list[Pass]:
     """The prompts once per batch size, each on a freshly started engine: nothing cached in one
@@ -96,10 +100,22 @@ def run_passes(
             else:
                 results += run_conversations(engine, plan.prompts, plan.sampling, show, batch_size)
             counters = engine.counters()
-            passes.append(Pass(mode, batch_size, results,
-                               counters.since(counted_before) if counters is not None else None, load_s,
-                               time.perf_counter() - began, engine.step_log()[steps_before:], engine.record_granularity,
-                               engine.counted, domain_counters, warmup_s, engine.threads))
+            passes.append(
+                Pass(
+                    mode,
+                    batch_size,
+                    results,
+                    counters.since(counted_before) if counters is not None else None,
+                    load_s,
+                    time.perf_counter() - began,
+                    engine.step_log()[steps_before:],
+                    engine.record_granularity,
+                    engine.counted,
+                    domain_counters,
+                    warmup_s,
+                    engine.threads,
+                )
+            )
         except EngineFailed as exc:
             partial = Pass(mode, batch_size, results + exc.finished, None, load_s, 0.0, [], engine.record_granularity)
             exc.passes = passes + [partial]
@@ -128,14 +144,16 @@ def warm_up(engine: Engine, sampling: SamplingSpec) -> tuple[float, SpecCounters
     return time.perf_counter() - start, engine.counters() or SpecCounters(), len(engine.step_log())
 
 
-def _by_domain(engine: Engine, plan: RunPlan, show: ProgressFn | None, batch_size: int,
-               results: list[TurnResult]) -> dict[str, SpecCounters]:
+def _by_domain(
+    engine: Engine, plan: RunPlan, show: ProgressFn | None, batch_size: int, results: list[TurnResult]
+) -> dict[str, SpecCounters]:
     """Each domain's prompts on their own (up to B in flight), its counter deltas attributed to it."""
     counters: dict[str, SpecCounters] = {}
     for domain in sorted({p.domain for p in plan.prompts}):
         before = engine.counters()
-        results += run_conversations(engine, [p for p in plan.prompts if p.domain == domain], plan.sampling, show,
-                                     batch_size)
+        results += run_conversations(
+            engine, [p for p in plan.prompts if p.domain == domain], plan.sampling, show, batch_size
+        )
         counters[domain] = engine.counters().since(before)
     return counters
 
@@ -150,8 +168,9 @@ def _keep_log(engine: Engine, logs_dir: Path | None, label: str) -> None:
     log.unlink()
 
 
-def top2_margins(plan: RunPlan, factory: EngineFactory, mismatched: dict[int, list[tuple[TurnResult, TurnResult]]]
-                 ) -> dict[tuple[str, int, int], float | None]:
+def top2_margins(
+    plan: RunPlan, factory: EngineFactory, mismatched: dict[int, list[tuple[TurnResult, TurnResult]]]
+) -> dict[tuple[str, int, int], float | None]:
     """For each (speculative, plain) mismatch at each batch size, plain decoding's top-2 log-probability
     margin where the outputs first differ: on a plain engine, the turn's prompt followed by plain
     decoding's own output up to that token, asking for one token and its top-2 log-probabilities
@@ -164,8 +183,11 @@ def top2_margins(plan: RunPlan, factory: EngineFactory, mismatched: dict[int, li
                 continue  # an earlier turn's answer parted: that turn's mismatch explains this one
             at = first_divergence(spec.output_token_ids, base.output_token_ids)
             keys.append((spec.request_id, spec.turn, batch_size))
-            requests.append(TurnRequest(spec.request_id, spec.turn,
-                                        tuple(base.prompt_token_ids) + tuple(base.output_token_ids[:at])))
+            requests.append(
+                TurnRequest(
+                    spec.request_id, spec.turn, tuple(base.prompt_token_ids) + tuple(base.output_token_ids[:at])
+                )
+            )
     if not requests:
         return {}
     engine = factory(plan.target_dir, None)

@@ -20,8 +20,8 @@ from evals.datasets import dataset_name, load_prompts
 from evals.datasets.base import fingerprint as dataset_fingerprint
 from evals.embedded_drafters import EMBEDDED_DRAFTERS, ensure_drafter
 from evals.reasoning import Segmenter, check_template_kwargs, make_segmenter
-from runners import checkpoints
 from runners.registry import runner_name, runner_of
+from speclens import checkpoints
 from speclens.config import (
     DEFAULT_DTYPE,
     DEFAULT_MAX_MODEL_LEN,
@@ -108,20 +108,35 @@ def fit_engine_defaults(cfg: RunConfig, target: ModelFacts) -> dict[str, dict[st
         window = target.max_position_embeddings
         value = min(DEFAULT_MAX_MODEL_LEN, window) if window else DEFAULT_MAX_MODEL_LEN
         cfg.engine.max_model_len = value
-        fitted["engine.max_model_len"] = {"value": value, "default": DEFAULT_MAX_MODEL_LEN, "why": (
-            f"the target's context window (max_position_embeddings={window}) is below the default "
-            f"{DEFAULT_MAX_MODEL_LEN}" if value < DEFAULT_MAX_MODEL_LEN else f"the default {DEFAULT_MAX_MODEL_LEN}")}
+        fitted["engine.max_model_len"] = {
+            "value": value,
+            "default": DEFAULT_MAX_MODEL_LEN,
+            "why": (
+                f"the target's context window (max_position_embeddings={window}) is below the default "
+                f"{DEFAULT_MAX_MODEL_LEN}"
+                if value < DEFAULT_MAX_MODEL_LEN
+                else f"the default {DEFAULT_MAX_MODEL_LEN}"
+            ),
+        }
     if cfg.engine.dtype is None:
         value = saved_dtype(target)
         cfg.engine.dtype = Dtype.of(value if value in {d.value for d in Dtype} else DEFAULT_DTYPE, "engine.dtype")
-        fitted["engine.dtype"] = {"value": str(cfg.engine.dtype), "default": DEFAULT_DTYPE,
-                                  "why": "the dtype target.model was saved in"
-                                  if value == str(cfg.engine.dtype) else f"the default {DEFAULT_DTYPE}"}
+        fitted["engine.dtype"] = {
+            "value": str(cfg.engine.dtype),
+            "default": DEFAULT_DTYPE,
+            "why": "the dtype target.model was saved in"
+            if value == str(cfg.engine.dtype)
+            else f"the default {DEFAULT_DTYPE}",
+        }
         if str(cfg.engine.dtype) in HALF_DTYPES and half_is_slow_here(cfg):
             cfg.engine.dtype = Dtype.float32
-            fitted["engine.dtype"] |= {"value": "float32", "why": (
-                f"this CPU ({cpu_label()}) has no native bf16: vLLM's CPU build runs 16-bit models many times "
-                "slower than float32 here, and float32 greedy outputs are reproducible")}
+            fitted["engine.dtype"] |= {
+                "value": "float32",
+                "why": (
+                    f"this CPU ({cpu_label()}) has no native bf16: vLLM's CPU build runs 16-bit models many times "
+                    "slower than float32 here, and float32 greedy outputs are reproducible"
+                ),
+            }
     return fitted
 
 
@@ -153,8 +168,7 @@ def embedded_target_key(cfg: RunConfig) -> str | None:
         return None
     if cfg.target.embedded not in embedded:
         raise ConfigError(
-            f"target.embedded={cfg.target.embedded!r} is unknown; choose one of "
-            f"{', '.join(sorted(embedded))} or null."
+            f"target.embedded={cfg.target.embedded!r} is unknown; choose one of {', '.join(sorted(embedded))} or null."
         )
     path_of, _ = embedded[cfg.target.embedded]
     return cfg.target.embedded if Path(cfg.target.model).expanduser() == path_of() else None
@@ -182,16 +196,23 @@ def resolve_draft(cfg: RunConfig, drafter: Drafter) -> Path | None:
 def check_scalars(cfg: RunConfig) -> None:
     """Every numeric key in range before anything runs (a bad seed would otherwise fail only in the
     bootstrap, after every pass had run)."""
-    at_least = [("d", cfg.d, 1), ("seed", cfg.seed, 0), ("sampling.max_tokens", cfg.sampling.max_tokens, 1),
-                ("engine.max_model_len", cfg.engine.max_model_len, 2), ("engine.max_num_seqs", cfg.engine.max_num_seqs, 1),
-                ("engine.tensor_parallel_size", cfg.engine.tensor_parallel_size, 1),
-                ("engine.pipeline_parallel_size", cfg.engine.pipeline_parallel_size, 1),
-                ("engine.cpu_kvcache_space_gib", cfg.engine.cpu_kvcache_space_gib, 1),
-                ("engine.max_num_batched_tokens", cfg.engine.max_num_batched_tokens, 1),
-                ("dataset.num_requests", cfg.dataset.num_requests, 1)]
+    at_least = [
+        ("d", cfg.d, 1),
+        ("seed", cfg.seed, 0),
+        ("sampling.max_tokens", cfg.sampling.max_tokens, 1),
+        ("engine.max_model_len", cfg.engine.max_model_len, 2),
+        ("engine.max_num_seqs", cfg.engine.max_num_seqs, 1),
+        ("engine.tensor_parallel_size", cfg.engine.tensor_parallel_size, 1),
+        ("engine.pipeline_parallel_size", cfg.engine.pipeline_parallel_size, 1),
+        ("engine.cpu_kvcache_space_gib", cfg.engine.cpu_kvcache_space_gib, 1),
+        ("engine.max_num_batched_tokens", cfg.engine.max_num_batched_tokens, 1),
+        ("dataset.num_requests", cfg.dataset.num_requests, 1),
+    ]
     for key, value, low in at_least:
         if value is not None and value < low:
-            raise ConfigError(f"{key}={value}: must be >= {low}" + (" (or null for all)." if key == "dataset.num_requests" else "."))
+            raise ConfigError(
+                f"{key}={value}: must be >= {low}" + (" (or null for all)." if key == "dataset.num_requests" else ".")
+            )
     temperature = cfg.sampling.temperature
     if not math.isfinite(temperature) or temperature < 0:
         raise ConfigError(f"sampling.temperature={temperature}: must be a finite number >= 0 (0 is greedy).")
@@ -201,14 +222,17 @@ def check_scalars(cfg: RunConfig) -> None:
         if not math.isfinite(cfg.request_rate) or cfg.request_rate <= 0:
             raise ConfigError(f"request_rate={cfg.request_rate}: must be a finite number of requests per second > 0.")
         if cfg.batch_sizes is not None:
-            raise ConfigError("request_rate= (open loop) and batch_sizes= (closed loop) are two kinds of load; "
-                              "give one of them.")
+            raise ConfigError(
+                "request_rate= (open loop) and batch_sizes= (closed loop) are two kinds of load; give one of them."
+            )
     if cfg.repeats is not None:
         if cfg.repeats < 1:
             raise ConfigError(f"repeats={cfg.repeats}: must be >= 1 (or null for once).")
         if cfg.repeats > 1 and not cfg.baseline:
-            raise ConfigError(f"repeats={cfg.repeats} repeats the speculative and plain passes to measure the "
-                              "speedup's spread: add baseline=true.")
+            raise ConfigError(
+                f"repeats={cfg.repeats} repeats the speculative and plain passes to measure the "
+                "speedup's spread: add baseline=true."
+            )
     if not 0 < cfg.engine.gpu_memory_utilization <= 1:
         raise ConfigError(f"engine.gpu_memory_utilization={cfg.engine.gpu_memory_utilization}: must be in (0, 1].")
 
@@ -250,12 +274,16 @@ def check_prompt_lengths(prompts: list[Prompt], encoder: Any, cfg: RunConfig) ->
                 dropped[p.category] = dropped.get(p.category, 0) + 1
         kept = [p for p in prompts if p.request_id not in too_long]
         counts = ", ".join(f"{c}: {n}" for c, n in sorted(dropped.items()))
-        print(f"speclens: dropped {len(too_long)} of {len(prompts)} prompts longer than engine.max_model_len={limit} "
-              f"with sampling.max_tokens={max_tokens} (dataset.drop_too_long=true; by category: {counts}).",
-              file=console())
+        print(
+            f"speclens: dropped {len(too_long)} of {len(prompts)} prompts longer than engine.max_model_len={limit} "
+            f"with sampling.max_tokens={max_tokens} (dataset.drop_too_long=true; by category: {counts}).",
+            file=console(),
+        )
         if not kept:
-            raise ConfigError(f"every prompt is longer than engine.max_model_len={limit} allows with sampling.max_tokens="
-                              f"{max_tokens}; raise engine.max_model_len.")
+            raise ConfigError(
+                f"every prompt is longer than engine.max_model_len={limit} allows with sampling.max_tokens="
+                f"{max_tokens}; raise engine.max_model_len."
+            )
         return kept, dropped
     if too_long:
         worst = max(too_long.values())
@@ -276,7 +304,9 @@ def resolve_batch_sizes(cfg: RunConfig, num_prompts: int) -> list[int]:
         return [min(num_prompts, limit)]
     sizes = list(cfg.batch_sizes)
     if not sizes:
-        raise ConfigError("batch_sizes=[]: give at least one batch size, e.g. batch_sizes=[1,4], or null for all at once.")
+        raise ConfigError(
+            "batch_sizes=[]: give at least one batch size, e.g. batch_sizes=[1,4], or null for all at once."
+        )
     if len(set(sizes)) != len(sizes):
         raise ConfigError(f"batch_sizes={sizes}: each batch size once.")
     for b in sizes:
@@ -319,8 +349,21 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     prompts, dropped = check_prompt_lengths(prompts, encoder, cfg)
     sampling = SamplingSpec(cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.max_tokens, cfg.seed)
     batch_sizes = resolve_batch_sizes(cfg, len(prompts))
-    return RunPlan(cfg, target_dir, target, drafter, draft_dir, draft, prompts, sampling, batch_sizes,
-                   resolve_schedule(cfg, drafter), fitted, segmenter, dropped)
+    return RunPlan(
+        cfg,
+        target_dir,
+        target,
+        drafter,
+        draft_dir,
+        draft,
+        prompts,
+        sampling,
+        batch_sizes,
+        resolve_schedule(cfg, drafter),
+        fitted,
+        segmenter,
+        dropped,
+    )
 
 
 def resolve_schedule(cfg: RunConfig, drafter: Drafter) -> list[list[int]] | None:
@@ -332,6 +375,8 @@ def resolve_schedule(cfg: RunConfig, drafter: Drafter) -> list[list[int]] | None
     schedule = read_schedule(cfg.drafter.schedule, drafter.name, "drafter.schedule", cfg.sampling.temperature)
     top = max(k for _, _, k in schedule)
     if top != cfg.d:
-        raise ConfigError(f"drafter.schedule={cfg.drafter.schedule}: its largest k is {top} but d={cfg.d}; set "
-                          f"d={top} (vLLM's num_speculative_tokens caps the schedule).")
+        raise ConfigError(
+            f"drafter.schedule={cfg.drafter.schedule}: its largest k is {top} but d={cfg.d}; set "
+            f"d={top} (vLLM's num_speculative_tokens caps the schedule)."
+        )
     return schedule

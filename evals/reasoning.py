@@ -35,15 +35,18 @@ class TextSegmenter:
 def make_segmenter(cfg: ReasoningConfig, encoder: Any) -> Segmenter | None:
     """The configured boundary (None: no split), or a ConfigError naming the key."""
     if cfg.parser is not None and (cfg.end is not None or cfg.start is not None):
-        raise ConfigError("reasoning.parser and reasoning.end/start both set: thinking ends where one of them says; "
-                          "keep reasoning.parser (a vLLM parser) or the text delimiters.")
+        raise ConfigError(
+            "reasoning.parser and reasoning.end/start both set: thinking ends where one of them says; "
+            "keep reasoning.parser (a vLLM parser) or the text delimiters."
+        )
     for key in ("parser", "end", "start"):
         value = getattr(cfg, key)
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise ConfigError(f"reasoning.{key}={value!r}: give a non-empty text, or null.")
     if cfg.start is not None and cfg.end is None:
-        raise ConfigError(f"reasoning.start={cfg.start!r} needs reasoning.end=<text>: where thinking ends is what "
-                          "splits an output.")
+        raise ConfigError(
+            f"reasoning.start={cfg.start!r} needs reasoning.end=<text>: where thinking ends is what splits an output."
+        )
     if cfg.end is not None:
         decode = getattr(encoder, "decode_verbatim", None)
         if decode is None:
@@ -52,8 +55,10 @@ def make_segmenter(cfg: ReasoningConfig, encoder: Any) -> Segmenter | None:
     if cfg.parser is not None:
         tokenizer = getattr(encoder, "tokenizer", None)
         if tokenizer is None:
-            raise ConfigError(f"reasoning.parser={cfg.parser} needs the target's tokenizer, which this runner does not "
-                              "load (runner=fake); use reasoning.end=<text>.")
+            raise ConfigError(
+                f"reasoning.parser={cfg.parser} needs the target's tokenizer, which this runner does not "
+                "load (runner=fake); use reasoning.end=<text>."
+            )
         from runners.reasoning_parser import ParserBoundary
 
         return ParserBoundary(cfg.parser, tokenizer)
@@ -80,12 +85,17 @@ def warn_about(split: ReasoningSplit, cfg: RunConfig) -> None:
         return
     where = f"reasoning.end={cfg.reasoning.end!r}" if cfg.reasoning.end is not None else split.boundary
     if not split.n_closed:
-        print(f"speclens: warning: thinking never ends in any of the {split.n_outputs} outputs ({where} occurs in "
-              "none): every output token is counted as thinking. Check the delimiter, or raise sampling.max_tokens.",
-              file=console())
+        print(
+            f"speclens: warning: thinking never ends in any of the {split.n_outputs} outputs ({where} occurs in "
+            "none): every output token is counted as thinking. Check the delimiter, or raise sampling.max_tokens.",
+            file=console(),
+        )
     else:
-        print(f"speclens: warning: {split.n_unclosed} of {split.n_outputs} outputs think to their end (cut by "
-              f"sampling.max_tokens={cfg.sampling.max_tokens}): they are all thinking.", file=console())
+        print(
+            f"speclens: warning: {split.n_unclosed} of {split.n_outputs} outputs think to their end (cut by "
+            f"sampling.max_tokens={cfg.sampling.max_tokens}): they are all thinking.",
+            file=console(),
+        )
 
 
 def check_template_kwargs(cfg: RunConfig, encoder: Any, messages: Sequence[dict[str, str]]) -> None:
@@ -96,5 +106,8 @@ def check_template_kwargs(cfg: RunConfig, encoder: Any, messages: Sequence[dict[
     without = encoder.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
     if with_kwargs == without:
         names = ", ".join(sorted(cfg.chat_template_kwargs))
-        print(f"speclens: warning: chat_template_kwargs ({names}) do not change the target's rendered prompt: its chat "
-              "template does not use them, so this run measures the template's default.", file=console())
+        print(
+            f"speclens: warning: chat_template_kwargs ({names}) do not change the target's rendered prompt: its chat "
+            "template does not use them, so this run measures the template's default.",
+            file=console(),
+        )

@@ -28,7 +28,7 @@ from drafters.replay import ReplayContext
 from evals.compose import CONF_DIR, register_configs, run_fingerprint, to_run_config
 from evals.conversation import run_reference
 from evals.hydra_app import end_job, run_app
-from evals.measure import ENGINE_LOG, STAMP_FILE, failures_logged, measure
+from evals.measure import ENGINE_LOG, ERROR_LOG, failures_logged, measure
 from evals.plan import make_plan
 from evals.run_dir import claimed, staged
 from reports.curves import curve_row
@@ -44,6 +44,7 @@ from speclens.errors import (
 )
 from speclens.records import SEGMENT_REQUEST_COLUMNS, read_parquet
 from speclens.redact import redact
+from speclens.run_files import REQUESTS_FILE, STAMP_FILE, STEPS_FILE
 from speclens.segments import passes_by_segment, step_segment
 from speclens.summary import (
     REPLAY_FILE,
@@ -58,7 +59,7 @@ from speclens.summary import (
 register_configs()
 
 # What a replay writes into its dir (with measured_d<d_max>/ for estimated curves); replay.json last.
-REPLAY_ARTIFACTS = ("curves.parquet", "curves.csv", "error.log", ENGINE_LOG, REPLAY_FILE)
+REPLAY_ARTIFACTS = ("curves.parquet", "curves.csv", ERROR_LOG, ENGINE_LOG, REPLAY_FILE)
 CURVE_FILES = ("curves.parquet", "curves.csv")
 # What other commands leave in a dir: a replay there would remove or overwrite it (or be read as it).
 OTHER_RESULTS = (STAMP_FILE, SUMMARY_FILE, "multirun.yaml")
@@ -75,14 +76,18 @@ def _key(override: str) -> str:
 def ignored_keys(cfg: ReplayConfig, overrides: Sequence[str] = ()) -> list[str]:
     """The IGNORED_KEYS this replay was given: set away from their defaults, or named in `overrides`."""
     given = {
-        "d": cfg.d != RUN_DEFAULT_D, "baseline": cfg.baseline, "batch_sizes": cfg.batch_sizes is not None,
-        "repeats": cfg.repeats is not None, "request_rate": cfg.request_rate is not None,
+        "d": cfg.d != RUN_DEFAULT_D,
+        "baseline": cfg.baseline,
+        "batch_sizes": cfg.batch_sizes is not None,
+        "repeats": cfg.repeats is not None,
+        "request_rate": cfg.request_rate is not None,
         "drafter.schedule": getattr(cfg.drafter, "schedule", None) is not None,
         "logger": not isinstance(cfg.logger, NoLoggerConfig),
     }
     named = {_key(o) for o in overrides}
-    return [key for key in IGNORED_KEYS
-            if given[key] or any(name == key or name.startswith(key + ".") for name in named)]
+    return [
+        key for key in IGNORED_KEYS if given[key] or any(name == key or name.startswith(key + ".") for name in named)
+    ]
 
 
 def check_keys(cfg: ReplayConfig, overrides: Sequence[str] = ()) -> None:
@@ -91,7 +96,8 @@ def check_keys(cfg: ReplayConfig, overrides: Sequence[str] = ()) -> None:
         raise ConfigError(
             f"evals.replay does not use {', '.join(ignored)}: it replays D = 1..d_max (d_max=, not d=) over one "
             "generation of all the prompts at once, with no baseline, batch sizes, repeats, open-loop load, draft-length "
-            f"schedule or logger; drop {'it' if len(ignored) == 1 else 'them'}, or measure with `python -m evals.run`.")
+            f"schedule or logger; drop {'it' if len(ignored) == 1 else 'them'}, or measure with `python -m evals.run`."
+        )
 
 
 def check_replay_dir(out_dir: Path) -> None:
@@ -104,7 +110,8 @@ def check_replay_dir(out_dir: Path) -> None:
         raise ConfigError(
             f"hydra.run.dir={out_dir} holds {', '.join(present)}, which evals.replay did not write and would overwrite "
             "or be mixed with; give the replay a dir of its own (a new one, e.g. <sweep dir>/replay_<drafter> to draw "
-            "it with a sweep's runs).")
+            "it with a sweep's runs)."
+        )
 
 
 def curve_rows(plan, d: int, steps: pd.DataFrame, requests: pd.DataFrame, source: str) -> list[dict]:
@@ -115,10 +122,15 @@ def curve_rows(plan, d: int, steps: pd.DataFrame, requests: pd.DataFrame, source
     template = template_label(dict(plan.config.chat_template_kwargs))
     rows = []
     for domain, (s, r) in groups.items():
-        rows.append(curve_row(plan.drafter.name, d, domain, metrics.group_summary(s, r, seed), source, temperature,
-                              template=template))
-        rows += [curve_row(plan.drafter.name, d, domain, figures, source, temperature, segment, template)
-                 for segment, figures in (metrics.by_segment(s, r, seed, d) or {}).items()]
+        rows.append(
+            curve_row(
+                plan.drafter.name, d, domain, metrics.group_summary(s, r, seed), source, temperature, template=template
+            )
+        )
+        rows += [
+            curve_row(plan.drafter.name, d, domain, figures, source, temperature, segment, template)
+            for segment, figures in (metrics.by_segment(s, r, seed, d) or {}).items()
+        ]
     return rows
 
 
@@ -131,8 +143,7 @@ def _segments(plan, turn, steps) -> tuple[list[str], tuple[int, int, int, int]] 
     thinking = plan.segmenter.boundary(turn.prompt_token_ids, output).thinking_tokens
     prompt = len(turn.prompt_token_ids)
     passes = passes_by_segment([(s.position - prompt, s.num_accepted) for s in steps], len(output), thinking)
-    return ([step_segment(s.position, prompt, thinking) for s in steps],
-            (thinking, len(output) - thinking, *passes))
+    return ([step_segment(s.position, prompt, thinking) for s in steps], (thinking, len(output) - thinking, *passes))
 
 
 REPLAY_STEP_COLUMNS = ["request_id", "domain", "position", "num_drafted", "num_accepted"]
@@ -158,8 +169,13 @@ def reference_contexts(plan, d_max: int, factory) -> tuple[list, list, tuple[int
         finally:
             draft_engine.close()
     contexts = [
-        ReplayContext(np.asarray(seq, dtype=np.int64), len(t.prompt_token_ids), t.output_tokens,
-                      plan.config.engine.max_model_len, pred)
+        ReplayContext(
+            np.asarray(seq, dtype=np.int64),
+            len(t.prompt_token_ids),
+            t.output_tokens,
+            plan.config.engine.max_model_len,
+            pred,
+        )
         for t, seq, pred in zip(reference, sequences, predictions)
     ]
     return reference, contexts, limits
@@ -192,8 +208,10 @@ def replay_exact(plan, d_max: int, factory) -> pd.DataFrame:
                 domain = domain_of[t.request_id]
                 split = _segments(plan, t, steps)
                 segments = split[0] if split else [None] * len(steps)
-                step_rows += [(t.request_id, domain, s.position, s.num_drafted, s.num_accepted, seg)
-                              for s, seg in zip(steps, segments)]
+                step_rows += [
+                    (t.request_id, domain, s.position, s.num_drafted, s.num_accepted, seg)
+                    for s, seg in zip(steps, segments)
+                ]
                 request_rows.append((t.request_id, domain, t.output_tokens, target_steps, *(split[1] if split else ())))
         steps_frame = pd.DataFrame(step_rows, columns=REPLAY_STEP_COLUMNS + ["segment"])
         request_columns = REPLAY_REQUEST_COLUMNS + (SEGMENT_REQUEST_COLUMNS if plan.segmenter else [])
@@ -208,7 +226,7 @@ def replay_estimated(plan, d_max: int, out_dir: Path, factory, runner: str) -> p
     """AL(D) for D < d_max from the steps of one measured run at d_max."""
     run_dir = out_dir / f"measured_d{d_max}"
     measure(plan, run_dir, factory, runner)
-    steps, requests = read_parquet(run_dir / "steps.parquet"), read_parquet(run_dir / "requests.parquet")
+    steps, requests = read_parquet(run_dir / STEPS_FILE), read_parquet(run_dir / REQUESTS_FILE)
     rows = []
     for d in range(1, d_max + 1):
         clipped = steps.assign(num_accepted=steps.num_accepted.clip(upper=d), num_drafted=d)
@@ -231,10 +249,13 @@ def replay_curves(plan, d_max: int, staging: Path, factory, runner: str) -> pd.D
     if plan.drafter.replay is not ReplayKind.exact:
         return replay_estimated(plan, d_max, staging, factory, runner)
     if plan.dtype != "float32":
-        print(f"speclens: replaying in {plan.dtype}: the curve follows plain greedy decoding's tokens; a "
-              "measured run whose outputs part from them at a numerical near-tie (its summary.json "
-              "lossless.mismatches) follows other tokens from there, which moves its AL a few tenths of a "
-              "percent off the curve. engine.dtype=float32 makes the two agree exactly.", file=console())
+        print(
+            f"speclens: replaying in {plan.dtype}: the curve follows plain greedy decoding's tokens; a "
+            "measured run whose outputs part from them at a numerical near-tie (its summary.json "
+            "lossless.mismatches) follows other tokens from there, which moves its AL a few tenths of a "
+            "percent off the curve. engine.dtype=float32 makes the two agree exactly.",
+            file=console(),
+        )
     return replay_exact(plan, d_max, factory)
 
 
@@ -255,8 +276,11 @@ def finished_replay(out_dir: Path, fingerprint: str, runner: str, content: dict[
         )
     changed = [name for name, value in content.items() if getattr(record.summary.fingerprints, name) != value]
     if changed:
-        print(f"speclens: {out_dir} holds this replay on other content ({', '.join(changed)} changed since); "
-              "running it again.", file=sys.stderr)
+        print(
+            f"speclens: {out_dir} holds this replay on other content ({', '.join(changed)} changed since); "
+            "running it again.",
+            file=sys.stderr,
+        )
     return not changed
 
 
@@ -267,15 +291,19 @@ def replay(cfg: DictConfig, out_dir: Path, overrides: Sequence[str] = ()) -> pd.
     run_config = to_run_config(cfg)
     d_max = run_config.d_max
     if not 1 <= d_max <= VLLM_MAX_SPEC_LEN:
-        raise ConfigError(f"d_max={d_max}: must be in 1..{VLLM_MAX_SPEC_LEN} (vLLM drafts at most "
-                          f"{VLLM_MAX_SPEC_LEN} tokens per step).")
+        raise ConfigError(
+            f"d_max={d_max}: must be in 1..{VLLM_MAX_SPEC_LEN} (vLLM drafts at most "
+            f"{VLLM_MAX_SPEC_LEN} tokens per step)."
+        )
     check_keys(run_config, overrides)
     check_replay_dir(out_dir)
     run_config.d = d_max
     runner = runner_name(run_config.runner)
     if not runner_of(run_config).replays:
-        raise ConfigError(f"runner={runner} cannot replay; measure each D with `python -m evals.run -m d=1,2,...`, "
-                          "or replay with runner=vllm.")
+        raise ConfigError(
+            f"runner={runner} cannot replay; measure each D with `python -m evals.run -m d=1,2,...`, "
+            "or replay with runner=vllm."
+        )
     with claimed(out_dir):
         plan = make_plan(run_config)
         fingerprint = run_fingerprint(cfg, run_config, plan.fitted)
@@ -302,8 +330,15 @@ def replay(cfg: DictConfig, out_dir: Path, overrides: Sequence[str] = ()) -> pd.
             curves.to_parquet(staging / "curves.parquet", index=False)
             curves.to_csv(staging / "curves.csv", index=False)
             config = OmegaConf.to_container(OmegaConf.structured(run_config), resolve=True, enum_to_str=True)
-            summary = ReplaySummary(drafter.name, d_max, Fingerprints(**plan.fingerprints), str(drafter.replay),
-                                    elapsed, config_fingerprint=fingerprint, runner=runner)
+            summary = ReplaySummary(
+                drafter.name,
+                d_max,
+                Fingerprints(**plan.fingerprints),
+                str(drafter.replay),
+                elapsed,
+                config_fingerprint=fingerprint,
+                runner=runner,
+            )
             ReplayRecord(REPLAY_VERSION, summary, {"config": redact(config)}).write(staging)
     return curves
 
@@ -319,7 +354,9 @@ def hydra_main(cfg: DictConfig) -> None:
     except Exception as exc:  # noqa: BLE001 - every failure ends this job in one line (a sweep goes on)
         end_job(exc, out_dir)
         return
-    table = curves[curves.domain == "all"][["drafter", "d", "al", "al_ci95_lo", "al_ci95_hi", "tokens_per_step", "source"]]
+    table = curves[curves.domain == "all"][
+        ["drafter", "d", "al", "al_ci95_lo", "al_ci95_hi", "tokens_per_step", "source"]
+    ]
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"curves: {out_dir / 'curves.csv'}")
 

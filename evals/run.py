@@ -20,7 +20,7 @@ from tqdm import tqdm
 from evals import sweep_report
 from evals.compose import CONF_DIR, register_configs, run_fingerprint, to_run_config
 from evals.hydra_app import end_job, run_app
-from evals.measure import ENGINE_LOG, RUN_ARTIFACTS, STAMP_FILE, measure, write_error_log
+from evals.measure import ENGINE_LOG, RUN_ARTIFACTS, measure, write_error_log
 from evals.plan import make_plan
 from evals.run_dir import claimed, staged
 from reports.table import result_table
@@ -35,6 +35,7 @@ from speclens.errors import (
     guarded,
 )
 from speclens.lossless import DIVERGENCE, UNEXPLAINED
+from speclens.run_files import STAMP_FILE
 from speclens.summary import SUMMARY_FILE, RunSummary, read_summary
 
 register_configs()
@@ -62,10 +63,15 @@ def check_lossless(summary: RunSummary, out_dir: Path) -> None:
     first = next((m for m in loss.mismatches if m.classification in (DIVERGENCE, UNEXPLAINED)), None)
     example = ""
     if first is not None:
-        margin = ("unknown (this runner gives no top-2 log-probabilities)" if first.top2_margin is None
-                  else f"{first.top2_margin:.3g}")
-        example = (f" (e.g. {first.request_id} turn {first.turn} at output token {first.first_divergence}, top-2 margin "
-                   f"{margin}, bound {loss.near_tie_bound:g})")
+        margin = (
+            "unknown (this runner gives no top-2 log-probabilities)"
+            if first.top2_margin is None
+            else f"{first.top2_margin:.3g}"
+        )
+        example = (
+            f" (e.g. {first.request_id} turn {first.turn} at output token {first.first_divergence}, top-2 margin "
+            f"{margin}, bound {loss.near_tie_bound:g})"
+        )
     failure = MeasurementError(
         f"lossless check failed: {loss.n_divergences} greedy output(s) diverge from plain decoding beyond a "
         f"{loss.dtype} near-tie{example}; the run is kept in {out_dir} (summary.json lossless.mismatches)."
@@ -92,8 +98,11 @@ def finished_summary(out_dir: Path, fingerprint: str, runner: str, content: dict
         )
     changed = [name for name, value in content.items() if getattr(summary.fingerprints, name) != value]
     if changed:
-        print(f"speclens: {out_dir} holds this configuration measured on other content ({', '.join(changed)} "
-              "changed since); measuring again.", file=sys.stderr)
+        print(
+            f"speclens: {out_dir} holds this configuration measured on other content ({', '.join(changed)} "
+            "changed since); measuring again.",
+            file=sys.stderr,
+        )
         return None
     return summary
 
@@ -125,8 +134,11 @@ def run(cfg: DictConfig, out_dir: Path, progress=TqdmProgress, group: str | None
         try:
             log_run(out_dir, summary, stamp, run_config.logger, group)
         except Exception as exc:  # noqa: BLE001 - a dashboard hiccup must not stop a sweep
-            print(f"speclens: warning: logging to wandb failed ({type(exc).__name__}: {exc}); the run's "
-                  f"results are complete in {out_dir}.", file=sys.stderr)
+            print(
+                f"speclens: warning: logging to wandb failed ({type(exc).__name__}: {exc}); the run's "
+                f"results are complete in {out_dir}.",
+                file=sys.stderr,
+            )
     check_lossless(summary, out_dir)  # after the results are written and logged
     return summary
 

@@ -91,8 +91,10 @@ def _keep_failed(staging: Path, run_dir: Path, last: str) -> None:
     if (run_dir / last).exists():
         dest = run_dir / FAILED_ATTEMPT
         _replace(staging, dest)
-        print(f"speclens: the failed measurement's files are in {dest}; the earlier result in {run_dir} is "
-              "unchanged.", file=sys.stderr)
+        print(
+            f"speclens: the failed measurement's files are in {dest}; the earlier result in {run_dir} is unchanged.",
+            file=sys.stderr,
+        )
         return
     for entry in staging.iterdir():
         _replace(entry, run_dir / entry.name)

@@ -22,7 +22,6 @@ the runs go (default outputs/selfcheck/<time>).
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,6 +33,7 @@ from evals.run import run
 from runners.registry import runner_name, runner_of
 from speclens.errors import ConfigError, MeasurementError, guarded
 from speclens.records import read_parquet
+from speclens.run_files import OUTPUTS_FILE, STEPS_FILE, read_outputs
 from speclens.summary import RunSummary
 
 # Relative shortfall of AL from 1 + D allowed at temperature > 0.
@@ -93,9 +93,10 @@ def records(run_dir: Path) -> dict[tuple[int, str, int], tuple[list[int], list[i
     """Each (batch size, request, turn)'s output tokens and its drafted steps' accepted counts, as
     the run recorded them."""
     keys = ["batch_size", "request_id", "turn"]
-    accepted = (read_parquet(run_dir / "steps.parquet").sort_values([*keys, "step"])
-                .groupby(keys).num_accepted.apply(list).to_dict())
-    rows = [json.loads(line) for line in (run_dir / "outputs.jsonl").read_text(encoding="utf-8").splitlines()]
+    accepted = (
+        read_parquet(run_dir / STEPS_FILE).sort_values([*keys, "step"]).groupby(keys).num_accepted.apply(list).to_dict()
+    )
+    rows = read_outputs(run_dir / OUTPUTS_FILE)
     return {key: (r["token_ids"], accepted.get(key, [])) for r in rows for key in [tuple(r[k] for k in keys)]}
 
 
@@ -109,8 +110,9 @@ def parted(a: Path, b: Path) -> tuple[int, list[str]]:
 def same_records_check(name: str, reference: Path, again: Path) -> CheckResult:
     n, differing = parted(reference, again)
     shown = "" if not differing else f" (e.g. {', '.join(differing[:3])}; runs in {reference} and {again})"
-    return CheckResult(name, not differing, f"{n - len(differing)}/{n} turns with the same tokens and accepted counts"
-                       + shown)
+    return CheckResult(
+        name, not differing, f"{n - len(differing)}/{n} turns with the same tokens and accepted counts" + shown
+    )
 
 
 def spread_check(first: RunSummary, second: RunSummary, first_dir: Path, second_dir: Path, between: str) -> CheckResult:
@@ -118,9 +120,11 @@ def spread_check(first: RunSummary, second: RunSummary, first_dir: Path, second_
     n, differing = parted(first_dir, second_dir)
     loss = first.lossless
     moved = abs(second.al - first.al) / first.al
-    detail = (f"{first.numerics.dtype}: AL {first.al:.4f} in-process, {second.al:.4f} {between} ({moved:.2%} apart); "
-              f"{len(differing)}/{n} turns part between the two; in-process, {loss.n_near_ties} output(s) part from "
-              f"plain decoding at near-ties and {loss.n_divergences} beyond rounding")
+    detail = (
+        f"{first.numerics.dtype}: AL {first.al:.4f} in-process, {second.al:.4f} {between} ({moved:.2%} apart); "
+        f"{len(differing)}/{n} turns part between the two; in-process, {loss.n_near_ties} output(s) part from "
+        f"plain decoding at near-ties and {loss.n_divergences} beyond rounding"
+    )
     return CheckResult(f"run-to-run spread at {first.numerics.dtype}", loss.n_divergences == 0, detail)
 
 
@@ -137,8 +141,10 @@ def selfcheck(user_overrides: list[str], out_root: Path) -> list[CheckResult]:
         return compose_config([item for part in parts for item in part])
 
     # Every check's config first: a bad override is refused before any engine starts.
-    configs = [(name, compose(COMMON, FLOAT32, SELF_DRAFT, user_overrides, overrides), judge)
-               for name, overrides, judge in CHECKS]
+    configs = [
+        (name, compose(COMMON, FLOAT32, SELF_DRAFT, user_overrides, overrides), judge)
+        for name, overrides, judge in CHECKS
+    ]
     repeat = compose(COMMON, FLOAT32, SELF_DRAFT, user_overrides, GREEDY, ["baseline=false"])
     # The server checks run where the engine is vLLM in-process (a server of the same build).
     in_process = runner_name(to_run_config(repeat).runner) == "vllm"
@@ -164,8 +170,9 @@ def selfcheck(user_overrides: list[str], out_root: Path) -> list[CheckResult]:
         report(failed or same_records_check("same records twice (float32)", greedy_dir, out_root / "repeat"))
         if in_process:
             _, failed = measured(server, out_root / "server", "a launched server's records (float32)")
-            report(failed or same_records_check("a launched server's records (float32)", greedy_dir,
-                                                out_root / "server"))
+            report(
+                failed or same_records_check("a launched server's records (float32)", greedy_dir, out_root / "server")
+            )
         else:
             report(CheckResult("a launched server's records (float32)", True, "runner=vllm only", ran=False))
     report(spread(own_dtype, second, out_root, "on a launched server" if in_process else "in a second run"))
@@ -180,13 +187,14 @@ def spread(own_dtype, second, out_root: Path, between: str) -> CheckResult:
     if first_summary.numerics.reproducible:
         return CheckResult(name, True, f"{first_summary.numerics.dtype}: reproducible (the checks above)", ran=False)
     second_summary, failed = measured(second, out_root / "own_dtype_again", name)
-    return failed or spread_check(first_summary, second_summary, out_root / "own_dtype", out_root / "own_dtype_again",
-                                  between)
+    return failed or spread_check(
+        first_summary, second_summary, out_root / "own_dtype", out_root / "own_dtype_again", between
+    )
 
 
 def split_run_dir(argv: list[str]) -> tuple[list[str], Path]:
     """The overrides, and where the runs go (`hydra.run.dir=`, as for evals.run)."""
-    dirs = [a[len(RUN_DIR_KEY):] for a in argv if a.startswith(RUN_DIR_KEY)]
+    dirs = [a[len(RUN_DIR_KEY) :] for a in argv if a.startswith(RUN_DIR_KEY)]
     if len(dirs) > 1 or (dirs and not dirs[0]):
         raise ConfigError("hydra.run.dir= takes one folder for the self-check's runs.")
     rest = [a for a in argv if not a.startswith(RUN_DIR_KEY)]
@@ -204,8 +212,10 @@ def main(argv: list[str]) -> int:
     results = selfcheck(overrides, out_root)
     failed = [r for r in results if r.ran and not r.passed]
     skipped = [r for r in results if not r.ran]
-    print(f"selfcheck: {len(results) - len(failed) - len(skipped)} passed, {len(failed)} failed, "
-          f"{len(skipped)} skipped (runs in {out_root})")
+    print(
+        f"selfcheck: {len(results) - len(failed) - len(skipped)} passed, {len(failed)} failed, "
+        f"{len(skipped)} skipped (runs in {out_root})"
+    )
     return 1 if failed else 0
 
 

@@ -1,10 +1,24 @@
-"""The run stamp: what exactly was measured, written before the engine starts."""
+"""The run stamp: what exactly was measured, written before the engine starts; and the run's
+provenance (versions, fingerprints, commit, config fingerprint), taken once for both the stamp and
+the summary."""
 
 from __future__ import annotations
 
 import subprocess
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import OmegaConf
+
+from speclens.drafter_build import read_drafter_facts
+from speclens.redact import redact
+from speclens.summary import SUMMARY_VERSION
+
+if TYPE_CHECKING:
+    from evals.plan import RunPlan
 
 STAMPED_PACKAGES = {
     "speclens": ("speclens",),
@@ -37,8 +51,49 @@ def git_sha() -> str | None:
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
     return sha + ("-dirty" if dirty else "")
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What a run was measured with and by: package versions, the target's, draft's and prompts'
+    fingerprints, speclens's commit, and the resolved config's fingerprint."""
+
+    versions: dict[str, str | None]
+    fingerprints: dict[str, str | None]
+    git_sha: str | None
+    config_fingerprint: str | None
+
+    @classmethod
+    def of(cls, plan: RunPlan, config_fingerprint: str | None) -> Provenance:
+        return cls(package_versions(), plan.fingerprints, git_sha(), config_fingerprint)
+
+
+def run_stamp(plan: RunPlan, runner: str, provenance: Provenance) -> dict[str, Any]:
+    """The stamp.json of a run about to measure `plan` (credentials redacted)."""
+    cfg = plan.config
+    stamp = {
+        "schema_version": SUMMARY_VERSION,
+        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "config": redact(OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True)),
+        "config_fingerprint": provenance.config_fingerprint,
+        "runner": runner,
+        "speculative_config": redact(plan.speculative_config()),
+        # Engine keys left unset, fitted to the target: value and why.
+        "fitted_defaults": plan.fitted,
+        "target_dir": str(plan.target_dir),
+        "versions": provenance.versions,
+        "fingerprints": provenance.fingerprints,
+        # How speclens built the draft checkpoint, when it did (speclens_drafter.json).
+        "draft_build": read_drafter_facts(plan.draft_dir) if plan.draft_dir else None,
+        "git_sha": provenance.git_sha,
+    }
+    if plan.dropped_too_long:  # prompts dropped as too long for the engine (dataset.drop_too_long), per category
+        stamp["dropped_too_long"] = plan.dropped_too_long
+    return stamp

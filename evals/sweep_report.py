@@ -38,9 +38,9 @@ from speclens.errors import (
 )
 from speclens.files import write_json_atomic
 from speclens.redact import redact
+from speclens.run_files import FAILURE_FILE
 from speclens.summary import SUMMARY_FILE
 
-FAILURE_FILE = "failure.json"
 FAILURES_FILE = "failures.json"
 # The failed jobs of the last multirun in this process (evals.run's exit status reads them) ...
 LAST_SWEEP_FAILURES: list[dict[str, Any]] = []
@@ -53,8 +53,10 @@ RANKING_FILES = ("ranking.csv", "ranking.md", "serve.json", "pareto.png")
 def record_failure(job_dir: Path, overrides: list[str], message: str, status: int) -> None:
     """A failed sweep job's reason, in its own dir (the sweep's end collects them)."""
     job_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic({"job": job_dir.name, "overrides": redact(overrides), "error": message,
-                       "exit_status": status}, job_dir / FAILURE_FILE)
+    write_json_atomic(
+        {"job": job_dir.name, "overrides": redact(overrides), "error": message, "exit_status": status},
+        job_dir / FAILURE_FILE,
+    )
 
 
 def collect_failures(sweep_dir: Path) -> list[dict[str, Any]]:
@@ -95,8 +97,9 @@ def sweep_profiles(sweep_dir: Path, exclude: list[Path]) -> tuple[list[dict[str,
         try:
             profiles += read_profiles(job)
         except CorruptRecord as exc:
-            problems.append(f"{exc}; its profiles are left out of the sweep's {PROFILE_FILE} (force=true re-measures "
-                            "that job)")
+            problems.append(
+                f"{exc}; its profiles are left out of the sweep's {PROFILE_FILE} (force=true re-measures that job)"
+            )
     return profiles, problems
 
 
@@ -170,7 +173,9 @@ def sweep_end_failed(sweep_dir: Path, exc: Exception) -> None:
         with contextlib.suppress(OSError):
             (sweep_dir / ERROR_LOG).write_text("".join(traceback.format_exception(exc)))
         message = f"{type(exc).__name__}: {exc} (traceback in {sweep_dir / ERROR_LOG})"
-    LAST_SWEEP_PROBLEMS.append({"error": f"making the sweep's curves and ranking failed: {message}", "exit_status": status})
+    LAST_SWEEP_PROBLEMS.append(
+        {"error": f"making the sweep's curves and ranking failed: {message}", "exit_status": status}
+    )
     print(f"speclens: error: sweep {sweep_dir}: {LAST_SWEEP_PROBLEMS[-1]['error']}", file=sys.stderr)
 
 
@@ -180,8 +185,11 @@ def report_sweep(sweep_dir: Path, config: DictConfig) -> None:
     for failure in LAST_SWEEP_FAILURES:
         print(f"speclens: error: sweep job {failure['job']} failed: {failure['error']}", file=sys.stderr)
     if LAST_SWEEP_FAILURES:
-        print(f"speclens: sweep {sweep_dir}: {len(LAST_SWEEP_FAILURES)} job(s) failed, listed in "
-              f"{sweep_dir / FAILURES_FILE}; curves and ranking are from the jobs that finished.", file=sys.stderr)
+        print(
+            f"speclens: sweep {sweep_dir}: {len(LAST_SWEEP_FAILURES)} job(s) failed, listed in "
+            f"{sweep_dir / FAILURES_FILE}; curves and ranking are from the jobs that finished.",
+            file=sys.stderr,
+        )
     failed = failed_dirs(sweep_dir, LAST_SWEEP_FAILURES)
     curves, ranking, notes = sweep_outputs(sweep_dir, failed)
     for note in notes:

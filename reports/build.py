@@ -19,14 +19,8 @@ from drafters.facts_table import HEADER as DRAFTER_HEADER
 from drafters.facts_table import comparison_rows
 from reports import figures
 from reports.curves import WHOLE_OUTPUT, collect, safe_name
-from reports.rank import (
-    display_columns,
-    display_rows,
-    guideline_notes,
-    pareto_front,
-    rank_runs,
-    tables,
-)
+from reports.rank import display_columns, display_rows, guideline_notes
+from reports.ranking import pareto_front, rank_runs, tables
 from reports.runs import (
     CONSISTENT_ACROSS_TEMPERATURES,
     Run,
@@ -78,8 +72,19 @@ def curve_sections(root: Path) -> list[Section]:
     whole = curves[curves.segment == WHOLE_OUTPUT]
     for domain in sorted(curves.domain.unique()):
         section.images.append((f"al_vs_d_{safe_name(domain)}", figures.al_vs_d(whole, domain)))
-    rows = [[r.drafter, str(r.d), r.domain, cell(r.al, 3), cell(r.al_ci95_lo, 3), cell(r.al_ci95_hi, 3),
-             cell(r.tokens_per_step, 3), r.source] for r in whole[whole.domain == "all"].itertuples()]
+    rows = [
+        [
+            r.drafter,
+            str(r.d),
+            r.domain,
+            cell(r.al, 3),
+            cell(r.al_ci95_lo, 3),
+            cell(r.al_ci95_hi, 3),
+            cell(r.tokens_per_step, 3),
+            r.source,
+        ]
+        for r in whole[whole.domain == "all"].itertuples()
+    ]
     section.tables.append((["drafter", "D", "domain", "AL", "CI low", "CI high", "tokens/step", "source"], rows))
     return [section]
 
@@ -91,19 +96,37 @@ def segment_section(runs: list[Run]) -> Section | None:
     for run in runs:
         s = run.summary
         for segment, f in (s.by_segment or {}).items():
-            rows.append([s.label, segment, cell(f.al, 3), _ci_cell(f.al_ci95), str(f.n_steps), str(f.output_tokens),
-                         cell(f.share_of_output_tokens, 2), cell(f.tokens_per_step, 3)])
+            rows.append(
+                [
+                    s.label,
+                    segment,
+                    cell(f.al, 3),
+                    _ci_cell(f.al_ci95),
+                    str(f.n_steps),
+                    str(f.output_tokens),
+                    cell(f.share_of_output_tokens, 2),
+                    cell(f.tokens_per_step, 3),
+                ]
+            )
     if not rows:
         return None
     splits = sorted({run.summary.reasoning.boundary for run in runs if run.summary.reasoning})
-    text = [f"Thinking ends by {', '.join(splits)}. A verification step counts where its first token is; token "
-            "shares count each token where it is."]
-    unclosed = [f"{run.summary.label}: {run.summary.reasoning.n_unclosed} of {run.summary.reasoning.n_outputs}"
-                for run in runs if run.summary.reasoning and run.summary.reasoning.n_unclosed]
+    text = [
+        f"Thinking ends by {', '.join(splits)}. A verification step counts where its first token is; token "
+        "shares count each token where it is."
+    ]
+    unclosed = [
+        f"{run.summary.label}: {run.summary.reasoning.n_unclosed} of {run.summary.reasoning.n_outputs}"
+        for run in runs
+        if run.summary.reasoning and run.summary.reasoning.n_unclosed
+    ]
     if unclosed:
         text.append("Outputs that think to their end (all thinking): " + "; ".join(unclosed) + ".")
-    return Section("Thinking vs answer", text,
-                   tables=[(["run", "segment", "AL", "95% CI", "steps", "tokens", "share", "tokens/step"], rows)])
+    return Section(
+        "Thinking vs answer",
+        text,
+        tables=[(["run", "segment", "AL", "95% CI", "steps", "tokens", "share", "tokens/step"], rows)],
+    )
 
 
 def turn_section(runs: list[Run]) -> Section | None:
@@ -111,11 +134,17 @@ def turn_section(runs: list[Run]) -> Section | None:
     measured = [run for run in runs if run.summary.by_turn]
     if not measured:
         return None
-    rows = [[run.summary.label, turn, str(g.n_requests), str(g.n_steps), cell(g.al, 3), _ci_cell(g.al_ci95)]
-            for run in measured for turn, g in sorted(run.summary.by_turn.items(), key=lambda kv: int(kv[0]))]
-    return Section("AL by agent turn", ["One request per assistant turn, its prompt the trajectory's recorded history "
-                                        "before it."], images=[("al_by_turn", figures.al_vs_turn(measured))],
-                   tables=[(["run", "turn", "requests", "steps", "AL", "95% CI"], rows)])
+    rows = [
+        [run.summary.label, turn, str(g.n_requests), str(g.n_steps), cell(g.al, 3), _ci_cell(g.al_ci95)]
+        for run in measured
+        for turn, g in sorted(run.summary.by_turn.items(), key=lambda kv: int(kv[0]))
+    ]
+    return Section(
+        "AL by agent turn",
+        ["One request per assistant turn, its prompt the trajectory's recorded history before it."],
+        images=[("al_by_turn", figures.al_vs_turn(measured))],
+        tables=[(["run", "turn", "requests", "steps", "AL", "95% CI"], rows)],
+    )
 
 
 def _ci_cell(ci: list[float] | None) -> str:
@@ -152,25 +181,48 @@ def latency_section(runs: list[Run]) -> Section | None:
                 continue
             pct = lambda p: "-" if p is None else f"{p.p50:.1f} / {p.p90:.1f} / {p.p99:.1f}"  # noqa: E731
             load = f"{point.request_rate:g} req/s" if point.request_rate else f"B={point.batch_size}"
-            rows.append([run.summary.label, load, pct(lat.ttft_ms), pct(lat.tpot_ms), pct(lat.itl_ms), pct(lat.e2e_ms),
-                         cell(lat.output_tokens_per_s, 1), cell(point.latency_speedup, 2)])
+            rows.append(
+                [
+                    run.summary.label,
+                    load,
+                    pct(lat.ttft_ms),
+                    pct(lat.tpot_ms),
+                    pct(lat.itl_ms),
+                    pct(lat.e2e_ms),
+                    cell(lat.output_tokens_per_s, 1),
+                    cell(point.latency_speedup, 2),
+                ]
+            )
             if lat.tpot_ms is not None and lat.tpot_ms.p50 > 0:
-                points.append({"label": run.summary.label, "batch_size": point.batch_size,
-                               "tokens_per_s_per_request": 1000.0 / lat.tpot_ms.p50,
-                               "output_tokens_per_s": lat.output_tokens_per_s})
+                points.append(
+                    {
+                        "label": run.summary.label,
+                        "batch_size": point.batch_size,
+                        "tokens_per_s_per_request": 1000.0 / lat.tpot_ms.p50,
+                        "output_tokens_per_s": lat.output_tokens_per_s,
+                    }
+                )
     if not rows:
         return None
-    text = ["p50 / p90 / p99 in ms. TPOT = (end − first token) / (output tokens − 1); ITL is between streamed "
-            "chunks, which carry several tokens with speculation. TPOT speedup = plain decoding's p50 TPOT / the "
-            "drafter's, same load."]
+    text = [
+        "p50 / p90 / p99 in ms. TPOT = (end − first token) / (output tokens − 1); ITL is between streamed "
+        "chunks, which carry several tokens with speculation. TPOT speedup = plain decoding's p50 TPOT / the "
+        "drafter's, same load."
+    ]
     images = []
     if points:
         frame = pd.DataFrame(points)
-        text.append("Throughput vs interactivity: tokens/s per user (1000 / p50 TPOT) against total output tokens/s, "
-                    "one point per load.")
+        text.append(
+            "Throughput vs interactivity: tokens/s per user (1000 / p50 TPOT) against total output tokens/s, "
+            "one point per load."
+        )
         images.append(("throughput_vs_interactivity", figures.pareto(frame, pareto_front(frame))))
-    return Section("Latency", text, images=images,
-                   tables=[(["run", "load", "TTFT", "TPOT", "ITL", "end to end", "tokens/s", "TPOT speedup"], rows)])
+    return Section(
+        "Latency",
+        text,
+        images=images,
+        tables=[(["run", "load", "TTFT", "TPOT", "ITL", "end to end", "tokens/s", "TPOT speedup"], rows)],
+    )
 
 
 # Waterfalls drawn at most (the table lists every operating point).
@@ -180,8 +232,14 @@ MAX_WATERFALLS = 12
 def account_section(runs: list[Run]) -> Section | None:
     """Each operating point's speedup account: the model's prediction times the corrections measured
     from its engine steps, multiplying out to the measured speedup (speclens/account.py)."""
-    header = ["run", "B", *(name.replace("_", " ") for name in (MODEL, *CORRECTIONS)), "product", "measured",
-              "outside steps (spec / plain)"]
+    header = [
+        "run",
+        "B",
+        *(name.replace("_", " ") for name in (MODEL, *CORRECTIONS)),
+        "product",
+        "measured",
+        "outside steps (spec / plain)",
+    ]
     rows, images = [], []
     for run in runs:
         for point in run.summary.operating_points:
@@ -189,20 +247,34 @@ def account_section(runs: list[Run]) -> Section | None:
             if account is None:
                 continue
             outside = account.outside_steps or {}
-            rows.append([run.summary.label, str(point.batch_size), *(cell(account.factors[n], 3) for n in (MODEL, *CORRECTIONS)),
-                         cell(account.product, 3), cell(account.measured, 3),
-                         " / ".join(f"{outside.get(m, 0) or 0:.1%}" for m in ("speculative", "plain"))])
+            rows.append(
+                [
+                    run.summary.label,
+                    str(point.batch_size),
+                    *(cell(account.factors[n], 3) for n in (MODEL, *CORRECTIONS)),
+                    cell(account.product, 3),
+                    cell(account.measured, 3),
+                    " / ".join(f"{outside.get(m, 0) or 0:.1%}" for m in ("speculative", "plain")),
+                ]
+            )
             if len(images) < MAX_WATERFALLS:
-                images.append((f"account_{safe_name(run.summary.label)}_B{point.batch_size}",
-                               figures.waterfall(f"{run.summary.label}, B={point.batch_size}", account.factors,
-                                                 account.measured)))
+                images.append(
+                    (
+                        f"account_{safe_name(run.summary.label)}_B{point.batch_size}",
+                        figures.waterfall(
+                            f"{run.summary.label}, B={point.batch_size}", account.factors, account.measured
+                        ),
+                    )
+                )
     if not rows:
         return None
-    text = ["The measured speedup = the steady-state model T_verif(B)·tokens/step / T_step(B,D) × corrections, each the "
-            "speculative pass's over plain decoding's, measured from the engine steps: prefill (steps that also prefill "
-            "are slower), ramp-up and tail (fewer than B in flight), slow outliers (median over mean steady step), "
-            "token yield (tokens per request-step over tokens/step). Each correction is the model's error from that "
-            "cause. Time outside engine steps is not in the speedup (it is over engine-step time); its share is shown."]
+    text = [
+        "The measured speedup = the steady-state model T_verif(B)·tokens/step / T_step(B,D) × corrections, each the "
+        "speculative pass's over plain decoding's, measured from the engine steps: prefill (steps that also prefill "
+        "are slower), ramp-up and tail (fewer than B in flight), slow outliers (median over mean steady step), "
+        "token yield (tokens per request-step over tokens/step). Each correction is the model's error from that "
+        "cause. Time outside engine steps is not in the speedup (it is over engine-step time); its share is shown."
+    ]
     return Section("Speedup account", text, tables=[(header, rows)], images=images)
 
 
@@ -211,8 +283,16 @@ def stamp_section(runs: list[Run]) -> Section:
     first = runs[0]
     section.text.append("Versions: " + ", ".join(f"{k} {v}" for k, v in first.summary.versions.items()))
     section.text.append(f"git: {first.summary.git_sha}")
-    rows = [[run.summary.label, str(run.path.name), run.fingerprints.target or "-", run.fingerprints.draft or "-",
-             run.fingerprints.dataset or "-"] for run in runs]
+    rows = [
+        [
+            run.summary.label,
+            str(run.path.name),
+            run.fingerprints.target or "-",
+            run.fingerprints.draft or "-",
+            run.fingerprints.dataset or "-",
+        ]
+        for run in runs
+    ]
     section.tables.append((["run", "dir", "target", "draft", "prompts"], rows))
     builds = {run.fingerprints.draft: run.stamp["draft_build"] for run in runs if run.stamp.get("draft_build")}
     section.text.extend(f"Draft {fingerprint}: {describe_build(facts)}." for fingerprint, facts in builds.items())
@@ -226,16 +306,30 @@ def build_sections(root: Path) -> list[Section]:
     check_consistent(runs, CONSISTENT_ACROSS_TEMPERATURES)
     spec_runs = [r for r in runs if r.summary.d is not None]
     sections = curve_sections(root)
-    summary_rows = [[r.summary.label, str(r.summary.n_requests), cell(r.summary.al, 3),
-                     cell(r.summary.tokens_per_step, 3), cell(r.summary.speedup, 3)] for r in runs]
+    summary_rows = [
+        [
+            r.summary.label,
+            str(r.summary.n_requests),
+            cell(r.summary.al, 3),
+            cell(r.summary.tokens_per_step, 3),
+            cell(r.summary.speedup, 3),
+        ]
+        for r in runs
+    ]
     sections.insert(0, Section("Runs", tables=[(["run", "requests", "AL", "tokens/step", "speedup"], summary_rows)]))
     sections.append(Section("Per-position acceptance", images=[("per_position", figures.per_position(spec_runs))]))
     sections.append(Section("Acceptance histogram", images=[("histogram", figures.histogram(spec_runs))]))
     sections.append(Section("AL by context position", images=[("al_by_position", figures.al_by_position(spec_runs))]))
     speed = figures.speedups(runs)
-    sections.append(Section("Measured vs predicted speedup",
-                            ["Predicted = T_verif(B)·tokens/step / (T_verif(B(1+D)) + T_draft(B,D)); needs baseline=true."]
-                            if speed is None else [], images=[("speedup", speed)] if speed else []))
+    sections.append(
+        Section(
+            "Measured vs predicted speedup",
+            ["Predicted = T_verif(B)·tokens/step / (T_verif(B(1+D)) + T_draft(B,D)); needs baseline=true."]
+            if speed is None
+            else [],
+            images=[("speedup", speed)] if speed else [],
+        )
+    )
     for optional in (segment_section(spec_runs), turn_section(spec_runs), account_section(runs), latency_section(runs)):
         if optional is not None:
             sections.append(optional)
@@ -252,8 +346,14 @@ def build_sections(root: Path) -> list[Section]:
 
 
 def render_html(root: Path, sections: list[Section]) -> str:
-    out = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'>", f"<title>speclens report: {html.escape(str(root))}</title>",
-           STYLE, "</head><body>", f"<h1>speclens report</h1><p>{html.escape(str(root))}</p>"]
+    out = [
+        "<!DOCTYPE html>",
+        "<html><head><meta charset='utf-8'>",
+        f"<title>speclens report: {html.escape(str(root))}</title>",
+        STYLE,
+        "</head><body>",
+        f"<h1>speclens report</h1><p>{html.escape(str(root))}</p>",
+    ]
     for s in sections:
         out.append(f"<h2>{html.escape(s.title)}</h2>")
         out += [f"<p>{html.escape(t)}</p>" for t in s.text]

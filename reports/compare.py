@@ -21,11 +21,21 @@ from reports.table import cell, markdown_table, text_table
 from speclens.errors import ArgumentParser, SpeclensError, guarded
 from speclens.metrics import BOOTSTRAP_SAMPLES, resample_indices
 from speclens.records import read_parquet
+from speclens.run_files import REQUESTS_FILE, STEPS_FILE
 from speclens.segments import SEGMENTS
 
 COMPARE_COLUMNS = [
-    "drafter", "d", "domain", "n_requests", "baseline_al", "candidate_al", "al_diff", "diff_ci95_lo",
-    "diff_ci95_hi", "significant", "segment",
+    "drafter",
+    "d",
+    "domain",
+    "n_requests",
+    "baseline_al",
+    "candidate_al",
+    "al_diff",
+    "diff_ci95_lo",
+    "diff_ci95_hi",
+    "significant",
+    "segment",
 ]
 # The target may differ between the two sides; nothing else that shapes acceptance may.
 PAIRED_KEYS = tuple(k for k in CONSISTENT_KEYS if k != "fingerprints.target") + ("config.chat_template_kwargs",)
@@ -38,22 +48,37 @@ def _per_request(steps: pd.DataFrame, request_ids: list[str]) -> tuple[np.ndarra
 
 
 def paired_al_difference(
-    baseline_steps: pd.DataFrame, candidate_steps: pd.DataFrame, request_ids: list[str], seed: int = 0,
+    baseline_steps: pd.DataFrame,
+    candidate_steps: pd.DataFrame,
+    request_ids: list[str],
+    seed: int = 0,
     samples: int = BOOTSTRAP_SAMPLES,
 ) -> dict:
     """Pooled AL on each side over `request_ids`, their difference and its paired 95% CI."""
     acc_b, n_b = _per_request(baseline_steps, request_ids)
     acc_c, n_c = _per_request(candidate_steps, request_ids)
     if not n_b.sum() or not n_c.sum():
-        return {"baseline_al": None, "candidate_al": None, "al_diff": None, "diff_ci95_lo": None,
-                "diff_ci95_hi": None, "significant": False}
+        return {
+            "baseline_al": None,
+            "candidate_al": None,
+            "al_diff": None,
+            "diff_ci95_lo": None,
+            "diff_ci95_hi": None,
+            "significant": False,
+        }
     al_b, al_c = 1 + acc_b.sum() / n_b.sum(), 1 + acc_c.sum() / n_c.sum()
     idx = resample_indices(seed, samples, len(request_ids))
     with np.errstate(invalid="ignore", divide="ignore"):
         diffs = (1 + acc_c[idx].sum(1) / n_c[idx].sum(1)) - (1 + acc_b[idx].sum(1) / n_b[idx].sum(1))
     lo, hi = np.nanpercentile(diffs, [2.5, 97.5])
-    return {"baseline_al": float(al_b), "candidate_al": float(al_c), "al_diff": float(al_c - al_b),
-            "diff_ci95_lo": float(lo), "diff_ci95_hi": float(hi), "significant": bool(lo > 0 or hi < 0)}
+    return {
+        "baseline_al": float(al_b),
+        "candidate_al": float(al_c),
+        "al_diff": float(al_c - al_b),
+        "diff_ci95_lo": float(lo),
+        "diff_ci95_hi": float(hi),
+        "significant": bool(lo > 0 or hi < 0),
+    }
 
 
 def _speculative_runs(root: Path) -> dict[tuple[str, int], Run]:
@@ -106,9 +131,9 @@ def compare(baseline_dir: Path, candidate_dir: Path, seed: int = 0) -> tuple[pd.
     for key in sorted(base_runs.keys() & cand_runs.keys()):
         base, cand = base_runs[key], cand_runs[key]
         _check_same_setting(base, cand)
-        b_req, c_req = read_parquet(base.path / "requests.parquet"), read_parquet(cand.path / "requests.parquet")
+        b_req, c_req = read_parquet(base.path / REQUESTS_FILE), read_parquet(cand.path / REQUESTS_FILE)
         _check_same_prompts(base, cand, b_req, c_req)
-        b_steps, c_steps = read_parquet(base.path / "steps.parquet"), read_parquet(cand.path / "steps.parquet")
+        b_steps, c_steps = read_parquet(base.path / STEPS_FILE), read_parquet(cand.path / STEPS_FILE)
         domains = b_req.groupby("domain")["request_id"].unique()
         groups = [("all", sorted(set(b_req.request_id)))] + [(dom, sorted(ids)) for dom, ids in domains.items()]
         # With a reasoning boundary on both sides, each segment is compared too (its steps on each side).
@@ -120,8 +145,10 @@ def compare(baseline_dir: Path, candidate_dir: Path, seed: int = 0) -> tuple[pd.
                 b_seg = b_part if segment == "all" else b_part[b_part.segment == segment]
                 c_seg = c_part if segment == "all" else c_part[c_part.segment == segment]
                 figures = paired_al_difference(b_seg, c_seg, ids, seed)
-                rows.append({"drafter": key[0], "d": key[1], "domain": domain, "n_requests": len(ids),
-                             "segment": segment} | figures)
+                rows.append(
+                    {"drafter": key[0], "d": key[1], "domain": domain, "n_requests": len(ids), "segment": segment}
+                    | figures
+                )
     notes = [f"only in the baseline: drafter={k[0]} d={k[1]}" for k in sorted(base_runs.keys() - cand_runs.keys())]
     notes += [f"only in the candidate: drafter={k[0]} d={k[1]}" for k in sorted(cand_runs.keys() - base_runs.keys())]
     if not rows:
@@ -137,8 +164,20 @@ def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     rows = []
     for r in table.itertuples():
         ci = "-" if pd.isna(r.diff_ci95_lo) else f"[{r.diff_ci95_lo:+.3f}, {r.diff_ci95_hi:+.3f}]"
-        rows.append([r.drafter, str(r.d), r.domain, *([r.segment] if segmented else []), str(r.n_requests), cell(r.baseline_al, 3),
-                     cell(r.candidate_al, 3), cell(r.al_diff, 3, signed=True), ci, "yes" if r.significant else "no"])
+        rows.append(
+            [
+                r.drafter,
+                str(r.d),
+                r.domain,
+                *([r.segment] if segmented else []),
+                str(r.n_requests),
+                cell(r.baseline_al, 3),
+                cell(r.candidate_al, 3),
+                cell(r.al_diff, 3, signed=True),
+                ci,
+                "yes" if r.significant else "no",
+            ]
+        )
     return header, rows
 
 
@@ -151,9 +190,14 @@ def write_comparison(baseline_dir: Path, candidate_dir: Path) -> tuple[pd.DataFr
     table, notes = compare(baseline_dir, candidate_dir)
     table.to_csv(candidate_dir / "compare.csv", index=False)
     header, rows = display_rows(table)
-    md = [f"# AL: {candidate_dir} against {baseline_dir}", "",
-          "Difference = candidate − baseline; 95% CI from a paired bootstrap over prompts.", "",
-          markdown_table(header, rows), ""] + [f"- {n}" for n in notes]
+    md = [
+        f"# AL: {candidate_dir} against {baseline_dir}",
+        "",
+        "Difference = candidate − baseline; 95% CI from a paired bootstrap over prompts.",
+        "",
+        markdown_table(header, rows),
+        "",
+    ] + [f"- {n}" for n in notes]
     (candidate_dir / "compare.md").write_text("\n".join(md) + "\n")
     return table, notes
 

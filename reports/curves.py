@@ -32,8 +32,19 @@ from speclens.errors import ArgumentParser, SpeclensError, guarded
 from speclens.files import check_folder
 from speclens.metrics import GroupFigures, SegmentFigures
 
-CURVE_COLUMNS = ["drafter", "d", "domain", "al", "al_ci95_lo", "al_ci95_hi", "tokens_per_step", "source",
-                 "temperature", "segment", "chat_template_kwargs"]
+CURVE_COLUMNS = [
+    "drafter",
+    "d",
+    "domain",
+    "al",
+    "al_ci95_lo",
+    "al_ci95_hi",
+    "tokens_per_step",
+    "source",
+    "temperature",
+    "segment",
+    "chat_template_kwargs",
+]
 # One point of one curve.
 CURVE_KEY = ["drafter", "d", "domain", "segment", "temperature", "chat_template_kwargs"]
 WHOLE_OUTPUT = "all"
@@ -41,13 +52,31 @@ WHOLE_OUTPUT = "all"
 SOURCE_ORDER = {"measured": 0, "replayed": 1, "estimated": 2}
 
 
-def curve_row(drafter: str, d: int, domain: str, figures: GroupFigures | SegmentFigures, source: str,
-              temperature: float = 0.0, segment: str = WHOLE_OUTPUT, template: str = "") -> dict:
+def curve_row(
+    drafter: str,
+    d: int,
+    domain: str,
+    figures: GroupFigures | SegmentFigures,
+    source: str,
+    temperature: float = 0.0,
+    segment: str = WHOLE_OUTPUT,
+    template: str = "",
+) -> dict:
     """One curve point from a group's (or a segment's) figures."""
     lo, hi = figures.al_ci95 or [None, None]
-    return {"drafter": drafter, "d": d, "domain": domain, "al": figures.al, "al_ci95_lo": lo,
-            "al_ci95_hi": hi, "tokens_per_step": figures.tokens_per_step, "source": source,
-            "temperature": temperature, "segment": segment, "chat_template_kwargs": template}
+    return {
+        "drafter": drafter,
+        "d": d,
+        "domain": domain,
+        "al": figures.al,
+        "al_ci95_lo": lo,
+        "al_ci95_hi": hi,
+        "tokens_per_step": figures.tokens_per_step,
+        "source": source,
+        "temperature": temperature,
+        "segment": segment,
+        "chat_template_kwargs": template,
+    }
 
 
 def measured_rows(run: Run) -> list[dict]:
@@ -55,8 +84,10 @@ def measured_rows(run: Run) -> list[dict]:
     rows = []
     for domain, g in s.groups().items():
         rows.append(curve_row(s.drafter, s.d, domain, g, "measured", run.temperature, template=run.template))
-        rows += [curve_row(s.drafter, s.d, domain, f, "measured", run.temperature, segment, run.template)
-                 for segment, f in (g.by_segment or {}).items()]
+        rows += [
+            curve_row(s.drafter, s.d, domain, f, "measured", run.temperature, segment, run.template)
+            for segment, f in (g.by_segment or {}).items()
+        ]
     return rows
 
 
@@ -74,16 +105,20 @@ def collect(root: Path, exclude: Collection[Path] = ()) -> pd.DataFrame:
     if not runs and not replays:
         raise SpeclensError(f"{root}: no finished speculative runs (summary.json) or replayed curves in it.")
     check_consistent(runs + replays, CONSISTENT_ACROSS_TEMPERATURES)
-    check_one_each(runs, lambda run: [curve_point(run)],
-                   lambda key: f"drafter={key[0]} d={key[1]} (temperature {key[2]:g}{', ' + key[3] if key[3] else ''})",
-                   "draw each setting from its own dir.")
+    check_one_each(
+        runs,
+        lambda run: [curve_point(run)],
+        lambda key: f"drafter={key[0]} d={key[1]} (temperature {key[2]:g}{', ' + key[3] if key[3] else ''})",
+        "draw each setting from its own dir.",
+    )
     frames = [pd.DataFrame([row for run in runs for row in measured_rows(run)], columns=CURVE_COLUMNS)]
     # the mode is in a replay's stamp (replays written before curves carried a temperature or a
     # segment: their rows are of the whole output)
     frames += [_replay_rows(r) for r in replays]
     curves = pd.concat([f for f in frames if not f.empty], ignore_index=True)
     curves = curves.assign(_rank=curves["source"].map(SOURCE_ORDER)).sort_values(
-        ["drafter", "domain", "segment", "temperature", "chat_template_kwargs", "d", "_rank"])
+        ["drafter", "domain", "segment", "temperature", "chat_template_kwargs", "d", "_rank"]
+    )
     curves = curves.drop_duplicates(CURVE_KEY).drop(columns="_rank")
     return curves.astype({"d": "int64"}).reset_index(drop=True)
 
@@ -106,7 +141,7 @@ def safe_name(domain: str) -> str:
     plain = "".join(c if c.isascii() and (c.isalnum() or c in "-_.@+") else "_" for c in domain)
     if plain == domain and 0 < len(domain) <= MAX_NAME_CHARS and not domain.startswith("."):
         return domain
-    return f"{plain[:MAX_NAME_CHARS - 13]}-{hashlib.sha256(domain.encode()).hexdigest()[:12]}"
+    return f"{plain[: MAX_NAME_CHARS - 13]}-{hashlib.sha256(domain.encode()).hexdigest()[:12]}"
 
 
 def write_curves(root: Path, out_dir: Path | None = None, exclude: Collection[Path] = ()) -> pd.DataFrame:
@@ -119,10 +154,14 @@ def write_curves(root: Path, out_dir: Path | None = None, exclude: Collection[Pa
     for domain in sorted(curves.domain.unique()):
         (out_dir / f"curve_{safe_name(domain)}.png").write_bytes(figures.al_vs_d(whole, domain))
         if curves.temperature.nunique() > 1:
-            (out_dir / f"curve_temperature_{safe_name(domain)}.png").write_bytes(figures.al_vs_temperature(whole, domain))
+            (out_dir / f"curve_temperature_{safe_name(domain)}.png").write_bytes(
+                figures.al_vs_temperature(whole, domain)
+            )
         segments = curves[(curves.domain == domain) & (curves.segment != WHOLE_OUTPUT)]
         if not segments.empty:
-            (out_dir / f"curve_segments_{safe_name(domain)}.png").write_bytes(figures.al_vs_d_by_segment(segments, domain))
+            (out_dir / f"curve_segments_{safe_name(domain)}.png").write_bytes(
+                figures.al_vs_d_by_segment(segments, domain)
+            )
     return curves
 
 

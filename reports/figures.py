@@ -50,7 +50,9 @@ def _series_label(key: tuple, columns: list[str]) -> str:
 
 def _series(curves: pd.DataFrame, first: list[str]) -> list[str]:
     """The columns one line is drawn per: `first`, then each axis that varies in `curves`."""
-    return first + [c for c in ("temperature", "chat_template_kwargs", "segment") if c in curves and curves[c].nunique() > 1]
+    return first + [
+        c for c in ("temperature", "chat_template_kwargs", "segment") if c in curves and curves[c].nunique() > 1
+    ]
 
 
 def al_vs_d(curves: pd.DataFrame, domain: str, title: str = "AL vs D") -> bytes:
@@ -85,8 +87,11 @@ def al_vs_d_by_segment(curves: pd.DataFrame, domain: str) -> bytes:
 def al_vs_temperature(curves: pd.DataFrame, domain: str) -> bytes:
     """AL against sampling temperature, one line per (drafter, D), with its 95% CI band."""
 
-    keys = ["drafter", "d"] + (["chat_template_kwargs"] if "chat_template_kwargs" in curves
-                               and curves.chat_template_kwargs.nunique() > 1 else [])
+    keys = ["drafter", "d"] + (
+        ["chat_template_kwargs"]
+        if "chat_template_kwargs" in curves and curves.chat_template_kwargs.nunique() > 1
+        else []
+    )
 
     def plot(ax):
         for key, g in curves[curves.domain == domain].groupby(keys, sort=True):
@@ -165,9 +170,12 @@ def al_vs_turn(runs: list[Run]) -> bytes:
 
 def speedups(runs: list[Run]) -> bytes | None:
     """Predicted against measured speedup, one point per run and batch size; None without any."""
-    points = [(run.summary.label, p.batch_size, p.speedup, p.predicted_speedup)
-              for run in runs for p in run.summary.operating_points
-              if p.speedup is not None and p.predicted_speedup is not None]
+    points = [
+        (run.summary.label, p.batch_size, p.speedup, p.predicted_speedup)
+        for run in runs
+        for p in run.summary.operating_points
+        if p.speedup is not None and p.predicted_speedup is not None
+    ]
     if not points:
         return None
 
@@ -179,8 +187,14 @@ def speedups(runs: list[Run]) -> bytes | None:
         lo, hi = min(values) * 0.9, max(values) * 1.1
         ax.plot([lo, hi], [lo, hi], "k--", linewidth=1, label="predicted = measured")
         band = GAP_TOLERANCE
-        ax.fill_between([lo, hi], [lo * (1 - band), hi * (1 - band)], [lo * (1 + band), hi * (1 + band)],
-                        color="grey", alpha=0.15, label=f"within {band:.0%}")
+        ax.fill_between(
+            [lo, hi],
+            [lo * (1 - band), hi * (1 - band)],
+            [lo * (1 + band), hi * (1 + band)],
+            color="grey",
+            alpha=0.15,
+            label=f"within {band:.0%}",
+        )
         ax.set_xlabel("measured speedup")
         ax.set_ylabel("predicted speedup")
         ax.set_title("Predicted vs measured speedup")
@@ -197,12 +211,23 @@ def pareto(points: pd.DataFrame, front: pd.DataFrame) -> bytes:
             g = g.sort_values("batch_size")
             ax.plot(g.tokens_per_s_per_request, g.output_tokens_per_s, "o-", label=label, markersize=4)
             for r in g.itertuples():
-                ax.annotate(f"B={r.batch_size}", (r.tokens_per_s_per_request, r.output_tokens_per_s), fontsize=7,
-                            xytext=(3, 3), textcoords="offset points")
+                ax.annotate(
+                    f"B={r.batch_size}",
+                    (r.tokens_per_s_per_request, r.output_tokens_per_s),
+                    fontsize=7,
+                    xytext=(3, 3),
+                    textcoords="offset points",
+                )
         if not front.empty:
             ax.plot(front.tokens_per_s_per_request, front.output_tokens_per_s, "k--", linewidth=1, label="Pareto front")
-            ax.scatter(front.tokens_per_s_per_request, front.output_tokens_per_s, s=90, facecolors="none",
-                       edgecolors="k", zorder=3)
+            ax.scatter(
+                front.tokens_per_s_per_request,
+                front.output_tokens_per_s,
+                s=90,
+                facecolors="none",
+                edgecolors="k",
+                zorder=3,
+            )
         ax.set_xlabel("interactivity: output tokens/s per request")
         ax.set_ylabel("throughput: output tokens/s (all requests)")
         ax.set_title("Throughput vs interactivity (measured, all prompts)")
@@ -239,11 +264,19 @@ def waterfall(title: str, factors: dict[str, float], measured: float) -> bytes:
             running *= factors[name]
             color = "tab:blue" if i == 0 else ("tab:green" if factors[name] >= 1 else "tab:red")
             ax.bar(x, running - start, bottom=start, color=color, width=0.6)
-            ax.annotate(f"x{factors[name]:.3f}", (x, running), ha="center", fontsize=7, xytext=(0, 3),
-                        textcoords="offset points")
+            ax.annotate(
+                f"x{factors[name]:.3f}",
+                (x, running),
+                ha="center",
+                fontsize=7,
+                xytext=(0, 3),
+                textcoords="offset points",
+            )
             x += 1
         ax.bar(x, measured, color="black", width=0.6)
-        ax.annotate(f"{measured:.3f}", (x, measured), ha="center", fontsize=7, xytext=(0, 3), textcoords="offset points")
+        ax.annotate(
+            f"{measured:.3f}", (x, measured), ha="center", fontsize=7, xytext=(0, 3), textcoords="offset points"
+        )
         ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
         ax.set_xticks(range(x + 1), [n.replace("_", " ") for n in names] + ["measured"], rotation=20, fontsize=7)
         ax.set_ylabel("speedup")

@@ -27,6 +27,7 @@ from speclens import metrics
 from speclens.errors import CorruptRecord
 from speclens.files import write_json_atomic
 from speclens.records import read_parquet
+from speclens.run_files import STEPS_FILE
 from speclens.summary import RunSummary
 
 PROFILE_FILE = "speculation_profile.json"
@@ -36,8 +37,13 @@ PROFILE_VERSION = 1
 def synthetic_config(d: int, marginal: list[float]) -> dict[str, Any]:
     """vLLM's speculative config that accepts drafts with these per-position rates (its synthetic
     rejection sampler) behind D free proposals per step (speclens's zero-cost proposer)."""
-    return {"method": "custom_class", "model": CLASS_PATH, "num_speculative_tokens": d,
-            "rejection_sample_method": "synthetic", "synthetic_acceptance_rates": marginal}
+    return {
+        "method": "custom_class",
+        "model": CLASS_PATH,
+        "num_speculative_tokens": d,
+        "rejection_sample_method": "synthetic",
+        "synthetic_acceptance_rates": marginal,
+    }
 
 
 def profile(drafter: str, d: int, domain: str, steps: pd.DataFrame, segment: str = "all") -> dict[str, Any] | None:
@@ -48,15 +54,27 @@ def profile(drafter: str, d: int, domain: str, steps: pd.DataFrame, segment: str
     al = metrics.acceptance_length(steps)
     marginal = metrics.per_position_acceptance(steps, d)
     if abs(1 + sum(marginal) - al) > 1e-9 or any(b > a for a, b in zip(marginal, marginal[1:])):
-        raise CorruptRecord(f"drafter={drafter} d={d} {domain}: per-position acceptance {marginal} is not a "
-                            f"profile of AL {al} (accepted counts above D in the step records?)")
+        raise CorruptRecord(
+            f"drafter={drafter} d={d} {domain}: per-position acceptance {marginal} is not a "
+            f"profile of AL {al} (accepted counts above D in the step records?)"
+        )
     conditional = metrics.conditional_acceptance(marginal)
-    return {"drafter": drafter, "d": d, "domain": domain, "segment": segment, "al": al, "n_steps": int(len(steps)),
-            "marginal": marginal, "conditional": conditional,
-            "vllm_speculative_config": synthetic_config(d, marginal),
-            # Model-Optimizer's proposed layout (module docstring): after a position nothing reaches, 0.
-            "num_speculative_tokens": d, "mean_accept_length": al, "marginal_accept_rates": marginal,
-            "conditional_accept_rates": [0.0 if c is None else c for c in conditional]}
+    return {
+        "drafter": drafter,
+        "d": d,
+        "domain": domain,
+        "segment": segment,
+        "al": al,
+        "n_steps": int(len(steps)),
+        "marginal": marginal,
+        "conditional": conditional,
+        "vllm_speculative_config": synthetic_config(d, marginal),
+        # Model-Optimizer's proposed layout (module docstring): after a position nothing reaches, 0.
+        "num_speculative_tokens": d,
+        "mean_accept_length": al,
+        "marginal_accept_rates": marginal,
+        "conditional_accept_rates": [0.0 if c is None else c for c in conditional],
+    }
 
 
 def run_profiles(run_dir: Path, summary: RunSummary) -> list[dict[str, Any]]:
@@ -64,7 +82,7 @@ def run_profiles(run_dir: Path, summary: RunSummary) -> list[dict[str, Any]]:
     does not depend on B under greedy decoding; one set per run). None where the run has no
     per-step records (no drafter, or a server that reports coarser). With a reasoning boundary,
     each of those per segment too."""
-    steps_file = run_dir / "steps.parquet"
+    steps_file = run_dir / STEPS_FILE
     if summary.d is None or summary.record_granularity != "step" or not steps_file.is_file():
         return []
     steps = read_parquet(steps_file)
@@ -74,10 +92,17 @@ def run_profiles(run_dir: Path, summary: RunSummary) -> list[dict[str, Any]]:
     groups = [("all", steps)] + [(domain, group) for domain, group in steps.groupby("domain", sort=True)]
     segmented = "segment" in steps.columns
     parts = [(domain, "all", group) for domain, group in groups]
-    parts += [(domain, segment, part) for domain, group in groups if segmented
-              for segment, part in group.groupby("segment", sort=True)]
-    return [p for domain, segment, group in parts
-            if (p := profile(summary.mechanism, summary.d, domain, group, segment)) is not None]
+    parts += [
+        (domain, segment, part)
+        for domain, group in groups
+        if segmented
+        for segment, part in group.groupby("segment", sort=True)
+    ]
+    return [
+        p
+        for domain, segment, group in parts
+        if (p := profile(summary.mechanism, summary.d, domain, group, segment)) is not None
+    ]
 
 
 # What every profile entry holds (a run's file is checked for them before a sweep gathers it).
@@ -94,10 +119,13 @@ def read_profiles(run_dir: Path) -> list[dict[str, Any]]:
         raise CorruptRecord(f"{path} is unreadable ({exc})") from None
     version = data.get("schema_version") if isinstance(data, dict) else None
     if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= PROFILE_VERSION:
-        raise CorruptRecord(f"{path} has no schema_version this speclens reads (1 to {PROFILE_VERSION}; it has {version!r})")
+        raise CorruptRecord(
+            f"{path} has no schema_version this speclens reads (1 to {PROFILE_VERSION}; it has {version!r})"
+        )
     profiles = data.get("profiles")
-    if not isinstance(profiles, list) or not all(isinstance(p, dict) and all(k in p for k in PROFILE_KEYS)
-                                                 for p in profiles):
+    if not isinstance(profiles, list) or not all(
+        isinstance(p, dict) and all(k in p for k in PROFILE_KEYS) for p in profiles
+    ):
         raise CorruptRecord(f"{path} does not hold a list of profiles (each with {', '.join(PROFILE_KEYS)})")
     return profiles
 

@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Collection, Hashable, Iterable
 
-from speclens.errors import CorruptRecord, SpeclensError
+from speclens.errors import SpeclensError
+from speclens.run_files import read_stamp
 from speclens.summary import (
     REPLAY_FILE,
     SUMMARY_FILE,
@@ -82,26 +83,6 @@ class Replay(Measured):
     record: ReplayRecord
 
 
-def _stamp(run_dir: Path) -> dict[str, Any]:
-    stamp_file = run_dir / "stamp.json"
-    if not stamp_file.is_file():
-        return {}
-    try:
-        stamp = json.loads(stamp_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptRecord(f"{stamp_file} is unreadable ({exc})") from None
-    if not isinstance(stamp, dict) or not isinstance(stamp.get("config", {}), dict):
-        raise CorruptRecord(f"{stamp_file} does not have the layout of a run stamp")
-    drafter = stamp.get("config", {}).get("drafter")
-    if isinstance(drafter, dict):
-        # Stamps before summary schema 3 restated the drafter's name inside its settings; keys added
-        # since, unset, say nothing the older stamps did not (compared as absent in both).
-        drafter.pop("name", None)
-        if drafter.get("schedule", "set") is None:
-            drafter.pop("schedule")
-    return stamp
-
-
 def _found(root: Path, name: str, exclude: Collection[Path]) -> list[Path]:
     """The folders under `root` holding `name`, but for those in (or under) `exclude`."""
     left_out = {Path(p).resolve() for p in exclude}
@@ -121,7 +102,7 @@ def find_runs(root: Path, exclude: Collection[Path] = ()) -> list[Run]:
     runs = []
     for run_dir in _found(root, SUMMARY_FILE, exclude):
         summary = read_summary(run_dir)
-        runs.append(Run(run_dir, summary.fingerprints, _stamp(run_dir), summary))
+        runs.append(Run(run_dir, summary.fingerprints, read_stamp(run_dir), summary))
     return runs
 
 
@@ -143,7 +124,9 @@ def check_consistent(runs: list[Measured], keys: tuple[str, ...] = CONSISTENT_KE
             by_value: dict[str, list[str]] = {}
             for run in runs:
                 by_value.setdefault(json.dumps(run.get(key)), []).append(run.path.name)
-            shown = "; ".join(f"{v} in {', '.join(names[:3])}{' …' if len(names) > 3 else ''}" for v, names in by_value.items())
+            shown = "; ".join(
+                f"{v} in {', '.join(names[:3])}{' …' if len(names) > 3 else ''}" for v, names in by_value.items()
+            )
             differing.append(f"{key} differs ({shown})")
     if differing:
         raise SpeclensError(
@@ -166,8 +149,11 @@ def _flat(node: Any, prefix: str = "") -> dict[str, str]:
 def settings(run: Measured) -> dict[str, str]:
     """Everything a run was measured with, flattened: its config keys (as the command line names
     them), the runner and the content fingerprints."""
-    return (_flat(run.stamp.get("config", {})) | {"runner": json.dumps(run.stamp.get("runner"))}
-            | _flat(asdict(run.fingerprints), "fingerprints"))
+    return (
+        _flat(run.stamp.get("config", {}))
+        | {"runner": json.dumps(run.stamp.get("runner"))}
+        | _flat(asdict(run.fingerprints), "fingerprints")
+    )
 
 
 def differing_settings(a: Measured, b: Measured, shown: int = 4) -> str:
@@ -180,8 +166,12 @@ def differing_settings(a: Measured, b: Measured, shown: int = 4) -> str:
     return f"different {', '.join(keys[:shown])}{f' (and {len(keys) - shown} more keys)' if len(keys) > shown else ''} ({listed})"
 
 
-def check_one_each(runs: list[Measured], keys_of: Callable[[Measured], Iterable[Hashable]],
-                   describe: Callable[[Hashable], str], advice: str) -> None:
+def check_one_each(
+    runs: list[Measured],
+    keys_of: Callable[[Measured], Iterable[Hashable]],
+    describe: Callable[[Hashable], str],
+    advice: str,
+) -> None:
     """Refuse two runs that give the same entry (`keys_of`: the entries a run gives), naming the
     settings they differ in, rather than silently keeping one of them."""
     seen: dict[Hashable, Measured] = {}
@@ -189,5 +179,7 @@ def check_one_each(runs: list[Measured], keys_of: Callable[[Measured], Iterable[
         for key in keys_of(run):
             other = seen.setdefault(key, run)
             if other is not run:
-                raise SpeclensError(f"{describe(key)} was measured twice ({other.path} and {run.path}), with "
-                                    f"{differing_settings(other, run)}; {advice}")
+                raise SpeclensError(
+                    f"{describe(key)} was measured twice ({other.path} and {run.path}), with "
+                    f"{differing_settings(other, run)}; {advice}"
+                )

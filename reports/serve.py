@@ -45,10 +45,17 @@ def winners(ranking: pd.DataFrame, configs: dict[str, dict[str, Any] | None]) ->
     for (domain, b), group in ranking.groupby(["domain", "batch_size"], sort=True):
         if group.speedup.notna().any():
             best = _best(group)
-            out.append({"domain": domain, "batch_size": int(b), "drafter": best.drafter,
-                        "d": None if pd.isna(best.d) else int(best.d), "speedup": float(best.speedup),
-                        "speedup_source": best.speedup_source,
-                        "speculative_config": None if best.drafter == "none" else configs.get(best.run)})
+            out.append(
+                {
+                    "domain": domain,
+                    "batch_size": int(b),
+                    "drafter": best.drafter,
+                    "d": None if pd.isna(best.d) else int(best.d),
+                    "speedup": float(best.speedup),
+                    "speedup_source": best.speedup_source,
+                    "speculative_config": None if best.drafter == "none" else configs.get(best.run),
+                }
+            )
     return out
 
 
@@ -94,12 +101,21 @@ def _plan(ranking: pd.DataFrame, runs: list[Run]) -> dict[str, Any]:
         plan = schedule(ranking, drafter, max_num_seqs)
         schedules[drafter] = plan
         top_k = max(k for _, _, k in plan)
-        base = next((configs[str(run.path)] for run in runs if run.summary.mechanism == drafter
-                     and configs.get(str(run.path))), None)
-        schedule_configs[drafter] = None if top_k == 0 or base is None else (
-            base | {"num_speculative_tokens": top_k, "num_speculative_tokens_per_batch_size": plan})
-    return {"winners": winners(ranking, configs), "schedules": schedules, "schedule_configs": schedule_configs,
-            "max_num_seqs": max_num_seqs}
+        base = next(
+            (configs[str(run.path)] for run in runs if run.summary.mechanism == drafter and configs.get(str(run.path))),
+            None,
+        )
+        schedule_configs[drafter] = (
+            None
+            if top_k == 0 or base is None
+            else (base | {"num_speculative_tokens": top_k, "num_speculative_tokens_per_batch_size": plan})
+        )
+    return {
+        "winners": winners(ranking, configs),
+        "schedules": schedules,
+        "schedule_configs": schedule_configs,
+        "max_num_seqs": max_num_seqs,
+    }
 
 
 def serve_markdown(plan: dict[str, Any]) -> list[str]:
@@ -109,22 +125,30 @@ def serve_markdown(plan: dict[str, Any]) -> list[str]:
     for one in plans:
         if len(plans) > 1:
             kwargs = template_label(one.get("chat_template_kwargs") or {})
-            out += [f"At temperature {one['temperature']:g}" + (f", chat_template_kwargs {kwargs}" if kwargs else "")
-                    + ":", ""]
+            out += [
+                f"At temperature {one['temperature']:g}" + (f", chat_template_kwargs {kwargs}" if kwargs else "") + ":",
+                "",
+            ]
         out += _plan_markdown(one)
     return out
 
 
 def _plan_markdown(plan: dict[str, Any]) -> list[str]:
-    out = ["Per domain and batch size, the winner's exact `--speculative-config` (ties go to the smaller D; "
-           "none: serve plain decoding). Per mechanism, the `num_speculative_tokens_per_batch_size` schedule "
-           f"built from its best D at each measured batch size, over 1 … {plan['max_num_seqs']} "
-           "(k = 0: plain decoding there). All in serve.json.", ""]
+    out = [
+        "Per domain and batch size, the winner's exact `--speculative-config` (ties go to the smaller D; "
+        "none: serve plain decoding). Per mechanism, the `num_speculative_tokens_per_batch_size` schedule "
+        f"built from its best D at each measured batch size, over 1 … {plan['max_num_seqs']} "
+        "(k = 0: plain decoding there). All in serve.json.",
+        "",
+    ]
     for w in plan["winners"]:
         config = "plain decoding" if w["speculative_config"] is None else f"`{_json(w['speculative_config'])}`"
-        out.append(f"- {w['domain']}, B={w['batch_size']}: {w['drafter']}"
-                   + (f" d={w['d']}" if w["d"] is not None else "") + f" (x{w['speedup']:.2f}, {w['speedup_source']}): "
-                   + config)
+        out.append(
+            f"- {w['domain']}, B={w['batch_size']}: {w['drafter']}"
+            + (f" d={w['d']}" if w["d"] is not None else "")
+            + f" (x{w['speedup']:.2f}, {w['speedup_source']}): "
+            + config
+        )
     out.append("")
     for drafter, steps in plan["schedules"].items():
         config = plan["schedule_configs"].get(drafter)

@@ -27,7 +27,9 @@ def text_table(header: Sequence[str], rows: Sequence[Sequence[str]], left_column
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(str(c).ljust(w) if i < left_columns else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        return "  ".join(
+            str(c).ljust(w) if i < left_columns else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        )
 
     return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
@@ -46,8 +48,10 @@ def _ci(ci: list[float] | None) -> str:
 
 def result_table(summary: RunSummary) -> str:
     header = ("domain", "requests", "steps", "AL", "AL 95% CI", "tokens/step")
-    rows = [(domain, str(g.n_requests), str(g.n_steps), cell(g.al), _ci(g.al_ci95), cell(g.tokens_per_step))
-            for domain, g in summary.groups().items()]
+    rows = [
+        (domain, str(g.n_requests), str(g.n_steps), cell(g.al), _ci(g.al_ci95), cell(g.tokens_per_step))
+        for domain, g in summary.groups().items()
+    ]
     d = summary.d
     title = f"speclens: drafter={summary.drafter}" + (f" d={d}" if d else "") + f" on {summary.dataset}"
     if summary.schedule:
@@ -57,8 +61,12 @@ def result_table(summary: RunSummary) -> str:
         out.append(segment_table(summary))
     if summary.by_turn:
         turns = sorted(summary.by_turn.items(), key=lambda kv: int(kv[0]))
-        out.append(text_table(("agent turn", "requests", "steps", "AL", "AL 95% CI"),
-                              [(t, str(g.n_requests), str(g.n_steps), cell(g.al), _ci(g.al_ci95)) for t, g in turns]))
+        out.append(
+            text_table(
+                ("agent turn", "requests", "steps", "AL", "AL 95% CI"),
+                [(t, str(g.n_requests), str(g.n_steps), cell(g.al), _ci(g.al_ci95)) for t, g in turns],
+            )
+        )
     timing = summary.timing
     out.append(
         f"generate {timing.generate_s:.1f}s, {timing.output_tokens_per_s:.1f} output tokens/s"
@@ -69,8 +77,10 @@ def result_table(summary: RunSummary) -> str:
         out += [operating_point_line(p) for p in points]
     loss = summary.lossless
     if loss and loss.checked:
-        out.append(f"lossless: {loss.n_identical}/{loss.n_compared} outputs identical to plain decoding"
-                   + ("" if loss.identical else lossless_verdict(loss)))
+        out.append(
+            f"lossless: {loss.n_identical}/{loss.n_compared} outputs identical to plain decoding"
+            + ("" if loss.identical else lossless_verdict(loss))
+        )
     numerics = numerics_line(summary)
     if numerics:
         out.append(numerics)
@@ -82,17 +92,27 @@ def segment_table(summary: RunSummary) -> str:
     how the outputs were split."""
     header = ("domain", "segment", "tokens", "share", "steps", "AL", "AL 95% CI", "tokens/step")
     rows = [
-        (domain, segment, str(f.output_tokens), cell(f.share_of_output_tokens), str(f.n_steps), cell(f.al),
-         _ci(f.al_ci95), cell(f.tokens_per_step))
+        (
+            domain,
+            segment,
+            str(f.output_tokens),
+            cell(f.share_of_output_tokens),
+            str(f.n_steps),
+            cell(f.al),
+            _ci(f.al_ci95),
+            cell(f.tokens_per_step),
+        )
         for domain, group in summary.groups().items()
         for segment, f in (group.by_segment or {}).items()
     ]
     lines = [text_table(header, rows, left_columns=2)]
     split = summary.reasoning
     if split is not None:
-        lines.append(f"thinking ends by {split.boundary}: closed in {split.n_closed} of {split.n_outputs} outputs"
-                     + (f", {split.n_unclosed} think to their end (all thinking)" if split.n_unclosed else "")
-                     + (f", {split.n_without_thinking} without thinking" if split.n_without_thinking else ""))
+        lines.append(
+            f"thinking ends by {split.boundary}: closed in {split.n_closed} of {split.n_outputs} outputs"
+            + (f", {split.n_unclosed} think to their end (all thinking)" if split.n_unclosed else "")
+            + (f", {split.n_without_thinking} without thinking" if split.n_without_thinking else "")
+        )
     return "\n".join(lines)
 
 
@@ -104,14 +124,18 @@ def numerics_line(summary: RunSummary) -> str | None:
         return None
     threads = f" on {numerics.threads} thread(s)" if numerics.threads else ""
     threads += f" of {numerics.cpu}" if numerics.cpu else ""
-    line = (f"numerics: {numerics.dtype}{threads}: greedy outputs can part at near-ties with another thread count or "
-            "batch shape, so AL may differ by a few percent on another machine, server or run; "
-            "engine.dtype=float32 makes it reproducible")
+    line = (
+        f"numerics: {numerics.dtype}{threads}: greedy outputs can part at near-ties with another thread count or "
+        "batch shape, so AL may differ by a few percent on another machine, server or run; "
+        "engine.dtype=float32 makes it reproducible"
+    )
     fingerprints, d = summary.fingerprints, summary.d
     self_draft = fingerprints.draft is not None and fingerprints.draft == fingerprints.target
     if self_draft and d and summary.al is not None and summary.al < 1 + d:
-        line += (f"; the draft is the target itself, so its AL {summary.al:.3f} below 1 + D = {1 + d} is such "
-                 "near-ties between the draft and verify passes")
+        line += (
+            f"; the draft is the target itself, so its AL {summary.al:.3f} below 1 + D = {1 + d} is such "
+            "near-ties between the draft and verify passes"
+        )
     return line
 
 
@@ -119,14 +143,20 @@ def lossless_verdict(loss: LosslessCheck) -> str:
     """What the mismatches are: near-ties (rounding in the engine's dtype) and divergences."""
     parts = []
     if loss.n_near_ties:
-        parts.append(f"{loss.n_near_ties} numerical near-tie(s): plain decoding's top two tokens were within "
-                     f"{loss.near_tie_bound:g} (log-prob) where the outputs part, under {loss.dtype} rounding; "
-                     + ("engine.dtype=float32 makes them rare" if loss.dtype != "float32" else "rounding alone"))
+        parts.append(
+            f"{loss.n_near_ties} numerical near-tie(s): plain decoding's top two tokens were within "
+            f"{loss.near_tie_bound:g} (log-prob) where the outputs part, under {loss.dtype} rounding; "
+            + ("engine.dtype=float32 makes them rare" if loss.dtype != "float32" else "rounding alone")
+        )
     if loss.n_divergences:
-        parts.append(f"{loss.n_divergences} DIVERGENCE(S) that rounding cannot explain <-- the engine or drafter is "
-                     "not lossless")
-    where = ", ".join(f"{m.request_id}#{m.turn} at token {m.first_divergence}"
-                      + (f" (margin {m.top2_margin:.3g})" if m.top2_margin is not None else "") for m in loss.mismatches[:3])
+        parts.append(
+            f"{loss.n_divergences} DIVERGENCE(S) that rounding cannot explain <-- the engine or drafter is not lossless"
+        )
+    where = ", ".join(
+        f"{m.request_id}#{m.turn} at token {m.first_divergence}"
+        + (f" (margin {m.top2_margin:.3g})" if m.top2_margin is not None else "")
+        for m in loss.mismatches[:3]
+    )
     return "; " + "; ".join(parts) + f" (e.g. {where}; summary.json lossless.mismatches)"
 
 
@@ -151,12 +181,19 @@ def operating_point_line(point: OperatingPoint) -> str:
         speedups += f" (gap {point.speedup_gap:+.0%}: above {GAP_TOLERANCE:.0%})"
     account = point.speedup_account
     if account is not None:
-        speedups += ("; measured = " + " x ".join(f"{name.split('_')[0]} {v:.3f}" for name, v in account.factors.items())
-                     + " (speedup_account)")
+        speedups += (
+            "; measured = "
+            + " x ".join(f"{name.split('_')[0]} {v:.3f}" for name, v in account.factors.items())
+            + " (speedup_account)"
+        )
     latency = point.latency
     p50 = lambda p: cell(p.p50 if p else None, 1)  # noqa: E731
-    waits = "" if latency is None else (
-        f"; latency p50: TTFT {p50(latency.ttft_ms)} ms, TPOT {p50(latency.tpot_ms)} ms, e2e {p50(latency.e2e_ms)} ms"
+    waits = (
+        ""
+        if latency is None
+        else (
+            f"; latency p50: TTFT {p50(latency.ttft_ms)} ms, TPOT {p50(latency.tpot_ms)} ms, e2e {p50(latency.e2e_ms)} ms"
+        )
     )
     return (
         f"B={point.batch_size}: {point.output_tokens_per_s:.1f} output tokens/s{speedups}; "

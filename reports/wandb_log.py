@@ -3,7 +3,7 @@
 Runs are grouped by sweep (the sweep dir's name, or logger.group) and tagged with drafter, D,
 domain set and target fingerprint, so a dashboard can filter and compare. WANDB_MODE=offline
 writes under the run dir's wandb/ folder with no network (`wandb sync` uploads it later).
-Configs are logged with secret-looking values redacted (reports/redact.py).
+Configs are logged with secret-looking values redacted (speclens/redact.py).
 """
 
 from __future__ import annotations
@@ -25,8 +25,12 @@ MAX_TAG = 64
 
 def run_tags(summary: RunSummary) -> list[str]:
     target = summary.fingerprints.target or "unknown"
-    tags = [f"drafter={summary.drafter}", f"d={summary.d}",
-            f"domains={'+'.join(sorted(summary.by_domain))}", f"target={target.split(':')[-1][:16]}"]
+    tags = [
+        f"drafter={summary.drafter}",
+        f"d={summary.d}",
+        f"domains={'+'.join(sorted(summary.by_domain))}",
+        f"target={target.split(':')[-1][:16]}",
+    ]
     return [t[:MAX_TAG] for t in tags]
 
 
@@ -34,9 +38,15 @@ def summary_figures(summary: RunSummary) -> dict[str, Any]:
     """The flat headline figures a dashboard's run table shows."""
     lo, hi = summary.al_ci95 or (None, None)
     flat: dict[str, Any] = {
-        "al": summary.al, "al_ci95_lo": lo, "al_ci95_hi": hi, "al_request_weighted": summary.al_request_weighted,
-        "tokens_per_step": summary.tokens_per_step, "n_requests": summary.n_requests, "n_steps": summary.n_steps,
-        "speedup": summary.speedup, "lossless_identical": summary.lossless.identical if summary.lossless else None,
+        "al": summary.al,
+        "al_ci95_lo": lo,
+        "al_ci95_hi": hi,
+        "al_request_weighted": summary.al_request_weighted,
+        "tokens_per_step": summary.tokens_per_step,
+        "n_requests": summary.n_requests,
+        "n_steps": summary.n_steps,
+        "speedup": summary.speedup,
+        "lossless_identical": summary.lossless.identical if summary.lossless else None,
         "output_tokens_per_s": summary.timing.output_tokens_per_s,
     }
     for domain, figures in summary.by_domain.items():
@@ -60,22 +70,40 @@ def summary_figures(summary: RunSummary) -> dict[str, Any]:
 
 
 def _tables(summary: RunSummary) -> dict[str, pd.DataFrame]:
-    domains = [{"domain": dom, "al": f.al, "al_ci95_lo": (f.al_ci95 or [None, None])[0],
-                "al_ci95_hi": (f.al_ci95 or [None, None])[1], "tokens_per_step": f.tokens_per_step,
-                "n_requests": f.n_requests} for dom, f in summary.by_domain.items()]
+    domains = [
+        {
+            "domain": dom,
+            "al": f.al,
+            "al_ci95_lo": (f.al_ci95 or [None, None])[0],
+            "al_ci95_hi": (f.al_ci95 or [None, None])[1],
+            "tokens_per_step": f.tokens_per_step,
+            "n_requests": f.n_requests,
+        }
+        for dom, f in summary.by_domain.items()
+    ]
     per_pos = summary.per_position_acceptance or []
     conditional = summary.conditional_acceptance or [None] * len(per_pos)
     histogram = summary.acceptance_histogram or []
-    points = [{"batch_size": p.batch_size, "al": p.al, "tokens_per_step": p.tokens_per_step,
-               "output_tokens_per_s": p.output_tokens_per_s, "speedup": p.speedup,
-               "predicted_speedup": p.predicted_speedup, "t_verif_ms": median_ms(p.t_verif),
-               "t_verif_spec_ms": median_ms(p.t_verif_spec), "t_draft_ms": p.t_draft_ms}
-              for p in summary.operating_points]
+    points = [
+        {
+            "batch_size": p.batch_size,
+            "al": p.al,
+            "tokens_per_step": p.tokens_per_step,
+            "output_tokens_per_s": p.output_tokens_per_s,
+            "speedup": p.speedup,
+            "predicted_speedup": p.predicted_speedup,
+            "t_verif_ms": median_ms(p.t_verif),
+            "t_verif_spec_ms": median_ms(p.t_verif_spec),
+            "t_draft_ms": p.t_draft_ms,
+        }
+        for p in summary.operating_points
+    ]
     bins = [{"from": b.from_, "to": b.to, "n_steps": b.n_steps, "al": b.al} for b in summary.al_by_position]
     return {
         "per_domain": pd.DataFrame(domains),
-        "per_position_acceptance": pd.DataFrame({"position": range(1, len(per_pos) + 1), "acceptance": per_pos,
-                                                 "conditional": conditional}),
+        "per_position_acceptance": pd.DataFrame(
+            {"position": range(1, len(per_pos) + 1), "acceptance": per_pos, "conditional": conditional}
+        ),
         "acceptance_histogram": pd.DataFrame({"accepted": range(len(histogram)), "steps": histogram}),
         "al_by_position": pd.DataFrame(bins, columns=["from", "to", "n_steps", "al"]),
         "operating_points": pd.DataFrame(points),
@@ -88,13 +116,20 @@ def _init(logger: Any, out_dir: Path, **kwargs: Any):
     # wandb is loaded only with logger=wandb.
     import wandb
 
-    settings = wandb.Settings(console="off", silent=True, x_disable_meta=True, save_code=False, disable_git=True,
-                              program="speclens")
+    settings = wandb.Settings(
+        console="off", silent=True, x_disable_meta=True, save_code=False, disable_git=True, program="speclens"
+    )
     argv = sys.argv
     sys.argv = [argv[0]]  # wandb reads the command line from sys.argv when the run starts
     try:
-        return wandb.init(project=logger.project, entity=logger.entity, dir=str(out_dir), reinit="finish_previous",
-                          settings=settings, **kwargs)
+        return wandb.init(
+            project=logger.project,
+            entity=logger.entity,
+            dir=str(out_dir),
+            reinit="finish_previous",
+            settings=settings,
+            **kwargs,
+        )
     finally:
         sys.argv = argv
 
@@ -103,26 +138,45 @@ def log_run(out_dir: Path, summary: RunSummary, stamp: dict[str, Any], logger: A
     # wandb is loaded only with logger=wandb.
     import wandb
 
-    config = redact({"drafter": summary.drafter, "d": summary.d, "dataset": summary.dataset, "runner": summary.runner,
-                     "config": stamp.get("config"), "fingerprints": asdict(summary.fingerprints),
-                     "versions": summary.versions, "git_sha": summary.git_sha,
-                     "speculative_config": stamp.get("speculative_config")})
+    config = redact(
+        {
+            "drafter": summary.drafter,
+            "d": summary.d,
+            "dataset": summary.dataset,
+            "runner": summary.runner,
+            "config": stamp.get("config"),
+            "fingerprints": asdict(summary.fingerprints),
+            "versions": summary.versions,
+            "git_sha": summary.git_sha,
+            "speculative_config": stamp.get("speculative_config"),
+        }
+    )
     name = summary.drafter + (f"-d{summary.d}" if summary.d is not None else "")
-    run = _init(logger, out_dir, group=group or logger.group, job_type="run", name=name,
-                tags=run_tags(summary) + list(logger.tags), config=config)
+    run = _init(
+        logger,
+        out_dir,
+        group=group or logger.group,
+        job_type="run",
+        name=name,
+        tags=run_tags(summary) + list(logger.tags),
+        config=config,
+    )
     try:
         run.summary.update(summary_figures(summary))
         tables = {key: wandb.Table(dataframe=frame) for key, frame in _tables(summary).items() if not frame.empty}
         plots = {}
         if "per_position_acceptance" in tables:
             plots["plot/per_position_acceptance"] = wandb.plot.bar(
-                tables["per_position_acceptance"], "position", "acceptance", title="Per-position acceptance")
+                tables["per_position_acceptance"], "position", "acceptance", title="Per-position acceptance"
+            )
         if "acceptance_histogram" in tables:
             plots["plot/acceptance_histogram"] = wandb.plot.bar(
-                tables["acceptance_histogram"], "accepted", "steps", title="Acceptance histogram")
+                tables["acceptance_histogram"], "accepted", "steps", title="Acceptance histogram"
+            )
         if "al_by_position" in tables:
-            plots["plot/al_by_position"] = wandb.plot.line(tables["al_by_position"], "from", "al",
-                                                           title="AL by context position")
+            plots["plot/al_by_position"] = wandb.plot.line(
+                tables["al_by_position"], "from", "al", title="AL by context position"
+            )
         run.log({f"table/{k}": t for k, t in tables.items()} | plots)
     finally:
         run.finish()
@@ -133,15 +187,25 @@ def log_sweep(sweep_dir: Path, curves: pd.DataFrame, ranking: pd.DataFrame | Non
     # wandb is loaded only with logger=wandb.
     import wandb
 
-    run = _init(logger, sweep_dir, group=group, job_type="sweep", name=f"sweep {group}",
-                tags=[f"sweep={group}"[:MAX_TAG]] + list(logger.tags))
+    run = _init(
+        logger,
+        sweep_dir,
+        group=group,
+        job_type="sweep",
+        name=f"sweep {group}",
+        tags=[f"sweep={group}"[:MAX_TAG]] + list(logger.tags),
+    )
     try:
         logged: dict[str, Any] = {"table/al_vs_d": wandb.Table(dataframe=curves)}
         for domain, g in curves.groupby("domain", sort=True):
             series = [(drafter, s.sort_values("d")) for drafter, s in g.groupby("drafter", sort=True)]
             logged[f"plot/al_vs_d/{domain}"] = wandb.plot.line_series(
-                xs=[s.d.tolist() for _, s in series], ys=[s.al.tolist() for _, s in series],
-                keys=[drafter for drafter, _ in series], title=f"AL vs D: {domain}", xname="D")
+                xs=[s.d.tolist() for _, s in series],
+                ys=[s.al.tolist() for _, s in series],
+                keys=[drafter for drafter, _ in series],
+                title=f"AL vs D: {domain}",
+                xname="D",
+            )
         if ranking is not None:
             logged["table/ranking"] = wandb.Table(dataframe=ranking.astype({"rank": "float64", "d": "float64"}))
         run.log(logged)

@@ -19,17 +19,23 @@ class ChatTokenizer:
         # Extra variables for the template (run config chat_template_kwargs).
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
 
-    def chat_text(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None,
-                  **template_kwargs: Any) -> str:
+    def chat_text(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None, **template_kwargs: Any
+    ) -> str:
         """`messages` (and the tool schemas `tools`) rendered by the target's chat template with the
         generation prompt; keyword arguments go to the template besides chat_template_kwargs."""
         extra = {"tools": list(tools)} if tools else {}
         return self.tokenizer.apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=True, **extra,
-            **(self.chat_template_kwargs | template_kwargs)
+            list(messages),
+            tokenize=False,
+            add_generation_prompt=True,
+            **extra,
+            **(self.chat_template_kwargs | template_kwargs),
         )
 
-    def chat_token_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
+    def chat_token_ids(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
+    ) -> list[int]:
         if self.has_template:
             return list(self.tokenizer.encode(self.chat_text(messages, tools), add_special_tokens=False))
         # Base models without a template: the turns as plain text, one per paragraph.

@@ -41,7 +41,9 @@ class Engine(Protocol):
     # None where it cannot be seen (an attached server, the fake engine).
     threads: int | None
 
-    def chat_token_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
+    def chat_token_ids(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
+    ) -> list[int]:
         """Token ids of `messages` (and the tool schemas `tools`) with the target's chat template and
         generation prompt."""
 

@@ -111,8 +111,15 @@ def decode(token_ids: Sequence[int]) -> str:
     return " ".join(f"w{t}" for t in token_ids)
 
 
-def linear_cost(mode: str, num_requests: int, num_tokens: int, num_draft_tokens: int,
-                step_ms: float = 10.0, token_ms: float = 1.0, draft_token_ms: float = 2.0) -> float:
+def linear_cost(
+    mode: str,
+    num_requests: int,
+    num_tokens: int,
+    num_draft_tokens: int,
+    step_ms: float = 10.0,
+    token_ms: float = 1.0,
+    draft_token_ms: float = 2.0,
+) -> float:
     """step_ms per step + token_ms per token processed + draft_token_ms per drafted token when a
     drafter ran (defaults: 10 ms, 1 ms, 2 ms)."""
     drafting = draft_token_ms * num_draft_tokens if mode == "speculative" else 0.0
@@ -161,12 +168,16 @@ class FakeEngine:
         self._counters = SpecCounters(num_accepted_tokens_per_pos=[0] * (d or 0))
         self._steps: list[EngineStep] = []
 
-    def chat_token_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
+    def chat_token_ids(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
+    ) -> list[int]:
         return chat_token_ids(messages, tools)
 
     def _decode_steps(self, key: str) -> list[tuple[int, int] | None]:
         """This request's decode steps in this mode: (drafted, accepted), or None when undrafted."""
-        entries = [None if e is None else tuple(e) if isinstance(e, (tuple, list)) else (self.d, e) for e in self.script(key)]
+        entries = [
+            None if e is None else tuple(e) if isinstance(e, (tuple, list)) else (self.d, e) for e in self.script(key)
+        ]
         if self.mode == "speculative":
             return entries
         decoded = sum(1 if e is None else e[1] + 1 for e in entries)
@@ -251,7 +262,9 @@ class FakeEngine:
         if self.d is None:
             return None
         c = self._counters
-        return SpecCounters(c.num_drafts, c.num_draft_tokens, c.num_accepted_tokens, list(c.num_accepted_tokens_per_pos))
+        return SpecCounters(
+            c.num_drafts, c.num_draft_tokens, c.num_accepted_tokens, list(c.num_accepted_tokens_per_pos)
+        )
 
     def log_file(self) -> Path | None:
         return None
@@ -279,7 +292,9 @@ def wait_at_gate(gate: Path) -> None:
 class _Flight:
     """One request's progress: its prefill step, then its scripted decode steps."""
 
-    def __init__(self, request: TurnRequest, decode_steps: list[tuple[int, int] | None], sampling: SamplingSpec) -> None:
+    def __init__(
+        self, request: TurnRequest, decode_steps: list[tuple[int, int] | None], sampling: SamplingSpec
+    ) -> None:
         self.request = request
         self.remaining = list(decode_steps)
         self.max_tokens = sampling.max_tokens
@@ -368,8 +383,12 @@ def load_script(path: str) -> dict[str, StepScript]:
     return raw
 
 
-def fake_factory(d: int | None, script: Mapping[str, StepScript] | Callable[[str], StepScript],
-                 cost: StepCost = linear_cost, **kwargs: Any):
+def fake_factory(
+    d: int | None,
+    script: Mapping[str, StepScript] | Callable[[str], StepScript],
+    cost: StepCost = linear_cost,
+    **kwargs: Any,
+):
     """An engine factory (model_dir, speculative config) -> FakeEngine: the mode follows the
     speculative config it is given (none: plain; the zero-cost proposer: verify)."""
 
@@ -389,17 +408,27 @@ def engine_factory(cfg: FakeRunnerConfig, d: int | None, max_num_seqs: int, max_
     def cost(mode: str, requests: int, tokens: int, drafts: int) -> float:
         return linear_cost(mode, requests, tokens, drafts, cfg.step_ms, cfg.token_ms, cfg.draft_token_ms)
 
-    return fake_factory(d, script, cost, counter_error=cfg.counter_error, fail_on=cfg.fail_on,
-                        limits=(max_num_seqs, max_num_batched_tokens or 8192), diverge=list(cfg.diverge),
-                        near_ties=list(cfg.near_ties),
-                        step_sleep_s=cfg.step_sleep_s, record_granularity=RecordGranularity(cfg.record_granularity),
-                        gate=cfg.gate)
+    return fake_factory(
+        d,
+        script,
+        cost,
+        counter_error=cfg.counter_error,
+        fail_on=cfg.fail_on,
+        limits=(max_num_seqs, max_num_batched_tokens or 8192),
+        diverge=list(cfg.diverge),
+        near_ties=list(cfg.near_ties),
+        step_sleep_s=cfg.step_sleep_s,
+        record_granularity=RecordGranularity(cfg.record_granularity),
+        gate=cfg.gate,
+    )
 
 
 class FakeEncoder:
     """The fake engine's chat encoding, for pre-engine checks (prompt lengths, long-context cuts)."""
 
-    def chat_token_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
+    def chat_token_ids(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
+    ) -> list[int]:
         return chat_token_ids(messages, tools)
 
     def decode_verbatim(self, token_ids: Sequence[int]) -> str:

@@ -31,14 +31,17 @@ class ParserBoundary:
 
         names = ReasoningParserManager.list_registered()
         if name not in names:
-            raise ConfigError(f"reasoning.parser={name!r} is not one of vLLM's reasoning parsers; choose one of "
-                              f"{', '.join(names)}.")
+            raise ConfigError(
+                f"reasoning.parser={name!r} is not one of vLLM's reasoning parsers; choose one of {', '.join(names)}."
+            )
         try:
             self.parser = ReasoningParserManager.get_reasoning_parser(name)(tokenizer)
         except (ValueError, RuntimeError, KeyError, AttributeError, TypeError) as exc:
-            raise ConfigError(f"reasoning.parser={name} does not fit the target's tokenizer ({str(exc).splitlines()[0]}); "
-                              "its reasoning tokens must be in the target's vocabulary, or set reasoning.end=<text> "
-                              "instead.") from None
+            raise ConfigError(
+                f"reasoning.parser={name} does not fit the target's tokenizer ({str(exc).splitlines()[0]}); "
+                "its reasoning tokens must be in the target's vocabulary, or set reasoning.end=<text> "
+                "instead."
+            ) from None
         self.description = f"parser {name}"
         start = getattr(self.parser, "reasoning_start_str", None)
         self.start_id = self.parser.vocab.get(start) if start else getattr(self.parser, "start_token_id", None)

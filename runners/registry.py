@@ -35,13 +35,29 @@ def _fake_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
 
 
 RUNNERS: dict[str, Runner] = {
-    "vllm": Runner(vllm_runner.VllmRunnerConfig, vllm_runner.engine_factory, vllm_runner.encoder,
-                   vllm_runner.prepare_process, vllm_runner.check_support),
-    "server": Runner(server_runner.ServerRunnerConfig, server_runner.engine_factory, vllm_runner.encoder,
-                     lambda cfg: None, server_runner.check_support, lambda cfg: bool(cfg.runner.exclusive),
-                     replays=False),
-    "fake": Runner(fake_engine.FakeRunnerConfig, _fake_factory, lambda cfg, target_dir: fake_engine.FakeEncoder(),
-                   lambda cfg: None, lambda cfg, speculative: vllm_runner.closed_loop_only(cfg)),
+    "vllm": Runner(
+        vllm_runner.VllmRunnerConfig,
+        vllm_runner.engine_factory,
+        vllm_runner.encoder,
+        vllm_runner.prepare_process,
+        vllm_runner.check_support,
+    ),
+    "server": Runner(
+        server_runner.ServerRunnerConfig,
+        server_runner.engine_factory,
+        vllm_runner.encoder,
+        lambda cfg: None,
+        server_runner.check_support,
+        lambda cfg: bool(cfg.runner.exclusive),
+        replays=False,
+    ),
+    "fake": Runner(
+        fake_engine.FakeRunnerConfig,
+        _fake_factory,
+        lambda cfg, target_dir: fake_engine.FakeEncoder(),
+        lambda cfg: None,
+        lambda cfg, speculative: vllm_runner.closed_loop_only(cfg),
+    ),
 }
 
 

@@ -19,6 +19,8 @@ it offers (`runner.engine`):
 
 from __future__ import annotations
 
+import contextlib
+import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -78,6 +80,12 @@ class Acceptance:
     totals: RequestTotals | None = None
 
 
+class Getter(Protocol):
+    """What a dialect may ask of a server beyond the stream: a GET (status, body)."""
+
+    def get(self, path: str, timeout: float = 10.0) -> tuple[int, str]: ...
+
+
 class Dialect(Protocol):
     name: str
     granularity: RecordGranularity
@@ -101,12 +109,23 @@ class Dialect(Protocol):
 
     def serves_speculation(self, metrics_text: str) -> bool: ...
 
+    def served_d(self, reply: Reply, server: Getter) -> int | None:
+        """The draft length the server runs, where it says (None: it does not)."""
+
 
 def completions_body(model: str, prompt: list[int], sampling: SamplingSpec) -> dict[str, Any]:
     """An OpenAI completions request, streamed, asking for token ids (vLLM; ignored where unknown)."""
-    body = {"model": model, "prompt": prompt, "max_tokens": sampling.max_tokens,
-            "temperature": sampling.temperature, "top_p": sampling.top_p, "ignore_eos": sampling.ignore_eos,
-            "stream": True, "stream_options": {"include_usage": True}, "return_token_ids": True}
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": sampling.max_tokens,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "ignore_eos": sampling.ignore_eos,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "return_token_ids": True,
+    }
     if sampling.temperature > 0:
         body["seed"] = sampling.seed
     if sampling.top2:  # token ids as keys: two tokens that decode alike stay two entries
@@ -152,8 +171,12 @@ class Vllm:
         return stats is not None and (stats.get("per_step_accepted") is not None or stats.get("num_spec_steps") == 0)
 
     def acceptance(self, prompt_tokens: int, reply: Reply) -> Acceptance:
-        steps, passes, _ = drafted_steps(prompt_tokens, [len(c) for c in reply.chunks],
-                                         reply.stats.get("per_step_accepted", []), reply.stats.get("per_step_drafted", []))
+        steps, passes, _ = drafted_steps(
+            prompt_tokens,
+            [len(c) for c in reply.chunks],
+            reply.stats.get("per_step_accepted", []),
+            reply.stats.get("per_step_drafted", []),
+        )
         return Acceptance(steps, passes)
 
     def counters(self, text: str) -> SpecCounters:
@@ -161,6 +184,9 @@ class Vllm:
 
     def serves_speculation(self, metrics_text: str) -> bool:
         return "vllm:spec_decode_num_drafts" in metrics_text
+
+    def served_d(self, reply: Reply, server: Getter) -> int | None:
+        return reply.stats.get("num_spec_tokens")
 
 
 # SGLang's name for the accepted draft tokens of a request, newest first (0.5.15+, 0.5.15-0.5.19
@@ -174,12 +200,18 @@ class Sglang:
     metrics_path = "/metrics"
     counted = ("num_drafts",)
     path = "/generate"
-    missing_stats = ("use SGLang 0.5.9 or newer with a --speculative-algorithm (its finished requests' meta_info "
-                     "then counts spec_verify_ct and the accepted drafts)")
+    missing_stats = (
+        "use SGLang 0.5.9 or newer with a --speculative-algorithm (its finished requests' meta_info "
+        "then counts spec_verify_ct and the accepted drafts)"
+    )
 
     def body(self, model: str, prompt: list[int], sampling: SamplingSpec) -> dict[str, Any]:
-        params = {"max_new_tokens": sampling.max_tokens, "temperature": sampling.temperature,
-                  "top_p": sampling.top_p, "ignore_eos": sampling.ignore_eos}
+        params = {
+            "max_new_tokens": sampling.max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "ignore_eos": sampling.ignore_eos,
+        }
         if sampling.temperature > 0:
             params["sampling_seed"] = sampling.seed
         return {"input_ids": prompt, "sampling_params": params, "stream": True}
@@ -213,6 +245,14 @@ class Sglang:
     def serves_speculation(self, metrics_text: str) -> bool:
         return "sglang:spec_verify_calls" in metrics_text
 
+    def served_d(self, reply: Reply, server: Getter) -> int | None:
+        """speculative_num_steps from /get_server_info, where it says."""
+        with contextlib.suppress(OSError, ValueError):
+            status, text = server.get("/get_server_info", timeout=10.0)
+            if status == 200:
+                return json.loads(text).get("speculative_num_steps")
+        return None
+
 
 class Trtllm:
     name = "trtllm"
@@ -243,18 +283,27 @@ class Trtllm:
         drafted: dict[int, int] = {}
         accepted: dict[int, int] = {}
         for name, labels, value in prometheus_samples(text):
-            into = {"trtllm_spec_decode_drafted_tokens_total": drafted,
-                    "trtllm_spec_decode_accepted_tokens_total": accepted}.get(name)
+            into = {
+                "trtllm_spec_decode_drafted_tokens_total": drafted,
+                "trtllm_spec_decode_accepted_tokens_total": accepted,
+            }.get(name)
             if into is not None and "token_position" in labels:
                 position = int(labels["token_position"])
                 into[position] = into.get(position, 0) + int(value)
         first = min(drafted, default=0)  # the first draft position: drafted there once per verification step
         positions = range(first, max([*drafted, *accepted], default=first - 1) + 1)
-        return SpecCounters(drafted.get(first, 0), sum(drafted.values()), sum(accepted.values()),
-                            [accepted.get(k, 0) for k in positions])
+        return SpecCounters(
+            drafted.get(first, 0),
+            sum(drafted.values()),
+            sum(accepted.values()),
+            [accepted.get(k, 0) for k in positions],
+        )
 
     def serves_speculation(self, metrics_text: str) -> bool:
         return "trtllm_spec_decode_drafted_tokens" in metrics_text
+
+    def served_d(self, reply: Reply, server: Getter) -> int | None:
+        return None  # trtllm-serve says its draft length nowhere a client can read
 
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (Vllm(), Sglang(), Trtllm())}

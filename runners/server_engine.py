@@ -109,21 +109,24 @@ class Endpoint:
                     time.sleep(0.5 * 2**attempt)
                     continue
                 if response.status != 200:
-                    raise MeasurementError(f"{self.shown}{path} answered HTTP {response.status}: "
-                                           f"{response.read().decode('utf-8', 'replace')[:300]}")
+                    raise MeasurementError(
+                        f"{self.shown}{path} answered HTTP {response.status}: "
+                        f"{response.read().decode('utf-8', 'replace')[:300]}"
+                    )
                 for raw in response:
                     line = raw.decode("utf-8").strip()
                     if not line.startswith("data:"):
                         continue
-                    data = line[len("data:"):].strip()
+                    data = line[len("data:") :].strip()
                     if data == END_OF_STREAM:
                         return
                     event = json.loads(data)
                     if not isinstance(event, dict) or "error" in event or event.get("object") == "error":
                         raise BrokenStream(f"{self.shown}{path} sent an error instead of the answer: {data[:300]}")
                     yield event
-                raise BrokenStream(f"the stream from {self.shown}{path} ended before its last line "
-                                   f"`data: {END_OF_STREAM}` (cut short)")
+                raise BrokenStream(
+                    f"the stream from {self.shown}{path} ended before its last line `data: {END_OF_STREAM}` (cut short)"
+                )
             finally:
                 self._live.discard(conn)
                 conn.close()
@@ -149,9 +152,16 @@ class ServerEngine:
     """The Engine protocol over one server; `process` is the server speclens launched, if any;
     with `arrivals`, requests are sent open loop at those times instead of B at a time."""
 
-    def __init__(self, endpoint: Endpoint, target_dir: Path, speculative: bool, process: Any = None,
-                 arrivals: Arrivals | None = None, dialect: Dialect = DIALECTS["vllm"],
-                 chat_template_kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        target_dir: Path,
+        speculative: bool,
+        process: Any = None,
+        arrivals: Arrivals | None = None,
+        dialect: Dialect = DIALECTS["vllm"],
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         self.endpoint = endpoint
         self.dialect = dialect
         self.record_granularity = dialect.granularity
@@ -170,15 +180,18 @@ class ServerEngine:
         if process is None:
             parts = urllib.parse.urlsplit(endpoint.url)
             self._turn = contextlib.ExitStack()
-            self._turn.enter_context(exclusive(cache_dir() / "locks" / f"server-{parts.hostname}-{parts.port}.lock",
-                                               wait=True))
+            self._turn.enter_context(
+                exclusive(cache_dir() / "locks" / f"server-{parts.hostname}-{parts.port}.lock", wait=True)
+            )
         try:
             self._counters_at_start = self._read_counters() if speculative else None
         except BaseException:
             self.close()
             raise
 
-    def chat_token_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
+    def chat_token_ids(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
+    ) -> list[int]:
         return self.tokenizer.chat_token_ids(messages, tools)
 
     def decode(self, token_ids: Sequence[int]) -> str:
@@ -229,7 +242,10 @@ class ServerEngine:
         return reply
 
     def generate(
-        self, requests: Sequence[TurnRequest], sampling: SamplingSpec, progress: ProgressFn | None = None,
+        self,
+        requests: Sequence[TurnRequest],
+        sampling: SamplingSpec,
+        progress: ProgressFn | None = None,
         max_concurrency: int | None = None,
     ) -> list[TurnResult]:
         """Closed loop: at most `max_concurrency` requests in flight, a finished request's slot going
@@ -263,13 +279,18 @@ class ServerEngine:
             raise failure
         kept = f"{len(finished)} of {len(requests)} requests of this turn had finished (kept in the run dir)"
         if self.process is not None and self.process.proc.poll() is not None:
-            raise EngineFailed(f"the vLLM server died during the pass (exit {self.process.proc.returncode}) at "
-                               f"request {request.key}; {kept}; its log ends: {self.process.log_tail()}",
-                               finished) from failure
+            raise EngineFailed(
+                f"the vLLM server died during the pass (exit {self.process.proc.returncode}) at "
+                f"request {request.key}; {kept}; its log ends: {self.process.log_tail()}",
+                finished,
+            ) from failure
         if isinstance(failure, BrokenStream):
             raise EngineFailed(f"request {request.key}: {failure} (not counted); {kept}.", finished) from failure
-        raise EngineFailed(f"{self.endpoint.shown} stopped answering during the pass at request {request.key} "
-                           f"({type(failure).__name__}: {failure}); {kept}.", finished) from failure
+        raise EngineFailed(
+            f"{self.endpoint.shown} stopped answering during the pass at request {request.key} "
+            f"({type(failure).__name__}: {failure}); {kept}.",
+            finished,
+        ) from failure
 
     def _result(self, request: TurnRequest, reply: Reply) -> TurnResult:
         output = [t for chunk in reply.chunks for t in chunk]
@@ -278,14 +299,26 @@ class ServerEngine:
         acceptance = Acceptance([], len(reply.chunks))
         if self.speculative:
             if not self.dialect.has_stats(reply.stats):
-                raise MeasurementError(f"{self.endpoint.shown} returned no per-request speculative statistics for "
-                                       f"request {request.key}; {self.dialect.missing_stats}.")
+                raise MeasurementError(
+                    f"{self.endpoint.shown} returned no per-request speculative statistics for "
+                    f"request {request.key}; {self.dialect.missing_stats}."
+                )
             acceptance = self.dialect.acceptance(len(request.prompt_token_ids), reply)
         times = reply.chunk_times
-        return TurnResult(request.request_id, request.turn, len(request.prompt_token_ids), output, self.decode(output),
-                          acceptance.steps, acceptance.target_steps, reply.finished - reply.started,
-                          times[0] - reply.started if times else None, [b - a for a, b in zip(times, times[1:])],
-                          acceptance.totals, reply.margins or None)
+        return TurnResult(
+            request.request_id,
+            request.turn,
+            len(request.prompt_token_ids),
+            output,
+            self.decode(output),
+            acceptance.steps,
+            acceptance.target_steps,
+            reply.finished - reply.started,
+            times[0] - reply.started if times else None,
+            [b - a for a, b in zip(times, times[1:])],
+            acceptance.totals,
+            reply.margins or None,
+        )
 
     def log_file(self) -> Path | None:
         return self.process.log_file if self.process is not None else None

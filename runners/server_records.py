@@ -29,7 +29,7 @@ def parse_counters(text: str) -> SpecCounters:
     for full_name, labels, value in prometheus_samples(text):
         if not full_name.startswith(COUNTER_PREFIX) or not full_name.endswith("_total"):
             continue
-        name = full_name[len(COUNTER_PREFIX):-len("_total")]
+        name = full_name[len(COUNTER_PREFIX) : -len("_total")]
         if name == "num_accepted_tokens_per_pos":
             position = int(labels.get("position", 0))
             per_pos[position] = per_pos.get(position, 0) + int(value)

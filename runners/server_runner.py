@@ -103,8 +103,10 @@ def numerics_env(cfg: RunConfig) -> dict[str, str]:
     this process may use, one thread each (vLLM's own binding would keep one core back for its
     engine process, and bf16 outputs follow the thread count); a VLLM_CPU_OMP_THREADS_BIND already
     set wins. With engine.batch_invariant, vLLM's batch-invariant kernels."""
-    env = {"VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
-           or ",".join(str(cpu) for cpu in sorted(os.sched_getaffinity(0)))}
+    env = {
+        "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
+        or ",".join(str(cpu) for cpu in sorted(os.sched_getaffinity(0)))
+    }
     if cfg.engine.batch_invariant:
         env["VLLM_BATCH_INVARIANT"] = "1"
     return env
@@ -135,20 +137,34 @@ class ServerProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         fd, log = tempfile.mkstemp(prefix="speclens-server-", suffix=".log")
         self.log_file = Path(log)
-        command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-                   "--host", "127.0.0.1", "--port", str(self.port), *server_flags(cfg)]
+        command = [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model_dir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            *server_flags(cfg),
+        ]
         if spec is not None:
             command += ["--speculative-config", json.dumps(spec), "--per-request-spec-decode-metrics", "detailed"]
         # custom_class proposers (the zero-cost verify pass) are imported in the server's workers.
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(cfg.engine.cpu_kvcache_space_gib),
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-               **numerics_env(cfg)}
+        env = {
+            **os.environ,
+            "VLLM_CPU_KVCACHE_SPACE": str(cfg.engine.cpu_kvcache_space_gib),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+            **numerics_env(cfg),
+        }
         self.threads = len(parse_cpus(env["VLLM_CPU_OMP_THREADS_BIND"]))
         self._sigterm = _interrupt_on_sigterm()
         try:
             with os.fdopen(fd, "w") as out:
-                self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                             start_new_session=True)
+                self.proc = subprocess.Popen(
+                    command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                )
         except BaseException:
             _restore_sigterm(self._sigterm)
             raise
@@ -165,8 +181,10 @@ class ServerProcess:
         print(f"speclens: starting a vLLM server on {self.url} (log {self.log_file})", file=console(), flush=True)
         while True:
             if self.proc.poll() is not None:
-                raise MeasurementError(f"the vLLM server exited with status {self.proc.returncode} while starting; "
-                                       f"its log ends: {self.log_tail()}")
+                raise MeasurementError(
+                    f"the vLLM server exited with status {self.proc.returncode} while starting; "
+                    f"its log ends: {self.log_tail()}"
+                )
             try:
                 if endpoint.get("/health", timeout=2.0)[0] == 200:
                     print(f"speclens: server ready after {time.monotonic() - start:.0f} s", file=console(), flush=True)
@@ -174,8 +192,10 @@ class ServerProcess:
             except OSError:
                 pass
             if time.monotonic() - start > timeout_s:
-                raise MeasurementError(f"the vLLM server did not answer /health within runner.start_timeout_s="
-                                       f"{timeout_s:g} s; its log ends: {self.log_tail()}")
+                raise MeasurementError(
+                    f"the vLLM server did not answer /health within runner.start_timeout_s="
+                    f"{timeout_s:g} s; its log ends: {self.log_tail()}"
+                )
             time.sleep(0.5)
 
     def log_tail(self) -> str:
@@ -226,16 +246,21 @@ def _served(endpoint: Endpoint, key: str) -> dict[str, dict[str, Any]]:
     """The model cards of /v1/models, by id."""
     status, text = endpoint.get("/v1/models", timeout=ATTACH_TIMEOUT_S)
     if status != 200:
-        refused = (" (credentials missing or refused: the API key in the variable runner.api_key_env names, or "
-                   "user:password@ in the URL)")
-        raise ConfigError(f"{key}={endpoint.shown}: /v1/models answered HTTP {status}"
-                          f"{refused if status in (401, 403) else ''}.")
+        refused = (
+            " (credentials missing or refused: the API key in the variable runner.api_key_env names, or "
+            "user:password@ in the URL)"
+        )
+        raise ConfigError(
+            f"{key}={endpoint.shown}: /v1/models answered HTTP {status}{refused if status in (401, 403) else ''}."
+        )
     with contextlib.suppress(ValueError):
         body = json.loads(text)
         if isinstance(body, dict) and isinstance(body.get("data"), list):
             return {str(m.get("id")): m for m in body["data"] if isinstance(m, dict)}
-    raise ConfigError(f"{key}={endpoint.shown}: /v1/models answered {text[:80]!r}, not an OpenAI model list "
-                      '({"data": [{"id": ...}]}); attach to an OpenAI-compatible server (vLLM, SGLang, trtllm-serve).')
+    raise ConfigError(
+        f"{key}={endpoint.shown}: /v1/models answered {text[:80]!r}, not an OpenAI model list "
+        '({"data": [{"id": ...}]}); attach to an OpenAI-compatible server (vLLM, SGLang, trtllm-serve).'
+    )
 
 
 def dialect_of(cfg: RunConfig, endpoint: Endpoint, key: str) -> Dialect:
@@ -264,12 +289,24 @@ def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
             beside_drafter = spec is None and d is not None
             key, url = ("runner.baseline_url", rc.baseline_url) if beside_drafter else ("runner.url", rc.url)
             endpoint = _endpoint(cfg, url, rc.model or cfg.target.model)
-            return ServerEngine(endpoint, model_dir, spec is not None, arrivals=arrivals,
-                                dialect=dialect_of(cfg, endpoint, key), chat_template_kwargs=template_kwargs)
+            return ServerEngine(
+                endpoint,
+                model_dir,
+                spec is not None,
+                arrivals=arrivals,
+                dialect=dialect_of(cfg, endpoint, key),
+                chat_template_kwargs=template_kwargs,
+            )
         process = ServerProcess(model_dir, spec, cfg)
         try:
-            engine = ServerEngine(_endpoint(cfg, process.url, str(model_dir)), model_dir, spec is not None, process,
-                                  arrivals, chat_template_kwargs=template_kwargs)
+            engine = ServerEngine(
+                _endpoint(cfg, process.url, str(model_dir)),
+                model_dir,
+                spec is not None,
+                process,
+                arrivals,
+                chat_template_kwargs=template_kwargs,
+            )
             engine.threads = process.threads
             return engine
         except BaseException:
@@ -286,8 +323,10 @@ def check_config(cfg: RunConfig) -> None:
         if url is not None:
             problem = url_problem(url)
             if problem is not None:
-                raise ConfigError(f"{key}={redact_url(url) or repr(url)}: {problem}; give http://host:port or "
-                                  "https://host:port (user:password@ before the host where the server needs it).")
+                raise ConfigError(
+                    f"{key}={redact_url(url) or repr(url)}: {problem}; give http://host:port or "
+                    "https://host:port (user:password@ before the host where the server needs it)."
+                )
     timeouts = (("runner.start_timeout_s", rc.start_timeout_s), ("runner.request_timeout_s", rc.request_timeout_s))
     for key, seconds in timeouts:
         if not (math.isfinite(seconds) and 0 < seconds <= MAX_TIMEOUT_S):
@@ -329,38 +368,57 @@ def check_support(cfg: RunConfig, speculative: bool) -> None:
     rc = cfg.runner
     kind = ServerKind.of(rc.engine, "runner.engine")
     if rc.url is not None and cfg.engine.batch_invariant:
-        raise ConfigError("engine.batch_invariant=true with runner.url: an attached server's kernels are chosen where "
-                          "it starts (VLLM_BATCH_INVARIANT=1 in its environment); leave engine.batch_invariant unset, "
-                          "or let speclens launch the server.")
+        raise ConfigError(
+            "engine.batch_invariant=true with runner.url: an attached server's kernels are chosen where "
+            "it starts (VLLM_BATCH_INVARIANT=1 in its environment); leave engine.batch_invariant unset, "
+            "or let speclens launch the server."
+        )
     if rc.url is None:
         check_batch_invariance(cfg)
         if kind not in (ServerKind.auto, ServerKind.vllm):
-            raise ConfigError(f"runner.engine={kind}: speclens launches vLLM servers only; start your {kind} server "
-                              "and attach to it with runner.url=http://host:port.")
+            raise ConfigError(
+                f"runner.engine={kind}: speclens launches vLLM servers only; start your {kind} server "
+                "and attach to it with runner.url=http://host:port."
+            )
         if rc.baseline_url:
-            raise ConfigError("runner.baseline_url goes with runner.url (attached servers); without runner.url "
-                              "speclens launches the plain server itself.")
+            raise ConfigError(
+                "runner.baseline_url goes with runner.url (attached servers); without runner.url "
+                "speclens launches the plain server itself."
+            )
         if importlib.util.find_spec("vllm") is None:
-            raise ConfigError("runner=server without runner.url launches a vLLM server and needs vLLM installed "
-                              "(make install); or attach to a running one with runner.url=http://host:port.")
+            raise ConfigError(
+                "runner=server without runner.url launches a vLLM server and needs vLLM installed "
+                "(make install); or attach to a running one with runner.url=http://host:port."
+            )
         return
     if cfg.baseline and speculative and not rc.baseline_url:
-        raise ConfigError("baseline=true with runner.url needs runner.baseline_url=http://host:port, a server of the "
-                          "same target without speculative decoding (or leave runner.url unset to let speclens "
-                          "launch both).")
+        raise ConfigError(
+            "baseline=true with runner.url needs runner.baseline_url=http://host:port, a server of the "
+            "same target without speculative decoding (or leave runner.url unset to let speclens "
+            "launch both)."
+        )
     endpoint = _check_serves_target(cfg, rc.url, "runner.url")
     with _answering("runner.url", endpoint):
         dialect = dialect_of(cfg, endpoint, "runner.url")
         if speculative:
             _check_speculates(cfg, endpoint, dialect)
         else:
-            _check_plain(endpoint, dialect, "runner.url", "drafter=none measures plain decoding: attach to a server "
-                         "started without a speculative config, or set drafter= and d= to what it serves")
+            _check_plain(
+                endpoint,
+                dialect,
+                "runner.url",
+                "drafter=none measures plain decoding: attach to a server "
+                "started without a speculative config, or set drafter= and d= to what it serves",
+            )
     if cfg.baseline and speculative:
         plain = _check_serves_target(cfg, rc.baseline_url, "runner.baseline_url")
         with _answering("runner.baseline_url", plain):
-            _check_plain(plain, dialect_of(cfg, plain, "runner.baseline_url"), "runner.baseline_url",
-                         "the baseline must be plain decoding (start it without a speculative config)")
+            _check_plain(
+                plain,
+                dialect_of(cfg, plain, "runner.baseline_url"),
+                "runner.baseline_url",
+                "the baseline must be plain decoding (start it without a speculative config)",
+            )
 
 
 @contextlib.contextmanager
@@ -370,8 +428,10 @@ def _answering(key: str, endpoint: Endpoint) -> Iterator[None]:
     try:
         yield
     except (OSError, http.client.HTTPException, ValueError, MeasurementError) as exc:
-        raise ConfigError(f"{key}={endpoint.shown} failed while it was checked, before any prompt was sent "
-                          f"({type(exc).__name__}: {exc}).") from None
+        raise ConfigError(
+            f"{key}={endpoint.shown} failed while it was checked, before any prompt was sent "
+            f"({type(exc).__name__}: {exc})."
+        ) from None
 
 
 def _check_plain(endpoint: Endpoint, dialect: Dialect, key: str, advice: str) -> None:
@@ -391,13 +451,17 @@ def _check_serves_target(cfg: RunConfig, url: str, key: str) -> Endpoint:
     with _answering(key, endpoint):
         models = _served(endpoint, key)
     if endpoint.model not in models:
-        raise ConfigError(f"{key}={endpoint.shown} does not serve {endpoint.model!r} (it serves: "
-                          f"{', '.join(map(str, models)) or 'nothing'}); set runner.model=<served name>.")
+        raise ConfigError(
+            f"{key}={endpoint.shown} does not serve {endpoint.model!r} (it serves: "
+            f"{', '.join(map(str, models)) or 'nothing'}); set runner.model=<served name>."
+        )
     window = models[endpoint.model].get("max_model_len")
     if isinstance(window, int) and cfg.engine.max_model_len > window:
         # The prompt-length check before sending uses engine.max_model_len: it must not exceed the server's.
-        raise ConfigError(f"{key}={endpoint.shown} serves {endpoint.model!r} with max_model_len={window}, below "
-                          f"engine.max_model_len={cfg.engine.max_model_len}; set engine.max_model_len={window}.")
+        raise ConfigError(
+            f"{key}={endpoint.shown} serves {endpoint.model!r} with max_model_len={window}, below "
+            f"engine.max_model_len={cfg.engine.max_model_len}; set engine.max_model_len={window}."
+        )
     return endpoint
 
 
@@ -411,38 +475,48 @@ def _check_speculates(cfg: RunConfig, endpoint: Endpoint, dialect: Dialect) -> N
     status, metrics_text = endpoint.get(dialect.metrics_path, timeout=ATTACH_TIMEOUT_S)
     if dialect.name == "trtllm":
         if status != 200 or not dialect.serves_speculation(metrics_text):
-            raise ConfigError(f"runner.url={url} (TensorRT-LLM) shows no speculative counters at "
-                              f"{dialect.metrics_path}: {dialect.missing_stats}, with a speculative_config.")
+            raise ConfigError(
+                f"runner.url={url} (TensorRT-LLM) shows no speculative counters at "
+                f"{dialect.metrics_path}: {dialect.missing_stats}, with a speculative_config."
+            )
         served_d = _label_value(metrics_text, "trtllm_speculative_config_info", "max_draft_len")
     else:
-        body = ({"model": endpoint.model, "prompt": PROBE_TEXT, "max_tokens": 24, "temperature": 0, "stream": True,
-                 "stream_options": {"include_usage": True}} if dialect.name == "vllm" else
-                {"text": PROBE_TEXT, "sampling_params": {"max_new_tokens": 24, "temperature": 0}, "stream": True})
+        body = (
+            {
+                "model": endpoint.model,
+                "prompt": PROBE_TEXT,
+                "max_tokens": 24,
+                "temperature": 0,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
+            if dialect.name == "vllm"
+            else {"text": PROBE_TEXT, "sampling_params": {"max_new_tokens": 24, "temperature": 0}, "stream": True}
+        )
         reply = Reply()
         for event in endpoint.stream(dialect.path, body):
             dialect.read(event, reply)
         if not dialect.has_stats(reply.stats):
             if not (status == 200 and dialect.serves_speculation(metrics_text)) and dialect.name == "vllm":
-                raise ConfigError(f"runner.url={url} runs without speculative decoding: start it with "
-                                  "--speculative-config '<json>' (and --per-request-spec-decode-metrics detailed), "
-                                  "or use drafter=none.")
-            raise ConfigError(f"runner.url={url} ({dialect.name}) reports no per-request speculative statistics: "
-                              f"{dialect.missing_stats}.")
-        served_d = reply.stats.get("num_spec_tokens") if dialect.name == "vllm" else _sglang_steps(endpoint)
+                raise ConfigError(
+                    f"runner.url={url} runs without speculative decoding: start it with "
+                    "--speculative-config '<json>' (and --per-request-spec-decode-metrics detailed), "
+                    "or use drafter=none."
+                )
+            raise ConfigError(
+                f"runner.url={url} ({dialect.name}) reports no per-request speculative statistics: "
+                f"{dialect.missing_stats}."
+            )
+        served_d = dialect.served_d(reply, endpoint)
     if served_d is not None and int(served_d) != cfg.d:
-        raise ConfigError(f"runner.url={url} drafts num_spec_tokens={served_d} per step but d={cfg.d}; set "
-                          f"d={served_d} or restart the server.")
-
-
-def _sglang_steps(endpoint: Endpoint) -> int | None:
-    """SGLang's draft depth (speculative_num_steps) from /get_server_info, where it says."""
-    with contextlib.suppress(OSError, ValueError):
-        status, text = endpoint.get("/get_server_info", timeout=ATTACH_TIMEOUT_S)
-        if status == 200:
-            return json.loads(text).get("speculative_num_steps")
-    return None
+        raise ConfigError(
+            f"runner.url={url} drafts num_spec_tokens={served_d} per step but d={cfg.d}; set "
+            f"d={served_d} or restart the server."
+        )
 
 
 def _label_value(metrics_text: str, metric: str, label: str) -> str | None:
-    return next((labels[label] for name, labels, _ in prometheus_samples(metrics_text)
-                 if name == metric and label in labels), None)
+    return next(
+        (labels[label] for name, labels, _ in prometheus_samples(metrics_text) if name == metric and label in labels),
+        None,
+    )

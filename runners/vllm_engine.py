@@ -90,7 +90,9 @@ class VllmEngine:
 
         self.scheduler.schedule = capture_schedule
 
-    def chat_token_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
+    def chat_token_ids(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
+    ) -> list[int]:
         return self.tokenizer.chat_token_ids(messages, tools)
 
     def generate(
@@ -177,7 +179,13 @@ class VllmEngine:
         if eos is not None:
             ids.add(eos)
         generation_eos = self.engine.model_config.hf_config.eos_token_id
-        ids.update(generation_eos if isinstance(generation_eos, list) else [generation_eos] if generation_eos is not None else [])
+        ids.update(
+            generation_eos
+            if isinstance(generation_eos, list)
+            else [generation_eos]
+            if generation_eos is not None
+            else []
+        )
         return ids
 
     def greedy_predictions(self, sequences: Sequence[Sequence[int]]) -> list[list[int]]:
@@ -202,7 +210,7 @@ class VllmEngine:
         for metric in self.llm.get_metrics():
             if not metric.name.startswith(COUNTER_PREFIX):
                 continue
-            name = metric.name[len(COUNTER_PREFIX):]
+            name = metric.name[len(COUNTER_PREFIX) :]
             if isinstance(metric, Vector):
                 previous = totals.get(name, [0] * len(metric.values))
                 totals[name] = [a + b for a, b in zip(previous, metric.values)]

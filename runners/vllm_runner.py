@@ -18,6 +18,7 @@ from speclens.errors import ConfigError
 class VllmRunnerConfig:
     """runner=vllm: vLLM in-process, stepped one engine step at a time; `engine.*` sets its arguments."""
 
+
 def engine_args(engine: EngineConfig, seed: int) -> dict[str, Any]:
     """vLLM engine arguments from `engine.*`."""
     args: dict[str, Any] = {
@@ -39,10 +40,14 @@ def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
     def start(model_dir: Path, spec: dict[str, Any] | None) -> Engine:
         # vllm is imported only when an engine starts: light commands never load it.
 
-        return VllmEngine(model=str(model_dir), speculative_config=spec, engine_args=engine_args(cfg.engine, cfg.seed),
-                          cpu_kvcache_space_gib=cfg.engine.cpu_kvcache_space_gib,
-                          batch_invariant=cfg.engine.batch_invariant,
-                          chat_template_kwargs=dict(cfg.chat_template_kwargs))
+        return VllmEngine(
+            model=str(model_dir),
+            speculative_config=spec,
+            engine_args=engine_args(cfg.engine, cfg.seed),
+            cpu_kvcache_space_gib=cfg.engine.cpu_kvcache_space_gib,
+            batch_invariant=cfg.engine.batch_invariant,
+            chat_template_kwargs=dict(cfg.chat_template_kwargs),
+        )
 
     return start
 
@@ -55,14 +60,17 @@ def encoder(cfg: RunConfig, target_dir: Path) -> Any:
 def closed_loop_only(cfg: RunConfig) -> None:
     """An in-process engine takes requests B at a time: open-loop load needs a server."""
     if cfg.request_rate is not None:
-        raise ConfigError(f"request_rate={cfg.request_rate} (open-loop load) needs runner=server; in-process runners "
-                          "take batch_sizes=[...] (requests in flight).")
+        raise ConfigError(
+            f"request_rate={cfg.request_rate} (open-loop load) needs runner=server; in-process runners "
+            "take batch_sizes=[...] (requests in flight)."
+        )
 
 
 BATCH_INVARIANT_ON_CPU = (
     "engine.batch_invariant=true sets vLLM's VLLM_BATCH_INVARIANT, whose batch-invariant kernels exist only for GPU "
     "attention backends; this vLLM build runs on the CPU, which has none. On CPU, engine.dtype=float32 makes greedy "
-    "outputs reproducible; or leave engine.batch_invariant=false.")
+    "outputs reproducible; or leave engine.batch_invariant=false."
+)
 
 
 def on_cpu() -> bool:

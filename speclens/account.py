@@ -51,8 +51,9 @@ class SpeedupAccount:
         return float(np.prod([self.factors[name] for name in CORRECTIONS]))
 
 
-def pass_factors(engine_steps: pd.DataFrame, mode: str, batch_size: int, output_tokens: int,
-                 tokens_per_request_step: float) -> dict[str, float] | None:
+def pass_factors(
+    engine_steps: pd.DataFrame, mode: str, batch_size: int, output_tokens: int, tokens_per_request_step: float
+) -> dict[str, float] | None:
     """The four corrections of one pass (module docstring); None without steady steps."""
     s = engine_steps[(engine_steps["mode"] == mode) & (engine_steps["batch_size"] == batch_size)]
     decode = s["num_tokens"] == s["num_requests"] + s["num_draft_tokens"]
@@ -77,8 +78,13 @@ def outside_share(engine_steps: pd.DataFrame, mode: str, batch_size: int, elapse
 
 
 def speedup_account(
-    engine_steps: pd.DataFrame, batch_size: int, predicted: float | None, tokens_per_step: float | None,
-    measured: float | None, output_tokens: tuple[int, int], elapsed_s: tuple[float, float],
+    engine_steps: pd.DataFrame,
+    batch_size: int,
+    predicted: float | None,
+    tokens_per_step: float | None,
+    measured: float | None,
+    output_tokens: tuple[int, int],
+    elapsed_s: tuple[float, float],
 ) -> SpeedupAccount | None:
     """The account of one operating point: `predicted` is the steady-state model's speedup at it,
     `output_tokens` and `elapsed_s` are (speculative, plain). None where a term is missing (no
@@ -90,7 +96,10 @@ def speedup_account(
     if spec is None or plain is None:
         return None
     factors = {MODEL: predicted} | {name: spec[name] / plain[name] for name in CORRECTIONS}
-    outside = {str(mode): outside_share(engine_steps, mode, batch_size, elapsed)
-               for mode, elapsed in zip((PassMode.speculative, PassMode.plain), elapsed_s)}
-    return SpeedupAccount(factors=factors, product=float(np.prod(list(factors.values()))), measured=measured,
-                          outside_steps=outside)
+    outside = {
+        str(mode): outside_share(engine_steps, mode, batch_size, elapsed)
+        for mode, elapsed in zip((PassMode.speculative, PassMode.plain), elapsed_s)
+    }
+    return SpeedupAccount(
+        factors=factors, product=float(np.prod(list(factors.values()))), measured=measured, outside_steps=outside
+    )

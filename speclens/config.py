@@ -190,10 +190,14 @@ NOT_FINGERPRINTED = ("force", "logger", "runner", "verbose")
 # Keys added after run dirs were first fingerprinted, with their default: they enter the
 # fingerprint only when set otherwise, so a configuration that does not use them keeps the
 # identity its finished runs were stored under.
-FINGERPRINTED_WHEN_SET: dict[str, Any] = {"request_rate": None, "repeats": None, "drafter.schedule": None,
-                                          "engine.batch_invariant": False,
-                                          "reasoning": {"parser": None, "end": None, "start": None},
-                                          "chat_template_kwargs": {}}
+FINGERPRINTED_WHEN_SET: dict[str, Any] = {
+    "request_rate": None,
+    "repeats": None,
+    "drafter.schedule": None,
+    "engine.batch_invariant": False,
+    "reasoning": {"parser": None, "end": None, "start": None},
+    "chat_template_kwargs": {},
+}
 
 
 def config_fingerprint(resolved: dict[str, Any], names: dict[str, str]) -> str:

@@ -4,7 +4,7 @@ speedup model built on them. Defined here once; summaries, rankings and reports 
 B = requests in flight, D = draft length. Three passes over the same prompts at B:
 - plain decoding (baseline pass):                    T_verif(B)
 - the drafter's speculative pass:                    T_step(B, D), drafting included
-- the zero-cost proposer (runners/zero_cost_proposer): T_verif(B·(1+D)), every step verifies
+- the zero-cost proposer (runners/zero_cost_proposer.py): T_verif(B·(1+D)), every step verifies
   D proposals per request and drafting costs nothing
 and T_draft(B, D) = T_step(B, D) − T_verif(B·(1+D)).
 

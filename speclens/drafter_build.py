@@ -12,8 +12,14 @@ from typing import Any
 
 from speclens.errors import CorruptRecord
 
-__all__ = ["DRAFTER_FACTS_FILE", "DRAFTER_FACTS_VERSION", "built_version", "describe_build", "is_current_build",
-           "read_drafter_facts"]
+__all__ = [
+    "DRAFTER_FACTS_FILE",
+    "DRAFTER_FACTS_VERSION",
+    "built_version",
+    "describe_build",
+    "is_current_build",
+    "read_drafter_facts",
+]
 
 DRAFTER_FACTS_FILE = "speclens_drafter.json"
 # 2: trained on answers generated in vLLM's own engine process (bit-stable; see
@@ -42,8 +48,10 @@ def read_drafter_facts(folder: Path) -> dict[str, Any] | None:
     """The build facts in ``folder``, or None when speclens did not build it."""
     facts = _read_record(folder)
     if facts is not None and facts["version"] != DRAFTER_FACTS_VERSION:
-        raise CorruptRecord(f"{Path(folder) / DRAFTER_FACTS_FILE} is not a version-{DRAFTER_FACTS_VERSION} drafter build "
-                            f"record; delete {Path(folder)} to build the drafter again")
+        raise CorruptRecord(
+            f"{Path(folder) / DRAFTER_FACTS_FILE} is not a version-{DRAFTER_FACTS_VERSION} drafter build "
+            f"record; delete {Path(folder)} to build the drafter again"
+        )
     return facts
 
 
@@ -66,7 +74,9 @@ def describe_build(facts: dict[str, Any]) -> str:
     corpus = facts["corpus"]
     agreement = facts["heldout_greedy_agreement"]
     shown = "/".join(f"{a:.2f}" for a in agreement) if isinstance(agreement, list) else f"{agreement:.2f}"
-    return (f"{facts['mechanism']} for {facts['target']} built by speclens with {facts['library']}: "
-            f"{corpus['name']} ({corpus['training_prompts']} prompts, {corpus['answer_tokens']} answer tokens), "
-            f"{training['steps']} steps, final loss {training['final_loss']:.3f}, held-out greedy agreement "
-            f"{shown}, {facts['build_seconds']['total'] / 60:.1f} min")
+    return (
+        f"{facts['mechanism']} for {facts['target']} built by speclens with {facts['library']}: "
+        f"{corpus['name']} ({corpus['training_prompts']} prompts, {corpus['answer_tokens']} answer tokens), "
+        f"{training['steps']} steps, final loss {training['final_loss']:.3f}, held-out greedy agreement "
+        f"{shown}, {facts['build_seconds']['total'] / 60:.1f} min"
+    )

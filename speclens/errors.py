@@ -19,12 +19,15 @@ from omegaconf.errors import (
 class SpeclensError(Exception):
     """A user-facing error: the message names the offending key and what to change."""
 
+
 class ConfigError(SpeclensError):
     """Invalid configuration, detected before any engine starts."""
+
 
 class MeasurementError(SpeclensError):
     """A measurement that failed or whose numbers cannot be trusted (the engine died, the disk
     filled, records disagree with vLLM's counters)."""
+
 
 class CorruptRecord(SpeclensError):
     """A record file (summary, stamp, parquet records) that is not what its name says: unreadable,
@@ -33,6 +36,7 @@ class CorruptRecord(SpeclensError):
 
 class AssetError(SpeclensError):
     """A file speclens fetches or prepares itself (a wheel member, the embedded target) could not be had."""
+
 
 # Exit status of every speclens command (the README's table).
 EXIT_OK = 0
@@ -66,7 +70,11 @@ def _config_message(exc: BaseException) -> str | None:
         first = str(cause).splitlines()[0]
         key = getattr(cause, "full_key", None)
         kind = getattr(cause, "object_type", None)
-        if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and kind is not None and hasattr(kind, "__dataclass_fields__"):
+        if (
+            isinstance(cause, (ConfigKeyError, ConfigAttributeError))
+            and kind is not None
+            and hasattr(kind, "__dataclass_fields__")
+        ):
             keys = ", ".join(kind.__dataclass_fields__) or "none"
             return f"{key}: no such key in {kind.__name__} (its keys: {keys})."
         return f"{key}: {first}" if key else first

@@ -106,11 +106,15 @@ def check_folder(path: Path, key: str, value: str | None = None) -> None:
     where = f"{key}={_shown(value or str(path))}"
     for part in path.parts:
         if len(os.fsencode(part)) > name_max:
-            raise ConfigError(f"{where}: the name {_shown(part)!r} is {len(os.fsencode(part))} bytes long, and this file "
-                              f"system takes at most {name_max} per name; choose a shorter {key}.")
+            raise ConfigError(
+                f"{where}: the name {_shown(part)!r} is {len(os.fsencode(part))} bytes long, and this file "
+                f"system takes at most {name_max} per name; choose a shorter {key}."
+            )
     if len(os.fsencode(str(path))) >= path_max:
-        raise ConfigError(f"{where}: the path is {len(os.fsencode(str(path)))} bytes long, and this file system takes "
-                          f"fewer than {path_max}; choose a shorter {key}.")
+        raise ConfigError(
+            f"{where}: the path is {len(os.fsencode(str(path)))} bytes long, and this file system takes "
+            f"fewer than {path_max}; choose a shorter {key}."
+        )
     if not existing.is_dir():
         what = "is a file, not a folder" if existing == path else "is a file, and no folder can be made under it"
         raise ConfigError(f"{where}: {_shown(str(existing))} {what}; choose another {key}.")

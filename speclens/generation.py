@@ -160,5 +160,7 @@ class SamplingSpec:
 class ChatEncoder(Protocol):
     """Anything that turns chat messages into the target's prompt token ids (an engine, a tokenizer)."""
 
-    def chat_token_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
+    def chat_token_ids(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
+    ) -> list[int]:
         """Token ids of `messages` (and the tool schemas `tools`) with the target's chat template."""

@@ -50,7 +50,9 @@ def layer_ratio(draft_config: dict[str, Any], target_config: dict[str, Any]) -> 
     draft_layers = text_config(draft_config).get("num_hidden_layers")
     target_layers = text_config(target_config).get("num_hidden_layers")
     if not draft_layers or not target_layers:
-        raise ConfigError("num_hidden_layers is missing from the draft's or the target's config.json; ρ cannot be computed.")
+        raise ConfigError(
+            "num_hidden_layers is missing from the draft's or the target's config.json; ρ cannot be computed."
+        )
     return draft_layers / target_layers
 
 
@@ -71,8 +73,13 @@ class Guidelines:
     def for_configs(cls, target_config: dict[str, Any], draft_config: dict[str, Any] | None = None) -> "Guidelines":
         g = query_heads_per_kv_head(target_config)
         rho = layer_ratio(draft_config, target_config) if draft_config is not None else None
-        return cls(g, starting_draft_length(g), tile_aligned_draft_lengths(g), rho,
-                   text_config(target_config).get("num_hidden_layers"))
+        return cls(
+            g,
+            starting_draft_length(g),
+            tile_aligned_draft_lengths(g),
+            rho,
+            text_config(target_config).get("num_hidden_layers"),
+        )
 
     def lines(self) -> list[str]:
         exact = TILE_ROWS / self.g - 1
@@ -84,10 +91,14 @@ class Guidelines:
             f"guideline 3: tile-aligned D (G*(1+D) a multiple of 128, D <= {VLLM_MAX_SPEC_LEN}): {shown or 'none'}",
         ]
         if self.rho is None:
-            one_layer = f"; a one-layer head (EAGLE-style) has rho = 1/{self.target_layers}" if self.target_layers else ""
+            one_layer = (
+                f"; a one-layer head (EAGLE-style) has rho = 1/{self.target_layers}" if self.target_layers else ""
+            )
             out.append(f"guideline 4: give drafter.model=<path> for rho = L_draft / L_target{one_layer}")
         else:
-            out.append(f"guideline 4: rho = L_draft / L_target = {self.rho:.3f}; low-latency speedup ~ AL / (1 + rho*D)")
+            out.append(
+                f"guideline 4: rho = L_draft / L_target = {self.rho:.3f}; low-latency speedup ~ AL / (1 + rho*D)"
+            )
             for d in sorted({1, 3, 7, self.starting_d} | set(self.tile_aligned[:2])):
                 out.append(
                     f"  D={d:<3d} pays only when AL > {1 + self.rho * d:.2f};"

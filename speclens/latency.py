@@ -43,8 +43,11 @@ def percentiles(values_s: Sequence[float]) -> Percentiles | None:
 
 def latency_of(results: Sequence[TurnResult], generate_s: float) -> Latency:
     """The latency figures of one pass's requests; rates over the pass's generation time."""
-    tpot = [(r.latency_s - r.ttft_s) / (len(r.output_token_ids) - 1)
-            for r in results if r.ttft_s is not None and len(r.output_token_ids) > 1]
+    tpot = [
+        (r.latency_s - r.ttft_s) / (len(r.output_token_ids) - 1)
+        for r in results
+        if r.ttft_s is not None and len(r.output_token_ids) > 1
+    ]
     tokens = sum(len(r.output_token_ids) for r in results)
     return Latency(
         ttft_ms=percentiles([r.ttft_s for r in results if r.ttft_s is not None]),

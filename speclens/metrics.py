@@ -85,14 +85,18 @@ def per_request(steps: pd.DataFrame, requests: pd.DataFrame | None = None) -> pd
 
 
 def acceptance_length(steps: pd.DataFrame, requests: pd.DataFrame | None = None) -> float | None:
+    """AL: the mean over drafted steps of (accepted + 1), pooled over requests, i.e.
+    1 + accepted tokens / drafted steps (`requests`: from each request's totals where the engine
+    recorded no steps). None without a drafted step. Public as `speclens.al` (docs/definitions.md)."""
     totals = per_request(steps, requests)
     if totals.empty:
         return None
     return 1.0 + totals["accepted"].sum() / totals["drafts"].sum()
 
 
-def al_ci95(steps: pd.DataFrame, seed: int, samples: int = BOOTSTRAP_SAMPLES,
-            requests: pd.DataFrame | None = None) -> list[float] | None:
+def al_ci95(
+    steps: pd.DataFrame, seed: int, samples: int = BOOTSTRAP_SAMPLES, requests: pd.DataFrame | None = None
+) -> list[float] | None:
     """95% percentile bootstrap over requests (conversations), pooled AL in each resample."""
     totals = per_request(steps, requests)
     if totals.empty:
@@ -115,6 +119,7 @@ def resample_indices(seed: int, samples: int, n: int) -> np.ndarray:
 
 
 def request_weighted_al(steps: pd.DataFrame, requests: pd.DataFrame | None = None) -> float | None:
+    """The mean over requests (conversations) of each request's AL (specdec_bench's Average_AL)."""
     totals = per_request(steps, requests)
     if totals.empty:
         return None
@@ -122,11 +127,14 @@ def request_weighted_al(steps: pd.DataFrame, requests: pd.DataFrame | None = Non
 
 
 def tokens_per_step(requests: pd.DataFrame) -> float | None:
+    """Output tokens / target forward passes that produced tokens (prefill, undrafted and drafted
+    steps): what the speedup model multiplies by."""
     passes = requests["target_steps"].sum()
     return float(requests["output_tokens"].sum() / passes) if passes else None
 
 
 def per_position_acceptance(steps: pd.DataFrame, d: int) -> list[float] | None:
+    """[k] for k = 0 .. d-1: the share of drafted steps that accepted more than k tokens."""
     if steps.empty:
         return None
     accepted = steps["num_accepted"].to_numpy()
@@ -144,6 +152,7 @@ def conditional_acceptance(per_position: list[float]) -> list[float | None]:
 
 
 def acceptance_histogram(steps: pd.DataFrame, d: int) -> list[int]:
+    """[j] for j = 0 .. d: how many drafted steps accepted exactly j tokens."""
     counts = np.bincount(steps["num_accepted"].to_numpy(dtype=np.int64), minlength=d + 1)
     return [int(c) for c in counts]
 
@@ -166,14 +175,20 @@ def al_by_position(steps: pd.DataFrame) -> list[PositionBin]:
     return out
 
 
-def group_summary(steps: pd.DataFrame, requests: pd.DataFrame, seed: int,
-                  counters: SpecCounters | None = None) -> GroupFigures:
+def group_summary(
+    steps: pd.DataFrame, requests: pd.DataFrame, seed: int, counters: SpecCounters | None = None
+) -> GroupFigures:
     """A group's figures; with `counters` (domain granularity: the group's counter deltas are its
     only acceptance record), AL from them and no interval."""
     if counters is not None:
         al = 1.0 + counters.num_accepted_tokens / counters.num_drafts if counters.num_drafts else None
-        return GroupFigures(al=al, al_ci95=None, tokens_per_step=tokens_per_step(requests),
-                            n_requests=int(requests["request_id"].nunique()), n_steps=counters.num_drafts)
+        return GroupFigures(
+            al=al,
+            al_ci95=None,
+            tokens_per_step=tokens_per_step(requests),
+            n_requests=int(requests["request_id"].nunique()),
+            n_steps=counters.num_drafts,
+        )
     al = acceptance_length(steps, requests)
     return GroupFigures(
         al=None if al is None else float(al),
@@ -184,9 +199,14 @@ def group_summary(steps: pd.DataFrame, requests: pd.DataFrame, seed: int,
     )
 
 
-def by_domain(steps: pd.DataFrame, requests: pd.DataFrame, seed: int,
-              counters: dict[str, SpecCounters] | None = None, d: int | None = None,
-              per_step: bool = True) -> dict[str, GroupFigures]:
+def by_domain(
+    steps: pd.DataFrame,
+    requests: pd.DataFrame,
+    seed: int,
+    counters: dict[str, SpecCounters] | None = None,
+    d: int | None = None,
+    per_step: bool = True,
+) -> dict[str, GroupFigures]:
     """Each domain's figures, with its segments' (`d`: for their per-position acceptance)."""
     out = {}
     for domain, group, domain_steps in split_by_domain(steps, requests):
@@ -196,8 +216,9 @@ def by_domain(steps: pd.DataFrame, requests: pd.DataFrame, seed: int,
     return out
 
 
-def by_segment(steps: pd.DataFrame, requests: pd.DataFrame, seed: int, d: int | None,
-               per_step: bool = True) -> dict[str, SegmentFigures] | None:
+def by_segment(
+    steps: pd.DataFrame, requests: pd.DataFrame, seed: int, d: int | None, per_step: bool = True
+) -> dict[str, SegmentFigures] | None:
     """Each segment's figures; None where the records hold no reasoning boundary. Without step
     records (`per_step` false: request or domain granularity) a segment's AL is unknown, its tokens are not."""
     if "thinking_tokens" not in requests.columns:
@@ -230,8 +251,10 @@ def by_turn(steps: pd.DataFrame, requests: pd.DataFrame, seed: int) -> dict[str,
     if "agent_turn" not in requests.columns:
         return None
     steps_of = dict(tuple(steps.groupby("agent_turn", sort=False))) if "agent_turn" in steps.columns else {}
-    return {str(int(turn)): group_summary(steps_of.get(turn, steps.iloc[0:0]), group, seed)
-            for turn, group in requests.groupby("agent_turn", sort=True)}
+    return {
+        str(int(turn)): group_summary(steps_of.get(turn, steps.iloc[0:0]), group, seed)
+        for turn, group in requests.groupby("agent_turn", sort=True)
+    }
 
 
 def split_by_domain(steps: pd.DataFrame, requests: pd.DataFrame) -> list[tuple[str, pd.DataFrame, pd.DataFrame]]:
@@ -259,8 +282,15 @@ def per_position_from_counters(counters: SpecCounters, d: int) -> list[float] | 
     return [(per_pos[k] if k < len(per_pos) else 0) / counters.num_drafts for k in range(d)]
 
 
-def check_counters(steps: pd.DataFrame, counters: SpecCounters, d: int, where: str = "", enforce: bool = True,
-                   requests: pd.DataFrame | None = None, counted: tuple[str, ...] = COUNTER_NAMES) -> None:
+def check_counters(
+    steps: pd.DataFrame,
+    counters: SpecCounters,
+    d: int,
+    where: str = "",
+    enforce: bool = True,
+    requests: pd.DataFrame | None = None,
+    counted: tuple[str, ...] = COUNTER_NAMES,
+) -> None:
     """The records must sum to the engine's counters exactly, or the run is not trusted: every
     counter from per-step records; drafts and accepted tokens from per-request totals (request
     granularity, given as `requests` with no step records); of these, those the engine keeps
@@ -280,10 +310,16 @@ def check_counters(steps: pd.DataFrame, counters: SpecCounters, d: int, where: s
     ]
     if not diffs:
         return
-    problem = (f"{kind}{' at ' + where if where else ''} do not sum to the engine's speculative counters ("
-               + "; ".join(diffs) + ")")
+    problem = (
+        f"{kind}{' at ' + where if where else ''} do not sum to the engine's speculative counters ("
+        + "; ".join(diffs)
+        + ")"
+    )
     if not enforce:
-        print(f"speclens: warning: {problem}; not enforced, as the engine is not exclusive to this run "
-              "(runner.exclusive=false).", file=console())
+        print(
+            f"speclens: warning: {problem}; not enforced, as the engine is not exclusive to this run "
+            "(runner.exclusive=false).",
+            file=console(),
+        )
         return
     raise MeasurementError(problem + ". The run's AL cannot be trusted; the records were kept for inspection.")

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 from speclens.errors import CorruptRecord, SpeclensError
 from speclens.files import write_atomic
 from speclens.generation import EngineStep, Prompt, RecordGranularity, TurnResult
+from speclens.run_files import REQUESTS_FILE, STEPS_FILE
 from speclens.segments import passes_by_segment, step_segment
 
 # 2: every record carries the batch size (operating point) it was measured at; engine steps their pass.
@@ -26,11 +27,29 @@ RECORDS_VERSION = 3
 SCHEMA_KEY = b"speclens_schema_version"
 
 STEP_COLUMNS = [
-    "batch_size", "request_id", "domain", "category", "turn", "step", "position", "num_drafted", "num_accepted",
+    "batch_size",
+    "request_id",
+    "domain",
+    "category",
+    "turn",
+    "step",
+    "position",
+    "num_drafted",
+    "num_accepted",
 ]
 REQUEST_COLUMNS = [
-    "batch_size", "request_id", "domain", "category", "turn", "prompt_tokens", "output_tokens",
-    "drafted_steps", "target_steps", "num_accepted", "al", "latency_s",
+    "batch_size",
+    "request_id",
+    "domain",
+    "category",
+    "turn",
+    "prompt_tokens",
+    "output_tokens",
+    "drafted_steps",
+    "target_steps",
+    "num_accepted",
+    "al",
+    "latency_s",
 ]
 # With a reasoning boundary: each turn's output tokens on either side of it, and its target
 # passes by segment (speclens/segments.py: a pass belongs where its first token is).
@@ -39,8 +58,17 @@ SEGMENT_REQUEST_COLUMNS = ["thinking_tokens", "answer_tokens", "thinking_target_
 
 def step_frame(results: Sequence[TurnResult], prompts: Mapping[str, Prompt], batch_size: int) -> pd.DataFrame:
     rows = [
-        (batch_size, r.request_id, prompts[r.request_id].domain, prompts[r.request_id].category, r.turn, i,
-         s.position, s.num_drafted, s.num_accepted)
+        (
+            batch_size,
+            r.request_id,
+            prompts[r.request_id].domain,
+            prompts[r.request_id].category,
+            r.turn,
+            i,
+            s.position,
+            s.num_drafted,
+            s.num_accepted,
+        )
         for r in results
         for i, s in enumerate(r.steps)
     ]
@@ -49,8 +77,9 @@ def step_frame(results: Sequence[TurnResult], prompts: Mapping[str, Prompt], bat
     frame = frame.astype({c: "int64" for c in ints})
     _add_agent_turns(frame, prompts)
     if _segmented(results):
-        frame["segment"] = [step_segment(s.position, r.prompt_tokens, r.boundary.thinking_tokens)
-                            for r in results for s in r.steps]
+        frame["segment"] = [
+            step_segment(s.position, r.prompt_tokens, r.boundary.thinking_tokens) for r in results for s in r.steps
+        ]
         frame["segment"] = frame["segment"].astype("object")
     return frame
 
@@ -75,7 +104,9 @@ def _segment_columns(r: TurnResult) -> tuple[int, int, int, int]:
 
 
 def request_frame(
-    results: Sequence[TurnResult], prompts: Mapping[str, Prompt], batch_size: int,
+    results: Sequence[TurnResult],
+    prompts: Mapping[str, Prompt],
+    batch_size: int,
     granularity: RecordGranularity = RecordGranularity.step,
 ) -> pd.DataFrame:
     """One row per request and turn. Its acceptance (drafted_steps, num_accepted, al) sums its
@@ -90,15 +121,28 @@ def request_frame(
             drafted, accepted = r.totals.num_drafts, r.totals.num_accepted
         else:
             drafted, accepted = len(r.steps), sum(s.num_accepted for s in r.steps)
-        rows.append((
-            batch_size, r.request_id, prompts[r.request_id].domain, prompts[r.request_id].category, r.turn,
-            r.prompt_tokens, len(r.output_token_ids), drafted, passes, accepted,
-            1 + accepted / drafted if drafted else None, r.latency_s,
-        ))
+        rows.append(
+            (
+                batch_size,
+                r.request_id,
+                prompts[r.request_id].domain,
+                prompts[r.request_id].category,
+                r.turn,
+                r.prompt_tokens,
+                len(r.output_token_ids),
+                drafted,
+                passes,
+                accepted,
+                1 + accepted / drafted if drafted else None,
+                r.latency_s,
+            )
+        )
     frame = pd.DataFrame(rows, columns=REQUEST_COLUMNS)
     ints = ("batch_size", "turn", "prompt_tokens", "output_tokens", "drafted_steps", "target_steps", "num_accepted")
     nullable = ("drafted_steps", "num_accepted", "target_steps") if granularity == RecordGranularity.domain else ()
-    frame = frame.astype({c: "Int64" if c in nullable else "int64" for c in ints} | {"al": "float64", "latency_s": "float64"})
+    frame = frame.astype(
+        {c: "Int64" if c in nullable else "int64" for c in ints} | {"al": "float64", "latency_s": "float64"}
+    )
     _add_agent_turns(frame, prompts)
     if _segmented(results):
         columns = pd.DataFrame([_segment_columns(r) for r in results], columns=SEGMENT_REQUEST_COLUMNS, dtype="int64")
@@ -115,7 +159,10 @@ ENGINE_STEP_COLUMNS = ["mode", "batch_size", "step", "wall_s", "num_requests", "
 
 def engine_step_frame(steps: Sequence[EngineStep], mode: str, batch_size: int) -> pd.DataFrame:
     """One row per engine step of one pass, in order (all turns)."""
-    rows = [(str(mode), batch_size, i, s.wall_s, s.num_requests, s.num_tokens, s.num_draft_tokens) for i, s in enumerate(steps)]
+    rows = [
+        (str(mode), batch_size, i, s.wall_s, s.num_requests, s.num_tokens, s.num_draft_tokens)
+        for i, s in enumerate(steps)
+    ]
     frame = pd.DataFrame(rows, columns=ENGINE_STEP_COLUMNS)
     ints = [c for c in ENGINE_STEP_COLUMNS if c not in ("mode", "wall_s")]
     return frame.astype({c: "int64" for c in ints} | {"wall_s": "float64", "mode": "object"})
@@ -142,7 +189,7 @@ def read_parquet(path: Path) -> pd.DataFrame:
             f"versions 1 to {RECORDS_VERSION}" + ("; upgrade speclens to read it." if version else ".")
         )
     frame = table.to_pandas()
-    expected = STEP_COLUMNS if path.name == "steps.parquet" else REQUEST_COLUMNS if path.name == "requests.parquet" else None
+    expected = STEP_COLUMNS if path.name == STEPS_FILE else REQUEST_COLUMNS if path.name == REQUESTS_FILE else None
     missing = sorted(set(expected or ()) - set(frame.columns) - ({"batch_size"} if version == 1 else set()))
     if missing:
         raise CorruptRecord(f"{path} lacks the columns {', '.join(missing)}")

@@ -22,12 +22,15 @@ def check_schedule(schedule: object, where: str) -> Schedule:
             raise ConfigError(f"{where}: {json.dumps(entry)} is not a [start, end, k] range of integers.")
         # JSON's true/false are ints to Python: a draft length of `true` is a mistake, not 1.
         if any(isinstance(v, bool) for v in entry):
-            raise ConfigError(f"{where}: {json.dumps(entry)} holds a boolean; a range's start, end and k are "
-                              "integers (k = 0: plain decoding).")
+            raise ConfigError(
+                f"{where}: {json.dumps(entry)} holds a boolean; a range's start, end and k are "
+                "integers (k = 0: plain decoding)."
+            )
         start, end, k = entry
         if start <= previous_end or end < start or k < 0:
-            raise ConfigError(f"{where}: {entry!r}: ranges must start at 1, run in order without overlapping, "
-                              "and have k >= 0.")
+            raise ConfigError(
+                f"{where}: {entry!r}: ranges must start at 1, run in order without overlapping, and have k >= 0."
+            )
         if not out and start != 1:
             raise ConfigError(f"{where}: the first range must start at 1 (it starts at {start}).")
         out.append([start, end, k])
@@ -51,12 +54,16 @@ def read_schedule(path: str, drafter: str, key: str, temperature: float = 0.0) -
         measured_at = data.get("temperature")
         # A plan names the temperature it was ranked at (serve.json since plans per temperature).
         if isinstance(measured_at, (int, float)) and measured_at != temperature:
-            raise ConfigError(f"{key}={path} is a plan measured at sampling.temperature={measured_at:g}, and this run "
-                              f"samples at {temperature:g}: acceptance, hence the best D, moves with the temperature. "
-                              f"Rank a sweep at {temperature:g} for its plan, or set sampling.temperature={measured_at:g}.")
+            raise ConfigError(
+                f"{key}={path} is a plan measured at sampling.temperature={measured_at:g}, and this run "
+                f"samples at {temperature:g}: acceptance, hence the best D, moves with the temperature. "
+                f"Rank a sweep at {temperature:g} for its plan, or set sampling.temperature={measured_at:g}."
+            )
         schedules = data.get("schedules") or {}
         if drafter not in schedules:
-            raise ConfigError(f"{key}={path} has no schedule for drafter={drafter} (it has: "
-                              f"{', '.join(sorted(schedules)) or 'none'}).")
+            raise ConfigError(
+                f"{key}={path} has no schedule for drafter={drafter} (it has: "
+                f"{', '.join(sorted(schedules)) or 'none'})."
+            )
         data = schedules[drafter]
     return check_schedule(data, f"{key}={path}")

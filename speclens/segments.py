@@ -58,7 +58,9 @@ def passes_by_segment(starts: Sequence[tuple[int, int]], output_tokens: int, thi
     return thinking, answer
 
 
-def first_prefix_holding(token_ids: Sequence[int], decode: Callable[[Sequence[int]], str], text: str, after: int) -> int | None:
+def first_prefix_holding(
+    token_ids: Sequence[int], decode: Callable[[Sequence[int]], str], text: str, after: int
+) -> int | None:
     """The fewest leading tokens whose decoded text holds `text` at or after character `after`;
     None when the whole output does not.
 
@@ -77,8 +79,13 @@ def first_prefix_holding(token_ids: Sequence[int], decode: Callable[[Sequence[in
     return high
 
 
-def text_boundary(prompt_text: str, output_ids: Sequence[int], decode: Callable[[Sequence[int]], str],
-                  end: str, start: str | None = None) -> Boundary:
+def text_boundary(
+    prompt_text: str,
+    output_ids: Sequence[int],
+    decode: Callable[[Sequence[int]], str],
+    end: str,
+    start: str | None = None,
+) -> Boundary:
     """Where thinking ends, by delimiters matched on decoded text (reasoning.end, reasoning.start).
 
     Without `start`, every output begins in thinking. With it, an output begins in thinking when

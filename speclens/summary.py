@@ -239,7 +239,9 @@ class RunSummary:
 
     def groups(self) -> dict[str, GroupFigures]:
         """`all` (this summary's own figures) and every domain."""
-        overall = GroupFigures(self.al, self.al_ci95, self.tokens_per_step, self.n_requests, self.n_steps, self.by_segment)
+        overall = GroupFigures(
+            self.al, self.al_ci95, self.tokens_per_step, self.n_requests, self.n_steps, self.by_segment
+        )
         return {"all": overall} | self.by_domain
 
     def to_dict(self) -> dict[str, Any]:
@@ -286,8 +288,11 @@ _KEYWORDS = {"from_": "from"}
 
 def to_plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value):
-        return {_KEYWORDS.get(f.name, f.name): to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)
-                if not (f.metadata.get("omit_when_none") and getattr(value, f.name) is None)}
+        return {
+            _KEYWORDS.get(f.name, f.name): to_plain(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if not (f.metadata.get("omit_when_none") and getattr(value, f.name) is None)
+        }
     if isinstance(value, dict):
         return {k: to_plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -361,8 +366,13 @@ def _summary_7_to_8(data: dict[str, Any]) -> dict[str, Any]:
 
 # version -> the step from that version to the next.
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    1: _summary_1_to_2, 2: _summary_2_to_3, 3: _summary_3_to_4, 4: _summary_4_to_5, 5: _summary_5_to_6,
-    6: _summary_6_to_7, 7: _summary_7_to_8,
+    1: _summary_1_to_2,
+    2: _summary_2_to_3,
+    3: _summary_3_to_4,
+    4: _summary_4_to_5,
+    5: _summary_5_to_6,
+    6: _summary_6_to_7,
+    7: _summary_7_to_8,
 }
 
 

@@ -74,7 +74,9 @@ def layer_violations(graph: dict[str, set[str]]) -> list[Violation]:
             if LAYERS[other_top] > LAYERS[top]:
                 out.append(Violation(module, other, f"{other_top}/ is a higher layer than {top}/"))
             elif LAYERS[other_top] == LAYERS[top]:
-                out.append(Violation(module, other, f"{top}/ and {other_top}/ are one layer: neither imports the other"))
+                out.append(
+                    Violation(module, other, f"{top}/ and {other_top}/ are one layer: neither imports the other")
+                )
     return out
 
 

@@ -27,11 +27,11 @@ def _chunks(data: bytes) -> Iterator[bytes]:
         if left < HEADER:
             pos += left
             continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + HEADER])
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + HEADER])
         if kind == 0:
             pos += left  # zero padding to the end of the block
             continue
-        chunk = data[pos + HEADER:pos + HEADER + length]
+        chunk = data[pos + HEADER : pos + HEADER + length]
         if len(chunk) < length:
             return
         pos += HEADER + length

@@ -36,7 +36,7 @@ class EvaluationIndex:
                 found = words(text)
                 if len(found) >= n:
                     for i in range(len(found) - n + 1):
-                        self._runs.setdefault(tuple(found[i:i + n]), name)
+                        self._runs.setdefault(tuple(found[i : i + n]), name)
                 elif len(found) >= MIN_SHORT_WORDS:
                     self._short.append((f" {' '.join(found)} ", name))
 
@@ -44,7 +44,7 @@ class EvaluationIndex:
         """The evaluation set `text` shares a run with (None: it shares none)."""
         found = words(text)
         for i in range(len(found) - self.n + 1):
-            name = self._runs.get(tuple(found[i:i + self.n]))
+            name = self._runs.get(tuple(found[i : i + self.n]))
             if name is not None:
                 return name
         joined = f" {' '.join(found)} "

@@ -26,28 +26,81 @@ CORPUS = {
 
 # Our own lists, for prompts Faker's vocabulary cannot make.
 _CONCEPTS = (
-    "photosynthesis", "entropy", "inflation", "supply and demand", "natural selection", "plate tectonics",
-    "the water cycle", "compound interest", "machine learning", "blockchain", "vaccination", "gravity",
-    "electric circuits", "the immune system", "climate change", "recursion", "hash tables", "encryption",
-    "the Renaissance", "democracy", "opportunity cost", "black holes", "DNA replication", "renewable energy",
-    "the scientific method", "probability", "sorting algorithms", "operating systems", "the stock market",
-    "nutrition", "sleep", "urban planning", "volcanoes", "ocean currents", "antibiotics", "the printing press",
+    "photosynthesis",
+    "entropy",
+    "inflation",
+    "supply and demand",
+    "natural selection",
+    "plate tectonics",
+    "the water cycle",
+    "compound interest",
+    "machine learning",
+    "blockchain",
+    "vaccination",
+    "gravity",
+    "electric circuits",
+    "the immune system",
+    "climate change",
+    "recursion",
+    "hash tables",
+    "encryption",
+    "the Renaissance",
+    "democracy",
+    "opportunity cost",
+    "black holes",
+    "DNA replication",
+    "renewable energy",
+    "the scientific method",
+    "probability",
+    "sorting algorithms",
+    "operating systems",
+    "the stock market",
+    "nutrition",
+    "sleep",
+    "urban planning",
+    "volcanoes",
+    "ocean currents",
+    "antibiotics",
+    "the printing press",
 )
-_FORMS = ("poem", "short story", "blog post", "persuasive essay", "limerick", "diary entry", "news article",
-          "product review", "cover letter", "motivational speech", "fable", "song chorus", "travel guide entry")
+_FORMS = (
+    "poem",
+    "short story",
+    "blog post",
+    "persuasive essay",
+    "limerick",
+    "diary entry",
+    "news article",
+    "product review",
+    "cover letter",
+    "motivational speech",
+    "fable",
+    "song chorus",
+    "travel guide entry",
+)
 _TONES = ("formal", "casual", "humorous", "poetic", "concise", "enthusiastic", "skeptical")
 _LANGS = ("Python", "JavaScript", "Java", "C++", "Go", "Rust", "SQL", "Bash")
 _CODE_TASKS = (
-    "return the {n} most common words in a text", "check whether two strings are anagrams",
-    "merge two sorted lists into one sorted list", "compute the factorial of n iteratively",
-    "remove duplicate values from a list while keeping their order", "count the vowels in a string",
-    "find the second largest number in a list", "convert a temperature from Celsius to Fahrenheit",
-    "validate that a string looks like an email address", "flatten a nested list",
-    "return the running total of a list of numbers", "group a list of {w}s by their first letter",
-    "compute the greatest common divisor of two integers", "transpose a matrix given as a list of lists",
-    "split a list into chunks of size {n}", "return the longest word in a sentence",
-    "check whether a number is prime", "reverse the order of words in a sentence",
-    "count how many times each character appears in a string", "rotate a list by {m} positions",
+    "return the {n} most common words in a text",
+    "check whether two strings are anagrams",
+    "merge two sorted lists into one sorted list",
+    "compute the factorial of n iteratively",
+    "remove duplicate values from a list while keeping their order",
+    "count the vowels in a string",
+    "find the second largest number in a list",
+    "convert a temperature from Celsius to Fahrenheit",
+    "validate that a string looks like an email address",
+    "flatten a nested list",
+    "return the running total of a list of numbers",
+    "group a list of {w}s by their first letter",
+    "compute the greatest common divisor of two integers",
+    "transpose a matrix given as a list of lists",
+    "split a list into chunks of size {n}",
+    "return the longest word in a sentence",
+    "check whether a number is prime",
+    "reverse the order of words in a sentence",
+    "count how many times each character appears in a string",
+    "rotate a list by {m} positions",
 )
 
 # {w}, {w2}: common English words; {job}; {place}, {place2}: cities; {country}; {name}; {company};
@@ -66,10 +119,10 @@ _TEMPLATES: dict[str, tuple[str, ...]] = {
         "Describe a rainy morning in {place} in vivid detail.",
         "Write a letter from {name} to an old friend, mentioning {w} and {w2}.",
         "Write the opening scene of a mystery novel set in {place}.",
-        "Rewrite this sentence in a {tone} tone: \"{sentence}\"",
+        'Rewrite this sentence in a {tone} tone: "{sentence}"',
         "Compose a travel blog post about a {n}-day trip to {country}, with must-see places.",
         "Write an engaging social media post announcing that {company} has opened an office in {place}.",
-        "Edit this paragraph to make it clearer and more {tone}: \"{sentence} {sentence2}\"",
+        'Edit this paragraph to make it clearer and more {tone}: "{sentence} {sentence2}"',
     ),
     "roleplay": (
         "Pretend you are a {job}. Explain your typical day to a curious child.",
@@ -115,8 +168,8 @@ _TEMPLATES: dict[str, tuple[str, ...]] = {
         "Explain what a Python dictionary is, with an example that maps {w} to {w2}.",
         "Write a SQL query that finds the {n} most recent orders from customers in {place}.",
         "Write a Python script that reads a CSV file of {w}s and prints the average of one column.",
-        "Complete this Python function:\n\n```python\ndef {fn}(items):\n    \"\"\"{Task}.\"\"\"\n```",
-        "def {fn}(values: list) -> list:\n    \"\"\"{Task}.\n    >>> {fn}([{n}, {m}, {n}])\n    \"\"\"\n",
+        'Complete this Python function:\n\n```python\ndef {fn}(items):\n    """{Task}."""\n```',
+        'def {fn}(values: list) -> list:\n    """{Task}.\n    >>> {fn}([{n}, {m}, {n}])\n    """\n',
         "Find the bug in this code and fix it:\n\n```python\ndef {fn}(xs):\n    total = 0\n    for i in range(len(xs) + 1):\n        total += xs[i]\n    return total\n```",
         "Explain the time complexity of a function that {task}.",
         "Write unit tests in Python for a function that {task}.",
@@ -172,15 +225,34 @@ def _fill(template: str, fake, rng: random.Random) -> str:
     w, w2 = fake.word(), fake.word()
     task = rng.choice(_CODE_TASKS).format(w=w, n=rng.randint(2, 5), m=rng.randint(1, 4))
     values = {
-        "w": w, "w2": w2, "W": w.capitalize() + w2.capitalize(), "job": fake.job().lower(),
-        "place": fake.city(), "place2": fake.city(), "country": fake.country(), "company": fake.company(),
-        "name": fake.first_name(), "name2": fake.first_name(), "name3": fake.first_name(),
-        "n": rng.randint(2, 12), "m": rng.randint(2, 9), "color": fake.color_name().lower(),
-        "catch": fake.catch_phrase(), "concept": rng.choice(_CONCEPTS), "concept2": rng.choice(_CONCEPTS),
-        "form": rng.choice(_FORMS), "tone": rng.choice(_TONES), "lang": rng.choice(_LANGS),
-        "task": task, "Task": task[0].upper() + task[1:], "fn": f"{w}_{w2}".replace("-", "_"),
-        "sentence": fake.sentence(nb_words=12), "sentence2": fake.sentence(nb_words=10),
-        "sentence3": fake.sentence(nb_words=14), "date": fake.date(), "date2": fake.date(),
+        "w": w,
+        "w2": w2,
+        "W": w.capitalize() + w2.capitalize(),
+        "job": fake.job().lower(),
+        "place": fake.city(),
+        "place2": fake.city(),
+        "country": fake.country(),
+        "company": fake.company(),
+        "name": fake.first_name(),
+        "name2": fake.first_name(),
+        "name3": fake.first_name(),
+        "n": rng.randint(2, 12),
+        "m": rng.randint(2, 9),
+        "color": fake.color_name().lower(),
+        "catch": fake.catch_phrase(),
+        "concept": rng.choice(_CONCEPTS),
+        "concept2": rng.choice(_CONCEPTS),
+        "form": rng.choice(_FORMS),
+        "tone": rng.choice(_TONES),
+        "lang": rng.choice(_LANGS),
+        "task": task,
+        "Task": task[0].upper() + task[1:],
+        "fn": f"{w}_{w2}".replace("-", "_"),
+        "sentence": fake.sentence(nb_words=12),
+        "sentence2": fake.sentence(nb_words=10),
+        "sentence3": fake.sentence(nb_words=14),
+        "date": fake.date(),
+        "date2": fake.date(),
     }
     return template.format(**values)
 
@@ -220,7 +292,7 @@ def shared_passages(training: list[str], evaluation: list[str], n: int = 8) -> l
     joined = " " + " ".join(" ".join(words(t)) for t in training) + " "
     for text in training:
         found_words = words(text)
-        grams.update(tuple(found_words[i:i + n]) for i in range(len(found_words) - n + 1))
+        grams.update(tuple(found_words[i : i + n]) for i in range(len(found_words) - n + 1))
     found = []
     for text in evaluation:
         found_words = words(text)
@@ -229,6 +301,6 @@ def shared_passages(training: list[str], evaluation: list[str], n: int = 8) -> l
         if len(found_words) < n:
             if f" {' '.join(found_words)} " in joined and len(found_words) >= 4:
                 found.append(text)
-        elif any(tuple(found_words[i:i + n]) in grams for i in range(len(found_words) - n + 1)):
+        elif any(tuple(found_words[i : i + n]) in grams for i in range(len(found_words) - n + 1)):
             found.append(text)
     return found

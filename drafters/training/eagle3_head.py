@@ -71,10 +71,15 @@ def _verifier_states(target, samples: list[Sample], aux_layers: tuple[int, ...])
                 out = target.model(input_ids=ids, output_hidden_states=True)
                 fused = torch.cat([out.hidden_states[i] for i in aux_layers], dim=-1)[0]
                 mask = torch.zeros(len(s.ids), dtype=torch.bool)
-                mask[len(s.prompt_ids):] = True  # learn the answers, not the prompts
-                states.append({"input_ids": ids[0], "hidden_states": fused.to(compute_dtype()),
-                               "verifier_last_hidden_states": captured["pre_norm"][0].to(compute_dtype()),
-                               "loss_mask": mask})
+                mask[len(s.prompt_ids) :] = True  # learn the answers, not the prompts
+                states.append(
+                    {
+                        "input_ids": ids[0],
+                        "hidden_states": fused.to(compute_dtype()),
+                        "verifier_last_hidden_states": captured["pre_norm"][0].to(compute_dtype()),
+                        "loss_mask": mask,
+                    }
+                )
     finally:
         hook.remove()
     return states
@@ -95,8 +100,17 @@ def _pack(states: list[dict]) -> dict:
     with the hidden state g[i] and the verifier's output y[i+1]."""
     import torch
 
-    cols: dict[str, list] = {k: [] for k in ("input_ids", "hidden_states", "verifier_last_hidden_states",
-                                             "loss_mask", "position_ids", "document_ids")}
+    cols: dict[str, list] = {
+        k: []
+        for k in (
+            "input_ids",
+            "hidden_states",
+            "verifier_last_hidden_states",
+            "loss_mask",
+            "position_ids",
+            "document_ids",
+        )
+    }
     for doc, s in enumerate(states):
         n = s["input_ids"].shape[0]
         cols["input_ids"].append(s["input_ids"][1:])
@@ -130,8 +144,11 @@ def _build_model(target_dir: pathlib.Path, target_config, plan: HeadPlan, d2t, t
     from speculators.proposals.greedy import GreedyTokenProposalConfig
     from transformers import LlamaConfig
 
-    layer = {k: v for k, v in target_config.to_dict().items()
-             if k not in ("architectures", "_name_or_path", "transformers_version", "dtype")}
+    layer = {
+        k: v
+        for k, v in target_config.to_dict().items()
+        if k not in ("architectures", "_name_or_path", "transformers_version", "dtype")
+    }
     layer_config = LlamaConfig(**{**layer, "num_hidden_layers": 1})
     layer_config._attn_implementation = "sdpa"  # speculators' default flex attention has no CPU backward
     config = Eagle3SpeculatorConfig(
@@ -168,8 +185,7 @@ def train_eagle3_head(
 
     torch.set_num_threads(training_threads())  # fixed, so that the same inputs give the same bytes
     torch.manual_seed(plan.seed)
-    (train_states, heldout_states), target_config, lm_head = _target_pass(target_dir, [train, heldout],
-                                                                          plan.aux_layers)
+    (train_states, heldout_states), target_config, lm_head = _target_pass(target_dir, [train, heldout], plan.aux_layers)
     counts = Counter(t for s in train for t in s.answer_ids)
     d2t, t2d = build_vocab_mappings_from_distribution(dict(counts), plan.draft_vocab_size, target_config.vocab_size)
     model = _build_model(target_dir, target_config, plan, d2t, t2d)
@@ -224,10 +240,11 @@ def _agreement(model, states: list[dict], lm_head, ttt_steps: int, chunk: int = 
     to_target_vocab, logits_weight = model.d2t.long(), lm_head.float().T
     agreed, counted = [0.0] * ttt_steps, [0.0] * ttt_steps
     for start in range(0, len(states), chunk):
-        batch = _pack(states[start:start + chunk])
+        batch = _pack(states[start : start + chunk])
         with torch.no_grad(), training_autocast():
-            drafts = model(**{k: v for k, v in batch.items() if k != "verifier_last_hidden_states"},
-                           ttt_steps=ttt_steps)
+            drafts = model(
+                **{k: v for k, v in batch.items() if k != "verifier_last_hidden_states"}, ttt_steps=ttt_steps
+            )
             normed = model.verifier_norm(batch["verifier_last_hidden_states"].to(lm_head.dtype))
         wanted = (normed.float() @ logits_weight).argmax(-1)
         row_agreed, row_counted = chain_agreement(drafts, to_target_vocab, wanted, batch["loss_mask"])
@@ -236,8 +253,9 @@ def _agreement(model, states: list[dict], lm_head, ttt_steps: int, chunk: int = 
     return [round(a / max(c, 1.0), 4) for a, c in zip(agreed, counted)]
 
 
-def head_agreement(target_dir: pathlib.Path, head_dir: pathlib.Path,
-                   sets: dict[str, list[Sample]]) -> dict[str, list[float]]:
+def head_agreement(
+    target_dir: pathlib.Path, head_dir: pathlib.Path, sets: dict[str, list[Sample]]
+) -> dict[str, list[float]]:
     """A saved head's agreement with the target on each named set of samples' answers, computed
     as the build's held-out check computes it (so the build's own held-out samples give back the
     figures in its speclens_drafter.json)."""
@@ -248,8 +266,12 @@ def head_agreement(target_dir: pathlib.Path, head_dir: pathlib.Path,
 
     config = json.loads((head_dir / "config.json").read_text(encoding="utf-8"))
     ttt_steps = config["speculators_config"]["proposal_methods"][0]["speculative_tokens"]
-    plan = HeadPlan(steps=0, draft_vocab_size=config["draft_vocab_size"], ttt_steps=ttt_steps,
-                    aux_layers=tuple(config["eagle_aux_hidden_state_layer_ids"]))
+    plan = HeadPlan(
+        steps=0,
+        draft_vocab_size=config["draft_vocab_size"],
+        ttt_steps=ttt_steps,
+        aux_layers=tuple(config["eagle_aux_hidden_state_layer_ids"]),
+    )
     torch.set_num_threads(training_threads())
     rows, target_config, lm_head = _target_pass(target_dir, list(sets.values()), plan.aux_layers)
     weights = load_file(str(head_dir / "model.safetensors"))

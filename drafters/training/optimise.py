@@ -16,7 +16,8 @@ class Optimiser:
         self.adamw = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
         warmup = max(1, steps // 20)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(
-            self.adamw, lambda s: min(1.0, (s + 1) / warmup) * max(0.1, 1.0 - s / max(steps, 1)))
+            self.adamw, lambda s: min(1.0, (s + 1) / warmup) * max(0.1, 1.0 - s / max(steps, 1))
+        )
 
     def step(self, loss) -> float:
         """One update from ``loss``; returns its value."""

@@ -20,8 +20,16 @@ from dataclasses import dataclass
 from drafters.training.corpus import TrainingPrompt
 from speclens.machine import native_bf16
 
-__all__ = ["ANSWER_DTYPE", "ANSWER_THREADS", "Sample", "compute_dtype", "generate_answers", "generate_answers_apart",
-           "training_autocast", "training_threads"]
+__all__ = [
+    "ANSWER_DTYPE",
+    "ANSWER_THREADS",
+    "Sample",
+    "compute_dtype",
+    "generate_answers",
+    "generate_answers_apart",
+    "training_autocast",
+    "training_threads",
+]
 
 ANSWER_DTYPE = "float32"
 ANSWER_THREADS = 1
@@ -93,8 +101,11 @@ def generate_answers_apart(target: pathlib.Path, prompts: list[TrainingPrompt], 
     stay out of the caller: torch training in the process that ran it went several times slower."""
     with tempfile.TemporaryDirectory(prefix="speclens-answers-") as tmp:
         request, answers = pathlib.Path(tmp) / "request.json", pathlib.Path(tmp) / "answers.json"
-        request.write_text(json.dumps({"target": str(target), "max_tokens": max_tokens,
-                                       "prompts": [[p.domain, p.text] for p in prompts]}))
+        request.write_text(
+            json.dumps(
+                {"target": str(target), "max_tokens": max_tokens, "prompts": [[p.domain, p.text] for p in prompts]}
+            )
+        )
         subprocess.run([sys.executable, "-m", "drafters.training.selfdistill", str(request), str(answers)], check=True)
         rows = json.loads(answers.read_text())
     return [Sample(domain, tuple(prompt_ids), tuple(answer_ids)) for domain, prompt_ids, answer_ids in rows]
@@ -102,6 +113,7 @@ def generate_answers_apart(target: pathlib.Path, prompts: list[TrainingPrompt], 
 
 if __name__ == "__main__":  # generate_answers_apart's child: request.json in, answers.json out
     asked = json.loads(pathlib.Path(sys.argv[1]).read_text())
-    made = generate_answers(pathlib.Path(asked["target"]), [TrainingPrompt(*p) for p in asked["prompts"]],
-                            asked["max_tokens"])
+    made = generate_answers(
+        pathlib.Path(asked["target"]), [TrainingPrompt(*p) for p in asked["prompts"]], asked["max_tokens"]
+    )
     pathlib.Path(sys.argv[2]).write_text(json.dumps([[s.domain, s.prompt_ids, s.answer_ids] for s in made]))

@@ -55,7 +55,7 @@ def _pad(samples: list[Sample]):
         n = len(s.ids)
         ids[i, :n] = torch.tensor(s.ids)
         mask[i, :n] = 1
-        labels[i, len(s.prompt_ids):n] = torch.tensor(s.answer_ids)
+        labels[i, len(s.prompt_ids) : n] = torch.tensor(s.answer_ids)
     return ids, mask, labels
 
 
@@ -85,7 +85,7 @@ def _agreement(draft, heldout: list[Sample]) -> float:
     draft.eval()
     with torch.no_grad(), training_autocast():
         for start in range(0, len(heldout), 8):
-            ids, mask, labels = _pad(heldout[start:start + 8])
+            ids, mask, labels = _pad(heldout[start : start + 8])
             predicted = draft(input_ids=ids, attention_mask=mask).logits[:, :-1].argmax(-1)
             wanted = labels[:, 1:]
             agree += int(((predicted == wanted) & (wanted >= 0)).sum())

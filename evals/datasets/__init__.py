@@ -50,7 +50,9 @@ def dataset_name(cfg: DatasetConfig) -> str:
     for name, spec in DATASETS.items():
         if type(cfg) is spec.config_class:
             return name
-    raise ConfigError(f"dataset: {type(cfg).__name__} is not a registered prompt set; choose one of {', '.join(DATASETS)}.")
+    raise ConfigError(
+        f"dataset: {type(cfg).__name__} is not a registered prompt set; choose one of {', '.join(DATASETS)}."
+    )
 
 
 def load_prompts(cfg: DatasetConfig, seed: int, encoder: ChatEncoder) -> list[Prompt]:

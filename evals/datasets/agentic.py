@@ -75,8 +75,10 @@ def _tools(value: Any, where: str) -> tuple[dict[str, Any], ...]:
     tools = _json_field(value, where) if value is not None else []
     tools = _plain(tools)
     if not isinstance(tools, list) or not all(isinstance(t, dict) and ("function" in t or "name" in t) for t in tools):
-        raise ConfigError(f"{where}: must be a list of tool schemas ({{type: function, function: {{name, ...}}}}), "
-                          f"not {type(tools).__name__}.")
+        raise ConfigError(
+            f"{where}: must be a list of tool schemas ({{type: function, function: {{name, ...}}}}), "
+            f"not {type(tools).__name__}."
+        )
     return tuple(_plain_tree(t) for t in tools)
 
 
@@ -114,8 +116,10 @@ def trajectory_of(row: dict[str, Any], where: str) -> Trajectory:
     key = "question_id" if layout == "turns" else "id"
     ident = row.get(key, row.get("question_id", row.get("id")))
     if ident is None or row.get("category") is None or row.get(layout) is None:
-        raise ConfigError(f"{where}: needs question_id, category and turns (SPEED-Bench agentic) or id, category and "
-                          "messages (OpenAI messages).")
+        raise ConfigError(
+            f"{where}: needs question_id, category and turns (SPEED-Bench agentic) or id, category and "
+            "messages (OpenAI messages)."
+        )
     where = f"{where} ({key} {ident})"
     raw_messages = _plain(row[layout])
     if not isinstance(raw_messages, list):
@@ -162,19 +166,25 @@ def _rows_from_hub(cfg: AgenticConfig) -> list[tuple[dict[str, Any], str]]:
     try:
         from datasets import get_dataset_config_names, load_dataset
     except ImportError:
-        raise ConfigError("dataset=agentic without dataset.path reads the hub and needs `pip install datasets`.") from None
+        raise ConfigError(
+            "dataset=agentic without dataset.path reads the hub and needs `pip install datasets`."
+        ) from None
     try:
         configs = get_dataset_config_names(HUB_ID)
         if HUB_CONFIG not in configs:
-            raise ConfigError(f"dataset=agentic: {HUB_ID} has no `{HUB_CONFIG}` config (it has {', '.join(configs)}); "
-                              "set dataset.path=<trajectories>.")
+            raise ConfigError(
+                f"dataset=agentic: {HUB_ID} has no `{HUB_CONFIG}` config (it has {', '.join(configs)}); "
+                "set dataset.path=<trajectories>."
+            )
         rows = load_dataset(HUB_ID, HUB_CONFIG, split=cfg.split)
     except ConfigError:
         raise
     except Exception as exc:  # the hub's own errors: no network, no access
-        raise ConfigError(f"dataset=agentic: {HUB_ID} ({HUB_CONFIG}) could not be read from the hub "
-                          f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); set "
-                          "dataset.path=<trajectories> (parquet or jsonl).") from None
+        raise ConfigError(
+            f"dataset=agentic: {HUB_ID} ({HUB_CONFIG}) could not be read from the hub "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); set "
+            "dataset.path=<trajectories> (parquet or jsonl)."
+        ) from None
     return [(dict(r), f"{HUB_ID}:{HUB_CONFIG}: row {i}") for i, r in enumerate(rows, start=1)]
 
 
@@ -190,7 +200,9 @@ def dropped_by_template(encoder: ChatEncoder, trajectories: list[Trajectory]) ->
         return []
     dropped = []
     with_tools = next((t for t in trajectories if t.tools), None)
-    if with_tools is not None and render(list(with_tools.messages), with_tools.tools) == render(list(with_tools.messages)):
+    if with_tools is not None and render(list(with_tools.messages), with_tools.tools) == render(
+        list(with_tools.messages)
+    ):
         dropped.append("tools")
     with_calls = next((t for t in trajectories if any(m.get("tool_calls") for m in t.messages)), None)
     if with_calls is not None:
@@ -199,8 +211,10 @@ def dropped_by_template(encoder: ChatEncoder, trajectories: list[Trajectory]) ->
             dropped.append("tool calls")
     with_results = next((t for t in trajectories if any(m["role"] == "tool" for m in t.messages)), None)
     if with_results is not None:
-        marked = [m | {"content": f"{m.get('content') or ''} speclens-probe"} if m["role"] == "tool" else m
-                  for m in with_results.messages]
+        marked = [
+            m | {"content": f"{m.get('content') or ''} speclens-probe"} if m["role"] == "tool" else m
+            for m in with_results.messages
+        ]
         if "speclens-probe" not in render(marked):
             dropped.append("tool results")
     return dropped
@@ -219,8 +233,10 @@ def as_text(trajectory: Trajectory) -> Trajectory:
         if m["role"] == "tool":
             messages.append({"role": "user", "content": f"<tool_response>\n{m.get('content') or ''}\n</tool_response>"})
             continue
-        calls = [json.dumps({"name": c["function"]["name"], "arguments": c["function"]["arguments"]}, sort_keys=True)
-                 for c in m.get("tool_calls") or ()]
+        calls = [
+            json.dumps({"name": c["function"]["name"], "arguments": c["function"]["arguments"]}, sort_keys=True)
+            for c in m.get("tool_calls") or ()
+        ]
         text = "\n".join([m.get("content") or "", *(f"<tool_call>{c}</tool_call>" for c in calls)]).strip()
         messages.append({"role": m["role"], "content": text})
     if trajectory.tools:
@@ -243,8 +259,17 @@ def cut_points(trajectory: Trajectory, stride: int) -> list[Prompt]:
         if m["role"] != "assistant" or i == 0:
             continue
         if turn % stride == 0:
-            prompts.append(Prompt(f"{trajectory.trajectory_id}@{turn}", domain_of(trajectory.category),
-                                  trajectory.category, (), trajectory.messages[:i], trajectory.tools or None, turn))
+            prompts.append(
+                Prompt(
+                    f"{trajectory.trajectory_id}@{turn}",
+                    domain_of(trajectory.category),
+                    trajectory.category,
+                    (),
+                    trajectory.messages[:i],
+                    trajectory.tools or None,
+                    turn,
+                )
+            )
         turn += 1
     return prompts
 
@@ -259,9 +284,11 @@ def load(cfg: AgenticConfig, encoder: ChatEncoder) -> list[Prompt]:
     check_unique([Prompt(t.trajectory_id, t.category, t.category, ()) for t in trajectories], source, "question_id")
     dropped = dropped_by_template(encoder, trajectories)
     if dropped and not cfg.tools_as_text:
-        raise ConfigError(f"the target's chat template drops {', '.join(dropped)} from the prompt ({getattr(encoder, 'source', 'the target')}): "
-                          "its prompts would silently lose them. Serve a target whose template renders tools, or set "
-                          "dataset.tools_as_text=true to write them into the messages as text.")
+        raise ConfigError(
+            f"the target's chat template drops {', '.join(dropped)} from the prompt ({getattr(encoder, 'source', 'the target')}): "
+            "its prompts would silently lose them. Serve a target whose template renders tools, or set "
+            "dataset.tools_as_text=true to write them into the messages as text."
+        )
     if cfg.tools_as_text:
         trajectories = [as_text(t) for t in trajectories]
     return [p for t in trajectories for p in cut_points(t, cfg.turn_stride)]

@@ -38,8 +38,11 @@ def check_unique(prompts: list[Prompt], source: str, key: str) -> None:
     seen: set[str] = set()
     duplicated = sorted({p.request_id for p in prompts if p.request_id in seen or seen.add(p.request_id)})
     if duplicated:
-        raise ConfigError(f"{source}: {key} values are not unique: {', '.join(duplicated[:10])}"
-                          + (f" and {len(duplicated) - 10} more" if len(duplicated) > 10 else "") + ".")
+        raise ConfigError(
+            f"{source}: {key} values are not unique: {', '.join(duplicated[:10])}"
+            + (f" and {len(duplicated) - 10} more" if len(duplicated) > 10 else "")
+            + "."
+        )
 
 
 def prompts_from_rows(
@@ -56,7 +59,9 @@ def prompts_from_rows(
         turns = text_turns(row["turns"], f"{source}: row {line_no}")
         category = str(row["category"])
         prompts.append(
-            Prompt(request_id=str(row["question_id"]), domain=to_domain(category), category=category, turns=tuple(turns))
+            Prompt(
+                request_id=str(row["question_id"]), domain=to_domain(category), category=category, turns=tuple(turns)
+            )
         )
     check_unique(prompts, source, "question_id")
     return prompts

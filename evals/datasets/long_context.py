@@ -36,6 +36,7 @@ from speclens.generation import ChatEncoder, Prompt
 
 class Tier(Choice):
     """SPEED-Bench's entropy tiers."""
+
     low_entropy = "low_entropy"
     mixed = "mixed"
     high_entropy = "high_entropy"
@@ -47,11 +48,32 @@ class CountWith(Choice):
     # The user text in tiktoken's o200k_base, as SPEED-Bench counts its throughput splits.
     o200k = "o200k"
 
+
 # Stdlib modules with long sources and plenty of docstrings (present in CPython 3.10+).
 SOURCE_MODULES = (
-    "argparse", "collections", "dataclasses", "difflib", "email.message", "enum", "fractions",
-    "functools", "heapq", "inspect", "json.decoder", "logging", "pathlib", "pickle", "pprint",
-    "shlex", "statistics", "string", "tarfile", "textwrap", "typing", "unittest.case", "zipfile",
+    "argparse",
+    "collections",
+    "dataclasses",
+    "difflib",
+    "email.message",
+    "enum",
+    "fractions",
+    "functools",
+    "heapq",
+    "inspect",
+    "json.decoder",
+    "logging",
+    "pathlib",
+    "pickle",
+    "pprint",
+    "shlex",
+    "statistics",
+    "string",
+    "tarfile",
+    "textwrap",
+    "typing",
+    "unittest.case",
+    "zipfile",
 )
 # How far around the binary-search point to look for an exact token count.
 EXACT_SEARCH_CHARS = 200
@@ -71,6 +93,7 @@ class LongContextConfig(DatasetConfig):
 @dataclass(frozen=True)
 class Task:
     """An instruction around a long body; only the body is cut to reach the length."""
+
     head: str
     body: str
     tail: str
@@ -203,7 +226,9 @@ def fit_exactly(task: Task, count: Callable[[str], int], tokens: int, label: str
     full = lambda n: task.head + task.body[:n] + task.tail  # noqa: E731
     overhead = count(full(0))
     if overhead >= tokens:
-        raise ConfigError(f"dataset.input_tokens={tokens} is too short for {label}: its instruction alone takes {overhead} tokens.")
+        raise ConfigError(
+            f"dataset.input_tokens={tokens} is too short for {label}: its instruction alone takes {overhead} tokens."
+        )
     if count(full(len(task.body))) < tokens:
         raise ConfigError(f"{label}: not enough offline text for dataset.input_tokens={tokens}.")
     lo, hi = 0, len(task.body)  # count(full(lo)) <= tokens < count(full(hi)) after the first step
@@ -232,7 +257,9 @@ def fit_exactly(task: Task, count: Callable[[str], int], tokens: int, label: str
             text = task.head + task.body[:n] + filler + task.tail
             if count(text) == tokens:
                 return text
-    raise ConfigError(f"{label}: no cut of the text gives exactly {tokens} tokens; try dataset.input_tokens={tokens + 1}.")
+    raise ConfigError(
+        f"{label}: no cut of the text gives exactly {tokens} tokens; try dataset.input_tokens={tokens + 1}."
+    )
 
 
 def load(cfg: LongContextConfig, encoder: ChatEncoder) -> list[Prompt]:

@@ -26,12 +26,14 @@ HUB_ID = "nvidia/SPEED-Bench"
 
 class SpeedBenchSplit(Choice):
     """SPEED-Bench's configs: the qualitative categories, or one throughput length."""
+
     qualitative = "qualitative"
     throughput_1k = "throughput_1k"
     throughput_2k = "throughput_2k"
     throughput_8k = "throughput_8k"
     throughput_16k = "throughput_16k"
     throughput_32k = "throughput_32k"
+
 
 PLACEHOLDER = "FULL BENCHMARK DATA SHOULD BE FETCHED FROM THE SOURCE USING SPECDEC_BENCH"
 REBUILD_HINT = (
@@ -64,7 +66,11 @@ def _read_file(file: Path) -> list[dict[str, Any]]:
 def _data_file(folder: Path, config: str) -> Path:
     """`<folder>/<config>.<ext>`, `<folder>/<config>/<one file>`, or the folder's only data file."""
     candidates = [folder / f"{config}{s}" for s in DATA_SUFFIXES]
-    candidates += sorted(p for p in (folder / config).glob("*") if p.suffix in DATA_SUFFIXES) if (folder / config).is_dir() else []
+    candidates += (
+        sorted(p for p in (folder / config).glob("*") if p.suffix in DATA_SUFFIXES)
+        if (folder / config).is_dir()
+        else []
+    )
     found = [p for p in candidates if p.is_file()]
     if not found:
         found = sorted(p for p in folder.glob("*") if p.suffix in DATA_SUFFIXES)
@@ -82,9 +88,14 @@ def _rows_from_hub(cfg: SpeedBenchConfig) -> list[dict[str, Any]]:
     try:
         from datasets import load_dataset
     except ImportError:
-        raise ConfigError("dataset=speed_bench without dataset.path reads the hub and needs `pip install datasets`.") from None
+        raise ConfigError(
+            "dataset=speed_bench without dataset.path reads the hub and needs `pip install datasets`."
+        ) from None
     try:
-        return [dict(r) for r in load_dataset(HUB_ID, SpeedBenchSplit.of(cfg.config, 'dataset.config').value, split=cfg.split)]
+        return [
+            dict(r)
+            for r in load_dataset(HUB_ID, SpeedBenchSplit.of(cfg.config, "dataset.config").value, split=cfg.split)
+        ]
     except Exception as exc:
         raise ConfigError(
             f"dataset=speed_bench: {HUB_ID} ({cfg.config}, split {cfg.split}) could not be read from the hub "
@@ -100,7 +111,9 @@ def turns_of(row: dict[str, Any], where: str = "row") -> list[str]:
     messages = _plain(row.get("messages"))
     if messages is None:
         return []
-    if not isinstance(messages, list) or not all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages):
+    if not isinstance(messages, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages
+    ):
         raise ConfigError(f"{where}: messages must be a list of {{role, content}} objects.")
     system = [m["content"] for m in messages if m.get("role") == "system"]
     user = [m["content"] for m in messages if m.get("role") == "user"]

@@ -23,8 +23,10 @@ from speclens.summary import read_summary
 from tests.unit.conftest import fake_overrides, write_checkpoint, write_questions
 
 REPO = Path(__file__).resolve().parents[2]
-ROWS = [{"question_id": f"q{i}", "category": "coding" if i % 2 else "writing", "turns": [f"task {i}", f"more {i}"]}
-        for i in range(4)]
+ROWS = [
+    {"question_id": f"q{i}", "category": "coding" if i % 2 else "writing", "turns": [f"task {i}", f"more {i}"]}
+    for i in range(4)
+]
 
 
 @pytest.fixture(autouse=True)
@@ -33,9 +35,15 @@ def isolated_cache(tmp_path, monkeypatch):
 
 
 def speclens(*args: str, cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "evals.cli", *args], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    return subprocess.Popen(
+        [sys.executable, "-m", "evals.cli", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
 
 
 def wait_for(condition, proc: subprocess.Popen, timeout_s: float = 120.0) -> None:
@@ -44,7 +52,9 @@ def wait_for(condition, proc: subprocess.Popen, timeout_s: float = 120.0) -> Non
     deadline = time.monotonic() + timeout_s
     while not condition():
         if proc.poll() is not None:
-            pytest.fail(f"the process ended (exit {proc.returncode}) before getting there: {proc.stderr.read()[-2000:]}")
+            pytest.fail(
+                f"the process ended (exit {proc.returncode}) before getting there: {proc.stderr.read()[-2000:]}"
+            )
         assert time.monotonic() < deadline, "timed out waiting for the process to get there"
         time.sleep(0.02)
 
@@ -54,8 +64,15 @@ def test_a_sweep_killed_mid_job_then_rerun_finishes_every_job_exactly_once(tmp_p
     # each job's engine waits at its own gate (runner.gate): d=1 may pass, d=2 is held mid-measurement
     gates = {d: tmp_path / f"gate_d{d}" for d in (1, 2, 3)}
     gates[1].touch()
-    args = ["run", "-m", *fake_overrides(tmp_path, ROWS), "drafter=ngram", "d=1,2,3",
-            f"runner.gate={tmp_path}/gate_d${{d}}", f"hydra.sweep.dir={sweep}"]
+    args = [
+        "run",
+        "-m",
+        *fake_overrides(tmp_path, ROWS),
+        "drafter=ngram",
+        "d=1,2,3",
+        f"runner.gate={tmp_path}/gate_d${{d}}",
+        f"hydra.sweep.dir={sweep}",
+    ]
     proc = speclens(*args, cwd=tmp_path)
     # killed (-9: no handler runs) while the d=2 job is half-measured: its stamp written, its engine
     # waiting at its gate
@@ -128,14 +145,31 @@ def test_nightlies_sharing_one_history_keep_every_night(tmp_path):
     target = write_checkpoint(tmp_path / "target")
     questions = write_questions(tmp_path / "q.jsonl", ROWS)
     suite = tmp_path / "suite.yaml"
-    suite.write_text(f"common: [runner=fake, target=custom, 'target.model={target}', dataset=jsonl, "
-                     f"'dataset.path={questions}']\njobs:\n  ngram_d3: [drafter=ngram, d=3]\n")
+    suite.write_text(
+        f"common: [runner=fake, target=custom, 'target.model={target}', dataset=jsonl, "
+        f"'dataset.path={questions}']\njobs:\n  ngram_d3: [drafter=ngram, d=3]\n"
+    )
     history = tmp_path / "history.parquet"
     nights = [f"n{i}" for i in range(3)]
-    procs = [subprocess.Popen([sys.executable, "-m", "evals.nightly", f"suite={suite}", f"night={n}",
-                               f"out={tmp_path / n}", f"history={history}"], cwd=tmp_path, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
-             for n in nights]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "evals.nightly",
+                f"suite={suite}",
+                f"night={n}",
+                f"out={tmp_path / n}",
+                f"history={history}",
+            ],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        for n in nights
+    ]
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err[-2000:]
@@ -147,10 +181,14 @@ def small_disk(tmp_path):
     """A 384 KiB tmpfs: room for one small run, not for a large one."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=384k", "tmpfs", str(mount)], capture_output=True, text=True)
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=384k", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     if made.returncode != 0:
-        pytest.skip(f"this machine does not let the tests mount a tmpfs ({made.stderr.strip()}): the full-disk case "
-                    "cannot be made here")
+        pytest.skip(
+            f"this machine does not let the tests mount a tmpfs ({made.stderr.strip()}): the full-disk case "
+            "cannot be made here"
+        )
     yield mount
     subprocess.run(["umount", str(mount)], check=True)
 
@@ -163,11 +201,21 @@ def test_a_full_disk_is_a_failed_measurement_and_keeps_the_previous_result(tmp_p
     assert first.returncode == 0, err[-2000:]
     before = (out / "summary.json").read_bytes()
     rows = [{"question_id": f"q{i}", "category": "qa", "turns": ["long " * 50]} for i in range(512)]
-    large = ["run", *fake_overrides(tmp_path, rows, name="large"), "drafter=ngram", "d=3", "force=true",
-             "runner.output_tokens=120", "sampling.max_tokens=128", f"hydra.run.dir={out}"]
+    large = [
+        "run",
+        *fake_overrides(tmp_path, rows, name="large"),
+        "drafter=ngram",
+        "d=3",
+        "force=true",
+        "runner.output_tokens=120",
+        "sampling.max_tokens=128",
+        f"hydra.run.dir={out}",
+    ]
     second = speclens(*large, cwd=tmp_path)
     _, err = second.communicate(timeout=60)
     lines = err.strip().splitlines()
     assert second.returncode == 3, err[-2000:]
-    assert any(line.startswith("speclens: error: the measurement failed: OSError: [Errno 28] No space left") for line in lines)
+    assert any(
+        line.startswith("speclens: error: the measurement failed: OSError: [Errno 28] No space left") for line in lines
+    )
     assert (out / "summary.json").read_bytes() == before

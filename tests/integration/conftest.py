@@ -26,8 +26,15 @@ def measure(out_dir: Path, *overrides: str) -> dict:
 
 
 def tiny_overrides(target: Path, *more: str) -> list[str]:
-    return ["target=custom", f"target.model={target}", "dataset=mt_bench", "dataset.num_requests=6",
-            "sampling.max_tokens=48", "engine.dtype=float32", *more]
+    return [
+        "target=custom",
+        f"target.model={target}",
+        "dataset=mt_bench",
+        "dataset.num_requests=6",
+        "sampling.max_tokens=48",
+        "engine.dtype=float32",
+        *more,
+    ]
 
 
 def steps_of(out_dir: Path):

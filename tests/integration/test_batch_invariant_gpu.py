@@ -14,20 +14,35 @@ from tests.integration.conftest import measure
 
 pytestmark = pytest.mark.gpu
 
-SETTINGS = ["drafter=ngram", "d=3", "dataset=mt_bench", "dataset.num_requests=8", "sampling.max_tokens=64",
-            "engine.max_model_len=2048", "engine.dtype=bfloat16", "engine.batch_invariant=true", "baseline=true",
-            "batch_sizes=[1,4]"]
+SETTINGS = [
+    "drafter=ngram",
+    "d=3",
+    "dataset=mt_bench",
+    "dataset.num_requests=8",
+    "sampling.max_tokens=64",
+    "engine.max_model_len=2048",
+    "engine.dtype=bfloat16",
+    "engine.batch_invariant=true",
+    "baseline=true",
+    "batch_sizes=[1,4]",
+]
 
 
 def test_bf16_greedy_speculation_is_exactly_lossless_at_every_batch_size(tmp_path):
     summary = measure(tmp_path / "run", *SETTINGS)
-    assert summary["numerics"] == {"dtype": "bfloat16", "threads": summary["numerics"]["threads"],
-                                   "batch_invariant": True, "reproducible": True}
+    assert summary["numerics"] == {
+        "dtype": "bfloat16",
+        "threads": summary["numerics"]["threads"],
+        "batch_invariant": True,
+        "reproducible": True,
+    }
     # every speculative output equals plain decoding's, at B=1 and at B=4, with no near-tie allowance
     assert summary["lossless"]["identical"] is True and summary["lossless"]["n_near_ties"] == 0
     # and the batch shape moved no token: B=1 and B=4 gave the same outputs
     outputs = [json.loads(line) for line in (tmp_path / "run" / "outputs.jsonl").read_text().splitlines()]
-    by_batch = {b: {(o["request_id"], o["turn"]): o["token_ids"] for o in outputs if o["batch_size"] == b} for b in (1, 4)}
+    by_batch = {
+        b: {(o["request_id"], o["turn"]): o["token_ids"] for o in outputs if o["batch_size"] == b} for b in (1, 4)
+    }
     assert by_batch[1] == by_batch[4] and len(by_batch[1]) == 16
     by_b = {p["batch_size"]: p["al"] for p in summary["operating_points"]}
     assert by_b[1] == by_b[4]

@@ -47,8 +47,9 @@ _train(mechanism, ensure_smollm2(), *training_samples(ensure_smollm2(), budget),
 
 def _train(mechanism: str, steps: int, out: Path) -> Path:
     """The builder's trainer on the cached reduced answers, ``steps`` steps (0: its untrained start)."""
-    subprocess.run([sys.executable, "-c", _TRAIN, mechanism, str(steps), str(out)], check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-c", _TRAIN, mechanism, str(steps), str(out)], check=True, stdout=subprocess.DEVNULL
+    )
     return out
 
 
@@ -58,8 +59,14 @@ def _weights_digest(folder: Path) -> str:
 
 @pytest.mark.parametrize("mechanism", list(EMBEDDED_DRAFTERS))
 def test_a_reduced_build_beats_its_untrained_start_in_vllm(built, tmp_path, mechanism):
-    overrides = ["dataset=mt_bench", "dataset.num_requests=6", "sampling.max_tokens=48", "d=3", "engine.dtype=float32",
-                 f"drafter={mechanism}"]
+    overrides = [
+        "dataset=mt_bench",
+        "dataset.num_requests=6",
+        "sampling.max_tokens=48",
+        "d=3",
+        "engine.dtype=float32",
+        f"drafter={mechanism}",
+    ]
     trained = measure(tmp_path / "trained", *overrides, f"drafter.model={built[mechanism]}", "baseline=true")
     untrained_dir = _train(mechanism, 0, tmp_path / f"untrained-{EMBEDDED_DRAFTERS[mechanism]}")
     untrained = measure(tmp_path / "untrained", *overrides, f"drafter.model={untrained_dir}")
@@ -77,8 +84,10 @@ def test_the_build_record_says_what_was_trained_and_the_stamp_carries_it(built, 
     assert facts["corpus"]["name"] == CORPUS["name"]
     chosen = training_set(ensure_smollm2(), REDUCED)
     assert facts["corpus"]["dropped_recitations"] == chosen.dropped
-    assert facts["corpus"]["training_prompts"] + facts["corpus"]["heldout_prompts"] + sum(chosen.dropped.values()) \
+    assert (
+        facts["corpus"]["training_prompts"] + facts["corpus"]["heldout_prompts"] + sum(chosen.dropped.values())
         == REDUCED.prompts + REDUCED.heldout
+    )
     assert facts["corpus"]["training_prompts"] == len(chosen.train) > 0.8 * REDUCED.prompts
     decoded = facts["corpus"]["answers_decoded"]
     assert (decoded["dtype"], decoded["threads"]) == ("float32", 1)
@@ -89,8 +98,15 @@ def test_the_build_record_says_what_was_trained_and_the_stamp_carries_it(built, 
     assert 0.0 < first <= 1.0
     assert f"{steps} steps" in describe_build(facts)
     # A run drafting with it stamps the build record (the report shows it from there).
-    measure(tmp_path / "run", "dataset=mt_bench", "dataset.num_requests=1", "sampling.max_tokens=8", "d=2",
-            f"drafter={mechanism}", f"drafter.model={built[mechanism]}")
+    measure(
+        tmp_path / "run",
+        "dataset=mt_bench",
+        "dataset.num_requests=1",
+        "sampling.max_tokens=8",
+        "d=2",
+        f"drafter={mechanism}",
+        f"drafter.model={built[mechanism]}",
+    )
     stamp = json.loads((tmp_path / "run" / "stamp.json").read_text())
     assert stamp["draft_build"] == facts
 
@@ -151,8 +167,9 @@ print(json.dumps(head_agreement(ensure_smollm2(), Path(sys.argv[1]), {"heldout":
 
 def test_the_heads_recorded_agreement_comes_back_from_its_saved_weights(built):
     # In a child process for the same reason as _train.
-    proc = subprocess.run([sys.executable, "-c", _AGREEMENT, str(built["eagle3"])], check=True,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", _AGREEMENT, str(built["eagle3"])], check=True, capture_output=True, text=True
+    )
     again = json.loads(proc.stdout.strip().splitlines()[-1])
     assert again == read_drafter_facts(built["eagle3"])["heldout_greedy_agreement"]
     assert len(again) == 3 and again[0] > 0.0

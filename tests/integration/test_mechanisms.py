@@ -17,7 +17,9 @@ D = 3
 
 @pytest.mark.parametrize("kind, expected_al", [("exact", 1 + D), ("never", 1.0)])
 def test_mtp_layers_draft_for_their_target(tmp_path, kind, expected_al):
-    summary = measure(tmp_path, *tiny_overrides(tiny_mtp_target(mtp=kind), "drafter=mtp", f"d={D}", "dataset.num_requests=4"))
+    summary = measure(
+        tmp_path, *tiny_overrides(tiny_mtp_target(mtp=kind), "drafter=mtp", f"d={D}", "dataset.num_requests=4")
+    )
     assert summary["al"] == expected_al
     assert summary["vllm_counters"]["num_drafts"] == summary["n_steps"] > 0
 
@@ -27,8 +29,15 @@ def test_mtp_layers_draft_for_their_target(tmp_path, kind, expected_al):
 )
 def test_random_drafters_run_and_their_proposals_are_rejected(tmp_path, drafter, checkpoint):
     summary = measure(
-        tmp_path, *tiny_overrides(tiny_target(), f"drafter={drafter}", f"drafter.model={checkpoint()}", f"d={D}",
-                                  "dataset.num_requests=4", "baseline=true")
+        tmp_path,
+        *tiny_overrides(
+            tiny_target(),
+            f"drafter={drafter}",
+            f"drafter.model={checkpoint()}",
+            f"d={D}",
+            "dataset.num_requests=4",
+            "baseline=true",
+        ),
     )
     assert summary["al"] == 1.0 and summary["n_steps"] > 0
     assert summary["vllm_counters"]["num_draft_tokens"] == D * summary["n_steps"]
@@ -44,7 +53,16 @@ def test_dspark_runs_on_gpu(tmp_path):
     target, draft = os.environ.get("SPECLENS_DSPARK_TARGET"), os.environ.get("SPECLENS_DSPARK_DRAFT")
     if not (target and draft):
         pytest.fail("set SPECLENS_DSPARK_TARGET and SPECLENS_DSPARK_DRAFT to a target and its DSpark draft")
-    summary = measure(tmp_path, "target=custom", f"target.model={target}", "drafter=dspark", f"drafter.model={draft}",
-                      f"d={D}", "dataset.num_requests=8", "engine=gpu", "engine.max_model_len=4096")
+    summary = measure(
+        tmp_path,
+        "target=custom",
+        f"target.model={target}",
+        "drafter=dspark",
+        f"drafter.model={draft}",
+        f"d={D}",
+        "dataset.num_requests=8",
+        "engine=gpu",
+        "engine.max_model_len=4096",
+    )
     assert 1 < summary["al"] <= 1 + D
     assert summary["vllm_counters"]["num_drafts"] == summary["n_steps"]

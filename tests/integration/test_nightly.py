@@ -52,5 +52,7 @@ def test_nightly_catches_the_finetuned_target_and_passes_the_unchanged_one(tmp_p
     n3 = history[(history.night == "n3") & (history.domain == "all")].iloc[0]
     assert n3.al_diff < -0.1 and n3.diff_ci95_hi < 0 and n3.regressed
     assert n3.target_fingerprint != n2.target_fingerprint
-    print(f"nightly wall time on CPU (one job, 8 prompts, 48 tokens): unchanged {unchanged_s:.1f} s, "
-          f"fine-tuned {tuned_s:.1f} s")
+    print(
+        f"nightly wall time on CPU (one job, 8 prompts, 48 tokens): unchanged {unchanged_s:.1f} s, "
+        f"fine-tuned {tuned_s:.1f} s"
+    )

@@ -20,8 +20,15 @@ def test_every_steps_segment_matches_an_independent_derivation(tmp_path):
     from evals.embedded_target import smollm2_path
 
     out = tmp_path / "split"
-    summary = measure(out, "drafter=ngram", f"d={D}", "dataset.num_requests=6", "sampling.max_tokens=64",
-                      "engine.dtype=float32", f"reasoning.end='{END}'")
+    summary = measure(
+        out,
+        "drafter=ngram",
+        f"d={D}",
+        "dataset.num_requests=6",
+        "sampling.max_tokens=64",
+        "engine.dtype=float32",
+        f"reasoning.end='{END}'",
+    )
     segments, thinking = derived_segments(out, AutoTokenizer.from_pretrained(str(smollm2_path())), END)
     steps = steps_of(out)
     assert segments == list(steps.segment)

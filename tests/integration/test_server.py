@@ -23,8 +23,15 @@ REPO = Path(__file__).resolve().parents[2]
 # float32: the server's greedy outputs are the in-process engine's only where they are a function of
 # the prompts (bf16 outputs move with thread counts and batch shapes; benchmarks/reproducibility.py
 # measures by how much).
-SETTINGS = ["drafter=ngram", "d=3", "dataset=mt_bench", "dataset.num_requests=3", "sampling.max_tokens=40",
-            "engine.max_model_len=2048", "engine.dtype=float32"]
+SETTINGS = [
+    "drafter=ngram",
+    "d=3",
+    "dataset=mt_bench",
+    "dataset.num_requests=3",
+    "sampling.max_tokens=40",
+    "engine.max_model_len=2048",
+    "engine.dtype=float32",
+]
 
 
 def servers_running() -> list[str]:
@@ -57,7 +64,9 @@ def test_a_launched_server_measures_what_the_in_process_engine_measures(tmp_path
     assert servers_running() == before
     # the server's own log is kept in the run dir; latency is measured from the stream
     log = (tmp_path / "server" / "server.log").read_text()
-    assert "===== speclens: the server of the speculative B=3 pass =====" in log and "Application startup complete" in log
+    assert (
+        "===== speclens: the server of the speculative B=3 pass =====" in log and "Application startup complete" in log
+    )
     latency = served["operating_points"][0]["latency"]
     assert 0 < latency["ttft_ms"]["p50"] < latency["e2e_ms"]["p50"] and latency["tpot_ms"]["p50"] > 0
 
@@ -73,10 +82,31 @@ def attached_server(tmp_path_factory):
     spec = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 5})
     log = open(tmp_path / "server.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(target), "--host", "127.0.0.1",
-         "--port", str(port), "--max-model-len", "2048", "--enforce-eager", "--dtype", "float32",
-         "--speculative-config", spec, "--per-request-spec-decode-metrics", "detailed"],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(target),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--max-model-len",
+            "2048",
+            "--enforce-eager",
+            "--dtype",
+            "float32",
+            "--speculative-config",
+            spec,
+            "--per-request-spec-decode-metrics",
+            "detailed",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"},
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300
@@ -110,10 +140,25 @@ def test_a_sweep_shares_an_attached_server_without_mixing_counter_deltas(tmp_pat
     server address), so each pass's counter deltas, checked exactly against its records, are its own."""
     sweep = tmp_path / "sweep"
     done = subprocess.run(
-        [sys.executable, "-m", "evals.run", "-m", "hydra/launcher=local", "hydra.launcher.n_jobs=2",
-         f"hydra.sweep.dir={sweep}", "runner=server", f"runner.url={attached_server}", *SETTINGS,
-         "dataset.num_requests=2", "seed=0,1"],
-        capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(REPO)})
+        [
+            sys.executable,
+            "-m",
+            "evals.run",
+            "-m",
+            "hydra/launcher=local",
+            "hydra.launcher.n_jobs=2",
+            f"hydra.sweep.dir={sweep}",
+            "runner=server",
+            f"runner.url={attached_server}",
+            *SETTINGS,
+            "dataset.num_requests=2",
+            "seed=0,1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     summaries = [json.loads(p.read_text()) for p in sorted(sweep.rglob("summary.json"))]
     assert len(summaries) == 2 and all(s["al"] > 1 for s in summaries)
@@ -129,14 +174,21 @@ def test_agent_trajectories_measure_alike_in_process_and_through_a_server(tmp_pa
     data.mkdir()
     write_rows(data / "swe.jsonl", [speed_bench_row("swe1", "swe", messages(2))])
     write_rows(data / "retail.jsonl", [openai_row("tau1", "retail", messages(1))])
-    agentic = [*SETTINGS[:2], "dataset=agentic", f"dataset.path={data}", "sampling.max_tokens=32", "engine.max_model_len=2048",
-               "engine.dtype=float32"]
+    agentic = [
+        *SETTINGS[:2],
+        "dataset=agentic",
+        f"dataset.path={data}",
+        "sampling.max_tokens=32",
+        "engine.max_model_len=2048",
+        "engine.dtype=float32",
+    ]
     # SmolLM2's template drops tools and tool calls: refused unless they are written as text
     with pytest.raises(ConfigError, match="drops tools, tool calls from the prompt"):
         measure(tmp_path / "refused", *agentic)
     local = measure(tmp_path / "local", *agentic, "dataset.tools_as_text=true")
-    served = measure(tmp_path / "served", "runner=server", f"runner.url={attached_server}", *agentic,
-                     "dataset.tools_as_text=true")
+    served = measure(
+        tmp_path / "served", "runner=server", f"runner.url={attached_server}", *agentic, "dataset.tools_as_text=true"
+    )
     assert sorted(requests_of(tmp_path / "local").request_id) == ["swe1@0", "swe1@1", "swe1@2", "tau1@0", "tau1@1"]
     # each prompt is the recorded history before its turn, tool calls and results written as text
     from evals.datasets.agentic import Trajectory, as_text

@@ -22,8 +22,14 @@ import pytest
 from evals.embedded_target import ensure_smollm2
 from tests.integration.conftest import measure
 
-SETTINGS = ["drafter=ngram", "d=3", "dataset=mt_bench", "dataset.num_requests=4", "sampling.max_tokens=64",
-            "engine.max_model_len=2048"]
+SETTINGS = [
+    "drafter=ngram",
+    "d=3",
+    "dataset=mt_bench",
+    "dataset.num_requests=4",
+    "sampling.max_tokens=64",
+    "engine.max_model_len=2048",
+]
 
 
 def free_port() -> int:
@@ -62,9 +68,24 @@ def serving(command: list[str], port: int, log: Path, timeout_s: float = 900):
 @pytest.mark.skipif(importlib.util.find_spec("sglang") is None, reason="SGLang is not installed")
 def test_a_real_sglang_server_gives_request_totals_matching_its_counter(tmp_path):
     model, port = ensure_smollm2(), free_port()
-    command = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), "--host", "127.0.0.1",
-               "--port", str(port), "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "4",
-               "--enable-metrics", "--context-length", "2048"]
+    command = [
+        sys.executable,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--speculative-algorithm",
+        "NGRAM",
+        "--speculative-num-draft-tokens",
+        "4",
+        "--enable-metrics",
+        "--context-length",
+        "2048",
+    ]
     with serving(command, port, tmp_path / "sglang.log") as url:
         summary = measure(tmp_path / "run", "runner=server", f"runner.url={url}", "runner.engine=sglang", *SETTINGS)
     assert summary["record_granularity"] == "request" and summary["al"] > 1
@@ -77,10 +98,22 @@ def test_a_real_sglang_server_gives_request_totals_matching_its_counter(tmp_path
 def test_a_real_tensorrt_llm_server_gives_al_per_domain(tmp_path):
     model, port = ensure_smollm2(), free_port()
     options = tmp_path / "llm_api.yaml"
-    options.write_text("speculative_config:\n  decoding_type: NGram\n  max_draft_len: 3\n"
-                       "  max_matching_ngram_size: 2\nreturn_perf_metrics: true\n")
-    command = ["trtllm-serve", str(model), "--host", "127.0.0.1", "--port", str(port), "--max_seq_len", "2048",
-               "--extra_llm_api_options", str(options)]
+    options.write_text(
+        "speculative_config:\n  decoding_type: NGram\n  max_draft_len: 3\n"
+        "  max_matching_ngram_size: 2\nreturn_perf_metrics: true\n"
+    )
+    command = [
+        "trtllm-serve",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max_seq_len",
+        "2048",
+        "--extra_llm_api_options",
+        str(options),
+    ]
     with serving(command, port, tmp_path / "trtllm.log") as url:
         summary = measure(tmp_path / "run", "runner=server", f"runner.url={url}", "runner.engine=trtllm", *SETTINGS)
     assert summary["record_granularity"] == "domain" and summary["al"] >= 1

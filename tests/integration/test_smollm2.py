@@ -12,14 +12,28 @@ D = 3
 def test_ngram_on_the_sample_set_reports_every_domain_and_is_lossless(tmp_path):
     out = tmp_path / "smollm2"
     summary = measure(
-        out, "drafter=ngram", f"d={D}", "dataset.num_requests=9", "sampling.max_tokens=64",
-        "baseline=true", "engine.dtype=float32",
+        out,
+        "drafter=ngram",
+        f"d={D}",
+        "dataset.num_requests=9",
+        "sampling.max_tokens=64",
+        "baseline=true",
+        "engine.dtype=float32",
     )
     requests = requests_of(out)
     assert set(summary["by_domain"]) == set(requests.domain)
     # one prompt from each of the 9 source categories; MT-Bench coding and HumanEval share `coding`
-    assert set(requests.category) == {"coding", "extraction", "humaneval", "humanities", "math", "reasoning",
-                                      "roleplay", "stem", "writing"}
+    assert set(requests.category) == {
+        "coding",
+        "extraction",
+        "humaneval",
+        "humanities",
+        "math",
+        "reasoning",
+        "roleplay",
+        "stem",
+        "writing",
+    }
     assert summary["by_domain"]["coding"]["n_requests"] == 2 and len(summary["by_domain"]) == 8
     assert 1 < summary["al"] < 1 + D
     lo, hi = summary["al_ci95"]
@@ -36,8 +50,15 @@ def test_ngram_on_the_sample_set_reports_every_domain_and_is_lossless(tmp_path):
 def test_ngram_over_a_2k_long_context_set_reports_its_domain(tmp_path):
     out = tmp_path / "long"
     summary = measure(
-        out, "drafter=ngram", f"d={D}", "dataset=long_context", "dataset.input_tokens=2000",
-        "dataset.tier=low_entropy", "dataset.num_requests=2", "sampling.max_tokens=64", "engine.max_model_len=4096",
+        out,
+        "drafter=ngram",
+        f"d={D}",
+        "dataset=long_context",
+        "dataset.input_tokens=2000",
+        "dataset.tier=low_entropy",
+        "dataset.num_requests=2",
+        "sampling.max_tokens=64",
+        "engine.max_model_len=4096",
     )
     assert set(summary["by_domain"]) == {"low_entropy@2k"}
     figures = summary["by_domain"]["low_entropy@2k"]
@@ -57,9 +78,23 @@ def test_a_default_run_shows_its_progress_and_table_and_keeps_vllms_output_in_en
     repo = Path(__file__).resolve().parents[2]
     out = tmp_path / "quiet"
     proc = subprocess.run(
-        [sys.executable, "-m", "evals.run", "drafter=ngram", f"d={D}", "dataset.num_requests=2", "sampling.max_tokens=16",
-         "engine.cpu_kvcache_space_gib=1", f"hydra.run.dir={out}"],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(repo)})
+        [
+            sys.executable,
+            "-m",
+            "evals.run",
+            "drafter=ngram",
+            f"d={D}",
+            "dataset.num_requests=2",
+            "sampling.max_tokens=16",
+            "engine.cpu_kvcache_space_gib=1",
+            f"hydra.run.dir={out}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     shown = proc.stdout + proc.stderr
     assert "speclens: drafter=ngram d=3" in proc.stdout and f"results: {out}" in proc.stdout

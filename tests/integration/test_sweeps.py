@@ -74,10 +74,18 @@ def test_eagle3_curve_is_estimated_from_one_measured_run(tmp_path, target):
 
 
 def multirun(sweep_dir: Path, target: Path) -> subprocess.CompletedProcess:
-    args = ["-m", "hydra/launcher=local", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep_dir}",
-            *tiny_overrides(target, "drafter=ngram", "d=1,2", "dataset.num_requests=2", "sampling.max_tokens=16"),
-            "engine.cpu_kvcache_space_gib=1", "engine.max_model_len=1024"]
-    return subprocess.run([sys.executable, "-m", "evals.run", *args], cwd=REPO, capture_output=True, text=True, timeout=900)
+    args = [
+        "-m",
+        "hydra/launcher=local",
+        "hydra.launcher.n_jobs=2",
+        f"hydra.sweep.dir={sweep_dir}",
+        *tiny_overrides(target, "drafter=ngram", "d=1,2", "dataset.num_requests=2", "sampling.max_tokens=16"),
+        "engine.cpu_kvcache_space_gib=1",
+        "engine.max_model_len=1024",
+    ]
+    return subprocess.run(
+        [sys.executable, "-m", "evals.run", *args], cwd=REPO, capture_output=True, text=True, timeout=900
+    )
 
 
 def test_joblib_sweep_resumes_after_a_kill_and_aggregates(tmp_path, target):

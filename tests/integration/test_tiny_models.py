@@ -34,7 +34,9 @@ def assert_records_sum_to_counters(summary: dict, out: Path) -> None:
 
 def test_draft_equal_to_target_accepts_everything_and_is_lossless(tmp_path, target):
     out = tmp_path / "self"
-    summary = measure(out, *tiny_overrides(target, "drafter=draft_model", f"drafter.model={target}", f"d={D}", "baseline=true"))
+    summary = measure(
+        out, *tiny_overrides(target, "drafter=draft_model", f"drafter.model={target}", f"d={D}", "baseline=true")
+    )
     assert summary["al"] == 1 + D
     assert summary["acceptance_histogram"][:D] == [0] * D
     assert summary["lossless"]["identical"] is True and summary["lossless"]["n_compared"] >= 6
@@ -110,7 +112,9 @@ c = engine.counters()
 print(json.dumps(1 + c.num_accepted_tokens / c.num_drafts))
 """
     env = dict(**__import__("os").environ, SPECLENS_CPU_EXPAND_FIX="1" if fix_enabled else "0")
-    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -125,8 +129,15 @@ def test_temperature_fix_restores_full_acceptance_and_is_needed(tmp_path, target
 def test_selfcheck_passes_on_a_sound_build(tmp_path, target):
     from evals.selfcheck import selfcheck
 
-    overrides = ["target=custom", f"target.model={target}", "dataset=mt_bench", "dataset.num_requests=4",
-                 "sampling.max_tokens=32", "engine.cpu_kvcache_space_gib=1", "engine.max_model_len=1024"]
+    overrides = [
+        "target=custom",
+        f"target.model={target}",
+        "dataset=mt_bench",
+        "dataset.num_requests=4",
+        "sampling.max_tokens=32",
+        "engine.cpu_kvcache_space_gib=1",
+        "engine.max_model_len=1024",
+    ]
     results = selfcheck(overrides, tmp_path)
     assert [r.verdict for r in results[:4]] == ["PASS"] * 4, [r.detail for r in results]
     # float32 and a launched server: the same records as in-process, as the same config twice
@@ -140,9 +151,19 @@ def test_selfcheck_passes_on_a_sound_build(tmp_path, target):
 def test_cli_writes_the_run_dir(tmp_path, target):
     run_dir = tmp_path / "cli"
     proc = subprocess.run(
-        [sys.executable, "-m", "evals.run", *tiny_overrides(target, "drafter=ngram", "d=2", "dataset.num_requests=2"),
-         "engine.cpu_kvcache_space_gib=1", "engine.max_model_len=1024", f"hydra.run.dir={run_dir}"],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "evals.run",
+            *tiny_overrides(target, "drafter=ngram", "d=2", "dataset.num_requests=2"),
+            "engine.cpu_kvcache_space_gib=1",
+            "engine.max_model_len=1024",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -18,8 +18,12 @@ def isolated_cache(tmp_path, monkeypatch):
 
 def write_checkpoint(folder: Path, vocab_size: int = 100, hidden_size: int = 16, **extra) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    config = {"architectures": ["LlamaForCausalLM"], "vocab_size": vocab_size, "hidden_size": hidden_size,
-              "num_hidden_layers": 2} | extra
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "vocab_size": vocab_size,
+        "hidden_size": hidden_size,
+        "num_hidden_layers": 2,
+    } | extra
     (folder / "config.json").write_text(json.dumps(config))
     return folder
 
@@ -35,13 +39,15 @@ def write_questions(path: Path, rows: list[dict]) -> Path:
 
 def write_script(path: Path, script: dict) -> Path:
     """A `runner.script` file for the fake runner: request#turn -> decode steps."""
-    path.write_text(json.dumps({key: [list(s) if isinstance(s, tuple) else s for s in steps]
-                                for key, steps in script.items()}))
+    path.write_text(
+        json.dumps({key: [list(s) if isinstance(s, tuple) else s for s in steps] for key, steps in script.items()})
+    )
     return path
 
 
-def fake_overrides(tmp_path: Path, rows: list[dict], script: dict | None = None, name: str = "q",
-                   **target_config) -> list[str]:
+def fake_overrides(
+    tmp_path: Path, rows: list[dict], script: dict | None = None, name: str = "q", **target_config
+) -> list[str]:
     """runner=fake on a fake target (config.json with `target_config`), these prompt rows and
     this script (if any)."""
     target = tmp_path / "target"

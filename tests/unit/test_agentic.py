@@ -22,14 +22,25 @@ def agentic_run(tmp_path: Path, data: Path, *overrides: str, script: dict | None
     if not target.exists():
         write_checkpoint(target)
     extra = [f"runner.script={write_script(tmp_path / 'script.json', script)}"] if script else []
-    cfg = compose_run("runner=fake", "target=custom", f"target.model={target}", "dataset=agentic",
-                      f"dataset.path={data}", "drafter=ngram", "d=3", *extra, *overrides)
+    cfg = compose_run(
+        "runner=fake",
+        "target=custom",
+        f"target.model={target}",
+        "dataset=agentic",
+        f"dataset.path={data}",
+        "drafter=ngram",
+        "d=3",
+        *extra,
+        *overrides,
+    )
     out = tmp_path / "run"
     return run(cfg, out, progress=lambda label: None).to_dict(), out
 
 
 def test_one_request_per_assistant_turn_with_the_recorded_history(tmp_path):
-    data = write_rows(tmp_path / "t.jsonl", [openai_row("swe1", "swe", messages(2)), openai_row("tau1", "retail", messages(1))])
+    data = write_rows(
+        tmp_path / "t.jsonl", [openai_row("swe1", "swe", messages(2)), openai_row("tau1", "retail", messages(1))]
+    )
     summary, out = agentic_run(tmp_path, data)
     requests = read_parquet(out / "requests.parquet").set_index("request_id")
     assert sorted(requests.index) == ["swe1@0", "swe1@1", "swe1@2", "tau1@0", "tau1@1"]
@@ -82,17 +93,28 @@ def bad(msgs_edit) -> dict:
     return row
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda r: r.update(turns=[m for m in r["turns"] if m["role"] != "assistant"]),
-     r"t.jsonl: row 2 \(question_id q1\).turns: no assistant message"),
-    (lambda r: r["turns"][3].update(tool_call_id="nope"),
-     r"t.jsonl: row 2 \(question_id q1\).turns\[3\].tool_call_id: 'nope' answers no earlier tool call"),
-    (lambda r: r["turns"][2]["tool_calls"][0]["function"].update(arguments="{pattern: "),
-     r"row 2 \(question_id q1\).turns\[2\].tool_calls\[0\].function.arguments: not valid JSON"),
-    (lambda r: r.update(extras=json.dumps({"tools": json.dumps({"name": "grep"})})),
-     r"row 2 \(question_id q1\).extras.tools: must be a list of tool schemas"),
-    (lambda r: r["turns"][1].update(role="robot"), r"row 2 \(question_id q1\).turns\[1\]: a message needs a role"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda r: r.update(turns=[m for m in r["turns"] if m["role"] != "assistant"]),
+            r"t.jsonl: row 2 \(question_id q1\).turns: no assistant message",
+        ),
+        (
+            lambda r: r["turns"][3].update(tool_call_id="nope"),
+            r"t.jsonl: row 2 \(question_id q1\).turns\[3\].tool_call_id: 'nope' answers no earlier tool call",
+        ),
+        (
+            lambda r: r["turns"][2]["tool_calls"][0]["function"].update(arguments="{pattern: "),
+            r"row 2 \(question_id q1\).turns\[2\].tool_calls\[0\].function.arguments: not valid JSON",
+        ),
+        (
+            lambda r: r.update(extras=json.dumps({"tools": json.dumps({"name": "grep"})})),
+            r"row 2 \(question_id q1\).extras.tools: must be a list of tool schemas",
+        ),
+        (lambda r: r["turns"][1].update(role="robot"), r"row 2 \(question_id q1\).turns\[1\]: a message needs a role"),
+    ],
+)
 def test_bad_rows_are_refused_naming_file_row_and_field(tmp_path, edit, message):
     data = write_rows(tmp_path / "t.jsonl", [speed_bench_row("q0", "swe", messages(1)), bad(edit)])
     with pytest.raises(ConfigError, match=message):
@@ -108,7 +130,9 @@ def test_duplicate_trajectory_ids_are_refused(tmp_path):
 def test_cut_points_too_long_are_refused_or_dropped_and_counted(tmp_path):
     long = messages(1)
     long[1] = {"role": "user", "content": "word " * 900}
-    data = write_rows(tmp_path / "t.jsonl", [openai_row("big", "swe", long), openai_row("small", "retail", messages(1))])
+    data = write_rows(
+        tmp_path / "t.jsonl", [openai_row("big", "swe", long), openai_row("small", "retail", messages(1))]
+    )
     with pytest.raises(ConfigError, match="do not fit engine.max_model_len=512.*dataset.drop_too_long=true"):
         agentic_run(tmp_path, data, "engine.max_model_len=512")
     summary, out = agentic_run(tmp_path, data, "engine.max_model_len=512", "dataset.drop_too_long=true")
@@ -119,9 +143,11 @@ def test_cut_points_too_long_are_refused_or_dropped_and_counted(tmp_path):
 # -- templates that drop tools ----------------------------------------------------------------------
 
 IGNORING = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
-RENDERING = ("{% if tools %}tools: {{ tools | tojson }}\n{% endif %}{% for m in messages %}{{ m['role'] }}: "
-             "{{ m['content'] }}{% for c in m.get('tool_calls') or [] %} call {{ c['function'] | tojson }}{% endfor %}\n"
-             "{% endfor %}assistant:")
+RENDERING = (
+    "{% if tools %}tools: {{ tools | tojson }}\n{% endif %}{% for m in messages %}{{ m['role'] }}: "
+    "{{ m['content'] }}{% for c in m.get('tool_calls') or [] %} call {{ c['function'] | tojson }}{% endfor %}\n"
+    "{% endfor %}assistant:"
+)
 
 
 @pytest.fixture
@@ -183,7 +209,10 @@ def test_the_projects_own_trajectories_are_deterministic_and_load(tmp_path):
     from evals.datasets.agent_trajectories import main as write_trajectories
 
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    assert write_trajectories([str(a), "--per-category", "2"]) == 0 and write_trajectories([str(b), "--per-category", "2"]) == 0
+    assert (
+        write_trajectories([str(a), "--per-category", "2"]) == 0
+        and write_trajectories([str(b), "--per-category", "2"]) == 0
+    )
     assert a.read_bytes() == b.read_bytes()
     summary, out = agentic_run(tmp_path, a)
     requests = read_parquet(out / "requests.parquet")
@@ -201,8 +230,11 @@ def test_without_a_path_the_hub_config_is_read_or_refused_in_one_line(tmp_path, 
     from evals.datasets.agentic import AgenticConfig, load
 
     monkeypatch.setattr(datasets, "get_dataset_config_names", lambda hub_id: ["qualitative", "throughput_1k"])
-    with pytest.raises(ConfigError, match=r"nvidia/SPEED-Bench has no `agentic` config \(it has qualitative, "
-                                          r"throughput_1k\); set dataset.path=<trajectories>"):
+    with pytest.raises(
+        ConfigError,
+        match=r"nvidia/SPEED-Bench has no `agentic` config \(it has qualitative, "
+        r"throughput_1k\); set dataset.path=<trajectories>",
+    ):
         load(AgenticConfig(), None)
 
     def offline(hub_id):

@@ -21,8 +21,9 @@ from tests.unit.conftest import (
 )
 
 D = 3
-ROWS = [{"question_id": f"q{i}", "category": "coding" if i % 2 else "writing", "turns": [f"task {i}"]}
-        for i in range(10)]
+ROWS = [
+    {"question_id": f"q{i}", "category": "coding" if i % 2 else "writing", "turns": [f"task {i}"]} for i in range(10)
+]
 
 
 def script(accepted: dict[str, int]) -> dict:
@@ -31,8 +32,9 @@ def script(accepted: dict[str, int]) -> dict:
 
 
 def measure(tmp_path: Path, out: Path, accepted: dict[str, int], rows=ROWS, *overrides: str) -> Path:
-    cfg = compose_run(*fake_overrides(tmp_path, rows, script(accepted), name=out.name), "drafter=ngram", f"d={D}",
-                      *overrides)
+    cfg = compose_run(
+        *fake_overrides(tmp_path, rows, script(accepted), name=out.name), "drafter=ngram", f"d={D}", *overrides
+    )
     run(cfg, out / "ngram", progress=lambda label: None)
     return out
 
@@ -95,8 +97,13 @@ def night(tmp_path: Path, label: str, accepted: dict[str, int], baseline: str | 
     """One night with the fake runner (every request accepting accepted[request], default 2), through
     the command's own entry point."""
     scripted = write_script(tmp_path / f"{label}_script.json", script(accepted))
-    argv = [f"suite={write_suite(tmp_path)}", f"night={label}", f"out={tmp_path / 'nights' / label}",
-            f"runner.script={scripted}", *extra]
+    argv = [
+        f"suite={write_suite(tmp_path)}",
+        f"night={label}",
+        f"out={tmp_path / 'nights' / label}",
+        f"runner.script={scripted}",
+        *extra,
+    ]
     if baseline:
         argv.append(f"baseline={tmp_path / 'nights' / baseline}")
     return nightly_main(argv)
@@ -128,7 +135,9 @@ def test_a_crashed_night_leaves_the_history_and_reruns(tmp_path, capsys):
     # the engine dies on the first request: a failed measurement (3), not a regression (1)
     assert night(tmp_path, "n2", {}, "n1", "runner.fail_on=q0") == 3
     assert history.read_bytes() == before
-    assert "the measurement failed: RuntimeError: fake engine: scripted failure on request q0" in capsys.readouterr().err
+    assert (
+        "the measurement failed: RuntimeError: fake engine: scripted failure on request q0" in capsys.readouterr().err
+    )
     assert night(tmp_path, "n2", {}, "n1") == 0
     # running the same night again replaces its rows instead of adding them twice
     assert night(tmp_path, "n2", {}, "n1") == 0
@@ -145,19 +154,24 @@ def test_nightly_arguments_are_checked(tmp_path, capsys):
 
 def test_a_baseline_that_cannot_be_compared_is_refused_before_the_suite_runs(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    assert nightly_main([f"suite={write_suite(tmp_path)}", f"baseline={tmp_path / 'empty'}",
-                         f"out={tmp_path / 'n1'}"]) == 2
+    assert (
+        nightly_main([f"suite={write_suite(tmp_path)}", f"baseline={tmp_path / 'empty'}", f"out={tmp_path / 'n1'}"])
+        == 2
+    )
     assert "holds no finished speculative runs" in capsys.readouterr().err and not (tmp_path / "n1").exists()
     other = measure(tmp_path, tmp_path / "other", {}, ROWS[:8])
     assert nightly_main([f"suite={write_suite(tmp_path)}", f"baseline={other}", f"out={tmp_path / 'n1'}"]) == 2
     assert "was measured with other prompts" in capsys.readouterr().err and not (tmp_path / "n1").exists()
 
 
-@pytest.mark.parametrize("text, message", [
-    ("jobs: [drafter=ngram]\n", "a suite needs `jobs` (a mapping of job name to a list"),
-    ("jobs:\n  a: [d=1\n", "not readable YAML"),
-    ("jobs:\n  a: [d=1]\nthreshhold: 2\n", "unknown keys: threshhold"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("jobs: [drafter=ngram]\n", "a suite needs `jobs` (a mapping of job name to a list"),
+        ("jobs:\n  a: [d=1\n", "not readable YAML"),
+        ("jobs:\n  a: [d=1]\nthreshhold: 2\n", "unknown keys: threshhold"),
+    ],
+)
 def test_a_malformed_suite_is_one_clear_error(tmp_path, capsys, text, message):
     suite = tmp_path / "suite.yaml"
     suite.write_text(text)
@@ -170,8 +184,12 @@ def test_two_targets_measured_the_same_night_both_stay_in_the_history(tmp_path):
     # the same night, another target (another fingerprint) into another dir, one shared history
     suite = write_suite(tmp_path)
     write_checkpoint(tmp_path / "target", tuned=True)
-    argv = [f"suite={suite}", "night=n1", f"out={tmp_path / 'nights' / 'n1b'}",
-            f"history={tmp_path / 'nights' / 'history.parquet'}"]
+    argv = [
+        f"suite={suite}",
+        "night=n1",
+        f"out={tmp_path / 'nights' / 'n1b'}",
+        f"history={tmp_path / 'nights' / 'history.parquet'}",
+    ]
     assert nightly_main(argv) == 0
     history = pd.read_parquet(tmp_path / "nights" / "history.parquet")
     assert history[history.domain == "all"].target_fingerprint.nunique() == 2 and len(history) == 6
@@ -185,7 +203,10 @@ def test_compare_refuses_one_dir_twice_and_runs_of_other_settings(tmp_path, caps
     assert compare_main([str(base), str(base)]) == 2
     assert "is given as both baseline and candidate" in capsys.readouterr().err
     wider = measure(tmp_path, tmp_path / "wider", {}, ROWS, "drafter.prompt_lookup_max=7")
-    with pytest.raises(SpeclensError, match=r"different drafter settings \(config.drafter: .*'prompt_lookup_max': 5.* vs .*'prompt_lookup_max': 7"):
+    with pytest.raises(
+        SpeclensError,
+        match=r"different drafter settings \(config.drafter: .*'prompt_lookup_max': 5.* vs .*'prompt_lookup_max': 7",
+    ):
         compare(base, wider)
     batched = measure(tmp_path, tmp_path / "batched", {}, ROWS, "batch_sizes=[2]")
     with pytest.raises(SpeclensError, match=r"different batch sizes \(config.batch_sizes: None vs \[2\]\)"):
@@ -195,8 +216,12 @@ def test_compare_refuses_one_dir_twice_and_runs_of_other_settings(tmp_path, caps
 def test_with_a_reasoning_boundary_each_segment_is_compared(tmp_path):
     def measured(name: str, steps: list[int]) -> Path:
         out = tmp_path / name
-        cfg = compose_run(*fake_overrides(tmp_path, ROWS, {f"{r['question_id']}#0": steps for r in ROWS}, name=name),
-                          "drafter=ngram", f"d={D}", "reasoning.end=w106")
+        cfg = compose_run(
+            *fake_overrides(tmp_path, ROWS, {f"{r['question_id']}#0": steps for r in ROWS}, name=name),
+            "drafter=ngram",
+            f"d={D}",
+            "reasoning.end=w106",
+        )
         run(cfg, out / "ngram", progress=lambda label: None)
         return out
 

@@ -63,8 +63,13 @@ def test_defaults_are_stated_once_in_the_schema():
     assert (cfg.d, cfg.seed, cfg.batch_sizes, cfg.baseline, cfg.force) == (3, 0, None, False, False)
 
 
-@pytest.mark.parametrize("command,first", [("evals.run", "speclens run: measure how many draft tokens"),
-                                           ("evals.replay", "speclens replay: the whole AL-vs-D curve")])
+@pytest.mark.parametrize(
+    "command,first",
+    [
+        ("evals.run", "speclens run: measure how many draft tokens"),
+        ("evals.replay", "speclens replay: the whole AL-vs-D curve"),
+    ],
+)
 def test_help_is_speclens_own_page(command, first):
     import subprocess
     import sys
@@ -73,9 +78,19 @@ def test_help_is_speclens_own_page(command, first):
     from evals.compose import components
 
     repo = Path(__file__).resolve().parents[2]
-    page = subprocess.run([sys.executable, "-m", command, "--help"], capture_output=True, text=True, cwd=repo,
-                          timeout=120).stdout
+    page = subprocess.run(
+        [sys.executable, "-m", command, "--help"], capture_output=True, text=True, cwd=repo, timeout=120
+    ).stdout
     assert page.startswith(first) and "powered by Hydra" not in page and "schema" not in page.split("== Config ==")[0]
     groups = page.split("== Config groups you choose from (group=option) ==")[1].split("==")[0]
     for group, options in components().items():  # every choosable option, from the registries
         assert f"{group}  " in groups and all(name in groups for name in options)
+
+
+@pytest.mark.parametrize(("launcher", "key"), [("slurm", "gpus_per_node"), ("ray_cluster", "ray.remote.num_gpus")])
+def test_a_launched_job_asks_for_tensor_times_pipeline_parallel_gpus(launcher, key):
+    from omegaconf import OmegaConf
+
+    overrides = [f"hydra/launcher={launcher}", "engine.tensor_parallel_size=2", "engine.pipeline_parallel_size=3"]
+    cfg = compose_config(overrides, with_hydra=True)
+    assert OmegaConf.select(cfg, f"hydra.launcher.{key}") == 6

@@ -10,9 +10,13 @@ HEX_KEY = next(p for p in problems() if "hex" in p.turns[0].lower() and "prime" 
 
 
 def index() -> EvaluationIndex:
-    return EvaluationIndex({"mt_bench": [t for p in questions() for t in p.turns],
-                            "humaneval": [t for p in problems() for t in p.turns],
-                            "tiny": ["a short one of five words"]})
+    return EvaluationIndex(
+        {
+            "mt_bench": [t for p in questions() for t in p.turns],
+            "humaneval": [t for p in problems() for t in p.turns],
+            "tiny": ["a short one of five words"],
+        }
+    )
 
 
 def test_a_planted_recitation_is_dropped_and_counted_under_its_set():

@@ -17,7 +17,9 @@ def test_torch_expand_writes_output_in_place_with_replacement():
 
 def test_torch_expand_handles_integer_top_k_and_short_batches():
     output = torch.zeros(4, dtype=torch.int32)
-    cpu_expand_fix._expand_torch(output, torch.tensor([5, 0], dtype=torch.int32), torch.tensor([1, 3], dtype=torch.int32), 0, 99)
+    cpu_expand_fix._expand_torch(
+        output, torch.tensor([5, 0], dtype=torch.int32), torch.tensor([1, 3], dtype=torch.int32), 0, 99
+    )
     assert output.tolist() == [5, 99, 99, 0]  # the tail beyond the last request is left alone
 
 

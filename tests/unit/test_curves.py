@@ -14,7 +14,7 @@ from reports.curves import collect, write_curves
 from reports.curves import main as curves_main
 from speclens.errors import SpeclensError
 from tests.unit.conftest import compose_run, fake_overrides
-from tests.unit.test_run_fake import ROWS, check_golden
+from tests.unit.test_commands_fake import ROWS, check_golden
 
 
 def accepted_script(d: int) -> dict:
@@ -25,8 +25,9 @@ def accepted_script(d: int) -> dict:
 def sweep(tmp_path: Path, points, *extra: str) -> Path:
     root = tmp_path / "sweep"
     for drafter, d in points:
-        cfg = compose_run(*fake_overrides(tmp_path, ROWS, accepted_script(d), name=f"q{d}"), f"drafter={drafter}",
-                          f"d={d}", *extra)
+        cfg = compose_run(
+            *fake_overrides(tmp_path, ROWS, accepted_script(d), name=f"q{d}"), f"drafter={drafter}", f"d={d}", *extra
+        )
         run(cfg, root / f"drafter={drafter},d={d}", progress=lambda label: None)
     return root
 
@@ -35,8 +36,19 @@ def test_curves_from_a_sweep_match_the_golden_file(tmp_path):
     root = sweep(tmp_path, [("ngram", 1), ("ngram", 2), ("ngram", 4), ("suffix", 2)])
     curves = write_curves(root)
     check_golden("curves.csv", (root / "curves.csv").read_text())
-    assert list(curves.columns) == ["drafter", "d", "domain", "al", "al_ci95_lo", "al_ci95_hi", "tokens_per_step", "source",
-                                    "temperature", "segment", "chat_template_kwargs"]
+    assert list(curves.columns) == [
+        "drafter",
+        "d",
+        "domain",
+        "al",
+        "al_ci95_lo",
+        "al_ci95_hi",
+        "tokens_per_step",
+        "source",
+        "temperature",
+        "segment",
+        "chat_template_kwargs",
+    ]
     assert set(curves.segment) == {"all"} and set(curves.chat_template_kwargs) == {""}
     pooled = curves[(curves.domain == "all") & (curves.drafter == "ngram")].set_index("d")
     # d=1: every drafted step accepts min(x,1): 1,1,0 | 1 | 1,1 -> 5 of 6 -> AL 1 + 5/6
@@ -53,7 +65,9 @@ def test_runs_under_different_settings_are_refused_naming_the_keys(tmp_path):
     root = sweep(tmp_path, [("ngram", 1), ("ngram", 2)])
     other = sweep(tmp_path / "other", [("ngram", 3)], "sampling.max_tokens=64")
     shutil.copytree(other / "drafter=ngram,d=3", root / "drafter=ngram,d=3")
-    with pytest.raises(SpeclensError, match=r"config.sampling.max_tokens differs \(128 in .*; 64 in drafter=ngram,d=3\)"):
+    with pytest.raises(
+        SpeclensError, match=r"config.sampling.max_tokens differs \(128 in .*; 64 in drafter=ngram,d=3\)"
+    ):
         collect(root)
     assert curves_main([str(root)]) == 2
 
@@ -75,11 +89,33 @@ def test_replayed_points_fill_in_and_measured_points_win(tmp_path):
     summary = json.loads((root / "drafter=ngram,d=2" / "summary.json").read_text())
     replay_dir = root / "replay"
     replay_dir.mkdir()
-    (replay_dir / "replay.json").write_text(json.dumps({"summary": {
-        "drafter": "ngram", "d_max": 3, "fingerprints": summary["fingerprints"], "replay": "exact", "elapsed_s": 1.0},
-        "stamp": stamp}))
-    rows = [{"drafter": "ngram", "d": d, "domain": "all", "al": 9.0, "al_ci95_lo": 9.0, "al_ci95_hi": 9.0,
-             "tokens_per_step": 1.0, "source": "replayed"} for d in (1, 2, 3)]
+    (replay_dir / "replay.json").write_text(
+        json.dumps(
+            {
+                "summary": {
+                    "drafter": "ngram",
+                    "d_max": 3,
+                    "fingerprints": summary["fingerprints"],
+                    "replay": "exact",
+                    "elapsed_s": 1.0,
+                },
+                "stamp": stamp,
+            }
+        )
+    )
+    rows = [
+        {
+            "drafter": "ngram",
+            "d": d,
+            "domain": "all",
+            "al": 9.0,
+            "al_ci95_lo": 9.0,
+            "al_ci95_hi": 9.0,
+            "tokens_per_step": 1.0,
+            "source": "replayed",
+        }
+        for d in (1, 2, 3)
+    ]
     pd.DataFrame(rows).to_parquet(replay_dir / "curves.parquet")
     curves = collect(root)
     pooled = curves[curves.domain == "all"].set_index("d")
@@ -91,7 +127,7 @@ def test_temperature_is_an_axis_of_the_curves_and_separates_the_ranking(tmp_path
     """Runs at two temperatures: one curve point per temperature, an AL-vs-temperature plot, and
     ranking tables that never mix the two."""
     from reports.rank import write_ranking
-    from tests.unit.test_costs import measure
+    from tests.unit.test_step_costs import measure
 
     measure(tmp_path, 2)
     measure(tmp_path, 2, "sampling.temperature=0.7", name="hot")
@@ -113,7 +149,7 @@ def test_temperature_is_an_axis_of_the_curves_and_separates_the_ranking(tmp_path
 def test_chat_template_kwargs_are_an_axis_like_temperature(tmp_path):
     """Thinking on and off: never one curve, never one ranking table, one plan each in serve.json."""
     from reports.rank import write_ranking
-    from tests.unit.test_costs import measure
+    from tests.unit.test_step_costs import measure
 
     measure(tmp_path, 2)
     measure(tmp_path, 2, "+chat_template_kwargs.enable_thinking=false", name="no-thinking")

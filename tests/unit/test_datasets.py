@@ -29,8 +29,18 @@ def speed_rows(config: str = "qualitative", per_category: int = 5, placeholders:
     for c in cats:
         for i in range(per_category):
             text = PLACEHOLDER if i < (placeholders or {}).get(c, 0) else f"{c} question {i}?"
-            rows.append({"question_id": f"{c}-{i}", "category": c, "sub_category": "x", "turns": [text],
-                         "source": "made-up", "src_id": i, "difficulty": "easy", "multiturn": False})
+            rows.append(
+                {
+                    "question_id": f"{c}-{i}",
+                    "category": c,
+                    "sub_category": "x",
+                    "turns": [text],
+                    "source": "made-up",
+                    "src_id": i,
+                    "difficulty": "easy",
+                    "multiturn": False,
+                }
+            )
     return rows
 
 
@@ -38,7 +48,10 @@ def as_messages(rows: list[dict]) -> list[dict]:
     out = []
     for r in rows:
         r = {k: v for k, v in r.items() if k != "turns"}
-        r["messages"] = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": f"{r['category']} asks"}]
+        r["messages"] = [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": f"{r['category']} asks"},
+        ]
         out.append(r)
     return out
 
@@ -75,7 +88,10 @@ def test_throughput_domains_carry_tier_and_length(tmp_path):
 def test_placeholder_rows_are_refused_with_counts_and_categories(tmp_path):
     file = tmp_path / "q.jsonl"
     file.write_text("".join(json.dumps(r) + "\n" for r in speed_rows(placeholders={"coding": 2, "summarization": 5})))
-    with pytest.raises(ConfigError, match=r"7 of 20 rows still hold the SPEED-Bench placeholder.*coding: 2, summarization: 5.*prepare_data.py"):
+    with pytest.raises(
+        ConfigError,
+        match=r"7 of 20 rows still hold the SPEED-Bench placeholder.*coding: 2, summarization: 5.*prepare_data.py",
+    ):
         load(SpeedBenchConfig(path=str(file)))
 
 
@@ -84,7 +100,9 @@ def test_unknown_config_and_category_are_named(tmp_path):
     file.write_text("".join(json.dumps(r) + "\n" for r in speed_rows()))
     with pytest.raises(ConfigError, match=r"dataset.config='throughput_4k' is unknown; choose one of qualitative"):
         load(SpeedBenchConfig(config="throughput_4k", path=str(file)))
-    with pytest.raises(ConfigError, match=r"dataset.categories: rag not in dataset=speed_bench; its categories are coding, math"):
+    with pytest.raises(
+        ConfigError, match=r"dataset.categories: rag not in dataset=speed_bench; its categories are coding, math"
+    ):
         load(SpeedBenchConfig(path=str(file), categories=["rag"]))
 
 
@@ -114,28 +132,35 @@ def test_named_domains_merge_sources_and_keep_the_category():
 
 def test_spec_bench_layout_and_domains(tmp_path):
     """Spec-Bench's question.jsonl layout (MT-Bench rows plus its own categories), written here."""
-    rows = [{"question_id": 81, "category": "writing", "turns": ["Compose a blog post.", "Rewrite it."]},
-            {"question_id": 121, "category": "coding", "turns": ["Write a function."]},
-            {"question_id": 161, "category": "summarization", "turns": ["Summarize: the article."]},
-            {"question_id": 241, "category": "math_reasoning", "turns": ["What is 2 + 2?"]}]
+    rows = [
+        {"question_id": 81, "category": "writing", "turns": ["Compose a blog post.", "Rewrite it."]},
+        {"question_id": 121, "category": "coding", "turns": ["Write a function."]},
+        {"question_id": 161, "category": "summarization", "turns": ["Summarize: the article."]},
+        {"question_id": 241, "category": "math_reasoning", "turns": ["What is 2 + 2?"]},
+    ]
     path = tmp_path / "question.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     prompts = load(SpecBenchConfig(path=str(path)))
     assert [(p.request_id, p.domain, len(p.turns)) for p in prompts] == [
-        ("81", "writing", 2), ("121", "coding", 1), ("161", "summarization", 1), ("241", "math_reasoning", 1)]
+        ("81", "writing", 2),
+        ("121", "coding", 1),
+        ("161", "summarization", 1),
+        ("241", "math_reasoning", 1),
+    ]
 
 
 # The real rows live in the workspace's ../shared (not redistributed in this repository); the
 # layout test above covers the parsing wherever they are absent.
-@pytest.mark.skipif(not SPEC_BENCH.is_file(),
-                    reason="Spec-Bench's 240 rows (../shared/data/spec_bench, not redistributed here) are not beside this checkout")
+@pytest.mark.skipif(
+    not SPEC_BENCH.is_file(),
+    reason="Spec-Bench's 240 rows (../shared/data/spec_bench, not redistributed here) are not beside this checkout",
+)
 def test_spec_bench_from_shared_data():
     prompts = load(SpecBenchConfig(path=str(SPEC_BENCH)))
     assert len(prompts) == 240
     domains = Counter(p.domain for p in prompts)
     assert domains["summarization"] == 80 and domains["math_reasoning"] == 80 and domains["coding"] == 10
     assert {p.category for p in prompts if p.domain == "writing"} == {"writing"}
-
 
 
 def _jsonl_lines(tmp_path: Path, *lines: str) -> Path:
@@ -147,15 +172,21 @@ def _jsonl_lines(tmp_path: Path, *lines: str) -> Path:
 GOOD = '{"question_id": "a", "category": "qa", "turns": ["hello"]}'
 
 
-@pytest.mark.parametrize("lines, message", [
-    ([GOOD, "[1, 2]"], r"bad.jsonl: line 2 is not a JSON object but a list"),
-    (['{"question_id": "a", "category": "qa", "turns": 42}'], r"row 1: turns must be a string or a non-empty list of strings, not int 42"),
-    (['{"question_id": "a", "category": "qa", "turns": {"x": "y"}}'], r"row 1: turns must be .* not a mapping"),
-    (['{"question_id": "a", "category": "qa", "turns": ["  \\n "]}'], r"row 1: a turn is empty or only whitespace"),
-    (['{"question_id": null, "category": "qa", "turns": ["hi"]}'], r"row 1 lacks question_id \(or holds null\)"),
-    (['{"question_id": "a", "category": null, "turns": ["hi"]}'], r"row 1 lacks category \(or holds null\)"),
-    ([GOOD, GOOD.replace('"qa"', '"math"')], r"question_id values are not unique: a\."),
-])
+@pytest.mark.parametrize(
+    "lines, message",
+    [
+        ([GOOD, "[1, 2]"], r"bad.jsonl: line 2 is not a JSON object but a list"),
+        (
+            ['{"question_id": "a", "category": "qa", "turns": 42}'],
+            r"row 1: turns must be a string or a non-empty list of strings, not int 42",
+        ),
+        (['{"question_id": "a", "category": "qa", "turns": {"x": "y"}}'], r"row 1: turns must be .* not a mapping"),
+        (['{"question_id": "a", "category": "qa", "turns": ["  \\n "]}'], r"row 1: a turn is empty or only whitespace"),
+        (['{"question_id": null, "category": "qa", "turns": ["hi"]}'], r"row 1 lacks question_id \(or holds null\)"),
+        (['{"question_id": "a", "category": null, "turns": ["hi"]}'], r"row 1 lacks category \(or holds null\)"),
+        ([GOOD, GOOD.replace('"qa"', '"math"')], r"question_id values are not unique: a\."),
+    ],
+)
 def test_malformed_jsonl_rows_are_named(tmp_path, lines, message):
     with pytest.raises(ConfigError, match=message):
         load(JsonlConfig(path=str(_jsonl_lines(tmp_path, *lines))))

@@ -36,11 +36,14 @@ def _long_context_sources() -> list[str]:
     return texts
 
 
-@pytest.mark.parametrize("name, evaluation", [
-    ("mt_bench", lambda: _turns(questions())),
-    ("humaneval", lambda: _turns(problems())),
-    ("long_context", _long_context_sources),
-])
+@pytest.mark.parametrize(
+    "name, evaluation",
+    [
+        ("mt_bench", lambda: _turns(questions())),
+        ("humaneval", lambda: _turns(problems())),
+        ("long_context", _long_context_sources),
+    ],
+)
 def test_no_evaluation_prompt_is_in_the_training_prompts(training_texts, name, evaluation):
     texts = evaluation()
     assert len(texts) > 50
@@ -67,6 +70,15 @@ def test_training_prompts_are_distinct_deterministic_and_cover_every_domain():
     first = training_prompts(200, seed=0)
     assert first == training_prompts(200, seed=0)
     assert len({p.text for p in first}) == 200
-    assert {p.domain for p in first} == {"writing", "roleplay", "reasoning", "math", "coding", "extraction",
-                                         "stem", "humanities", "chat"}
+    assert {p.domain for p in first} == {
+        "writing",
+        "roleplay",
+        "reasoning",
+        "math",
+        "coding",
+        "extraction",
+        "stem",
+        "humanities",
+        "chat",
+    }
     assert training_prompts(200, seed=1) != first

@@ -17,8 +17,9 @@ from speclens.model_facts import ModelFacts
 
 @pytest.mark.parametrize("d", [1, 4, 9])
 def test_vllm_translations(d):
-    assert make_drafter(REGISTRY["ngram"].config_class(prompt_lookup_min=1, prompt_lookup_max=4)).speculative_config(d) == {
-        "method": "ngram", "num_speculative_tokens": d, "prompt_lookup_min": 1, "prompt_lookup_max": 4}
+    assert make_drafter(REGISTRY["ngram"].config_class(prompt_lookup_min=1, prompt_lookup_max=4)).speculative_config(
+        d
+    ) == {"method": "ngram", "num_speculative_tokens": d, "prompt_lookup_min": 1, "prompt_lookup_max": 4}
     spec = make_drafter(REGISTRY["eagle3"].config_class(model="/m")).speculative_config(d)
     assert spec == {"method": "eagle3", "model": "/m", "num_speculative_tokens": d, "draft_sample_method": "greedy"}
     assert make_drafter(REGISTRY["suffix"].config_class()).speculative_config(d)["suffix_decoding_max_tree_depth"] == 24
@@ -56,7 +57,10 @@ from tests.unit.test_errors import attempt  # noqa: E402
 def test_mtp_uses_the_target_layers(d):
     spec = make_drafter(REGISTRY["mtp"].config_class()).speculative_config(d)
     assert spec == {"method": "mtp", "num_speculative_tokens": d}
-    assert make_drafter(REGISTRY["mtp"].config_class(method="deepseek_mtp")).speculative_config(d)["method"] == "deepseek_mtp"
+    assert (
+        make_drafter(REGISTRY["mtp"].config_class(method="deepseek_mtp")).speculative_config(d)["method"]
+        == "deepseek_mtp"
+    )
 
 
 def test_mtp_refuses_a_target_without_mtp_layers(tmp_path):
@@ -66,13 +70,20 @@ def test_mtp_refuses_a_target_without_mtp_layers(tmp_path):
 
 def test_mtp_d_must_fit_the_layer_count(tmp_path):
     write_checkpoint(tmp_path / "target", num_nextn_predict_layers=2)
-    with pytest.raises(ConfigError, match=r"d=3 with drafter=mtp: target.model has 2 MTP layers; vLLM needs d <= 2 or a multiple of 2"):
+    with pytest.raises(
+        ConfigError, match=r"d=3 with drafter=mtp: target.model has 2 MTP layers; vLLM needs d <= 2 or a multiple of 2"
+    ):
         attempt(tmp_path, "drafter=mtp", "d=3")
 
 
 def dflash_ckpt(tmp_path, **extra):
-    return write_checkpoint(tmp_path / "dfl", architectures=["DFlashDraftModel"], block_size=8,
-                            dflash_config={"mask_token_id": 99, "target_layer_ids": [0, 1]}, **extra)
+    return write_checkpoint(
+        tmp_path / "dfl",
+        architectures=["DFlashDraftModel"],
+        block_size=8,
+        dflash_config={"mask_token_id": 99, "target_layer_ids": [0, 1]},
+        **extra,
+    )
 
 
 @pytest.mark.parametrize("d", [1, 7])
@@ -83,14 +94,18 @@ def test_dflash_translation(tmp_path, d):
 
 def test_dflash_d_is_bounded_by_the_block_size(tmp_path):
     draft = dflash_ckpt(tmp_path)
-    with pytest.raises(ConfigError, match=r"d=8 with drafter=dflash: DFlash drafts one block per step .*block_size=8, so d <= 7"):
+    with pytest.raises(
+        ConfigError, match=r"d=8 with drafter=dflash: DFlash drafts one block per step .*block_size=8, so d <= 7"
+    ):
         attempt(tmp_path, "drafter=dflash", f"drafter.model={draft}", "d=8")
 
 
 def test_medusa_d_is_bounded_by_the_heads(tmp_path):
     heads = write_checkpoint(tmp_path / "med", architectures=["MedusaModel"], model_type="medusa", num_heads=3)
     assert make_drafter(REGISTRY["medusa"].config_class(model=str(heads))).speculative_config(3)["method"] == "medusa"
-    with pytest.raises(ConfigError, match=r"d=4 with drafter=medusa: drafter.model has 3 heads, one per draft position, so d <= 3"):
+    with pytest.raises(
+        ConfigError, match=r"d=4 with drafter=medusa: drafter.model has 3 heads, one per draft position, so d <= 3"
+    ):
         attempt(tmp_path, "drafter=medusa", f"drafter.model={heads}", "d=4")
 
 
@@ -106,13 +121,18 @@ def test_medusa_d_is_bounded_by_the_heads(tmp_path):
 )
 def test_checkpoint_of_the_wrong_kind_names_both_sides(tmp_path, drafter, architectures, needs):
     ckpt = write_checkpoint(tmp_path / "ckpt", architectures=architectures)
-    with pytest.raises(ConfigError, match=rf"drafter.model=.* is not a {drafter} checkpoint: its architectures are .*{needs}"):
+    with pytest.raises(
+        ConfigError, match=rf"drafter.model=.* is not a {drafter} checkpoint: its architectures are .*{needs}"
+    ):
         attempt(tmp_path, f"drafter={drafter}", f"drafter.model={ckpt}")
 
 
 def test_a_path_that_vllm_would_relabel_is_refused(tmp_path):
     draft = write_checkpoint(tmp_path / "my-eagle3-distill")
-    with pytest.raises(ConfigError, match=r"the path contains 'eagle3', which makes vLLM run it as method 'eagle3' instead of 'draft_model'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"the path contains 'eagle3', which makes vLLM run it as method 'eagle3' instead of 'draft_model'",
+    ):
         attempt(tmp_path, "drafter=draft_model", f"drafter.model={draft}")
 
 
@@ -131,7 +151,6 @@ def test_mlp_speculator_is_refused_with_the_reason(tmp_path):
     ckpt = write_checkpoint(tmp_path / "mlp", architectures=["MLPSpeculatorPreTrainedModel"])
     with pytest.raises(ConfigError, match=r"mlp_speculator is disabled in vLLM's V1 engine"):
         attempt(tmp_path, "drafter=mlp_speculator", f"drafter.model={ckpt}")
-
 
 
 @pytest.mark.parametrize("name", ["eagle3", "draft_model"])
@@ -155,11 +174,17 @@ def test_the_embedded_target_drafts_with_its_own_built_drafter_when_drafter_mode
 
 
 def test_a_speculators_format_head_is_checked_by_its_nested_layer_config():
-    head = ModelFacts.from_config("h", {"architectures": ["Eagle3DraftModel"], "speculators_model_type": "eagle3",
-                                        "transformer_layer_config": {"vocab_size": 49152, "hidden_size": 576,
-                                                                     "num_hidden_layers": 1}})
-    target = ModelFacts.from_config("t", {"architectures": ["LlamaForCausalLM"], "vocab_size": 49152,
-                                          "hidden_size": 576, "num_hidden_layers": 30})
+    head = ModelFacts.from_config(
+        "h",
+        {
+            "architectures": ["Eagle3DraftModel"],
+            "speculators_model_type": "eagle3",
+            "transformer_layer_config": {"vocab_size": 49152, "hidden_size": 576, "num_hidden_layers": 1},
+        },
+    )
+    target = ModelFacts.from_config(
+        "t", {"architectures": ["LlamaForCausalLM"], "vocab_size": 49152, "hidden_size": 576, "num_hidden_layers": 30}
+    )
     make_drafter(REGISTRY["eagle3"].config_class(model="h")).validate(3, target, head)
     wider = ModelFacts.from_config("t", {**target.raw, "hidden_size": 960})
     with pytest.raises(ConfigError, match="has hidden_size=576 but target.model=t has hidden_size=960"):
@@ -169,12 +194,22 @@ def test_a_speculators_format_head_is_checked_by_its_nested_layer_config():
 def _build_facts(**overrides) -> dict:
     from speclens.drafter_build import DRAFTER_FACTS_VERSION
 
-    facts = {"version": DRAFTER_FACTS_VERSION, "mechanism": "eagle3", "target": "SmolLM2-135M-Instruct",
-             "library": "speculators 0.9.0", "budget": "full",
-             "corpus": {"name": "speclens-selfdistill-v1", "training_prompts": 720, "heldout_prompts": 48,
-                        "answer_tokens": 101234},
-             "training": {"steps": 700, "final_loss": 4.6864}, "heldout_greedy_agreement": [0.5664, 0.3003, 0.1707],
-             "build_seconds": {"answers": 180.0, "training": 420.0, "total": 600.0}}
+    facts = {
+        "version": DRAFTER_FACTS_VERSION,
+        "mechanism": "eagle3",
+        "target": "SmolLM2-135M-Instruct",
+        "library": "speculators 0.9.0",
+        "budget": "full",
+        "corpus": {
+            "name": "speclens-selfdistill-v1",
+            "training_prompts": 720,
+            "heldout_prompts": 48,
+            "answer_tokens": 101234,
+        },
+        "training": {"steps": 700, "final_loss": 4.6864},
+        "heldout_greedy_agreement": [0.5664, 0.3003, 0.1707],
+        "build_seconds": {"answers": 180.0, "training": 420.0, "total": 600.0},
+    }
     return facts | overrides
 
 
@@ -187,7 +222,8 @@ def test_a_build_record_is_described_in_one_line_and_listed_by_evals_drafters(mo
     assert describe_build(_build_facts()) == (
         "eagle3 for SmolLM2-135M-Instruct built by speclens with speculators 0.9.0: speclens-selfdistill-v1 "
         "(720 prompts, 101234 answer tokens), 700 steps, final loss 4.686, held-out greedy agreement "
-        "0.57/0.30/0.17, 10.0 min")
+        "0.57/0.30/0.17, 10.0 min"
+    )
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
     folder = drafter_dir("eagle3")
     folder.mkdir(parents=True)
@@ -205,8 +241,9 @@ def test_a_build_record_is_described_in_one_line_and_listed_by_evals_drafters(mo
     out = io.StringIO()
     with redirect_stdout(out):
         assert table_main([]) == 0
-    assert (f"- draft_model: {old} was built by an older speclens; rebuilt on first use, or now with "
-            "`make drafters`") in out.getvalue().splitlines()
+    assert (
+        f"- draft_model: {old} was built by an older speclens; rebuilt on first use, or now with `make drafters`"
+    ) in out.getvalue().splitlines()
 
 
 def test_a_build_record_of_another_version_is_refused_with_the_fix_and_is_not_current(tmp_path):
@@ -225,8 +262,11 @@ def test_a_build_record_of_another_version_is_refused_with_the_fix_and_is_not_cu
     (tmp_path / DRAFTER_FACTS_FILE).write_text(json.dumps(_build_facts()))
     assert is_current_build(tmp_path)
     (tmp_path / DRAFTER_FACTS_FILE).write_text(json.dumps(_build_facts(version=DRAFTER_FACTS_VERSION - 1)))
-    with pytest.raises(CorruptRecord, match=f"not a version-{DRAFTER_FACTS_VERSION} drafter build record; "
-                                            f"delete {tmp_path} to build the drafter again"):
+    with pytest.raises(
+        CorruptRecord,
+        match=f"not a version-{DRAFTER_FACTS_VERSION} drafter build record; "
+        f"delete {tmp_path} to build the drafter again",
+    ):
         read_drafter_facts(tmp_path)
     assert not is_current_build(tmp_path)  # so ensure_drafter builds it again
     # an unreadable record is said, not answered by minutes of building again unasked
@@ -305,8 +345,11 @@ def test_an_unreadable_build_record_is_refused_in_one_line_not_rebuilt(monkeypat
     folder = drafter_dir("eagle3", "reduced")
     folder.mkdir(parents=True)
     (folder / DRAFTER_FACTS_FILE).write_text("{not json")
-    monkeypatch.setattr(embedded_drafters.subprocess, "run",
-                        lambda *a, **k: pytest.fail("started a build") or subprocess.CompletedProcess(a, 0))
+    monkeypatch.setattr(
+        embedded_drafters.subprocess,
+        "run",
+        lambda *a, **k: pytest.fail("started a build") or subprocess.CompletedProcess(a, 0),
+    )
     with pytest.raises(Exception, match="is unreadable"):
         embedded_drafters.ensure_drafter("eagle3", "reduced")
     assert main(["eagle3", "--budget", "reduced"]) == 2
@@ -327,7 +370,7 @@ def _safetensors(path, tensors: dict[str, bytes]) -> None:
 
 
 def test_truncated_weights_are_refused_before_vllm_naming_the_drafter_and_how_to_rebuild_it(tmp_path):
-    from drafters.checkpoint import check_weights
+    from drafters.checkpoint_drafter import check_weights
     from speclens.drafter_build import DRAFTER_FACTS_FILE
     from speclens.errors import ConfigError
     from speclens.weights import safetensors_problem
@@ -338,12 +381,18 @@ def test_truncated_weights_are_refused_before_vllm_naming_the_drafter_and_how_to
     assert safetensors_problem(folder) is None
     whole = (folder / "model.safetensors").read_bytes()
     (folder / "model.safetensors").write_bytes(whole[:-30])
-    assert safetensors_problem(folder) == f"model.safetensors is cut short: {len(whole) - 30:,} of its {len(whole):,} bytes"
+    assert (
+        safetensors_problem(folder)
+        == f"model.safetensors is cut short: {len(whole) - 30:,} of its {len(whole):,} bytes"
+    )
     with pytest.raises(ConfigError, match="copy or export the checkpoint again"):
         check_weights("eagle3", folder)
     (folder / DRAFTER_FACTS_FILE).write_text("{}")  # one speclens built
-    with pytest.raises(ConfigError, match=rf"^drafter\.model={folder}: model\.safetensors is cut short: .*; delete "
-                                          rf"{folder} and run `python -m evals\.embedded_drafters eagle3`"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"^drafter\.model={folder}: model\.safetensors is cut short: .*; delete "
+        rf"{folder} and run `python -m evals\.embedded_drafters eagle3`",
+    ):
         check_weights("eagle3", folder)
     (folder / "model.safetensors").write_bytes(whole[:5])
     assert safetensors_problem(folder) == "model.safetensors has 5 bytes, not even a header"

@@ -50,7 +50,10 @@ def attempt(tmp_path: Path, *overrides: str, rows=ROWS):
         (["dataset.num_requests=0"], r"dataset.num_requests=0: must be >= 1"),
         (["sampling.temperature=-0.5"], r"sampling.temperature=-0.5: must be a finite number >= 0"),
         (["dataset.path=/no/such.jsonl"], r"dataset.path=/no/such.jsonl: no such file"),
-        (["drafter=ngram", "drafter.prompt_lookup_min=4", "drafter.prompt_lookup_max=2"], r"prompt_lookup_min <= prompt_lookup_max"),
+        (
+            ["drafter=ngram", "drafter.prompt_lookup_min=4", "drafter.prompt_lookup_max=2"],
+            r"prompt_lookup_min <= prompt_lookup_max",
+        ),
     ],
 )
 def test_invalid_settings_name_the_key(tmp_path, overrides, message):
@@ -72,7 +75,10 @@ def test_eagle_head_width_must_match_target(tmp_path):
 
 def test_max_model_len_above_the_context_window_is_refused(tmp_path):
     write_checkpoint(tmp_path / "target", max_position_embeddings=512)
-    with pytest.raises(ConfigError, match=r"engine.max_model_len=4096 is above target.model's context window \(max_position_embeddings=512\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"engine.max_model_len=4096 is above target.model's context window \(max_position_embeddings=512\)",
+    ):
         attempt(tmp_path, "engine.max_model_len=4096")
 
 
@@ -89,7 +95,10 @@ def test_rows_lacking_fields_are_refused(tmp_path):
 
 def test_too_long_prompts_say_how_many_and_what_to_change(tmp_path):
     rows = ROWS + [{"question_id": 2, "category": "qa", "turns": ["word " * 50]}]
-    with pytest.raises(ConfigError, match=r"1 of 2 prompts do not fit engine.max_model_len=40: the longest needs 62 tokens.*Raise engine.max_model_len to at least 62"):
+    with pytest.raises(
+        ConfigError,
+        match=r"1 of 2 prompts do not fit engine.max_model_len=40: the longest needs 62 tokens.*Raise engine.max_model_len to at least 62",
+    ):
         attempt(tmp_path, "engine.max_model_len=40", "sampling.max_tokens=10", rows=rows)
 
 
@@ -100,8 +109,14 @@ def test_missing_mandatory_value_names_the_key(tmp_path):
 
 
 def run_cli(module: str, *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
 
 
 def one_line_error(proc: subprocess.CompletedProcess) -> str:
@@ -117,24 +132,46 @@ def one_line_error(proc: subprocess.CompletedProcess) -> str:
     "module, args, message",
     [
         # a drafter is chosen by its name alone: its config has no `name` to contradict it
-        ("evals.run", ["drafter=ngram", "drafter.name=suffix"],
-         "drafter.name: no such key in NgramConfig (its keys: schedule, prompt_lookup_min, prompt_lookup_max)."),
+        (
+            "evals.run",
+            ["drafter=ngram", "drafter.name=suffix"],
+            "drafter.name: no such key in NgramConfig (its keys: schedule, prompt_lookup_min, prompt_lookup_max).",
+        ),
         ("evals.run", ["logger=wandbx"], "logger=wandbx is unknown; choose one of none, wandb."),
-        ("evals.run", ["dataset=long_context", "dataset.tier=lowentropy"],
-         "dataset.tier: Invalid value 'lowentropy', expected one of [low_entropy, mixed, high_entropy]"),
+        (
+            "evals.run",
+            ["dataset=long_context", "dataset.tier=lowentropy"],
+            "dataset.tier: Invalid value 'lowentropy', expected one of [low_entropy, mixed, high_entropy]",
+        ),
         ("evals.run", ["drafter=eagle4"], "drafter=eagle4 is unknown; choose one of "),
-        ("evals.run", ["drafter=ngram", "drafter.promt_lookup_min=3"], "drafter.promt_lookup_min: no such key in NgramConfig"),
+        (
+            "evals.run",
+            ["drafter=ngram", "drafter.promt_lookup_min=3"],
+            "drafter.promt_lookup_min: no such key in NgramConfig",
+        ),
         ("evals.run", ["+sampling.max_tokenz=5"], "unknown key sampling.max_tokenz (not a key of SamplingConfig"),
-        ("evals.run", ["engine.dtype=float64"],
-         "engine.dtype: Invalid value 'float64', expected one of [auto, half, float16, bfloat16, float, float32]"),
-        ("evals.run", ["drafter=eagle3", "drafter.sample_method=nucleus"],
-         "drafter.sample_method: Invalid value 'nucleus', expected one of [greedy, probabilistic]"),
+        (
+            "evals.run",
+            ["engine.dtype=float64"],
+            "engine.dtype: Invalid value 'float64', expected one of [auto, half, float16, bfloat16, float, float32]",
+        ),
+        (
+            "evals.run",
+            ["drafter=eagle3", "drafter.sample_method=nucleus"],
+            "drafter.sample_method: Invalid value 'nucleus', expected one of [greedy, probabilistic]",
+        ),
         # every job of a sweep is checked before the first one runs
-        ("evals.run", ["-m", "d=1,2", "dataset=long_context", "dataset.count_with=target,o100k"],
-         "dataset.count_with: Invalid value 'o100k', expected one of [target, o200k]"),
+        (
+            "evals.run",
+            ["-m", "d=1,2", "dataset=long_context", "dataset.count_with=target,o100k"],
+            "dataset.count_with: Invalid value 'o100k', expected one of [target, o200k]",
+        ),
         ("evals.replay", ["runner=fakes"], "runner=fakes is unknown; choose one of fake, server, vllm."),
-        ("evals.selfcheck", ["drafter.sample_method=maybe"],
-         "drafter.sample_method: Invalid value 'maybe', expected one of [greedy, probabilistic]"),
+        (
+            "evals.selfcheck",
+            ["drafter.sample_method=maybe"],
+            "drafter.sample_method: Invalid value 'maybe', expected one of [greedy, probabilistic]",
+        ),
         ("evals.nightly", ["engine.max_num_seqz=3"], "engine.max_num_seqz: no such key in EngineConfig"),
         ("evals.guidelines", ["target=nope"], "target=nope is unknown; choose one of custom, smollm2_135m."),
     ],
@@ -194,8 +231,13 @@ print("result table")
 @pytest.mark.parametrize("verbose,fail", [(False, False), (True, False), (False, True)])
 def test_a_quiet_run_keeps_engine_output_in_its_log(tmp_path, verbose, fail):
     log = tmp_path / "engine.log"
-    proc = subprocess.run([sys.executable, "-c", QUIET_SCRIPT, str(log), str(int(verbose)), str(int(fail))],
-                          capture_output=True, text=True, cwd=REPO, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", QUIET_SCRIPT, str(log), str(int(verbose)), str(int(fail))],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
     noise = ("engine says hello", "FutureWarning: something", "native library message")
     shown = proc.stdout + proc.stderr
     assert "speclens progress" in shown

@@ -28,14 +28,20 @@ def plant(root: Path, files: dict[str, str]) -> Path:
 
 
 def test_a_planted_upward_import_a_sideways_one_and_a_loop_are_each_found(tmp_path):
-    root = plant(tmp_path, {
-        "speclens/errors.py": "def f():\n    from reports import table  # inside a function counts too\n",
-        "reports/table.py": "from speclens import errors\n",
-        "drafters/ngram.py": "import runners.engine\n",
-        "runners/engine.py": "from . import chat\n",
-        "runners/chat.py": "from runners.engine import x\n",
-    })
+    root = plant(
+        tmp_path,
+        {
+            "speclens/errors.py": "def f():\n    from reports import table  # inside a function counts too\n",
+            "reports/table.py": "from speclens import errors\n",
+            "drafters/ngram.py": "import runners.engine\n",
+            "runners/engine.py": "from . import chat\n",
+            "runners/chat.py": "from runners.engine import x\n",
+        },
+    )
     graph = import_graph(root)
     assert [(v.module, v.imported) for v in layer_violations(graph)] == [
-        ("drafters.ngram", "runners.engine"), ("speclens.errors", "reports"), ("speclens.errors", "reports.table")]
+        ("drafters.ngram", "runners.engine"),
+        ("speclens.errors", "reports"),
+        ("speclens.errors", "reports.table"),
+    ]
     assert file_loops(graph) == [["reports.table", "speclens.errors"], ["runners.chat", "runners.engine"]]

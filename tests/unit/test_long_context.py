@@ -69,12 +69,21 @@ def test_bad_settings_are_named(encoder):
 
 
 def test_a_set_longer_than_max_model_len_is_refused_with_the_numbers(tmp_path, smollm2, monkeypatch):
-    cfg = compose_run("target=custom", f"target.model={smollm2}", "dataset=long_context", "dataset.input_tokens=5000",
-                      "dataset.num_requests=1", "engine.max_model_len=4096", "sampling.max_tokens=100")
+    cfg = compose_run(
+        "target=custom",
+        f"target.model={smollm2}",
+        "dataset=long_context",
+        "dataset.input_tokens=5000",
+        "dataset.num_requests=1",
+        "engine.max_model_len=4096",
+        "sampling.max_tokens=100",
+    )
 
     def never_called(*args, **kwargs):
         raise AssertionError("an engine was started")
 
     monkeypatch.setattr("runners.vllm_engine.VllmEngine.__init__", never_called)
-    with pytest.raises(ConfigError, match=r"1 of 1 prompts do not fit engine.max_model_len=4096: the longest needs 5100 tokens"):
+    with pytest.raises(
+        ConfigError, match=r"1 of 1 prompts do not fit engine.max_model_len=4096: the longest needs 5100 tokens"
+    ):
         run(cfg, tmp_path, progress=lambda label: None)

@@ -109,7 +109,7 @@ def test_the_near_tie_bound_is_four_ulps_of_a_top_logit_in_each_dtype():
 def test_a_later_turn_carrying_a_parted_answer_follows_that_turn():
     """Turn 1 carries turn 0's answer: where turn 0 parted at a near-tie, turn 1's prompts differ and
     its mismatch is that one's consequence, neither a near-tie nor a divergence of its own."""
-    from evals.summary import lossless
+    from evals.summarise import lossless
     from speclens.generation import TurnResult
 
     def result(turn: int, prompt: tuple, out: list) -> TurnResult:
@@ -119,5 +119,7 @@ def test_a_later_turn_carrying_a_parted_answer_follows_that_turn():
     base = [result(0, (1, 2), [5, 6, 4]), result(1, (1, 2, 5, 6, 4, 9), [3, 3])]
     check = lossless(spec, base, True, 1, {("q", 0, 1): 0.0}, "bfloat16")
     assert [(m.turn, m.first_divergence, m.classification) for m in check.mismatches] == [
-        (0, 2, "near_tie"), (1, 0, "follows_earlier_turn")]
+        (0, 2, "near_tie"),
+        (1, 0, "follows_earlier_turn"),
+    ]
     assert (check.n_near_ties, check.n_divergences, check.identical) == (1, 0, False)

@@ -18,21 +18,29 @@ from evals.compose import MAX_REPEATS, MIN_REQUEST_RATE, compose_config, to_run_
 from evals.replay import replay
 from evals.run import run
 from reports.curves import collect, safe_name, write_curves
-from reports.rank import rank
+from reports.ranking import rank
 from speclens.errors import ConfigError, MeasurementError, SpeclensError
 from speclens.schedule import check_schedule, read_schedule
 from tests.unit.conftest import compose_run, fake_overrides
 
 REPO = Path(__file__).resolve().parents[2]
-ROWS = [{"question_id": f"q{i}", "category": "coding" if i % 2 else "writing", "turns": [f"task {i}", f"more {i}"]}
-        for i in range(4)]
+ROWS = [
+    {"question_id": f"q{i}", "category": "coding" if i % 2 else "writing", "turns": [f"task {i}", f"more {i}"]}
+    for i in range(4)
+]
 # A target the ranking's guidelines can be computed for.
 RANKABLE = {"num_attention_heads": 8, "num_key_value_heads": 1}
 
 
 def speclens(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "evals.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=180, env={**os.environ, "PYTHONPATH": str(REPO)})
+    return subprocess.run(
+        [sys.executable, "-m", "evals.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
 
 
 def error_lines(text: str) -> list[str]:
@@ -51,8 +59,16 @@ def job_dir(sweep: Path, d: int) -> Path:
 
 
 def sweep_args(tmp_path: Path, sweep: Path, *extra: str) -> list[str]:
-    return ["run", "-m", *fake_overrides(tmp_path, ROWS, **RANKABLE), "drafter=ngram", "d=1,2", "baseline=true",
-            f"hydra.sweep.dir={sweep}", *extra]
+    return [
+        "run",
+        "-m",
+        *fake_overrides(tmp_path, ROWS, **RANKABLE),
+        "drafter=ngram",
+        "d=1,2",
+        "baseline=true",
+        f"hydra.sweep.dir={sweep}",
+        *extra,
+    ]
 
 
 # -- 1. a refused job is a failed job, and its dir's foreign result is no part of the sweep ---------
@@ -125,8 +141,13 @@ def test_a_corrupt_job_profile_is_reported_and_leaves_no_stale_sweep_profile(tmp
 def test_curves_refuse_two_runs_at_one_point_naming_the_setting_they_differ_in(tmp_path):
     root = tmp_path / "sweep"
     for name, dtype in (("bf16", "bfloat16"), ("fp32", "float32")):
-        cfg = compose_run(*fake_overrides(tmp_path, ROWS, **RANKABLE), "drafter=ngram", "d=2", "baseline=true",
-                          f"engine.dtype={dtype}")
+        cfg = compose_run(
+            *fake_overrides(tmp_path, ROWS, **RANKABLE),
+            "drafter=ngram",
+            "d=2",
+            "baseline=true",
+            f"engine.dtype={dtype}",
+        )
         run(cfg, root / name, progress=lambda label: None)
     with pytest.raises(SpeclensError) as curves_refusal:
         collect(root)
@@ -135,18 +156,21 @@ def test_curves_refuse_two_runs_at_one_point_naming_the_setting_they_differ_in(t
     for refusal in (curves_refusal, rank_refusal):
         message = str(refusal.value)
         assert "drafter=ngram d=2" in message and "was measured twice" in message
-        assert "with different engine.dtype (engine.dtype: \"bfloat16\" vs \"float32\")" in message
+        assert 'with different engine.dtype (engine.dtype: "bfloat16" vs "float32")' in message
 
 
 # -- 4. paths --------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("mode, key", [((), "hydra.run.dir"), (("-m",), "hydra.sweep.dir")])
-@pytest.mark.parametrize("where, said", [
-    ("afile", "afile is a file, not a folder"),
-    ("afile/run", "afile is a file, and no folder can be made under it"),
-    ("x" * 300, "is 300 bytes long, and this file system takes at most 255 per name"),
-])
+@pytest.mark.parametrize(
+    "where, said",
+    [
+        ("afile", "afile is a file, not a folder"),
+        ("afile/run", "afile is a file, and no folder can be made under it"),
+        ("x" * 300, "is 300 bytes long, and this file system takes at most 255 per name"),
+    ],
+)
 def test_an_output_dir_that_cannot_be_made_is_one_line(tmp_path, monkeypatch, capsys, mode, key, where, said):
     from evals.run import main
 
@@ -159,9 +183,11 @@ def test_an_output_dir_that_cannot_be_made_is_one_line(tmp_path, monkeypatch, ca
 
 
 def test_categories_that_clash_or_run_long_get_files_of_their_own(tmp_path):
-    rows = [{"question_id": "a", "category": "a/b", "turns": ["one"]},
-            {"question_id": "b", "category": "a_b", "turns": ["two"]},
-            {"question_id": "c", "category": "c" * 300, "turns": ["three"]}]
+    rows = [
+        {"question_id": "a", "category": "a/b", "turns": ["one"]},
+        {"question_id": "b", "category": "a_b", "turns": ["two"]},
+        {"question_id": "c", "category": "c" * 300, "turns": ["three"]},
+    ]
     cfg = compose_run(*fake_overrides(tmp_path, rows), "drafter=ngram", "d=2")
     run(cfg, tmp_path / "sweep" / "job", progress=lambda label: None)
     curves = write_curves(tmp_path / "sweep")
@@ -186,18 +212,26 @@ def test_a_nightly_out_under_a_file_is_one_line(tmp_path, capsys):
     from evals.nightly import main
 
     (tmp_path / "afile").write_text("")
-    line = one_line(main([*fake_overrides(tmp_path, ROWS), f"out={tmp_path / 'afile' / 'n1'}"]), capsys.readouterr().err)
+    line = one_line(
+        main([*fake_overrides(tmp_path, ROWS), f"out={tmp_path / 'afile' / 'n1'}"]), capsys.readouterr().err
+    )
     assert "out=" in line and "is a file, and no folder can be made under it" in line
 
 
 # -- 5. inputs that would run until killed ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("override, message", [
-    (f"repeats={MAX_REPEATS + 1}", f"repeats={MAX_REPEATS + 1}: must be in 1..{MAX_REPEATS}"),
-    ("repeats=1000000", f"repeats=1000000: must be in 1..{MAX_REPEATS}"),
-    ("request_rate=1e-9", f"request_rate=1e-09: must be a finite number of requests per second >= {MIN_REQUEST_RATE}"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (f"repeats={MAX_REPEATS + 1}", f"repeats={MAX_REPEATS + 1}: must be in 1..{MAX_REPEATS}"),
+        ("repeats=1000000", f"repeats=1000000: must be in 1..{MAX_REPEATS}"),
+        (
+            "request_rate=1e-9",
+            f"request_rate=1e-09: must be a finite number of requests per second >= {MIN_REQUEST_RATE}",
+        ),
+    ],
+)
 def test_unbounded_inputs_are_refused_when_composed(override, message):
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
         to_run_config(compose_run("runner=fake", "baseline=true", override))
@@ -205,15 +239,24 @@ def test_unbounded_inputs_are_refused_when_composed(override, message):
 
 def test_the_bounds_themselves_are_allowed():
     assert to_run_config(compose_run("baseline=true", f"repeats={MAX_REPEATS}")).repeats == MAX_REPEATS
-    assert to_run_config(compose_run("runner=server", f"request_rate={MIN_REQUEST_RATE}")).request_rate == MIN_REQUEST_RATE
+    assert (
+        to_run_config(compose_run("runner=server", f"request_rate={MIN_REQUEST_RATE}")).request_rate == MIN_REQUEST_RATE
+    )
 
 
 def test_a_sweep_with_one_unbounded_job_runs_none(tmp_path, monkeypatch, capsys):
     from evals.run import main
 
     monkeypatch.chdir(tmp_path)
-    status = main(["-m", *fake_overrides(tmp_path, ROWS), "baseline=true", "repeats=2,5000",
-                   f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    status = main(
+        [
+            "-m",
+            *fake_overrides(tmp_path, ROWS),
+            "baseline=true",
+            "repeats=2,5000",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ]
+    )
     assert "repeats=5000: must be in 1..100" in one_line(status, capsys.readouterr().err)
     assert not (tmp_path / "sweep").exists()
 
@@ -247,10 +290,16 @@ def test_a_run_on_a_boolean_schedule_is_refused_before_any_engine(tmp_path, engi
 # -- 7. replay: no key it ignores, no file it did not write ---------------------------------------
 
 
-@pytest.mark.parametrize("override, key", [
-    ("baseline=true", "baseline"), ("batch_sizes=[1,2]", "batch_sizes"), ("repeats=2", "repeats"),
-    ("d=5", "d"), ("logger=wandb", "logger"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("baseline=true", "baseline"),
+        ("batch_sizes=[1,2]", "batch_sizes"),
+        ("repeats=2", "repeats"),
+        ("d=5", "d"),
+        ("logger=wandb", "logger"),
+    ],
+)
 def test_replay_refuses_the_keys_it_ignores(tmp_path, engines_started, override, key):
     cfg = compose_config([*fake_overrides(tmp_path, ROWS), "d_max=2", override], "replay")
     with pytest.raises(ConfigError, match=rf"evals.replay does not use {key}: it replays D = 1..d_max"):
@@ -284,19 +333,24 @@ def test_replay_never_writes_over_a_sweeps_curves_or_a_runs_files(tmp_path):
 # -- 8. the nightly's history= is checked before the suite runs -----------------------------------
 
 
-@pytest.mark.parametrize("history, said", [
-    ("not_parquet.parquet", "is not a readable history file"),
-    ("afile/history.parquet", "is a file, not a folder"),
-    ("a_folder", "is a folder; give history=<a file path>"),
-])
+@pytest.mark.parametrize(
+    "history, said",
+    [
+        ("not_parquet.parquet", "is not a readable history file"),
+        ("afile/history.parquet", "is a file, not a folder"),
+        ("a_folder", "is a folder; give history=<a file path>"),
+    ],
+)
 def test_a_bad_history_is_refused_before_any_engine_starts(tmp_path, capsys, engines_started, history, said):
     from evals.nightly import main
 
     (tmp_path / "not_parquet.parquet").write_text("rows, but not parquet")
     (tmp_path / "afile").write_text("")
     (tmp_path / "a_folder").mkdir()
-    line = one_line(main([*fake_overrides(tmp_path, ROWS), f"out={tmp_path / 'n1'}", f"history={tmp_path / history}"]),
-                    capsys.readouterr().err)
+    line = one_line(
+        main([*fake_overrides(tmp_path, ROWS), f"out={tmp_path / 'n1'}", f"history={tmp_path / history}"]),
+        capsys.readouterr().err,
+    )
     assert said in line and engines_started == [] and not (tmp_path / "n1").exists()
 
 
@@ -315,8 +369,9 @@ def test_a_counter_mismatch_leaves_its_traceback_in_error_log(tmp_path):
 
 
 def test_a_failed_lossless_check_leaves_error_log_with_the_mismatches(tmp_path):
-    cfg = compose_run(*fake_overrides(tmp_path, ROWS, SCRIPT), "drafter=ngram", "d=3", "baseline=true",
-                      'runner.diverge=["q1#0"]')
+    cfg = compose_run(
+        *fake_overrides(tmp_path, ROWS, SCRIPT), "drafter=ngram", "d=3", "baseline=true", 'runner.diverge=["q1#0"]'
+    )
     with pytest.raises(MeasurementError, match="lossless check failed"):
         run(cfg, tmp_path / "run", progress=lambda label: None)
     log = (tmp_path / "run" / "error.log").read_text()
@@ -355,13 +410,16 @@ def test_a_bug_in_a_sweep_job_keeps_its_traceback_in_the_job_dir(tmp_path):
     assert "KeyError: 'no such column'" in (tmp_path / "job" / "error.log").read_text()
 
 
-@pytest.mark.parametrize("module", ["reports.build", "reports.compare", "reports.curves", "reports.rank",
-                                    "evals.drafters", "evals.embedded_target"])
+@pytest.mark.parametrize(
+    "module",
+    ["reports.build", "reports.compare", "reports.curves", "reports.rank", "evals.drafters", "evals.embedded_target"],
+)
 def test_report_commands_refuse_an_unknown_option_in_one_line(tmp_path, capsys, module):
     import importlib
 
-    argv = {"reports.compare": [str(tmp_path), str(tmp_path)], "evals.drafters": [],
-            "evals.embedded_target": []}.get(module, [str(tmp_path)])
+    argv = {"reports.compare": [str(tmp_path), str(tmp_path)], "evals.drafters": [], "evals.embedded_target": []}.get(
+        module, [str(tmp_path)]
+    )
     line = one_line(importlib.import_module(module).main([*argv, "--bogus"]), capsys.readouterr().err)
     assert f"python -m {module}: unrecognized arguments: --bogus" in line
 
@@ -374,4 +432,3 @@ def test_report_commands_refuse_an_out_dir_under_a_file(tmp_path, capsys):
     for main in (curves_main, rank_main):
         line = one_line(main([str(tmp_path), "--out", str(tmp_path / "afile" / "out")]), capsys.readouterr().err)
         assert "--out=" in line and "is a file, and no folder can be made under it" in line
-

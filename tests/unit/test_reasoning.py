@@ -11,7 +11,7 @@ from runners.fake_engine import decode, output_token
 from speclens.errors import ConfigError
 from speclens.records import read_parquet
 from speclens.segments import ANSWER, THINKING, Boundary, passes_by_segment, step_segment, text_boundary
-from tests.unit.test_run_fake import fake_run
+from tests.unit.test_commands_fake import fake_run
 
 # The fake's outputs are tokens 100, 101, ... decoded as "w100 w101 ...": "w104" ends token 4.
 END = "w104"
@@ -65,7 +65,7 @@ def test_target_passes_split_by_their_first_token():
 
 def test_per_segment_figures_match_hand_computation(tmp_path):
     summary, out, _ = fake_run(tmp_path, f"reasoning.end={END}")
-    # test_run_fake.SCRIPT; boundary 5 in every output (q1#0: 9 tokens, q1#1: 6, q2#0: 10).
+    # test_commands_fake.SCRIPT; boundary 5 in every output (q1#0: 9 tokens, q1#1: 6, q2#0: 10).
     # thinking steps: q1#0 (offset 1, acc 3); q1#1 (1, 2) and (4, 1: crosses); q2#0 (2, 3: crosses)
     # answer steps: q1#0 (5, 1), (8, 0); q2#0 (6, 3)
     thinking, answer = summary["by_segment"]["thinking"], summary["by_segment"]["answer"]
@@ -82,8 +82,13 @@ def test_per_segment_figures_match_hand_computation(tmp_path):
     coding, writing = summary["by_domain"]["coding"]["by_segment"], summary["by_domain"]["writing"]["by_segment"]
     assert coding["thinking"]["al"] == pytest.approx(1 + 6 / 3) and coding["answer"]["al"] == pytest.approx(1 + 1 / 2)
     assert writing["thinking"]["al"] == pytest.approx(4.0) and writing["answer"]["al"] == pytest.approx(4.0)
-    assert summary["reasoning"] == {"boundary": "text 'w104'", "n_outputs": 3, "n_closed": 3, "n_unclosed": 0,
-                                    "n_without_thinking": 0}
+    assert summary["reasoning"] == {
+        "boundary": "text 'w104'",
+        "n_outputs": 3,
+        "n_closed": 3,
+        "n_unclosed": 0,
+        "n_without_thinking": 0,
+    }
 
 
 def test_records_carry_the_segments(tmp_path):
@@ -119,12 +124,15 @@ def test_request_granularity_keeps_tokens_but_no_segment_al(tmp_path):
     assert thinking["al"] is None and thinking["output_tokens"] == 15 and thinking["tokens_per_step"] is None
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (("reasoning.parser=deepseek_r1", "reasoning.end=x"), "reasoning.parser and reasoning.end/start both set"),
-    (("reasoning.start=x",), "reasoning.start='x' needs reasoning.end"),
-    (("reasoning.end=' '",), "reasoning.end=' ': give a non-empty text"),
-    (("reasoning.parser=deepseek_r1",), "needs the target's tokenizer"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (("reasoning.parser=deepseek_r1", "reasoning.end=x"), "reasoning.parser and reasoning.end/start both set"),
+        (("reasoning.start=x",), "reasoning.start='x' needs reasoning.end"),
+        (("reasoning.end=' '",), "reasoning.end=' ': give a non-empty text"),
+        (("reasoning.parser=deepseek_r1",), "needs the target's tokenizer"),
+    ],
+)
 def test_bad_reasoning_keys_are_refused_naming_the_key(tmp_path, overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         fake_run(tmp_path, *overrides)
@@ -136,9 +144,12 @@ def test_the_config_fingerprint_keeps_its_value_without_reasoning_keys():
     base = {"d": 3, "seed": 0}
     unset = base | {"reasoning": {"parser": None, "end": None, "start": None}, "chat_template_kwargs": {}}
     assert config_fingerprint(unset, {}) == config_fingerprint(base, {})
-    assert config_fingerprint(unset | {"reasoning": {"parser": None, "end": "</think>", "start": None}}, {}) \
-        != config_fingerprint(base, {})
-    assert config_fingerprint(unset | {"chat_template_kwargs": {"enable_thinking": False}}, {}) != config_fingerprint(base, {})
+    assert config_fingerprint(
+        unset | {"reasoning": {"parser": None, "end": "</think>", "start": None}}, {}
+    ) != config_fingerprint(base, {})
+    assert config_fingerprint(unset | {"chat_template_kwargs": {"enable_thinking": False}}, {}) != config_fingerprint(
+        base, {}
+    )
 
 
 # -- vLLM's own parsers, on a tokenizer that holds <think> and </think> as tokens --------------
@@ -183,8 +194,11 @@ def test_vllms_parsers_end_thinking_after_their_end_token(think_tokenizer, parse
 def test_an_unknown_parser_is_refused_with_the_names(think_tokenizer):
     from runners.reasoning_parser import ParserBoundary
 
-    with pytest.raises(ConfigError, match=r"reasoning.parser='nope' is not one of vLLM's reasoning parsers; choose one "
-                                          r"of .*deepseek_r1.*qwen3"):
+    with pytest.raises(
+        ConfigError,
+        match=r"reasoning.parser='nope' is not one of vLLM's reasoning parsers; choose one "
+        r"of .*deepseek_r1.*qwen3",
+    ):
         ParserBoundary("nope", think_tokenizer)
 
 
@@ -194,16 +208,19 @@ def test_a_parser_whose_tokens_the_target_lacks_is_refused(think_tokenizer):
 
     from runners.reasoning_parser import ParserBoundary
 
-    plain = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"<unk>": 0, "a": 1}, unk_token="<unk>")),
-                                    unk_token="<unk>")
+    plain = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel({"<unk>": 0, "a": 1}, unk_token="<unk>")), unk_token="<unk>"
+    )
     with pytest.raises(ConfigError, match="reasoning.parser=deepseek_r1 does not fit the target's tokenizer"):
         ParserBoundary("deepseek_r1", plain)
 
 
 # -- chat_template_kwargs reach the template ------------------------------------------------------
 
-THINKING_TEMPLATE = ("{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}assistant"
-                     "{% if enable_thinking is defined and not enable_thinking %} <think> </think>{% endif %}")
+THINKING_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}assistant"
+    "{% if enable_thinking is defined and not enable_thinking %} <think> </think>{% endif %}"
+)
 
 
 def saved_tokenizer(tokenizer, folder, template: str):
@@ -224,7 +241,9 @@ def test_chat_template_kwargs_render_into_the_prompt(think_tokenizer, tmp_path):
     from runners.reasoning_parser import ParserBoundary
 
     prompt = off.chat_token_ids(messages)
-    assert ParserBoundary("qwen3", off.tokenizer).boundary(prompt, ids(think_tokenizer, "42 hello")) == Boundary(0, False)
+    assert ParserBoundary("qwen3", off.tokenizer).boundary(prompt, ids(think_tokenizer, "42 hello")) == Boundary(
+        0, False
+    )
 
 
 def test_chat_template_kwargs_a_template_ignores_are_warned_about(think_tokenizer, tmp_path, capsys):
@@ -239,7 +258,9 @@ def test_chat_template_kwargs_a_template_ignores_are_warned_about(think_tokenize
     messages = [{"role": "user", "content": "hello"}]
     ignoring = saved_tokenizer(think_tokenizer, tmp_path / "ignoring", "{{ messages[0]['content'] }}")
     check_template_kwargs(cfg, ChatTokenizer(ignoring, cfg.chat_template_kwargs), messages)
-    assert "chat_template_kwargs (enable_thinking) do not change the target's rendered prompt" in capsys.readouterr().err
+    assert (
+        "chat_template_kwargs (enable_thinking) do not change the target's rendered prompt" in capsys.readouterr().err
+    )
     using = saved_tokenizer(think_tokenizer, tmp_path / "using", THINKING_TEMPLATE)
     check_template_kwargs(cfg, ChatTokenizer(using, cfg.chat_template_kwargs), messages)
     assert "chat_template_kwargs" not in capsys.readouterr().err
@@ -252,8 +273,12 @@ def test_speculation_profiles_per_segment_match_the_summary(tmp_path):
     assert by_key[("all", "all")]["al"] == pytest.approx(summary["al"])
     for segment in ("thinking", "answer"):
         assert by_key[("all", segment)]["al"] == pytest.approx(summary["by_segment"][segment]["al"])
-        assert by_key[("all", segment)]["marginal"] == pytest.approx(summary["by_segment"][segment]["per_position_acceptance"])
-        assert by_key[("coding", segment)]["al"] == pytest.approx(summary["by_domain"]["coding"]["by_segment"][segment]["al"])
+        assert by_key[("all", segment)]["marginal"] == pytest.approx(
+            summary["by_segment"][segment]["per_position_acceptance"]
+        )
+        assert by_key[("coding", segment)]["al"] == pytest.approx(
+            summary["by_domain"]["coding"]["by_segment"][segment]["al"]
+        )
 
 
 def test_wandb_gets_the_segment_figures(tmp_path):

@@ -11,11 +11,21 @@ import pytest
 
 from reports.build import build
 from reports.build import main as build_main
-from tests.unit.test_costs import measure
+from tests.unit.test_step_costs import measure
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-SECTIONS = ("AL vs D per domain", "Per-position acceptance", "Acceptance histogram", "AL by context position",
-            "Measured vs predicted speedup", "Speedup account", "Latency", "Ranking", "Drafters", "Run stamp")
+SECTIONS = (
+    "AL vs D per domain",
+    "Per-position acceptance",
+    "Acceptance histogram",
+    "AL by context position",
+    "Measured vs predicted speedup",
+    "Speedup account",
+    "Latency",
+    "Ranking",
+    "Drafters",
+    "Run stamp",
+)
 
 
 def sweep(tmp_path: Path) -> Path:
@@ -72,7 +82,7 @@ def test_the_report_shows_latency_where_it_was_measured(tmp_path):
     md = (tmp_path / "sweep" / "report.md").read_text()
     section = md.split("## Latency")[1].split("## ")[0]
     assert "| ngram d=2 | B=1 |" in section and "| ngram d=2 | B=2 |" in section
-    # the fake's scripted steps: TPOT p50 at B=1 is 102/18 ms (see test_costs), the TPOT speedup 198/102
+    # the fake's scripted steps: TPOT p50 at B=1 is 102/18 ms (see test_step_costs), the TPOT speedup 198/102
     assert f"{102 / 18:.1f} / " in section and f"| {198 / 102:.2f} |" in section
     assert "![throughput_vs_interactivity]" in section
 
@@ -86,7 +96,7 @@ def test_the_ranking_carries_latency_where_it_was_measured(tmp_path):
     assert rank_main([str(tmp_path / "sweep")]) == 0
     ranking = pd.read_csv(tmp_path / "sweep" / "ranking.csv")
     at_1 = ranking[(ranking.domain == "all") & (ranking.batch_size == 1)].set_index("drafter")
-    # the fake's scripted steps (see test_costs): TPOT p50 102/18 ms speculative, 198/18 ms plain
+    # the fake's scripted steps (see test_step_costs): TPOT p50 102/18 ms speculative, 198/18 ms plain
     assert at_1.loc["ngram", "tpot_p50_ms"] == pytest.approx(102 / 18)
     assert at_1.loc["ngram", "latency_speedup"] == pytest.approx(198 / 102)
     assert at_1.loc["none", "tpot_p50_ms"] == pytest.approx(198 / 18) and at_1.loc["none", "latency_speedup"] == 1.0
@@ -126,7 +136,7 @@ def test_the_run_stamp_names_how_speclens_built_the_draft(tmp_path):
 
 
 def test_the_report_shows_acceptance_per_segment_where_thinking_was_split(tmp_path):
-    from tests.unit.test_costs import PROMPTS, SCRIPTS
+    from tests.unit.test_step_costs import PROMPTS, SCRIPTS
 
     measure(tmp_path, 2, "reasoning.end=w102")
     root = tmp_path / "sweep"

@@ -20,11 +20,18 @@ def fake_summary(tmp_path, *overrides: str):
     return run(cfg, tmp_path / "run", progress=lambda label: None)
 
 
-@pytest.mark.parametrize(("dtype", "batch_invariant", "reproducible"), [
-    ("float32", False, True), ("bfloat16", False, False), ("float16", False, False), ("bfloat16", True, True),
-])
-def test_greedy_outputs_are_reproducible_only_in_float32_or_with_batch_invariant_kernels(dtype, batch_invariant,
-                                                                                        reproducible):
+@pytest.mark.parametrize(
+    ("dtype", "batch_invariant", "reproducible"),
+    [
+        ("float32", False, True),
+        ("bfloat16", False, False),
+        ("float16", False, False),
+        ("bfloat16", True, True),
+    ],
+)
+def test_greedy_outputs_are_reproducible_only_in_float32_or_with_batch_invariant_kernels(
+    dtype, batch_invariant, reproducible
+):
     assert Numerics.of(dtype, 2, batch_invariant).reproducible is reproducible
 
 
@@ -47,8 +54,9 @@ def test_a_target_drafting_for_itself_below_one_plus_d_is_explained(tmp_path):
     summary = fake_summary(tmp_path, "engine.dtype=bfloat16")
     summary.fingerprints.draft = summary.fingerprints.target
     summary.al = 3.969
-    assert numerics_line(summary).endswith("its AL 3.969 below 1 + D = 4 is such near-ties between the draft and "
-                                           "verify passes")
+    assert numerics_line(summary).endswith(
+        "its AL 3.969 below 1 + D = 4 is such near-ties between the draft and verify passes"
+    )
     summary.al = 4.0  # every draft accepted: nothing to explain
     assert "the draft is the target itself" not in numerics_line(summary)
 
@@ -70,8 +78,11 @@ def test_batch_invariant_kernels_are_refused_on_a_cpu_build_with_the_reason(tmp_
 
     cfg = to_run_config(compose_run(*fake_overrides(tmp_path, ROWS), "runner=vllm", "engine.batch_invariant=true"))
     monkeypatch.setattr(vllm_runner, "on_cpu", lambda: True)
-    with pytest.raises(ConfigError, match=r"^engine\.batch_invariant=true sets vLLM's VLLM_BATCH_INVARIANT.*"
-                                          r"engine\.dtype=float32 makes greedy outputs reproducible"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^engine\.batch_invariant=true sets vLLM's VLLM_BATCH_INVARIANT.*"
+        r"engine\.dtype=float32 makes greedy outputs reproducible",
+    ):
         vllm_runner.check_support(cfg, speculative=True)
     monkeypatch.setattr(vllm_runner, "on_cpu", lambda: False)  # a GPU build: the kernels exist
     vllm_runner.check_support(cfg, speculative=True)
@@ -101,20 +112,35 @@ def test_batch_invariant_kernels_cannot_be_asked_of_an_attached_server(tmp_path)
     from runners.server_runner import check_support
     from speclens.errors import ConfigError
 
-    cfg = to_run_config(compose_run(*fake_overrides(tmp_path, ROWS), "runner=server", "runner.url=http://127.0.0.1:9",
-                                    "engine.batch_invariant=true"))
-    with pytest.raises(ConfigError, match=r"^engine\.batch_invariant=true with runner\.url: an attached server's "
-                                          r"kernels are chosen where it starts"):
+    cfg = to_run_config(
+        compose_run(
+            *fake_overrides(tmp_path, ROWS),
+            "runner=server",
+            "runner.url=http://127.0.0.1:9",
+            "engine.batch_invariant=true",
+        )
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"^engine\.batch_invariant=true with runner\.url: an attached server's "
+        r"kernels are chosen where it starts",
+    ):
         check_support(cfg, speculative=True)
 
 
-@pytest.mark.parametrize(("runner", "native", "fitted"), [
-    (["runner=vllm"], False, "float32"), (["runner=vllm"], True, "bfloat16"),
-    (["runner=server"], False, "float32"), (["runner=server", "runner.url=http://127.0.0.1:9"], False, "bfloat16"),
-    (["runner=fake"], False, "bfloat16"),
-])
-def test_a_bf16_target_is_fitted_to_float32_where_this_cpu_has_no_native_bf16(tmp_path, monkeypatch, runner, native,
-                                                                               fitted):
+@pytest.mark.parametrize(
+    ("runner", "native", "fitted"),
+    [
+        (["runner=vllm"], False, "float32"),
+        (["runner=vllm"], True, "bfloat16"),
+        (["runner=server"], False, "float32"),
+        (["runner=server", "runner.url=http://127.0.0.1:9"], False, "bfloat16"),
+        (["runner=fake"], False, "bfloat16"),
+    ],
+)
+def test_a_bf16_target_is_fitted_to_float32_where_this_cpu_has_no_native_bf16(
+    tmp_path, monkeypatch, runner, native, fitted
+):
     from evals import plan
     from evals.compose import to_run_config
     from speclens.model_facts import ModelFacts

@@ -43,7 +43,7 @@ def same_content(produced: Path, expected_name: str, root: Path) -> None:
     if produced.suffix == ".csv":
         old_columns = expected.splitlines()[0].split(",")
         frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
-        assert list(frame.columns[:len(old_columns)]) == old_columns, f"{produced.name}: the old columns moved"
+        assert list(frame.columns[: len(old_columns)]) == old_columns, f"{produced.name}: the old columns moved"
         text = frame[old_columns].to_csv(index=False)
     if produced.suffix == ".md":
         text = _sections_of(text, expected)
@@ -56,14 +56,21 @@ def test_reports_of_schema2_runs_are_unchanged(schema2, capsys):
     assert rank_main([str(baseline)]) == 0
     assert compare_main([str(baseline), str(candidate)]) == 0
     assert build_main([str(baseline)]) == 0
-    for produced, expected in [(baseline / "curves.csv", "curves.csv"), (baseline / "ranking.csv", "ranking.csv"),
-                               (baseline / "ranking.md", "ranking.md"), (candidate / "compare.csv", "compare.csv"),
-                               (candidate / "compare.md", "compare.md"), (baseline / "report.md", "report.md")]:
+    for produced, expected in [
+        (baseline / "curves.csv", "curves.csv"),
+        (baseline / "ranking.csv", "ranking.csv"),
+        (baseline / "ranking.md", "ranking.md"),
+        (candidate / "compare.csv", "compare.csv"),
+        (candidate / "compare.md", "compare.md"),
+        (baseline / "report.md", "report.md"),
+    ]:
         same_content(produced, expected, schema2)
 
 
-ROWS = [{"question_id": f"q{i}", "category": "coding" if i % 2 else "writing", "turns": [f"task number {i} please"]}
-        for i in range(6)]
+ROWS = [
+    {"question_id": f"q{i}", "category": "coding" if i % 2 else "writing", "turns": [f"task number {i} please"]}
+    for i in range(6)
+]
 
 
 def schema2_script(shift: int, d: int) -> dict:
@@ -78,12 +85,25 @@ def test_a_schema2_night_is_a_nightly_baseline(schema2, tmp_path, capsys):
     target = write_checkpoint(tmp_path / "target")
     questions = write_questions(tmp_path / "q.jsonl", ROWS)
     suite = tmp_path / "suite.yaml"
-    suite.write_text(f"common: [runner=fake, target=custom, 'target.model={target}', dataset=jsonl, "
-                     f"'dataset.path={questions}', 'batch_sizes=[1,2]']\njobs:\n  ngram_d3: [drafter=ngram, d=3]\n")
+    suite.write_text(
+        f"common: [runner=fake, target=custom, 'target.model={target}', dataset=jsonl, "
+        f"'dataset.path={questions}', 'batch_sizes=[1,2]']\njobs:\n  ngram_d3: [drafter=ngram, d=3]\n"
+    )
     for night, shift, status in (("same", 0, 0), ("worse", 1, 1)):
         script = write_script(tmp_path / f"{night}.json", schema2_script(shift, 3))
-        assert nightly_main([f"suite={suite}", f"night={night}", f"out={tmp_path / night}", f"runner.script={script}",
-                             f"baseline={schema2 / 'baseline'}", f"history={tmp_path / 'history.parquet'}"]) == status
+        assert (
+            nightly_main(
+                [
+                    f"suite={suite}",
+                    f"night={night}",
+                    f"out={tmp_path / night}",
+                    f"runner.script={script}",
+                    f"baseline={schema2 / 'baseline'}",
+                    f"history={tmp_path / 'history.parquet'}",
+                ]
+            )
+            == status
+        )
     history = pd.read_parquet(tmp_path / "history.parquet").set_index(["night", "domain"])
     old = json.loads((schema2 / "baseline" / "drafter=ngram,d=3" / "summary.json").read_text())
     assert history.loc[("same", "all"), "baseline_al"] == pytest.approx(old["al"])
@@ -107,7 +127,10 @@ def test_the_reader_migrates_every_earlier_summary_and_refuses_a_newer_one(schem
     migrated = read_summary(run_dir)
     assert migrated.operating_points == [] and migrated.al_by_position == [] and migrated.al == summary.al
     (run_dir / "summary.json").write_text(json.dumps(raw | {"schema_version": SUMMARY_VERSION + 1}))
-    with pytest.raises(SpeclensError, match=rf"schema version {SUMMARY_VERSION + 1} is newer than this speclens reads \(up to {SUMMARY_VERSION}\)"):
+    with pytest.raises(
+        SpeclensError,
+        match=rf"schema version {SUMMARY_VERSION + 1} is newer than this speclens reads \(up to {SUMMARY_VERSION}\)",
+    ):
         read_summary(run_dir)
 
 
@@ -121,23 +144,42 @@ def test_a_run_measured_by_the_schema2_release_is_recognised_as_the_same_configu
 
     # The overrides the schema-2 runs were made with (their paths, before tests/data rewrote them).
     for drafter, d in (("ngram", 1), ("ngram", 3), ("suffix", 3)):
-        cfg = compose_config(["target=custom", "target.model=/tmp/gen/work/target", "dataset=jsonl",
-                              "dataset.path=/tmp/gen/work/q.jsonl", f"drafter={drafter}", f"d={d}", "baseline=true",
-                              "batch_sizes=[1,2]", "runner=fake"])
+        cfg = compose_config(
+            [
+                "target=custom",
+                "target.model=/tmp/gen/work/target",
+                "dataset=jsonl",
+                "dataset.path=/tmp/gen/work/q.jsonl",
+                f"drafter={drafter}",
+                f"d={d}",
+                "baseline=true",
+                "batch_sizes=[1,2]",
+                "runner=fake",
+            ]
+        )
         stored = read_summary(schema2 / "baseline" / f"drafter={drafter},d={d}").config_fingerprint
         # their fake target named no context window and no dtype: the fitted defaults are the old ones
         run_config = to_run_config(cfg)
-        fitted = fit_engine_defaults(run_config, ModelFacts.from_config("target", {"vocab_size": 100, "hidden_size": 16}))
+        fitted = fit_engine_defaults(
+            run_config, ModelFacts.from_config("target", {"vocab_size": 100, "hidden_size": 16})
+        )
         assert {k: f["value"] for k, f in fitted.items()} == {"engine.max_model_len": 4096, "engine.dtype": "bfloat16"}
         assert run_fingerprint(cfg, run_config, fitted) == stored
 
 
-@pytest.mark.parametrize("file, content, message", [
-    ("summary.json", b'{"schema_version": 2, "al": ', "summary.json is unreadable"),
-    ("summary.json", b'{"schema_version": 2, "al": "high"}', "summary.json does not have the layout of a RunSummary"),
-    ("stamp.json", b"[1, 2]", "stamp.json does not have the layout of a run stamp"),
-    ("steps.parquet", b"PAR1 not really", "steps.parquet is not a readable parquet file"),
-])
+@pytest.mark.parametrize(
+    "file, content, message",
+    [
+        ("summary.json", b'{"schema_version": 2, "al": ', "summary.json is unreadable"),
+        (
+            "summary.json",
+            b'{"schema_version": 2, "al": "high"}',
+            "summary.json does not have the layout of a RunSummary",
+        ),
+        ("stamp.json", b"[1, 2]", "stamp.json does not have the layout of a run stamp"),
+        ("steps.parquet", b"PAR1 not really", "steps.parquet is not a readable parquet file"),
+    ],
+)
 def test_report_commands_name_a_corrupt_record_in_one_line(schema2, capsys, file, content, message):
     (schema2 / "baseline" / "drafter=ngram,d=3" / file).write_bytes(content)
     for main in (build_main, rank_main, curves_main) if file != "steps.parquet" else (compare_main,):

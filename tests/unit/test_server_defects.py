@@ -49,13 +49,25 @@ def with_credentials(url: str, user: str = "me") -> str:
 def attach(tmp_path: Path, smollm2: Path, url: str, *overrides: str, drafter: str = "ngram"):
     tmp_path.mkdir(parents=True, exist_ok=True)
     questions = write_questions(tmp_path / "q.jsonl", ROWS)
-    cfg = compose_config(["runner=server", f"runner.url={url}", "target=custom", f"target.model={smollm2}",
-                          "dataset=jsonl", f"dataset.path={questions}", f"drafter={drafter}", f"d={D}",
-                          "engine.max_model_len=2048", *overrides])
+    cfg = compose_config(
+        [
+            "runner=server",
+            f"runner.url={url}",
+            "target=custom",
+            f"target.model={smollm2}",
+            "dataset=jsonl",
+            f"dataset.path={questions}",
+            f"drafter={drafter}",
+            f"d={D}",
+            "engine.max_model_len=2048",
+            *overrides,
+        ]
+    )
     return run(cfg, tmp_path / "run", progress=lambda label: None)
 
 
 # --- 1. a stream that does not carry a finished answer --------------------------------------------
+
 
 def _cut(payloads):  # the server went away after two token chunks
     return payloads[:2]
@@ -83,14 +95,17 @@ def _error_event(payloads):  # vLLM's completion stream on an engine error: an e
     return [*payloads[:2], error, "[DONE]"]
 
 
-@pytest.mark.parametrize("reshape, problem", [
-    (_cut, "ended before its last line `data: [DONE]`"),
-    (_no_done, "ended before its last line `data: [DONE]`"),
-    (_no_finish, "ended without a finish_reason"),
-    (_aborted, "ended with finish_reason='abort', not stop or length"),
-    (_no_tokens, "carried no tokens"),
-    (_error_event, "sent an error instead of the answer: {\"error\": {\"message\": \"EngineCore died\""),
-])
+@pytest.mark.parametrize(
+    "reshape, problem",
+    [
+        (_cut, "ended before its last line `data: [DONE]`"),
+        (_no_done, "ended before its last line `data: [DONE]`"),
+        (_no_finish, "ended without a finish_reason"),
+        (_aborted, "ended with finish_reason='abort', not stop or length"),
+        (_no_tokens, "carried no tokens"),
+        (_error_event, 'sent an error instead of the answer: {"error": {"message": "EngineCore died"'),
+    ],
+)
 def test_a_stream_without_a_finished_answer_fails_the_measurement(tmp_path, smollm2, reshape, problem):
     server = FakeVllm(str(smollm2), reshape=lambda i, payloads: reshape(payloads) if i == THIRD_REQUEST else payloads)
     with pytest.raises(MeasurementError) as failure:
@@ -106,8 +121,9 @@ def test_a_stream_without_a_finished_answer_fails_the_measurement(tmp_path, smol
 
 def test_a_plain_pass_counts_no_cut_stream_either(tmp_path, smollm2):
     """drafter=none: no per-request statistics are needed, so only the stream's end tells."""
-    server = FakeVllm(str(smollm2), speculative=False,
-                      reshape=lambda i, payloads: _no_done(payloads) if i == 2 else payloads)  # warm-up, q0, q1
+    server = FakeVllm(
+        str(smollm2), speculative=False, reshape=lambda i, payloads: _no_done(payloads) if i == 2 else payloads
+    )  # warm-up, q0, q1
     with pytest.raises(MeasurementError, match=r"^request q1#0: the stream from .* ended before its last line"):
         attach(tmp_path, smollm2, server.url, "batch_sizes=[1]", drafter="none")
     assert sorted(read_parquet(tmp_path / "run" / "requests.parquet").request_id) == ["q0", "q2"]  # q1 not counted
@@ -117,10 +133,28 @@ def test_the_command_exits_3_in_one_line_for_a_cut_stream(tmp_path, smollm2):
     server = FakeVllm(str(smollm2), reshape=lambda i, payloads: _no_done(payloads) if i == THIRD_REQUEST else payloads)
     questions = write_questions(tmp_path / "q.jsonl", ROWS)
     proc = subprocess.run(
-        [sys.executable, "-m", "evals.run", "runner=server", f"runner.url={server.url}", "target=custom",
-         f"target.model={smollm2}", "dataset=jsonl", f"dataset.path={questions}", "drafter=ngram", f"d={D}",
-         "engine.max_model_len=2048", "batch_sizes=[1]", f"hydra.run.dir={tmp_path / 'run'}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+        [
+            sys.executable,
+            "-m",
+            "evals.run",
+            "runner=server",
+            f"runner.url={server.url}",
+            "target=custom",
+            f"target.model={smollm2}",
+            "dataset=jsonl",
+            f"dataset.path={questions}",
+            "drafter=ngram",
+            f"d={D}",
+            "engine.max_model_len=2048",
+            "batch_sizes=[1]",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert proc.returncode == 3, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("speclens: error: ")]
     assert len(errors) == 1 and errors[0].startswith("speclens: error: request q2#0: the stream from")
@@ -132,7 +166,7 @@ def test_the_command_exits_3_in_one_line_for_a_cut_stream(tmp_path, smollm2):
 # A stand-in for `python -m vllm.entrypoints.openai.api_server`: answers /health and /metrics, holds
 # a lock with a worker process in its group (as vLLM's engine core is), tells the test when the first
 # request arrives and never answers it.
-FAKE_API_SERVER = '''
+FAKE_API_SERVER = """
 import fcntl, os, signal, socket, sys, threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -162,7 +196,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 HTTPServer(("127.0.0.1", int(sys.argv[sys.argv.index("--port") + 1])), Handler).serve_forever()
-'''
+"""
 
 
 def fake_vllm_package(root: Path) -> Path:
@@ -193,16 +227,35 @@ def test_sigterm_stops_the_launched_server_and_its_process_group(tmp_path, smoll
     lock, pid_file = tmp_path / "server.lock", tmp_path / "server.pid"
     lock.touch()
     questions = write_questions(tmp_path / "q.jsonl", ROWS)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(fake_vllm_package(tmp_path / "fake"))]),
-           "FAKE_VLLM_LOCK": str(lock), "FAKE_VLLM_PID": str(pid_file),
-           "FAKE_VLLM_NOTIFY": str(notify.getsockname()[1])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(fake_vllm_package(tmp_path / "fake"))]),
+        "FAKE_VLLM_LOCK": str(lock),
+        "FAKE_VLLM_PID": str(pid_file),
+        "FAKE_VLLM_NOTIFY": str(notify.getsockname()[1]),
+    }
     stderr = tmp_path / "stderr.txt"
     with open(stderr, "w") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "evals.run", "runner=server", "target=custom", f"target.model={smollm2}",
-             "dataset=jsonl", f"dataset.path={questions}", "drafter=ngram", f"d={D}", "engine.max_model_len=2048",
-             f"hydra.run.dir={tmp_path / 'run'}"],
-            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err)
+            [
+                sys.executable,
+                "-m",
+                "evals.run",
+                "runner=server",
+                "target=custom",
+                f"target.model={smollm2}",
+                "dataset=jsonl",
+                f"dataset.path={questions}",
+                "drafter=ngram",
+                f"d={D}",
+                "engine.max_model_len=2048",
+                f"hydra.run.dir={tmp_path / 'run'}",
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
 
     def wake_if_it_ends() -> None:  # a run that ends before its first request wakes the accept below
         proc.wait()
@@ -228,6 +281,7 @@ def test_sigterm_stops_the_launched_server_and_its_process_group(tmp_path, smoll
 
 # --- 3. runner.* values, /v1/models answers, drafter=none ------------------------------------------
 
+
 @pytest.fixture
 def no_server_starts(monkeypatch):
     def never(*args, **kwargs):
@@ -247,24 +301,34 @@ def refused(tmp_path: Path, *overrides: str) -> str:
     return message
 
 
-@pytest.mark.parametrize("url, problem", [
-    ("", "runner.url='': is empty"),
-    ("127.0.0.1:8000", "runner.url=127.0.0.1:8000: has no scheme"),
-    ("localhost:8000", "runner.url=localhost:8000: has no scheme"),
-    ("http://127.0.0.1", "runner.url=http://127.0.0.1: has no port"),
-    ("http://127.0.0.1:70000", "runner.url=http://127.0.0.1:70000: has the port '70000', not a number from 1 to 65535"),
-    ("http://127.0.0.1:0", "has the port '0', not a number from 1 to 65535"),
-    ("http://127.0.0.1:80a", "has the port '80a', not a number"),
-    ("ftp://127.0.0.1:8000", "runner.url=ftp://127.0.0.1:8000: has the scheme 'ftp', not http or https"),
-    ("http://:8000", "has no host"),
-    ("http://127.0.0.1:8000/v1", "has a path, query or fragment after the port"),
-    (f"http://me:{SECRET}@127.0.0.1", "runner.url=http://***@127.0.0.1: has no port"),
-])
+@pytest.mark.parametrize(
+    "url, problem",
+    [
+        ("", "runner.url='': is empty"),
+        ("127.0.0.1:8000", "runner.url=127.0.0.1:8000: has no scheme"),
+        ("localhost:8000", "runner.url=localhost:8000: has no scheme"),
+        ("http://127.0.0.1", "runner.url=http://127.0.0.1: has no port"),
+        (
+            "http://127.0.0.1:70000",
+            "runner.url=http://127.0.0.1:70000: has the port '70000', not a number from 1 to 65535",
+        ),
+        ("http://127.0.0.1:0", "has the port '0', not a number from 1 to 65535"),
+        ("http://127.0.0.1:80a", "has the port '80a', not a number"),
+        ("ftp://127.0.0.1:8000", "runner.url=ftp://127.0.0.1:8000: has the scheme 'ftp', not http or https"),
+        ("http://:8000", "has no host"),
+        ("http://127.0.0.1:8000/v1", "has a path, query or fragment after the port"),
+        (f"http://me:{SECRET}@127.0.0.1", "runner.url=http://***@127.0.0.1: has no port"),
+    ],
+)
 def test_a_url_that_is_no_server_address_is_refused_in_one_line(tmp_path, no_server_starts, url, problem):
     message = refused(tmp_path, f"runner.url='{url}'")
     assert message.startswith(problem if problem.startswith("runner.url") else "runner.url=") and problem in message
-    assert message.endswith("give http://host:port or https://host:port (user:password@ before the host where the "
-                            "server needs it).") and SECRET not in message
+    assert (
+        message.endswith(
+            "give http://host:port or https://host:port (user:password@ before the host where the server needs it)."
+        )
+        and SECRET not in message
+    )
 
 
 def test_a_baseline_url_is_checked_too(tmp_path, no_server_starts):
@@ -272,25 +336,37 @@ def test_a_baseline_url_is_checked_too(tmp_path, no_server_starts):
     assert message.startswith("runner.baseline_url=127.0.0.1:8001: has no scheme; give http://host:port")
 
 
-@pytest.mark.parametrize("override, message", [
-    ("runner.request_timeout_s=0", "runner.request_timeout_s=0: must be a number of seconds > 0 and <= 86400 (a day)."),
-    ("runner.request_timeout_s=-5", "runner.request_timeout_s=-5: must be a number of seconds > 0"),
-    ("runner.request_timeout_s=1e12", "runner.request_timeout_s=1e+12: must be a number of seconds > 0 and <= 86400"),
-    ("runner.request_timeout_s=nan", "runner.request_timeout_s=nan: must be"),
-    ("runner.start_timeout_s=0", "runner.start_timeout_s=0: must be a number of seconds > 0 and <= 86400 (a day)."),
-    ("runner.start_timeout_s=-1", "runner.start_timeout_s=-1: must be"),
-    ("runner.start_timeout_s=inf", "runner.start_timeout_s=inf: must be"),
-    ("runner.retries=-1", "runner.retries=-1: must be an integer from 0 (no retry) to 10."),
-    ("runner.retries=1000000", "runner.retries=1000000: must be an integer from 0 (no retry) to 10."),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (
+            "runner.request_timeout_s=0",
+            "runner.request_timeout_s=0: must be a number of seconds > 0 and <= 86400 (a day).",
+        ),
+        ("runner.request_timeout_s=-5", "runner.request_timeout_s=-5: must be a number of seconds > 0"),
+        (
+            "runner.request_timeout_s=1e12",
+            "runner.request_timeout_s=1e+12: must be a number of seconds > 0 and <= 86400",
+        ),
+        ("runner.request_timeout_s=nan", "runner.request_timeout_s=nan: must be"),
+        ("runner.start_timeout_s=0", "runner.start_timeout_s=0: must be a number of seconds > 0 and <= 86400 (a day)."),
+        ("runner.start_timeout_s=-1", "runner.start_timeout_s=-1: must be"),
+        ("runner.start_timeout_s=inf", "runner.start_timeout_s=inf: must be"),
+        ("runner.retries=-1", "runner.retries=-1: must be an integer from 0 (no retry) to 10."),
+        ("runner.retries=1000000", "runner.retries=1000000: must be an integer from 0 (no retry) to 10."),
+    ],
+)
 def test_timeouts_and_retries_out_of_range_are_refused_in_one_line(tmp_path, no_server_starts, override, message):
     assert refused(tmp_path, override).startswith(message)
 
 
 def test_a_models_page_that_is_not_an_openai_model_list_is_refused(tmp_path, smollm2):
     html = Scripted({"/health": "", "/v1/models": "<html>It works!</html>"}, None)
-    with pytest.raises(ConfigError, match=r"^runner.url=http://127.0.0.1:\d+: /v1/models answered "
-                                          r"'<html>It works!</html>', not an OpenAI model list"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^runner.url=http://127.0.0.1:\d+: /v1/models answered "
+        r"'<html>It works!</html>', not an OpenAI model list",
+    ):
         attach(tmp_path, smollm2, html.url)
     listed = Scripted({"/health": "", "/v1/models": "[1, 2]"}, None)
     with pytest.raises(ConfigError, match=r"/v1/models answered '\[1, 2\]', not an OpenAI model list"):
@@ -318,9 +394,12 @@ class NeedsCredentials(Handler):
 
 def test_refused_credentials_are_said_so_not_taken_for_a_missing_model(tmp_path, smollm2):
     server = FakeVllm(str(smollm2), handler=NeedsCredentials)
-    with pytest.raises(ConfigError, match=r"/v1/models answered HTTP 401 \(credentials missing or refused: the API "
-                                          r"key in the variable runner.api_key_env names, or user:password@ in the "
-                                          r"URL\)\.$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"/v1/models answered HTTP 401 \(credentials missing or refused: the API "
+        r"key in the variable runner.api_key_env names, or user:password@ in the "
+        r"URL\)\.$",
+    ):
         attach(tmp_path, smollm2, server.url)
 
 
@@ -329,12 +408,16 @@ def test_drafter_none_measures_plain_decoding_on_the_attached_server(tmp_path, s
     summary = attach(tmp_path, smollm2, plain.url, drafter="none")
     assert (summary.drafter, summary.d, summary.n_requests) == ("none", None, len(ROWS))
     assert len(plain.bodies) == 1 + len(ROWS)  # the warm-up and every prompt, all on runner.url
-    with pytest.raises(ConfigError, match=r"^runner.url=http://127.0.0.1:\d+ serves with speculative decoding; "
-                                          r"drafter=none measures plain decoding: attach to a server started without"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^runner.url=http://127.0.0.1:\d+ serves with speculative decoding; "
+        r"drafter=none measures plain decoding: attach to a server started without",
+    ):
         attach(tmp_path / "spec", smollm2, FakeVllm(str(smollm2)).url, drafter="none")
 
 
 # --- 4. credentials inside a URL -------------------------------------------------------------------
+
 
 def test_url_credentials_are_sent_but_written_nowhere(tmp_path, smollm2, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -368,16 +451,26 @@ def test_url_credentials_stay_out_of_sweep_dir_names_failures_and_the_saved_swee
     escaped = rf"runner.url=http\://me\:{SECRET}@127.0.0.1\:8000"
     assert redact_overrides(escaped) == r"runner.url=http\://***@127.0.0.1\:8000"
     saved = tmp_path / "multirun.yaml"
-    saved.write_text(OmegaConf.to_yaml({"hydra": {"overrides": {"task": ["d=3", f"runner.url={url}"]},
-                                                  "job": {"override_dirname": f"d=3,runner.url={url}"}},
-                                        "runner": {"url": url, "baseline_url": url.replace("8000", "8001")}}))
+    saved.write_text(
+        OmegaConf.to_yaml(
+            {
+                "hydra": {
+                    "overrides": {"task": ["d=3", f"runner.url={url}"]},
+                    "job": {"override_dirname": f"d=3,runner.url={url}"},
+                },
+                "runner": {"url": url, "baseline_url": url.replace("8000", "8001")},
+            }
+        )
+    )
     redact_saved_config(saved)
     text = saved.read_text()
     assert SECRET not in text and "runner.url=http://***@127.0.0.1:8000" in text
     assert OmegaConf.load(saved).runner.baseline_url == "http://***@127.0.0.1:8001"
     record_failure(tmp_path / "job", ["d=3", f"runner.url={url}"], "a message", 2)
     assert json.loads((tmp_path / "job" / "failure.json").read_text())["overrides"] == [
-        "d=3", "runner.url=http://***@127.0.0.1:8000"]
+        "d=3",
+        "runner.url=http://***@127.0.0.1:8000",
+    ]
 
 
 def test_a_sweep_on_a_server_with_credentials_writes_them_nowhere(tmp_path, smollm2):
@@ -385,10 +478,29 @@ def test_a_sweep_on_a_server_with_credentials_writes_them_nowhere(tmp_path, smol
     questions = write_questions(tmp_path / "q.jsonl", ROWS)
     sweep = tmp_path / "sweep"
     proc = subprocess.run(
-        [sys.executable, "-m", "evals.run", "-m", "runner=server", f"runner.url={with_credentials(server.url)}",
-         "target=custom", f"target.model={smollm2}", "dataset=jsonl", f"dataset.path={questions}", "drafter=ngram",
-         f"d={D}", "engine.max_model_len=2048", "seed=0,1", f"hydra.sweep.dir={sweep}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+        [
+            sys.executable,
+            "-m",
+            "evals.run",
+            "-m",
+            "runner=server",
+            f"runner.url={with_credentials(server.url)}",
+            "target=custom",
+            f"target.model={smollm2}",
+            "dataset=jsonl",
+            f"dataset.path={questions}",
+            "drafter=ngram",
+            f"d={D}",
+            "engine.max_model_len=2048",
+            "seed=0,1",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     # Hydra's launcher logs each job's overrides ("[HYDRA] #0 : ..."): through speclens's filter
     printed = (proc.stdout + proc.stderr).splitlines()

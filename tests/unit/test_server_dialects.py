@@ -32,7 +32,9 @@ from tests.unit.conftest import write_questions
 from tests.unit.test_server_runner import FakeVllm
 
 D = 3
-ROWS = [{"question_id": f"q{i}", "category": "coding" if i % 2 else "writing", "turns": [f"task {i}"]} for i in range(4)]
+ROWS = [
+    {"question_id": f"q{i}", "category": "coding" if i % 2 else "writing", "turns": [f"task {i}"]} for i in range(4)
+]
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +81,9 @@ class _Handler(BaseHTTPRequestHandler):
         page = self.server.pages.get(self.path)
         if page is None:
             return self.send(404, '{"detail":"Not Found"}')
-        self.send(200, page() if callable(page) else page, "text/plain" if "metrics" in self.path else "application/json")
+        self.send(
+            200, page() if callable(page) else page, "text/plain" if "metrics" in self.path else "application/json"
+        )
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -89,8 +93,14 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def models(model: str, owner: str) -> str:
-    return json.dumps({"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": owner,
-                                                   "root": model, "max_model_len": 2048}]})
+    return json.dumps(
+        {
+            "object": "list",
+            "data": [
+                {"id": model, "object": "model", "created": 0, "owned_by": owner, "root": model, "max_model_len": 2048}
+            ],
+        }
+    )
 
 
 def fake_sglang(model: str, chunks=(1, 4, 2), correct=4, verify=2, miscount=0) -> Scripted:
@@ -102,26 +112,49 @@ def fake_sglang(model: str, chunks=(1, 4, 2), correct=4, verify=2, miscount=0) -
         events, ids = [], []
         for n in chunks:
             ids = ids + list(range(300 + len(ids), 300 + len(ids) + n))
-            events.append({"text": "x" * len(ids), "output_ids": list(ids),
-                           "meta_info": {"id": "r", "finish_reason": None, "prompt_tokens": 5,
-                                         "completion_tokens": len(ids), "cached_tokens": 0}})
+            events.append(
+                {
+                    "text": "x" * len(ids),
+                    "output_ids": list(ids),
+                    "meta_info": {
+                        "id": "r",
+                        "finish_reason": None,
+                        "prompt_tokens": 5,
+                        "completion_tokens": len(ids),
+                        "cached_tokens": 0,
+                    },
+                }
+            )
         events[-1]["meta_info"] |= {
-            "finish_reason": {"type": "length", "length": len(ids)}, "e2e_latency": 0.01,
-            "spec_accept_rate": correct / (verify * D), "spec_accept_length": len(ids) / verify,
-            "spec_num_correct_drafts": correct, "spec_num_proposed_drafts": verify * D, "spec_verify_ct": verify,
-            "spec_correct_drafts_histogram": [0, 1, 0, 1]}
+            "finish_reason": {"type": "length", "length": len(ids)},
+            "e2e_latency": 0.01,
+            "spec_accept_rate": correct / (verify * D),
+            "spec_accept_length": len(ids) / verify,
+            "spec_num_correct_drafts": correct,
+            "spec_num_proposed_drafts": verify * D,
+            "spec_verify_ct": verify,
+            "spec_correct_drafts_histogram": [0, 1, 0, 1],
+        }
         with handler.server.lock:
             calls["verify"] += verify + miscount
         handler.events(events)
 
     def metrics() -> str:
-        return ("# HELP sglang:spec_verify_calls_total Total verify calls\n# TYPE sglang:spec_verify_calls_total counter\n"
-                f'sglang:spec_verify_calls_total{{model_name="{model}",engine_type="unified"}} '
-                f"{float(calls['verify'])}\n")
+        return (
+            "# HELP sglang:spec_verify_calls_total Total verify calls\n# TYPE sglang:spec_verify_calls_total counter\n"
+            f'sglang:spec_verify_calls_total{{model_name="{model}",engine_type="unified"}} '
+            f"{float(calls['verify'])}\n"
+        )
 
-    return Scripted({"/health": "", "/v1/models": models(model, "sglang"), "/metrics": metrics,
-                     "/get_server_info": json.dumps({"speculative_num_steps": D, "speculative_algorithm": "EAGLE3"})},
-                    post)
+    return Scripted(
+        {
+            "/health": "",
+            "/v1/models": models(model, "sglang"),
+            "/metrics": metrics,
+            "/get_server_info": json.dumps({"speculative_num_steps": D, "speculative_algorithm": "EAGLE3"}),
+        },
+        post,
+    )
 
 
 # TensorRT-LLM stand-in: a coding request verifies 2 steps accepting 3 each, a writing one 2 steps accepting 1.
@@ -140,18 +173,39 @@ def fake_trtllm(model: str, domain_of_prompt) -> Scripted:
                     drafted[k] += 1
                     accepted[k] += k < a
         words = [" one", " two", " three", " four"]
-        handler.events([{"id": "cmpl-1", "object": "text_completion", "created": 0, "model": model,
-                         "choices": [{"index": 0, "text": w, "logprobs": None,
-                                      "finish_reason": "length" if w == words[-1] else None,
-                                      "stop_reason": None, "avg_decoded_tokens_per_iter": 1.0 + a}]} for w in words])
+        handler.events(
+            [
+                {
+                    "id": "cmpl-1",
+                    "object": "text_completion",
+                    "created": 0,
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "text": w,
+                            "logprobs": None,
+                            "finish_reason": "length" if w == words[-1] else None,
+                            "stop_reason": None,
+                            "avg_decoded_tokens_per_iter": 1.0 + a,
+                        }
+                    ],
+                }
+                for w in words
+            ]
+        )
 
     def metrics() -> str:
         labels = 'model_name="undefined",engine_type="undefined"'
         lines = [f'trtllm_speculative_config_info{{{labels},decoding_type="Eagle3",max_draft_len="{D}"}} 1.0']
-        lines += [f'trtllm_spec_decode_drafted_tokens_total{{{labels},token_position="{k}"}} {float(v)}'
-                  for k, v in enumerate(drafted)]
-        lines += [f'trtllm_spec_decode_accepted_tokens_total{{{labels},token_position="{k}"}} {float(v)}'
-                  for k, v in enumerate(accepted)]
+        lines += [
+            f'trtllm_spec_decode_drafted_tokens_total{{{labels},token_position="{k}"}} {float(v)}'
+            for k, v in enumerate(drafted)
+        ]
+        lines += [
+            f'trtllm_spec_decode_accepted_tokens_total{{{labels},token_position="{k}"}} {float(v)}'
+            for k, v in enumerate(accepted)
+        ]
         return "\n".join(lines) + "\n"
 
     return Scripted({"/health": "", "/v1/models": models(model, "tensorrt_llm"), "/prometheus/metrics": metrics}, post)
@@ -160,10 +214,20 @@ def fake_trtllm(model: str, domain_of_prompt) -> Scripted:
 def attach(tmp_path, smollm2, url: str, *overrides: str):
     tmp_path.mkdir(parents=True, exist_ok=True)
     questions = write_questions(tmp_path / "q.jsonl", ROWS)
-    cfg = compose_config(["runner=server", f"runner.url={url}", "target=custom", f"target.model={smollm2}",
-                          "dataset=jsonl", f"dataset.path={questions}", "drafter=ngram", f"d={D}",
-                          "engine.max_model_len=2048",
-                          *overrides])
+    cfg = compose_config(
+        [
+            "runner=server",
+            f"runner.url={url}",
+            "target=custom",
+            f"target.model={smollm2}",
+            "dataset=jsonl",
+            f"dataset.path={questions}",
+            "drafter=ngram",
+            f"d={D}",
+            "engine.max_model_len=2048",
+            *overrides,
+        ]
+    )
     return run(cfg, tmp_path / "run", progress=lambda label: None)
 
 
@@ -186,8 +250,10 @@ def test_tensorrt_llm_gives_al_per_domain_from_counters_one_domain_at_a_time(tmp
     from runners.chat import ChatTokenizer
 
     tokenizer = ChatTokenizer(smollm2)
-    domain_of = {tuple(tokenizer.chat_token_ids([{"role": "user", "content": r["turns"][0]}])):
-                 "coding" if i % 2 else "writing" for i, r in enumerate(ROWS)}
+    domain_of = {
+        tuple(tokenizer.chat_token_ids([{"role": "user", "content": r["turns"][0]}])): "coding" if i % 2 else "writing"
+        for i, r in enumerate(ROWS)
+    }
     server = fake_trtllm(str(smollm2), lambda prompt: domain_of.get(tuple(prompt), "writing"))  # + the warm-up
     summary = attach(tmp_path, smollm2, server.url)
     assert summary.record_granularity == "domain"
@@ -199,14 +265,28 @@ def test_tensorrt_llm_gives_al_per_domain_from_counters_one_domain_at_a_time(tmp
 
 
 def test_the_engine_is_detected_and_a_server_that_does_not_report_is_refused(tmp_path, smollm2):
-    plain_sglang = Scripted({"/health": "", "/v1/models": models(str(smollm2), "sglang"), "/metrics": ""},
-                            lambda handler, body: handler.events([{"text": "x", "output_ids": [1], "meta_info": {
-                                "completion_tokens": 1, "finish_reason": {"type": "length"}}}]))
-    with pytest.raises(ConfigError, match=r"\(sglang\) reports no per-request speculative statistics: use SGLang 0.5.9"):
+    plain_sglang = Scripted(
+        {"/health": "", "/v1/models": models(str(smollm2), "sglang"), "/metrics": ""},
+        lambda handler, body: handler.events(
+            [
+                {
+                    "text": "x",
+                    "output_ids": [1],
+                    "meta_info": {"completion_tokens": 1, "finish_reason": {"type": "length"}},
+                }
+            ]
+        ),
+    )
+    with pytest.raises(
+        ConfigError, match=r"\(sglang\) reports no per-request speculative statistics: use SGLang 0.5.9"
+    ):
         attach(tmp_path, smollm2, plain_sglang.url)
     no_metrics = Scripted({"/health": "", "/v1/models": models(str(smollm2), "tensorrt_llm")}, None)
-    with pytest.raises(ConfigError, match=r"\(TensorRT-LLM\) shows no speculative counters at /prometheus/metrics: "
-                                          r"start trtllm-serve with return_perf_metrics: true"):
+    with pytest.raises(
+        ConfigError,
+        match=r"\(TensorRT-LLM\) shows no speculative counters at /prometheus/metrics: "
+        r"start trtllm-serve with return_perf_metrics: true",
+    ):
         attach(tmp_path, smollm2, no_metrics.url)
     with pytest.raises(ConfigError, match=r"drafts num_spec_tokens=3 per step but d=5"):
         attach(tmp_path, smollm2, fake_sglang(str(smollm2)).url, "d=5")
@@ -249,8 +329,14 @@ def test_a_vllm_request_without_verification_steps_has_no_arrays_and_no_steps():
     from runners.server_dialects import DIALECTS, Reply
 
     vllm = DIALECTS["vllm"]
-    none_drafted = {"mean_acceptance_length": 1.0, "acceptance_histogram": [0, 0, 0, 0], "num_spec_steps": 0,
-                    "num_accepted_draft_tokens": 0, "num_draft_tokens": 0, "num_spec_tokens": 3}
+    none_drafted = {
+        "mean_acceptance_length": 1.0,
+        "acceptance_histogram": [0, 0, 0, 0],
+        "num_spec_steps": 0,
+        "num_accepted_draft_tokens": 0,
+        "num_draft_tokens": 0,
+        "num_spec_tokens": 3,
+    }
     assert vllm.has_stats(none_drafted)
     acceptance = vllm.acceptance(10, Reply(chunks=[[1], [2], [3]], stats=none_drafted))
     assert (acceptance.steps, acceptance.target_steps) == ([], 3)

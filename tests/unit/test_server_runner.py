@@ -20,16 +20,27 @@ from speclens.errors import ConfigError
 from tests.unit.conftest import write_questions
 
 D = 3
-ROWS = [{"question_id": f"q{i}", "category": "coding" if i % 2 else "writing", "turns": [f"task {i}"]} for i in range(3)]
+ROWS = [
+    {"question_id": f"q{i}", "category": "coding" if i % 2 else "writing", "turns": [f"task {i}"]} for i in range(3)
+]
 # Every request: the prefill token, a step accepting 3, an undrafted step, a step accepting 1.
 CHUNKS = [1, 4, 1, 2]
 ACCEPTED, DRAFTED = [3, 1], [3, 3]
 
 
 class FakeVllm(ThreadingHTTPServer):
-    def __init__(self, model: str, spec_metrics: bool = True, num_spec_tokens: int = D, busy_first: int = 0,
-                 speculative: bool = True, last_token_shift: int = 0, margin: float = 5.0, reshape=None,
-                 handler: type[BaseHTTPRequestHandler] | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        spec_metrics: bool = True,
+        num_spec_tokens: int = D,
+        busy_first: int = 0,
+        speculative: bool = True,
+        last_token_shift: int = 0,
+        margin: float = 5.0,
+        reshape=None,
+        handler: type[BaseHTTPRequestHandler] | None = None,
+    ) -> None:
         super().__init__(("127.0.0.1", 0), handler or Handler)
         # reshape(i, payloads) -> the `data:` payloads the i-th POST's stream sends instead (a fault).
         self.reshape = reshape or (lambda i, payloads: payloads)
@@ -52,9 +63,14 @@ class FakeVllm(ThreadingHTTPServer):
     def metrics_text(self) -> str:
         if not self.speculative:  # vLLM registers the spec-decode series only with a speculative config
             return 'vllm:num_requests_running{engine="0"} 0.0\n'
-        lines = [f'vllm:spec_decode_{k}_total{{engine="0",model_name="{self.model}"}} {v}.0' for k, v in self.counters.items()]
-        lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="{k}"}} {v}.0'
-                  for k, v in enumerate(self.per_pos)]
+        lines = [
+            f'vllm:spec_decode_{k}_total{{engine="0",model_name="{self.model}"}} {v}.0'
+            for k, v in self.counters.items()
+        ]
+        lines += [
+            f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="{k}"}} {v}.0'
+            for k, v in enumerate(self.per_pos)
+        ]
         return "\n".join(lines) + "\n"
 
 
@@ -75,7 +91,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/health":
             self._send(200, "")
         elif self.path == "/v1/models":
-            self._send(200, json.dumps({"data": [{"id": self.server.model, "owned_by": "vllm", "max_model_len": 2048}]}))
+            self._send(
+                200, json.dumps({"data": [{"id": self.server.model, "owned_by": "vllm", "max_model_len": 2048}]})
+            )
         elif self.path == "/metrics":
             self._send(200, self.server.metrics_text(), "text/plain")
         else:
@@ -105,20 +123,39 @@ class Handler(BaseHTTPRequestHandler):
             if i == len(CHUNKS) - 1:
                 ids[-1] += self.server.last_token_shift
             # vLLM's last token chunk says why the request ended
-            chunk = {"choices": [{"index": 0, "text": "x", "token_ids": ids,
-                                  "finish_reason": "length" if i == len(CHUNKS) - 1 else None}]}
+            chunk = {
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": "x",
+                        "token_ids": ids,
+                        "finish_reason": "length" if i == len(CHUNKS) - 1 else None,
+                    }
+                ]
+            }
             if body.get("logprobs"):  # vLLM's completions logprobs, keyed "token_id:<id>"
-                chunk["choices"][0]["logprobs"] = {"top_logprobs": [
-                    {f"token_id:{t}": -0.1, f"token_id:{t + 1000}": -0.1 - self.server.margin} for t in ids]}
+                chunk["choices"][0]["logprobs"] = {
+                    "top_logprobs": [
+                        {f"token_id:{t}": -0.1, f"token_id:{t + 1000}": -0.1 - self.server.margin} for t in ids
+                    ]
+                }
             token += n
             payloads.append(json.dumps(chunk))
         final = {"choices": [], "usage": {"completion_tokens": sum(CHUNKS)}}
         if self.server.spec_metrics:
-            final["metrics"] = {"speculative_decoding": {
-                "mean_acceptance_length": 3.0, "draft_acceptance_rate": 0.66, "acceptance_histogram": [0, 1, 0, 1],
-                "num_spec_steps": 2, "num_accepted_draft_tokens": 4, "num_draft_tokens": 6,
-                "num_spec_tokens": self.server.num_spec_tokens, "per_step_accepted": ACCEPTED,
-                "per_step_drafted": DRAFTED}}
+            final["metrics"] = {
+                "speculative_decoding": {
+                    "mean_acceptance_length": 3.0,
+                    "draft_acceptance_rate": 0.66,
+                    "acceptance_histogram": [0, 1, 0, 1],
+                    "num_spec_steps": 2,
+                    "num_accepted_draft_tokens": 4,
+                    "num_draft_tokens": 6,
+                    "num_spec_tokens": self.server.num_spec_tokens,
+                    "per_step_accepted": ACCEPTED,
+                    "per_step_drafted": DRAFTED,
+                }
+            }
         for payload in self.server.reshape(index, [*payloads, json.dumps(final), "[DONE]"]):
             self.wfile.write(f"data: {payload}\n\n".encode())
             self.wfile.flush()
@@ -132,9 +169,20 @@ def smollm2():
 def attach(tmp_path, smollm2, server: FakeVllm, *overrides: str):
     tmp_path.mkdir(parents=True, exist_ok=True)
     questions = write_questions(tmp_path / "q.jsonl", ROWS)
-    cfg = compose_config(["runner=server", f"runner.url={server.url}", "target=custom", f"target.model={smollm2}",
-                          "dataset=jsonl", f"dataset.path={questions}", "drafter=ngram", f"d={D}",
-                          "engine.max_model_len=2048", *overrides])
+    cfg = compose_config(
+        [
+            "runner=server",
+            f"runner.url={server.url}",
+            "target=custom",
+            f"target.model={smollm2}",
+            "dataset=jsonl",
+            f"dataset.path={questions}",
+            "drafter=ngram",
+            f"d={D}",
+            "engine.max_model_len=2048",
+            *overrides,
+        ]
+    )
     return run(cfg, tmp_path / "run", progress=lambda label: None)
 
 
@@ -164,8 +212,14 @@ def test_other_traffic_on_the_server_fails_the_check_unless_it_is_declared(tmp_p
 
     def busy_metrics() -> str:  # someone else's requests land once the pass's requests (after probe and warm-up) begin
         text = real()
-        return text.replace(f"num_drafts_total{{engine=\"0\",model_name=\"{server.model}\"}} ",
-                            f"num_drafts_total{{engine=\"0\",model_name=\"{server.model}\"}} 1") if len(server.bodies) > 2 else text
+        return (
+            text.replace(
+                f'num_drafts_total{{engine="0",model_name="{server.model}"}} ',
+                f'num_drafts_total{{engine="0",model_name="{server.model}"}} 1',
+            )
+            if len(server.bodies) > 2
+            else text
+        )
 
     server.metrics_text = busy_metrics
     with pytest.raises(MeasurementError, match="do not sum to the engine's speculative counters"):
@@ -181,15 +235,22 @@ def test_a_busy_server_is_retried(tmp_path, smollm2):
 
 
 def test_an_attached_server_is_checked_before_any_prompt(tmp_path, smollm2):
-    with pytest.raises(ConfigError, match=r"does not serve '.*SmolLM2-135M-Instruct' \(it serves: /models/other\); set runner.model"):
+    with pytest.raises(
+        ConfigError, match=r"does not serve '.*SmolLM2-135M-Instruct' \(it serves: /models/other\); set runner.model"
+    ):
         attach(tmp_path, smollm2, FakeVllm("/models/other"))
-    with pytest.raises(ConfigError, match=r"\(vllm\) reports no per-request speculative statistics: start the server with --per-request-spec-decode-metrics detailed"):
+    with pytest.raises(
+        ConfigError,
+        match=r"\(vllm\) reports no per-request speculative statistics: start the server with --per-request-spec-decode-metrics detailed",
+    ):
         attach(tmp_path, smollm2, FakeVllm(str(smollm2), spec_metrics=False))
     with pytest.raises(ConfigError, match=r"runs without speculative decoding: start it with --speculative-config"):
         attach(tmp_path, smollm2, FakeVllm(str(smollm2), speculative=False))
     with pytest.raises(ConfigError, match=r"drafts num_spec_tokens=5 per step but d=3"):
         attach(tmp_path, smollm2, FakeVllm(str(smollm2), num_spec_tokens=5))
-    with pytest.raises(ConfigError, match=r"serves '.*' with max_model_len=2048, below engine.max_model_len=4096; set engine"):
+    with pytest.raises(
+        ConfigError, match=r"serves '.*' with max_model_len=2048, below engine.max_model_len=4096; set engine"
+    ):
         attach(tmp_path, smollm2, FakeVllm(str(smollm2)), "engine.max_model_len=4096")
     with pytest.raises(ConfigError, match=r"baseline=true with runner.url needs runner.baseline_url=http://host:port"):
         attach(tmp_path, smollm2, FakeVllm(str(smollm2)), "baseline=true")
@@ -197,8 +258,10 @@ def test_an_attached_server_is_checked_before_any_prompt(tmp_path, smollm2):
     with pytest.raises(ConfigError, match=rf"runner.baseline_url={spec.url} serves with speculative decoding"):
         attach(tmp_path, smollm2, spec, "baseline=true", f"runner.baseline_url={spec.url}")
     with pytest.raises(ConfigError, match=r"runner.engine=sglang: speclens launches vLLM servers only"):
-        run(compose_config(["runner=server", "runner.engine=sglang", "target=custom", f"target.model={smollm2}"]),
-            tmp_path / "launch")
+        run(
+            compose_config(["runner=server", "runner.engine=sglang", "target=custom", f"target.model={smollm2}"]),
+            tmp_path / "launch",
+        )
 
 
 def test_an_unreachable_server_is_refused_quickly(tmp_path, smollm2):
@@ -213,8 +276,15 @@ def test_an_unreachable_server_is_refused_quickly(tmp_path, smollm2):
 
 
 def test_engine_keys_become_server_flags():
-    cfg = compose_config(["runner=server", "engine.max_model_len=1024", "engine.dtype=float32", "seed=7",
-                          "+engine.extra_args.max_num_batched_tokens=2048"])
+    cfg = compose_config(
+        [
+            "runner=server",
+            "engine.max_model_len=1024",
+            "engine.dtype=float32",
+            "seed=7",
+            "+engine.extra_args.max_num_batched_tokens=2048",
+        ]
+    )
     from evals.compose import to_run_config
 
     flags = server_flags(to_run_config(cfg))

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from evals.sweep_report import SweepReport
 from speclens.config import WandbLoggerConfig
-from tests.unit.test_costs import measure
+from tests.unit.test_step_costs import measure
 from tests.wandb_offline import offline_runs
 
 SECRET = "sk-do-not-log-4711"
@@ -29,7 +29,9 @@ def _table(run_dir: Path, run, key: str) -> dict:
 
 
 def test_a_run_logs_its_figures_tables_and_tags_without_secrets(tmp_path):
-    summary, out = measure(tmp_path, 2, "logger=wandb", "logger.tags=[nightly]", f"+engine.extra_args.hf_token={SECRET}")
+    summary, out = measure(
+        tmp_path, 2, "logger=wandb", "logger.tags=[nightly]", f"+engine.extra_args.hf_token={SECRET}"
+    )
     (run,) = offline_runs(out)
     assert run.name == "ngram-d2" and run.job_type == "run"
     fingerprint = summary["fingerprints"]["target"].split(":")[-1][:16]
@@ -56,8 +58,9 @@ def test_a_sweep_logs_its_curves_and_ranking_in_its_group(tmp_path):
     measure(tmp_path, 2)
     measure(tmp_path, 1)
     sweep_dir = tmp_path / "sweep"
-    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep_dir)}},
-                               "logger": OmegaConf.structured(WandbLoggerConfig())})
+    config = OmegaConf.create(
+        {"hydra": {"sweep": {"dir": str(sweep_dir)}}, "logger": OmegaConf.structured(WandbLoggerConfig())}
+    )
     SweepReport().on_multirun_end(config)
     assert (sweep_dir / "curves.csv").is_file() and (sweep_dir / "ranking.csv").is_file()
     (run,) = offline_runs(sweep_dir / "wandb")
@@ -70,11 +73,22 @@ def test_a_sweep_logs_its_curves_and_ranking_in_its_group(tmp_path):
     assert {"plot/al_vs_d/all_table.path", "plot/al_vs_d/coding_table.path"} <= set(run.history)
 
 
-@pytest.mark.parametrize("key, secret", [
-    ("hf_token", True), ("HF-TOKEN", True), ("wandb_api_key", True), ("client_secret", True),
-    ("aws_secret_access_key", True), ("password", True), ("max_tokens", False), ("tokenizer", False),
-    ("stop_token_ids", False), ("num_draft_tokens", False), ("author", False),
-])
+@pytest.mark.parametrize(
+    "key, secret",
+    [
+        ("hf_token", True),
+        ("HF-TOKEN", True),
+        ("wandb_api_key", True),
+        ("client_secret", True),
+        ("aws_secret_access_key", True),
+        ("password", True),
+        ("max_tokens", False),
+        ("tokenizer", False),
+        ("stop_token_ids", False),
+        ("num_draft_tokens", False),
+        ("author", False),
+    ],
+)
 def test_secret_keys_are_told_apart_from_token_counts(key, secret):
     from speclens.redact import REDACTED, redact
 
@@ -87,12 +101,24 @@ def test_secrets_stay_out_of_job_dir_names_and_the_saved_sweep_config(tmp_path):
     from speclens.redact import REDACTED, redact_overrides
 
     overrides = f"batch_sizes=[1,4],d=3,+engine.extra_args.hf_token={SECRET},sampling.max_tokens=64"
-    assert redact_overrides(overrides) == f"batch_sizes=[1,4],d=3,+engine.extra_args.hf_token={REDACTED},sampling.max_tokens=64"
+    assert (
+        redact_overrides(overrides)
+        == f"batch_sizes=[1,4],d=3,+engine.extra_args.hf_token={REDACTED},sampling.max_tokens=64"
+    )
     assert SECRET not in job_dirname(overrides)
     saved = tmp_path / "multirun.yaml"
-    saved.write_text(OmegaConf.to_yaml({"hydra": {"overrides": {"task": ["d=3", f"engine.extra_args.api_key={SECRET}"]},
-                                                  "job": {"override_dirname": f"d=3,engine.extra_args.api_key={SECRET}"}},
-                                        "engine": {"extra_args": {"api_key": SECRET}}, "d": 3}))
+    saved.write_text(
+        OmegaConf.to_yaml(
+            {
+                "hydra": {
+                    "overrides": {"task": ["d=3", f"engine.extra_args.api_key={SECRET}"]},
+                    "job": {"override_dirname": f"d=3,engine.extra_args.api_key={SECRET}"},
+                },
+                "engine": {"extra_args": {"api_key": SECRET}},
+                "d": 3,
+            }
+        )
+    )
     redact_saved_config(saved)
     text = saved.read_text()
     assert SECRET not in text and f"engine.extra_args.api_key={REDACTED}" in text and "d=3" in text
@@ -120,11 +146,14 @@ def test_the_command_line_with_a_secret_is_not_stored_by_wandb(tmp_path, monkeyp
     assert leaked == []
 
 
-@pytest.mark.parametrize("override", [
-    f"+engine.extra_args={{hf_token: {SECRET}}}",
-    f"+engine.extra_args={{dtype: half, 'api_key': '{SECRET}'}}",
-    f'+engine.extra_args={{"password": "{SECRET}"}}',
-])
+@pytest.mark.parametrize(
+    "override",
+    [
+        f"+engine.extra_args={{hf_token: {SECRET}}}",
+        f"+engine.extra_args={{dtype: half, 'api_key': '{SECRET}'}}",
+        f'+engine.extra_args={{"password": "{SECRET}"}}',
+    ],
+)
 def test_a_dict_valued_override_is_redacted_too(override):
     from evals.compose import job_dirname
     from speclens.redact import redact

@@ -17,7 +17,12 @@ D = 3
 def test_two_batch_sizes_give_costs_speedups_and_a_ranking(tmp_path):
     out = tmp_path / "sweep" / "ngram"
     summary = measure(
-        out, "drafter=ngram", f"d={D}", "batch_sizes=[1,4]", "baseline=true", "dataset.num_requests=8",
+        out,
+        "drafter=ngram",
+        f"d={D}",
+        "batch_sizes=[1,4]",
+        "baseline=true",
+        "dataset.num_requests=8",
         "sampling.max_tokens=32",
     )
     b1, b4 = summary["operating_points"]
@@ -73,8 +78,15 @@ def test_a_draft_length_schedule_runs_under_vllms_dynamic_speculative_decoding(t
     schedule = tmp_path / "schedule.json"
     schedule.write_text(json.dumps([[1, 1, 3], [2, 64, 1]]))
     out = tmp_path / "sweep" / "scheduled"
-    summary = measure(out, "drafter=ngram", "d=3", f"drafter.schedule={schedule}", "batch_sizes=[1,4]",
-                      "dataset.num_requests=8", "sampling.max_tokens=32")
+    summary = measure(
+        out,
+        "drafter=ngram",
+        "d=3",
+        f"drafter.schedule={schedule}",
+        "batch_sizes=[1,4]",
+        "dataset.num_requests=8",
+        "sampling.max_tokens=32",
+    )
     assert summary["schedule"] == [[1, 1, 3], [2, 64, 1]]
     steps = read_parquet(out / "steps.parquet")
     engine_steps = read_parquet(out / "engine_steps.parquet")

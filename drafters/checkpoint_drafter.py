@@ -78,8 +78,10 @@ def check_weights(drafter: str, folder: Path) -> None:
     if problem is None:
         return
     if (folder / DRAFTER_FACTS_FILE).is_file():  # built by speclens: it builds it again
-        fix = (f"delete {folder} and run `python -m evals.embedded_drafters {drafter}` (or any run with "
-               f"drafter={drafter}) to build it again")
+        fix = (
+            f"delete {folder} and run `python -m evals.embedded_drafters {drafter}` (or any run with "
+            f"drafter={drafter}) to build it again"
+        )
     else:
         fix = "copy or export the checkpoint again"
     raise ConfigError(f"drafter.model={folder}: {problem}; {fix}.")

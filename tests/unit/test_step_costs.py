@@ -12,23 +12,31 @@ import pytest
 
 from evals.run import run
 from reports.rank import main as rank_main
-from reports.rank import pareto_front, rank, write_ranking
+from reports.rank import write_ranking
+from reports.ranking import pareto_front, rank
 from speclens import costs
 from speclens.costs import StepTiming
 from speclens.errors import ConfigError, SpeclensError
 from speclens.records import read_parquet
 from tests.unit.conftest import compose_run, fake_overrides
 
-PROMPTS = [{"question_id": f"c{i}", "category": "coding", "turns": [f"write function number {i} " * (i + 1)]}
-           for i in range(4)]
+PROMPTS = [
+    {"question_id": f"c{i}", "category": "coding", "turns": [f"write function number {i} " * (i + 1)]} for i in range(4)
+]
 # Every request: 18 tokens after the prefill token, so all passes produce the same outputs.
 SCRIPTS = {2: [2] * 6, 1: [1] * 9}
 
 
 def measure(tmp_path: Path, d: int, *overrides: str, rows=PROMPTS, name=None) -> tuple[dict, Path]:
     script = {f"{r['question_id']}#0": SCRIPTS[d] for r in rows}
-    cfg = compose_run(*fake_overrides(tmp_path, rows, script, name=f"q{d}", num_attention_heads=8, num_key_value_heads=1),
-                      "drafter=ngram", f"d={d}", "batch_sizes=[1,2]", "baseline=true", *overrides)
+    cfg = compose_run(
+        *fake_overrides(tmp_path, rows, script, name=f"q{d}", num_attention_heads=8, num_key_value_heads=1),
+        "drafter=ngram",
+        f"d={d}",
+        "batch_sizes=[1,2]",
+        "baseline=true",
+        *overrides,
+    )
     out = tmp_path / "sweep" / (name or f"d={d}")
     summary = run(cfg, out, progress=lambda label: None)
     return summary.to_dict(), out
@@ -37,7 +45,7 @@ def measure(tmp_path: Path, d: int, *overrides: str, rows=PROMPTS, name=None) ->
 def prefill_ms(out: Path, batch_size: int) -> float:
     """The prefill steps' cost: 10 ms per step + 1 ms per prompt token, requests taken B at a time."""
     prompts = read_parquet(out / "requests.parquet").query("batch_size == 1").prompt_tokens.tolist()
-    waves = [prompts[i:i + batch_size] for i in range(0, len(prompts), batch_size)]
+    waves = [prompts[i : i + batch_size] for i in range(0, len(prompts), batch_size)]
     return sum(10 + sum(w) for w in waves)
 
 
@@ -61,7 +69,10 @@ def test_cost_decomposition_and_both_speedups_match_hand_computation(tmp_path, e
     assert b1["latency"]["tpot_ms"]["p50"] == pytest.approx(102 / 18)
     assert b1["latency_speedup"] == pytest.approx(198 / 102)
     # measured: same tokens, so the speedup is plain time / speculative time, prefill steps included
-    for point, b, plain, spec, steps_plain, steps_spec in ((b1, 1, 11, 17, 4 * 18, 4 * 6), (b2, 2, 12, 24, 2 * 18, 2 * 6)):
+    for point, b, plain, spec, steps_plain, steps_spec in (
+        (b1, 1, 11, 17, 4 * 18, 4 * 6),
+        (b2, 2, 12, 24, 2 * 18, 2 * 6),
+    ):
         expected = (prefill_ms(out, b) + steps_plain * plain) / (prefill_ms(out, b) + steps_spec * spec)
         assert point["speedup"] == pytest.approx(expected)
         assert point["speedup_gap"] == pytest.approx(point["predicted_speedup"] / expected - 1)
@@ -86,11 +97,16 @@ def test_step_timing_median_quartiles_and_predicted_range():
 
 
 def test_steady_steps_leave_out_prefill_and_partial_batches():
-    steps = pd.DataFrame({
-        "mode": ["plain"] * 4 + ["verify"] * 2, "batch_size": [2] * 6,
-        "num_requests": [2, 2, 1, 2, 2, 2], "num_tokens": [40, 2, 1, 2, 6, 5],
-        "num_draft_tokens": [0, 0, 0, 0, 4, 3], "wall_s": [0.5, 0.012, 0.011, 0.013, 0.016, 0.015],
-    })
+    steps = pd.DataFrame(
+        {
+            "mode": ["plain"] * 4 + ["verify"] * 2,
+            "batch_size": [2] * 6,
+            "num_requests": [2, 2, 1, 2, 2, 2],
+            "num_tokens": [40, 2, 1, 2, 6, 5],
+            "num_draft_tokens": [0, 0, 0, 0, 4, 3],
+            "wall_s": [0.5, 0.012, 0.011, 0.013, 0.016, 0.015],
+        }
+    )
     assert costs.steady_walls(steps, "plain", 2).tolist() == [0.012, 0.013]
     # the verify pass counts only steps where every request verified all D proposals
     assert costs.steady_walls(steps, "verify", 2, d=2).tolist() == [0.016]
@@ -135,8 +151,21 @@ def test_ranking_orders_by_speedup_with_plain_decoding_ranked_beside(tmp_path):
     assert d1.predicted_speedup == pytest.approx(11 * (19 / 10) / 14)
     assert d1.serve_memory == "none" and d1.training_cost == "none"
     csv = pd.read_csv(tmp_path / "sweep" / "ranking.csv")
-    assert {"domain", "batch_size", "drafter", "d", "rank", "speedup", "speedup_source", "predicted_speedup", "al",
-            "tokens_per_step", "t_verif_ms", "t_verif_spec_ms", "t_draft_ms"} <= set(csv.columns)
+    assert {
+        "domain",
+        "batch_size",
+        "drafter",
+        "d",
+        "rank",
+        "speedup",
+        "speedup_source",
+        "predicted_speedup",
+        "al",
+        "tokens_per_step",
+        "t_verif_ms",
+        "t_verif_spec_ms",
+        "t_draft_ms",
+    } <= set(csv.columns)
     # G = 8 for this target: guideline 2 starts at D = 15, which the sweep did not measure
     assert any("guideline 2 suggests D=15" in n and "disagrees" in n for n in notes)
 
@@ -155,11 +184,15 @@ def test_per_domain_rows_of_a_mixed_run_are_predicted_and_labelled(tmp_path):
     ranking = rank([tmp_path / "sweep"])
     spec = ranking[(ranking.drafter == "ngram") & (ranking.batch_size == 2)].set_index("domain")
     point = summary["operating_points"][1]
-    assert spec.loc["all", "speedup_source"] == "measured" and spec.loc["all", "speedup"] == pytest.approx(point["speedup"])
+    assert spec.loc["all", "speedup_source"] == "measured" and spec.loc["all", "speedup"] == pytest.approx(
+        point["speedup"]
+    )
     # the domain's prediction carries the corrections its operating point measured
     correction = np.prod([v for k, v in point["speedup_account"]["factors"].items() if k != "steady_state_model"])
     assert spec.loc["coding", "speedup_source"] == "predicted (corrected)"
-    assert spec.loc["coding", "speedup"] == pytest.approx(point["by_domain"]["coding"]["predicted_speedup"] * correction)
+    assert spec.loc["coding", "speedup"] == pytest.approx(
+        point["by_domain"]["coding"]["predicted_speedup"] * correction
+    )
     assert spec.loc["coding", "predicted_speedup"] == pytest.approx(point["by_domain"]["coding"]["predicted_speedup"])
     assert np.isnan(spec.loc["coding", "output_tokens_per_s"])
 
@@ -207,9 +240,17 @@ def test_pass_factors_name_prefill_tail_and_outliers():
     from speclens.account import pass_factors
 
     # B=2: a prefill step, three full decode steps (one 4x slower), a tail step with one request
-    steps = pd.DataFrame({"mode": "plain", "batch_size": 2, "step": range(5),
-                          "wall_s": [0.030, 0.010, 0.010, 0.040, 0.008], "num_requests": [2, 2, 2, 2, 1],
-                          "num_tokens": [10, 2, 2, 2, 1], "num_draft_tokens": 0})
+    steps = pd.DataFrame(
+        {
+            "mode": "plain",
+            "batch_size": 2,
+            "step": range(5),
+            "wall_s": [0.030, 0.010, 0.010, 0.040, 0.008],
+            "num_requests": [2, 2, 2, 2, 1],
+            "num_tokens": [10, 2, 2, 2, 1],
+            "num_draft_tokens": 0,
+        }
+    )
     f = pass_factors(steps, "plain", 2, output_tokens=9, tokens_per_request_step=1.0)
     mean_steady, mean_decode, mean_all = 0.02, 0.068 / 4, 0.098 / 5
     assert f["slow_outliers"] == pytest.approx(0.010 / mean_steady)
@@ -243,12 +284,20 @@ def test_repeats_give_the_median_repeat_and_the_range():
 
 
 def test_entries_whose_repeat_ranges_overlap_are_tied(tmp_path):
-    from reports.rank import _mark_ties, _verdict
+    from reports.rank import _verdict
+    from reports.ranking import _mark_ties
 
-    frame = pd.DataFrame({"drafter": ["ngram", "suffix", "none", "eagle3"], "d": [3, 3, None, 5],
-                          "speedup": [1.50, 1.45, 1.0, 0.9], "speedup_lo": [1.42, 1.30, 1.0, 0.85],
-                          "speedup_hi": [1.55, 1.44, 1.0, 0.97], "rank": pd.array([1, 2, 3, 4], dtype="Int64"),
-                          "tie": False})
+    frame = pd.DataFrame(
+        {
+            "drafter": ["ngram", "suffix", "none", "eagle3"],
+            "d": [3, 3, None, 5],
+            "speedup": [1.50, 1.45, 1.0, 0.9],
+            "speedup_lo": [1.42, 1.30, 1.0, 0.85],
+            "speedup_hi": [1.55, 1.44, 1.0, 0.97],
+            "rank": pd.array([1, 2, 3, 4], dtype="Int64"),
+            "tie": False,
+        }
+    )
     _mark_ties(frame, list(frame.index))
     assert list(frame["rank"]) == [1, 1, 3, 4] and list(frame["tie"]) == [True, True, False, False]
     assert _verdict(frame) == "a tie between ngram d=3, suffix d=3: their speedups' ranges over the repeats overlap"
@@ -289,9 +338,17 @@ def test_serve_json_names_each_winner_config_and_a_schedule_per_mechanism(tmp_pa
     assert plan["schedule_configs"]["ngram"]["num_speculative_tokens_per_batch_size"] == [[1, plan["max_num_seqs"], 2]]
     assert "## What to serve" in (tmp_path / "sweep" / "ranking.md").read_text()
     # a B where plain decoding wins gets k = 0; a tie goes to the smaller D
-    frame = pd.DataFrame({"domain": "all", "batch_size": [1, 1, 1, 8, 8, 8], "drafter": ["ngram", "ngram", "none"] * 2,
-                          "d": [2, 5, None, 2, 5, None], "speedup": [1.3, 1.3, 1.0, 0.8, 0.9, 1.0],
-                          "speedup_lo": None, "speedup_hi": None})
+    frame = pd.DataFrame(
+        {
+            "domain": "all",
+            "batch_size": [1, 1, 1, 8, 8, 8],
+            "drafter": ["ngram", "ngram", "none"] * 2,
+            "d": [2, 5, None, 2, 5, None],
+            "speedup": [1.3, 1.3, 1.0, 0.8, 0.9, 1.0],
+            "speedup_lo": None,
+            "speedup_hi": None,
+        }
+    )
     assert schedule(frame, "ngram", 64) == [[1, 7, 2], [8, 64, 0]]
 
 

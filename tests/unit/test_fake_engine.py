@@ -28,13 +28,21 @@ from speclens.summary import read_replay, read_summary
 from tests.unit.conftest import fake_overrides, write_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
-ROWS = [{"question_id": f"q{i}", "category": "coding" if i % 2 else "writing", "turns": [f"task {i}", f"more {i}"]}
-        for i in range(4)]
+ROWS = [
+    {"question_id": f"q{i}", "category": "coding" if i % 2 else "writing", "turns": [f"task {i}", f"more {i}"]}
+    for i in range(4)
+]
 
 
 def speclens(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "evals.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    return subprocess.run(
+        [sys.executable, "-m", "evals.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
 
 
 def test_a_sweep_runs_every_job_and_writes_its_curves_then_resumes(tmp_path):
@@ -54,7 +62,9 @@ def test_a_sweep_runs_every_job_and_writes_its_curves_then_resumes(tmp_path):
     profiles = json.loads((sweep / "speculation_profile.json").read_text())["profiles"]
     assert len(profiles) == 4 * 3
     for p in profiles:
-        assert p["al"] == pytest.approx(curves.set_index(["drafter", "d", "domain"]).al[(p["drafter"], p["d"], p["domain"])])
+        assert p["al"] == pytest.approx(
+            curves.set_index(["drafter", "d", "domain"]).al[(p["drafter"], p["d"], p["domain"])]
+        )
     again = speclens(*args, cwd=tmp_path)
     assert again.returncode == 0 and again.stdout.count("already holds this run; skipped") == 4
 
@@ -62,8 +72,10 @@ def test_a_sweep_runs_every_job_and_writes_its_curves_then_resumes(tmp_path):
 def test_replay_is_exact_for_a_draft_model_and_estimated_for_eagle3(tmp_path):
     draft = write_checkpoint(tmp_path / "draft")
     base = fake_overrides(tmp_path, ROWS)
-    curves = replay(compose_config([*base, "drafter=draft_model", f"drafter.model={draft}", "d_max=4"], "replay"),
-                    tmp_path / "exact")
+    curves = replay(
+        compose_config([*base, "drafter=draft_model", f"drafter.model={draft}", "d_max=4"], "replay"),
+        tmp_path / "exact",
+    )
     pooled = curves[curves.domain == "all"].set_index("d")
     assert list(pooled.index) == [1, 2, 3, 4] and set(pooled.source) == {"replayed"}
     # the fake's draft predicts every token but every fourth: acceptance grows with D, then saturates
@@ -72,8 +84,9 @@ def test_replay_is_exact_for_a_draft_model_and_estimated_for_eagle3(tmp_path):
     assert (record.schema_version, record.summary.drafter, record.summary.replay) == (2, "draft_model", "exact")
 
     head = write_checkpoint(tmp_path / "head", architectures=["LlamaForCausalLMEagle3"])
-    curves = replay(compose_config([*base, "drafter=eagle3", f"drafter.model={head}", "d_max=3"], "replay"),
-                    tmp_path / "estimated")
+    curves = replay(
+        compose_config([*base, "drafter=eagle3", f"drafter.model={head}", "d_max=3"], "replay"), tmp_path / "estimated"
+    )
     pooled = curves[curves.domain == "all"].set_index("d")
     steps = read_parquet(tmp_path / "estimated" / "measured_d3" / "steps.parquet")
     # D = d_max is the measured run itself; D = 1 accepts one token wherever the run accepted any
@@ -85,15 +98,21 @@ def test_replay_is_exact_for_a_draft_model_and_estimated_for_eagle3(tmp_path):
 def test_an_exact_replay_gives_curves_per_segment(tmp_path):
     draft = write_checkpoint(tmp_path / "draft")
     base = fake_overrides(tmp_path, ROWS)
-    curves = replay(compose_config([*base, "drafter=draft_model", f"drafter.model={draft}", "d_max=3",
-                                    "reasoning.end=w104"], "replay"), tmp_path / "exact")
+    curves = replay(
+        compose_config(
+            [*base, "drafter=draft_model", f"drafter.model={draft}", "d_max=3", "reasoning.end=w104"], "replay"
+        ),
+        tmp_path / "exact",
+    )
     assert set(curves.segment) == {"all", "thinking", "answer"}
     for segment in ("thinking", "answer"):
         rows = curves[(curves.domain == "all") & (curves.segment == segment)].set_index("d")
         assert list(rows.index) == [1, 2, 3] and all(1 <= al <= 1 + d for d, al in rows.al.items())
     # the whole output's rows are those a replay without the boundary gives
-    plain = replay(compose_config([*base, "drafter=draft_model", f"drafter.model={draft}", "d_max=3"], "replay"),
-                   tmp_path / "plain")
+    plain = replay(
+        compose_config([*base, "drafter=draft_model", f"drafter.model={draft}", "d_max=3"], "replay"),
+        tmp_path / "plain",
+    )
     whole = curves[curves.segment == "all"].reset_index(drop=True)
     assert whole.al.tolist() == plain.al.tolist() and whole.tokens_per_step.tolist() == plain.tokens_per_step.tolist()
 
@@ -105,11 +124,16 @@ def test_selfcheck_passes_only_when_every_draft_is_accepted(tmp_path, pattern, o
     assert "AL 4.0000 (expected exactly 4)" in results[0].detail or not outcome[0]
     # the scripted engine is deterministic: the same records twice, and no spread at its bf16
     names = [(r.name, r.verdict) for r in results[2:]]
-    assert names == [("same records twice (float32)", "PASS"), ("a launched server's records (float32)", "SKIP"),
-                     ("run-to-run spread at bfloat16", "PASS")]
+    assert names == [
+        ("same records twice (float32)", "PASS"),
+        ("a launched server's records (float32)", "SKIP"),
+        ("run-to-run spread at bfloat16", "PASS"),
+    ]
     assert results[2].detail == "8/8 turns with the same tokens and accepted counts"
-    assert "; 0/8 turns part between the two; in-process, 0 output(s) part from plain decoding at near-ties and 0 " \
+    assert (
+        "; 0/8 turns part between the two; in-process, 0 output(s) part from plain decoding at near-ties and 0 "
         "beyond rounding" in results[4].detail
+    )
 
 
 def test_selfcheck_finds_records_that_part_between_two_runs(tmp_path, monkeypatch):
@@ -152,8 +176,15 @@ def test_the_configured_kv_cache_wins_over_the_environment(monkeypatch):
 
 def test_a_failing_sweep_job_does_not_stop_the_others(tmp_path):
     sweep = tmp_path / "sweep"
-    proc = speclens("run", "-m", *fake_overrides(tmp_path, ROWS), "drafter=ngram", "d=0,1,2",
-                    f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    proc = speclens(
+        "run",
+        "-m",
+        *fake_overrides(tmp_path, ROWS),
+        "drafter=ngram",
+        "d=0,1,2",
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert sorted(read_summary(p.parent).d for p in sweep.rglob("summary.json")) == [1, 2]
     failures = json.loads((sweep / "failures.json").read_text())
@@ -161,22 +192,36 @@ def test_a_failing_sweep_job_does_not_stop_the_others(tmp_path):
     assert "sweep job" in proc.stderr and "d=0: must be >= 1." in proc.stderr
     assert set(pd.read_csv(sweep / "curves.csv").d) == {1, 2}
     # an engine that dies in every job: each job's failure is collected, the sweep exits 3
-    crashed = speclens("run", "-m", *fake_overrides(tmp_path, ROWS), "drafter=ngram", "d=3,4", "runner.fail_on=q1",
-                       f"hydra.sweep.dir={tmp_path / 'crashed'}", cwd=tmp_path)
+    crashed = speclens(
+        "run",
+        "-m",
+        *fake_overrides(tmp_path, ROWS),
+        "drafter=ngram",
+        "d=3,4",
+        "runner.fail_on=q1",
+        f"hydra.sweep.dir={tmp_path / 'crashed'}",
+        cwd=tmp_path,
+    )
     assert crashed.returncode == 3, crashed.stderr[-2000:]
     assert len(json.loads((tmp_path / "crashed" / "failures.json").read_text())) == 2
 
 
 def test_replay_keeps_a_finished_replay_refuses_another_config_and_redacts(tmp_path, capsys):
     secret = "hf_do-not-store-0815"
-    base = [*fake_overrides(tmp_path, ROWS), "drafter=eagle3", f"drafter.model={write_checkpoint(tmp_path / 'h', architectures=['LlamaForCausalLMEagle3'])}",
-            f"+engine.extra_args.hf_token={secret}"]
+    base = [
+        *fake_overrides(tmp_path, ROWS),
+        "drafter=eagle3",
+        f"drafter.model={write_checkpoint(tmp_path / 'h', architectures=['LlamaForCausalLMEagle3'])}",
+        f"+engine.extra_args.hf_token={secret}",
+    ]
     out = tmp_path / "replay"
     replay(compose_config([*base, "d_max=2"], "replay"), out)
     assert not [p for p in out.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
     first = (out / "replay.json").read_bytes()
     replay(compose_config([*base, "d_max=2"], "replay"), out)
-    assert "already holds this replay; skipped" in capsys.readouterr().out and (out / "replay.json").read_bytes() == first
+    assert (
+        "already holds this replay; skipped" in capsys.readouterr().out and (out / "replay.json").read_bytes() == first
+    )
     with pytest.raises(ConfigError, match="already holds a replay of a different configuration; force=true"):
         replay(compose_config([*base, "d_max=3"], "replay"), out)
     replay(compose_config([*base, "d_max=3", "force=true"], "replay"), out)
@@ -187,8 +232,16 @@ def test_the_replay_command_leaves_no_secret_in_its_dir(tmp_path):
     secret = "hf_cli-secret-4242"
     out = tmp_path / "replay"
     head = write_checkpoint(tmp_path / "h", architectures=["LlamaForCausalLMEagle3"])
-    proc = speclens("replay", *fake_overrides(tmp_path, ROWS), "drafter=eagle3", f"drafter.model={head}", "d_max=2",
-                    f"+engine.extra_args.hf_token={secret}", f"hydra.run.dir={out}", cwd=tmp_path)
+    proc = speclens(
+        "replay",
+        *fake_overrides(tmp_path, ROWS),
+        "drafter=eagle3",
+        f"drafter.model={head}",
+        "d_max=2",
+        f"+engine.extra_args.hf_token={secret}",
+        f"hydra.run.dir={out}",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (out / "replay.json").is_file() and not (out / ".hydra").exists()
     assert not [p for p in tmp_path.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
@@ -198,8 +251,16 @@ def test_the_slurm_launcher_settings_run_a_sweep_through_submitit(tmp_path):
     """hydra/launcher=slurm_local: the Slurm launcher's settings with submitit's local executor, jobs
     as processes of their own; a failed job is collected from its process as from any other."""
     sweep = tmp_path / "sweep"
-    proc = speclens("run", "-m", "hydra/launcher=slurm_local", *fake_overrides(tmp_path, ROWS), "drafter=ngram",
-                    "d=0,2", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    proc = speclens(
+        "run",
+        "-m",
+        "hydra/launcher=slurm_local",
+        *fake_overrides(tmp_path, ROWS),
+        "drafter=ngram",
+        "d=0,2",
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert [read_summary(p.parent).d for p in sweep.rglob("summary.json")] == [2]
     assert [f["error"] for f in json.loads((sweep / "failures.json").read_text())] == ["d=0: must be >= 1."]
@@ -218,9 +279,24 @@ def ray_cluster(tmp_path):
     ray = Path(sys.executable).parent / "ray"
     temp = Path(tempfile.mkdtemp(prefix="ray-"))  # short: Ray's socket paths must fit 107 bytes
     log = open(tmp_path / "ray.log", "w")
-    head = subprocess.Popen([str(ray), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
-                             "--num-cpus=2", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
-                             f"--temp-dir={temp}"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    head = subprocess.Popen(
+        [
+            str(ray),
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--num-gpus=0",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            f"--temp-dir={temp}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     address = f"127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -244,11 +320,26 @@ def test_a_sweep_runs_on_a_ray_cluster(tmp_path, ray_cluster):
     Ray task, in a worker process of the cluster's."""
     sweep = tmp_path / "sweep"
     proc = subprocess.run(
-        [sys.executable, "-m", "evals.cli", "run", "-m", "hydra/launcher=ray_cluster",
-         "hydra.launcher.ray.remote.num_gpus=0", "hydra.launcher.ray.remote.num_cpus=1",
-         *fake_overrides(tmp_path, ROWS), "drafter=ngram", "d=1,2", f"hydra.sweep.dir={sweep}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "PYTHONPATH": str(REPO), "RAY_ADDRESS": ray_cluster})
+        [
+            sys.executable,
+            "-m",
+            "evals.cli",
+            "run",
+            "-m",
+            "hydra/launcher=ray_cluster",
+            "hydra.launcher.ray.remote.num_gpus=0",
+            "hydra.launcher.ray.remote.num_cpus=1",
+            *fake_overrides(tmp_path, ROWS),
+            "drafter=ngram",
+            "d=1,2",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO), "RAY_ADDRESS": ray_cluster},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(read_summary(p.parent).d for p in sweep.rglob("summary.json")) == [1, 2]
     assert f"Using address {ray_cluster} set in the environment variable RAY_ADDRESS" in proc.stderr
@@ -259,15 +350,20 @@ def test_a_sweep_runs_on_a_ray_cluster(tmp_path, ray_cluster):
 def test_each_record_granularity_gives_the_same_al_overall_and_per_domain(tmp_path):
     """The same engine behaviour reported per step, per request or only as counters (one domain at
     a time): AL is the same arithmetic at every granularity; what a coarser one cannot know is absent."""
-    rows = [{"question_id": f"q{i}", "category": "coding" if i % 2 else "writing", "turns": [f"task {i}"]}
-            for i in range(6)]
+    rows = [
+        {"question_id": f"q{i}", "category": "coding" if i % 2 else "writing", "turns": [f"task {i}"]} for i in range(6)
+    ]
     # Request q<i>: accepts (i % 4), an undrafted step, then accepts 1; D = 3.
     script = {f"q{i}#0": [i % 4, None, 1] for i in range(6)}
     summaries = {}
     for granularity in ("step", "request", "domain"):
         out = tmp_path / granularity
-        overrides = fake_overrides(tmp_path, rows, script) + ["drafter=ngram", "d=3", "batch_sizes=[2]",
-                                                             f"runner.record_granularity={granularity}"]
+        overrides = fake_overrides(tmp_path, rows, script) + [
+            "drafter=ngram",
+            "d=3",
+            "batch_sizes=[2]",
+            f"runner.record_granularity={granularity}",
+        ]
         summaries[granularity] = run(compose_config(overrides), out, progress=lambda label: None)
     # all: 12 drafted steps accepting 0+1+2+3+0+1 and six 1s = 13 -> AL 1 + 13/12
     # coding (q1, q3, q5): 1+3+1 + 3 = 8 over 6 -> 1 + 8/6; writing (q0, q2, q4): 0+2+0 + 3 = 5 over 6
@@ -287,7 +383,9 @@ def test_each_record_granularity_gives_the_same_al_overall_and_per_domain(tmp_pa
     assert domain.al_ci95 is None and domain.tokens_per_step is None and step.al_ci95 is not None
     requests = read_parquet(tmp_path / "domain" / "requests.parquet")
     assert requests.drafted_steps.isna().all() and requests.output_tokens.sum() == 6 * 5 + 7  # prefill, a+1, 1, 2
-    assert read_parquet(tmp_path / "request" / "requests.parquet").set_index("request_id").loc["q3", "num_accepted"] == 4
+    assert (
+        read_parquet(tmp_path / "request" / "requests.parquet").set_index("request_id").loc["q3", "num_accepted"] == 4
+    )
     assert read_parquet(tmp_path / "request" / "steps.parquet").empty
 
 
@@ -295,11 +393,17 @@ def test_a_request_granularity_miscount_is_caught(tmp_path):
     from speclens.errors import MeasurementError
 
     rows = [{"question_id": "q0", "category": "coding", "turns": ["task"]}]
-    overrides = fake_overrides(tmp_path, rows, {"q0#0": [2, 1]}) + ["drafter=ngram", "d=3",
-                                                                   "runner.record_granularity=request",
-                                                                   "runner.counter_error=1"]
-    with pytest.raises(MeasurementError, match=r"per-request totals at batch size 1 do not sum to the engine's "
-                                               r"speculative counters \(num_accepted_tokens: records 3 vs engine 4\)"):
+    overrides = fake_overrides(tmp_path, rows, {"q0#0": [2, 1]}) + [
+        "drafter=ngram",
+        "d=3",
+        "runner.record_granularity=request",
+        "runner.counter_error=1",
+    ]
+    with pytest.raises(
+        MeasurementError,
+        match=r"per-request totals at batch size 1 do not sum to the engine's "
+        r"speculative counters \(num_accepted_tokens: records 3 vs engine 4\)",
+    ):
         run(compose_config(overrides), tmp_path / "run", progress=lambda label: None)
 
 
@@ -308,8 +412,13 @@ def test_each_engine_is_warmed_up_untimed_and_uncounted(tmp_path):
     before its pass: its time is recorded apart, and neither its steps nor its counters enter the
     pass (the counter check would fail if they did)."""
     rows = [{"question_id": f"q{i}", "category": "coding", "turns": [f"task {i}"]} for i in range(3)]
-    overrides = fake_overrides(tmp_path, rows) + ["drafter=ngram", "d=3", "batch_sizes=[1]", "baseline=true",
-                                                  "runner.step_sleep_s=0.01"]
+    overrides = fake_overrides(tmp_path, rows) + [
+        "drafter=ngram",
+        "d=3",
+        "batch_sizes=[1]",
+        "baseline=true",
+        "runner.step_sleep_s=0.01",
+    ]
     summary = run(compose_config(overrides), tmp_path / "run", progress=lambda label: None)
     engine_steps = read_parquet(tmp_path / "run" / "engine_steps.parquet")
     requests = read_parquet(tmp_path / "run" / "requests.parquet")

@@ -6,6 +6,7 @@ from typing import Mapping, Protocol, Sequence
 
 import pandas as pd
 
+from evals.stamp import Provenance
 from speclens import costs, metrics
 from speclens.account import SpeedupAccount, speedup_account
 from speclens.generation import RecordGranularity, SpecCounters, TurnResult
@@ -59,13 +60,21 @@ class MeasuredPass(Protocol):
 def mismatched_turns(spec: Sequence[TurnResult], base: Sequence[TurnResult]) -> list[tuple[TurnResult, TurnResult]]:
     """(speculative, plain) results of each turn whose outputs differ."""
     base_by_key = {(r.request_id, r.turn): r for r in base}
-    return [(r, base_by_key[(r.request_id, r.turn)]) for r in spec
-            if (r.request_id, r.turn) in base_by_key and base_by_key[(r.request_id, r.turn)].output_token_ids != r.output_token_ids]
+    return [
+        (r, base_by_key[(r.request_id, r.turn)])
+        for r in spec
+        if (r.request_id, r.turn) in base_by_key
+        and base_by_key[(r.request_id, r.turn)].output_token_ids != r.output_token_ids
+    ]
 
 
 def lossless(
-    spec: Sequence[TurnResult], base: Sequence[TurnResult], greedy: bool, batch_size: int = 0,
-    margins: Mapping[tuple[str, int, int], float | None] | None = None, dtype: str | None = None,
+    spec: Sequence[TurnResult],
+    base: Sequence[TurnResult],
+    greedy: bool,
+    batch_size: int = 0,
+    margins: Mapping[tuple[str, int, int], float | None] | None = None,
+    dtype: str | None = None,
 ) -> LosslessCheck:
     """Greedy speculative output must equal plain decoding token for token; each mismatch is
     explained by plain decoding's top-2 margin where it first differs (`margins`, keyed by request
@@ -74,10 +83,14 @@ def lossless(
     explained = []
     for s, b in pairs:
         margin = (margins or {}).get((s.request_id, s.turn, batch_size))
-        kind = (FOLLOWS_EARLIER_TURN if s.prompt_token_ids != b.prompt_token_ids
-                else classify(margin, dtype or "float32"))
-        explained.append(Mismatch(s.request_id, s.turn, batch_size, first_divergence(s.output_token_ids, b.output_token_ids),
-                                  margin, kind))
+        kind = (
+            FOLLOWS_EARLIER_TURN if s.prompt_token_ids != b.prompt_token_ids else classify(margin, dtype or "float32")
+        )
+        explained.append(
+            Mismatch(
+                s.request_id, s.turn, batch_size, first_divergence(s.output_token_ids, b.output_token_ids), margin, kind
+            )
+        )
     near_ties = sum(m.classification == NEAR_TIE for m in explained)
     divergences = sum(m.classification in (DIVERGENCE, UNEXPLAINED) for m in explained)
     return LosslessCheck(
@@ -111,10 +124,17 @@ def merge_lossless(checks: Sequence[LosslessCheck]) -> LosslessCheck:
     )
 
 
-def _domain_point(steps: pd.DataFrame, requests: pd.DataFrame, seed: int, point_costs: costs.PointCosts,
-                  counters: SpecCounters | None = None) -> DomainPoint:
+def _domain_point(
+    steps: pd.DataFrame,
+    requests: pd.DataFrame,
+    seed: int,
+    point_costs: costs.PointCosts,
+    counters: SpecCounters | None = None,
+) -> DomainPoint:
     figures = metrics.group_summary(steps, requests, seed, counters)
-    predicted, predicted_range = costs.predicted_speedup(figures.tokens_per_step, point_costs.t_verif, point_costs.t_step)
+    predicted, predicted_range = costs.predicted_speedup(
+        figures.tokens_per_step, point_costs.t_verif, point_costs.t_step
+    )
     return DomainPoint(**vars(figures), predicted_speedup=predicted, predicted_speedup_range=predicted_range)
 
 
@@ -149,43 +169,60 @@ def operating_points(
         at_b_steps, at_b_requests = steps_by_size.get(b, steps.iloc[0:0]), requests_by_size[b]
         point_costs = costs.operating_point_costs(engine_steps, b, d)
         domain_counters = p.domain_counters or {}
-        overall = _domain_point(at_b_steps, at_b_requests, seed, point_costs,
-                                sum(domain_counters.values(), SpecCounters()) if p.domain_counters else None)
+        overall = _domain_point(
+            at_b_steps,
+            at_b_requests,
+            seed,
+            point_costs,
+            sum(domain_counters.values(), SpecCounters()) if p.domain_counters else None,
+        )
         base = base_by_size.get(b)
         measured = None
         if base is not None and base.output_tokens_per_s > 0:
             measured = p.output_tokens_per_s / base.output_tokens_per_s
         latency = latency_of(p.results, p.generate_s)
         base_latency = latency_of(base.results, base.generate_s) if base is not None else None
-        account = None if base is None else speedup_account(
-            engine_steps, b, overall.predicted_speedup, overall.tokens_per_step, measured,
-            (p.output_tokens, base.output_tokens), (p.elapsed_s, base.elapsed_s))
+        account = (
+            None
+            if base is None
+            else speedup_account(
+                engine_steps,
+                b,
+                overall.predicted_speedup,
+                overall.tokens_per_step,
+                measured,
+                (p.output_tokens, base.output_tokens),
+                (p.elapsed_s, base.elapsed_s),
+            )
+        )
         by_domain = {
             domain: _domain_point(domain_steps, group, seed, point_costs, domain_counters.get(domain))
             for domain, group, domain_steps in metrics.split_by_domain(at_b_steps, at_b_requests)
         }
         for point in [overall, *by_domain.values()]:
             _corrected(point, account)
-        points.append(OperatingPoint(
-            **vars(overall),
-            batch_size=b,
-            request_rate=request_rate,
-            output_tokens_per_s=p.output_tokens_per_s,
-            generate_s=p.generate_s,
-            elapsed_s=p.elapsed_s,
-            baseline_output_tokens_per_s=base.output_tokens_per_s if base else None,
-            speedup=measured,
-            speedup_range=_range((spreads or {}).get(b)),
-            speedup_repeats=(spreads or {}).get(b) if spreads and len(spreads[b]) > 1 else None,
-            latency_speedup=_tpot_ratio(base_latency, latency),
-            speedup_gap=costs.speedup_gap(overall.predicted_speedup, measured),
-            gap_above_tolerance=costs.gap_above_tolerance(overall.predicted_speedup, measured),
-            **vars(point_costs),
-            lossless=lossless_checks.get(b),
-            by_domain=by_domain,
-            latency=latency,
-            speedup_account=account,
-        ))
+        points.append(
+            OperatingPoint(
+                **vars(overall),
+                batch_size=b,
+                request_rate=request_rate,
+                output_tokens_per_s=p.output_tokens_per_s,
+                generate_s=p.generate_s,
+                elapsed_s=p.elapsed_s,
+                baseline_output_tokens_per_s=base.output_tokens_per_s if base else None,
+                speedup=measured,
+                speedup_range=_range((spreads or {}).get(b)),
+                speedup_repeats=(spreads or {}).get(b) if spreads and len(spreads[b]) > 1 else None,
+                latency_speedup=_tpot_ratio(base_latency, latency),
+                speedup_gap=costs.speedup_gap(overall.predicted_speedup, measured),
+                gap_above_tolerance=costs.gap_above_tolerance(overall.predicted_speedup, measured),
+                **vars(point_costs),
+                lossless=lossless_checks.get(b),
+                by_domain=by_domain,
+                latency=latency,
+                speedup_account=account,
+            )
+        )
     return points
 
 
@@ -201,7 +238,9 @@ def _tpot_ratio(base: Latency | None, spec: Latency) -> float | None:
     return base.tpot_ms.p50 / spec.tpot_ms.p50
 
 
-def pooled_timing(load_s: float, passes: Sequence[MeasuredPass], baseline: Sequence[MeasuredPass]) -> tuple[Timing, float | None]:
+def pooled_timing(
+    load_s: float, passes: Sequence[MeasuredPass], baseline: Sequence[MeasuredPass]
+) -> tuple[Timing, float | None]:
     """Generation time and throughput over all batch sizes together, and their speedup (per batch
     size: operating_points)."""
 
@@ -211,8 +250,12 @@ def pooled_timing(load_s: float, passes: Sequence[MeasuredPass], baseline: Seque
         return seconds, tokens / seconds if seconds > 0 else 0.0
 
     generate_s, tokens_per_s = pooled(passes)
-    timing = Timing(generate_s=generate_s, output_tokens_per_s=tokens_per_s, load_s=load_s,
-                    warmup_s=sum(p.warmup_s for p in [*passes, *baseline]))
+    timing = Timing(
+        generate_s=generate_s,
+        output_tokens_per_s=tokens_per_s,
+        load_s=load_s,
+        warmup_s=sum(p.warmup_s for p in [*passes, *baseline]),
+    )
     speedup = None
     if baseline:
         timing.baseline_generate_s, timing.baseline_output_tokens_per_s = pooled(baseline)
@@ -236,10 +279,7 @@ def build_summary(
     record_granularity: RecordGranularity = RecordGranularity.step,
     domain_counters: dict[str, SpecCounters] | None = None,
     schedule: list[list[int]] | None = None,
-    versions: dict[str, str | None],
-    fingerprints: dict[str, str | None],
-    git_sha: str | None,
-    config_fingerprint: str | None,
+    provenance: Provenance,
     lossless_check: LosslessCheck | None = None,
     speedup: float | None = None,
     operating_points: list[OperatingPoint] | None = None,
@@ -279,10 +319,10 @@ def build_summary(
         speedup=speedup,
         operating_points=operating_points or [],
         timing=timing,
-        versions=versions,
-        fingerprints=Fingerprints(**fingerprints),
-        git_sha=git_sha,
-        config_fingerprint=config_fingerprint,
+        versions=provenance.versions,
+        fingerprints=Fingerprints(**provenance.fingerprints),
+        git_sha=provenance.git_sha,
+        config_fingerprint=provenance.config_fingerprint,
         runner=runner,
         record_granularity=str(record_granularity.value),
         schedule=schedule,

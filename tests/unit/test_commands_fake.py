@@ -16,7 +16,7 @@ from speclens.records import read_parquet
 from speclens.summary import read_summary
 from tests.unit.conftest import compose_run, fake_overrides, write_checkpoint
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 D = 3
 # request q1 (coding, two turns) and q2 (writing, one turn); None = undrafted step.
 SCRIPT = {"q1#0": [3, 1, None, 0], "q1#1": [2, (2, 1)], "q2#0": [None, 3, 3]}
@@ -41,8 +41,13 @@ def fake_run(tmp_path: Path, *overrides: str, script=SCRIPT, counter_error: int 
 
     fake_engine.fake_factory = recording
     try:
-        cfg = compose_run(*fake_overrides(tmp_path, ROWS, script), "drafter=ngram", f"d={D}",
-                          f"runner.counter_error={counter_error}", *overrides)
+        cfg = compose_run(
+            *fake_overrides(tmp_path, ROWS, script),
+            "drafter=ngram",
+            f"d={D}",
+            f"runner.counter_error={counter_error}",
+            *overrides,
+        )
         out = tmp_path / "run"
         summary = run(cfg, out, progress=lambda label: None)
     finally:
@@ -68,7 +73,9 @@ def test_summary_figures_match_hand_computation(tmp_path):
     assert summary["by_domain"]["coding"]["al"] == pytest.approx(1 + 7 / 5)
     assert summary["by_domain"]["writing"]["n_steps"] == 2
     assert summary["vllm_counters"] == {
-        "num_drafts": 7, "num_draft_tokens": 20, "num_accepted_tokens": 13,
+        "num_drafts": 7,
+        "num_draft_tokens": 20,
+        "num_accepted_tokens": 13,
         "num_accepted_tokens_per_pos": [6, 4, 3],
     }
     assert summary["n_requests"] == 2 and summary["d"] == D and summary["drafter"] == "ngram"
@@ -87,7 +94,13 @@ def test_step_records_hold_positions_and_sum_to_counters(tmp_path):
     assert requests.set_index(["request_id", "turn"]).loc[("q2", 0), "al"] == pytest.approx(4.0)
     engine_steps = read_parquet(out / "engine_steps.parquet")
     assert list(engine_steps.columns) == [
-        "mode", "batch_size", "step", "wall_s", "num_requests", "num_tokens", "num_draft_tokens"
+        "mode",
+        "batch_size",
+        "step",
+        "wall_s",
+        "num_requests",
+        "num_tokens",
+        "num_draft_tokens",
     ]
     assert int(engine_steps.num_draft_tokens.sum()) == summary["vllm_counters"]["num_draft_tokens"]
 
@@ -97,10 +110,23 @@ def test_summary_keys_and_types(tmp_path):
     on_disk = json.loads((out / "summary.json").read_text())
     assert on_disk == json.loads(json.dumps(summary))
     expected = {
-        "schema_version": int, "drafter": str, "d": int, "target": str, "dataset": str, "n_requests": int,
-        "al": float, "al_ci95": list, "al_request_weighted": float, "tokens_per_step": float,
-        "per_position_acceptance": list, "acceptance_histogram": list, "by_domain": dict,
-        "vllm_counters": dict, "timing": dict, "versions": dict, "fingerprints": dict,
+        "schema_version": int,
+        "drafter": str,
+        "d": int,
+        "target": str,
+        "dataset": str,
+        "n_requests": int,
+        "al": float,
+        "al_ci95": list,
+        "al_request_weighted": float,
+        "tokens_per_step": float,
+        "per_position_acceptance": list,
+        "acceptance_histogram": list,
+        "by_domain": dict,
+        "vllm_counters": dict,
+        "timing": dict,
+        "versions": dict,
+        "fingerprints": dict,
     }
     for key, kind in expected.items():
         assert isinstance(on_disk[key], kind), key
@@ -144,19 +170,37 @@ def test_a_near_tie_is_reported_and_a_divergence_fails_the_lossless_check(tmp_pa
     0.01 there it is a bfloat16 near-tie (bound 0.5): reported, the run stands. With a margin of 5
     it is a divergence: the run fails (exit 3) and keeps its summary."""
     summary, out, engines = fake_run(tmp_path, "baseline=true", "runner.diverge=['q1#1']", "runner.near_ties=['q1#1']")
-    outputs = {(r["request_id"], r["turn"]): r["token_ids"]
-               for r in map(json.loads, (out / "outputs.jsonl").read_text().splitlines())}
+    outputs = {
+        (r["request_id"], r["turn"]): r["token_ids"]
+        for r in map(json.loads, (out / "outputs.jsonl").read_text().splitlines())
+    }
     last = len(outputs[("q1", 1)]) - 1
     loss = summary["lossless"]
-    assert (loss["identical"], loss["n_near_ties"], loss["n_divergences"], loss["mismatched"]) == (False, 1, 0, ["q1#1"])
-    assert loss["mismatches"] == [{"request_id": "q1", "turn": 1, "batch_size": 2, "first_divergence": last,
-                                   "top2_margin": 0.01, "classification": "near_tie"}]
+    assert (loss["identical"], loss["n_near_ties"], loss["n_divergences"], loss["mismatched"]) == (
+        False,
+        1,
+        0,
+        ["q1#1"],
+    )
+    assert loss["mismatches"] == [
+        {
+            "request_id": "q1",
+            "turn": 1,
+            "batch_size": 2,
+            "first_divergence": last,
+            "top2_margin": 0.01,
+            "classification": "near_tie",
+        }
+    ]
     # the margins come from a plain engine asked for top-2 log-probabilities up to that token
     assert engines[-1] is None
     assert "1 numerical near-tie(s)" in capsys.readouterr().out
-    with pytest.raises(MeasurementError, match=r"lossless check failed: 1 greedy output\(s\) diverge from plain "
-                                               rf"decoding beyond a bfloat16 near-tie \(e.g. q1 turn 1 at output token {last}, "
-                                               r"top-2 margin 5, bound 0.5\)") as failure:
+    with pytest.raises(
+        MeasurementError,
+        match=r"lossless check failed: 1 greedy output\(s\) diverge from plain "
+        rf"decoding beyond a bfloat16 near-tie \(e.g. q1 turn 1 at output token {last}, "
+        r"top-2 margin 5, bound 0.5\)",
+    ) as failure:
         fake_run(tmp_path, "baseline=true", "force=true", "runner.diverge=['q1#1']")
     assert exit_status(failure.value) == 3
     kept = json.loads((out / "summary.json").read_text())["lossless"]
@@ -248,8 +292,12 @@ def test_a_run_writes_its_acceptance_profile_for_vllms_synthetic_sampler(tmp_pat
         assert 1 + sum(p["marginal"]) == pytest.approx(p["al"])
         assert p["al"] == pytest.approx(summary["al"] if domain == "all" else summary["by_domain"][domain]["al"])
         assert p["vllm_speculative_config"] | {"synthetic_acceptance_rates": None} == {
-            "method": "custom_class", "model": "runners.zero_cost_proposer.ZeroCostProposer", "num_speculative_tokens": D,
-            "rejection_sample_method": "synthetic", "synthetic_acceptance_rates": None}
+            "method": "custom_class",
+            "model": "runners.zero_cost_proposer.ZeroCostProposer",
+            "num_speculative_tokens": D,
+            "rejection_sample_method": "synthetic",
+            "synthetic_acceptance_rates": None,
+        }
         assert p["vllm_speculative_config"]["synthetic_acceptance_rates"] == p["marginal"]
         # the keys of Model-Optimizer's proposed speculation_profile.json
         assert (p["num_speculative_tokens"], p["mean_accept_length"]) == (p["d"], p["al"])
@@ -266,11 +314,19 @@ def test_unset_engine_keys_are_fitted_to_the_target_and_said_so(tmp_path, capsys
     the dtype it was saved in; the stamp and the terminal say so."""
     write_checkpoint(tmp_path / "target", max_position_embeddings=2048, torch_dtype="float16")
     rows = [{"question_id": "q0", "category": "coding", "turns": ["task"]}]
-    summary = run(compose_run(*fake_overrides(tmp_path, rows), "drafter=ngram"), tmp_path / "run",
-                  progress=lambda label: None)
+    summary = run(
+        compose_run(*fake_overrides(tmp_path, rows), "drafter=ngram"), tmp_path / "run", progress=lambda label: None
+    )
     fitted = json.loads((tmp_path / "run" / "stamp.json").read_text())["fitted_defaults"]
-    assert fitted["engine.max_model_len"]["value"] == 2048 and "max_position_embeddings=2048" in fitted["engine.max_model_len"]["why"]
-    assert fitted["engine.dtype"] == {"value": "float16", "default": "bfloat16", "why": "the dtype target.model was saved in"}
+    assert (
+        fitted["engine.max_model_len"]["value"] == 2048
+        and "max_position_embeddings=2048" in fitted["engine.max_model_len"]["why"]
+    )
+    assert fitted["engine.dtype"] == {
+        "value": "float16",
+        "default": "bfloat16",
+        "why": "the dtype target.model was saved in",
+    }
     err = capsys.readouterr().err
     assert "engine.max_model_len=2048: the target's context window" in err and "engine.dtype=float16" in err
     assert summary.lossless is None and summary.n_requests == 1

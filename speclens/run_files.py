@@ -1,0 +1,50 @@
+"""The files of a run dir, named once, and the readers of the two that are neither records
+(speclens/records.py) nor the summary (speclens/summary.py): the stamp and the outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from speclens.errors import CorruptRecord
+
+STAMP_FILE = "stamp.json"  # config, versions, fingerprints: written first
+STEPS_FILE = "steps.parquet"  # one row per request per drafted verification step
+REQUESTS_FILE = "requests.parquet"  # one row per request and turn
+ENGINE_STEPS_FILE = "engine_steps.parquet"  # one row per engine step of every pass
+OUTPUTS_FILE = "outputs.jsonl"  # each turn's output tokens and text
+BASELINE_OUTPUTS_FILE = "baseline_outputs.jsonl"  # plain decoding's, with baseline=true
+# vLLM's, torch's and native libraries' output during the measurement (speclens/console.py; verbose=true: the terminal).
+ENGINE_LOG = "engine.log"
+ERROR_LOG = "error.log"  # a failed measurement's traceback, or the lossless check's mismatches
+FAILURE_FILE = "failure.json"  # a failed sweep job's one-line reason (evals/sweep_report.py)
+
+
+def read_stamp(run_dir: Path) -> dict[str, Any]:
+    """The run's stamp in today's layout ({} where there is none)."""
+    stamp_file = run_dir / STAMP_FILE
+    if not stamp_file.is_file():
+        return {}
+    try:
+        stamp = json.loads(stamp_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptRecord(f"{stamp_file} is unreadable ({exc})") from None
+    if not isinstance(stamp, dict) or not isinstance(stamp.get("config", {}), dict):
+        raise CorruptRecord(f"{stamp_file} does not have the layout of a run stamp")
+    drafter = stamp.get("config", {}).get("drafter")
+    if isinstance(drafter, dict):
+        # Stamps before summary schema 3 restated the drafter's name inside its settings; keys added
+        # since, unset, say nothing the older stamps did not (compared as absent in both).
+        drafter.pop("name", None)
+        if drafter.get("schedule", "set") is None:
+            drafter.pop("schedule")
+    return stamp
+
+
+def read_outputs(path: Path) -> list[dict[str, Any]]:
+    """The rows of an outputs file (outputs.jsonl, baseline_outputs.jsonl)."""
+    try:
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptRecord(f"{path} is unreadable ({exc})") from None

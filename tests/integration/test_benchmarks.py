@@ -1,0 +1,114 @@
+"""Every script under benchmarks/ runs, at a tiny size, and prints the figure it exists for: a
+benchmark that breaks when the code under it changes is found here, not by the next person who
+needs its number (no timing is asserted; the scripts print ratios for the closing notes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["dataset.num_requests=2", "sampling.max_tokens=8", "engine.dtype=float32", "engine.max_model_len=1024"]
+
+
+def benchmark(script: str, *args: str, timeout: int = 900) -> str:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_CPU_KVCACHE_SPACE": "1"}
+    out = subprocess.run(
+        [sys.executable, f"benchmarks/{script}", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert out.returncode == 0, f"{script} exited {out.returncode}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    return out.stdout
+
+
+def figure(pattern: str, text: str) -> float:
+    match = re.search(pattern, text)
+    assert match, f"no {pattern!r} in:\n{text[-2000:]}"
+    return float(match.group(1))
+
+
+def test_every_benchmark_script_is_tested_here():
+    tested = set(re.findall(r"benchmark\(\s*\"(\w+\.py)\"", Path(__file__).read_text()))
+    tested |= {"read_sweep.py"}  # tests/unit/test_api.py runs it
+    assert tested == {p.name for p in (ROOT / "benchmarks").glob("*.py")}
+
+
+def test_harness_overhead_prints_both_ratios_with_intervals():
+    out = benchmark("harness_overhead.py", "--repeats", "2", *TINY)
+    assert "output tokens differ" not in out  # one engine, float32: the same tokens both ways
+    for label in ("wall", "cpu"):
+        ratio = figure(rf"harness_overhead_ratio_{label} ([\d.]+) \[", out)
+        assert 0.2 < ratio < 5
+
+
+def test_replay_cost_is_exact_in_float32():
+    out = benchmark("replay_cost.py", *TINY)
+    assert figure(r"replay_cost_ratio ([\d.]+)", out) > 0
+    assert figure(r"replay_vs_measured_max_gap ([\d.]+)%", out) == 0.0
+
+
+def test_report_scale_summarises_and_ranks_synthetic_records():
+    out = benchmark("report_scale.py", "--records", "20000")
+    assert "20,000 step records" in out
+    assert figure(r"([\d]+) curve points", out) == 4 * 4 * 9  # drafters x D x (all + 8 domains)
+
+
+def test_reproducibility_finds_the_float32_server_equal_to_in_process():
+    out = benchmark("reproducibility.py", "--repeats", "1", "dataset.num_requests=2", "sampling.max_tokens=8")
+    assert out.rstrip().splitlines()[-1].startswith("float32 server == in-process on every run: True")
+
+
+def test_the_reasoning_split_costs_a_measured_share_and_its_segments_agree(tmp_path):
+    out = benchmark("reasoning_split_cost.py", *TINY)
+    assert 0 <= figure(r"ratio ([\d.]+) \(", out) < 1
+    run_dir = tmp_path / "split"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "evals.run",
+            "drafter=ngram",
+            "d=3",
+            "reasoning.end=.",
+            *TINY,
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    agreement = benchmark("segment_agreement.py", str(tmp_path))
+    agree, steps = map(int, re.search(r"segment agrees on (\d+)/(\d+)", agreement).groups())
+    assert agree == steps > 0
+
+
+def test_the_head_transfer_reads_a_built_head():
+    from evals.embedded_drafters import ensure_drafter
+
+    head = ensure_drafter("eagle3", "reduced")
+    out = benchmark("head_transfer.py", str(head), "--prompts", "2", "--max-tokens", "8")
+    assert f"head: {head}" in out
+    agree = figure(r"sample \(all\)\s+\d+\s+([\d.]+)", out)
+    assert 0 <= agree <= 1
+
+
+def test_speclens_and_vllm_bench_serve_measure_one_server_alike(tmp_path):
+    questions = tmp_path / "question.jsonl"
+    rows = [
+        {"question_id": i, "category": "summarization", "turns": [f"Summarize: the {i}th report says sales rose."]}
+        for i in range(2)
+    ]
+    questions.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    args = ["--num-prompts", "2", "--output-len", "8", "--concurrency", "2", "--repeats", "1"]
+    out = benchmark("vs_vllm_bench_serve.py", *args, "--questions", str(questions))
+    assert figure(r"AL ratio speclens / vllm bench serve: ([\d.]+)", out) == pytest.approx(1.0, abs=0.01)
