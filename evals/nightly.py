@@ -30,7 +30,9 @@ from evals.compose import compose_config, to_run_config
 from evals.plan import RunPlan, make_plan
 from evals.run import TqdmProgress, run
 from reports import figures
+from reports.charts import trend_chart
 from reports.compare import terminal_table, write_comparison
+from reports.page import Section, render_page
 from reports.runs import find_runs
 from runners.registry import runner_of
 from speclens.errors import ConfigError, guarded
@@ -38,6 +40,7 @@ from speclens.files import check_folder, exclusive, write_atomic
 
 NIGHTLY_KEYS = ("baseline", "history", "threshold", "suite", "night", "out")
 TREND_FILE = "trend.png"
+TREND_PAGE = "trend.html"  # the same, interactive
 DEFAULT_SUITE = Path(__file__).resolve().parent.parent / "conf" / "experiment" / "nightly.yaml"
 HISTORY_COLUMNS = [
     "night",
@@ -258,6 +261,19 @@ def regressed(table: pd.DataFrame, threshold: float) -> pd.Series:
     return (diff < -threshold) & (hi < 0)
 
 
+def write_trend_page(history: pd.DataFrame, store: Path) -> None:
+    """trend.html beside the history store: the nightly AL per (drafter, D), interactive."""
+    section = Section(
+        "Nightly AL",
+        text=[
+            f"{history.night.nunique()} night(s) in {store}; a regression (AL fell by more than the threshold "
+            "with its CI below zero) is marked x."
+        ],
+        charts=[trend_chart(history)],
+    )
+    store.with_name(TREND_PAGE).write_text(render_page("speclens nightly", str(store), [section]), encoding="utf-8")
+
+
 def append_history(history: Path, rows: pd.DataFrame) -> pd.DataFrame:
     """The store with these rows added, written atomically under a lock (nightlies may share it).
     A (night, target fingerprint, suite job) measured again replaces its earlier rows; two targets
@@ -294,6 +310,7 @@ def nightly(args: NightlyArgs) -> int:
     rows = night_rows(args, comparison)
     history = append_history(args.history, rows)
     args.history.with_name(TREND_FILE).write_bytes(figures.trend(history))
+    write_trend_page(history, args.history)
     print(f"history: {args.history} ({history.night.nunique()} nights); trend: {args.history.with_name(TREND_FILE)}")
     if args.baseline is None:
         print(f"speclens nightly: no baseline given; this night is a new baseline: {args.out}")

@@ -1,24 +1,29 @@
-"""`python -m reports.build <run or sweep dir>`: report.html (self-contained) and report.md.
+"""`python -m reports.build <run or sweep dir>`: report.html (self-contained, interactive) and report.md.
 
-Sections: AL vs D per domain, per-position acceptance, acceptance histogram, AL by context
-position, predicted vs measured speedup, the ranking, the drafters' comparison table and the
-run stamp. The markdown twin has the same text and tables; its images are PNG files beside it.
+The report opens with the answer: what to serve (the winner per domain and batch size, its
+speedup and range, ties said as ties, the exact --speculative-config and the schedule) where the
+runs can be ranked; otherwise the headline AL per drafter and D with its CI and the one command
+that would make them rankable. Then the evidence, in the order a reader checks it: AL per domain
+(or against D), the ranking with the speedup model's check and account, throughput against
+interactivity, acceptance detail (per position, histogram, by context position), thinking vs
+answer and agent turns where measured, the runs, the drafters' facts and the run stamp. Each chart
+is chosen from its data (reports/charts.py); the markdown twin has the same text and tables and
+static PNGs (reports/figures.py) beside it.
 """
 
 from __future__ import annotations
 
-import base64
-import html
+import json
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from drafters.facts_table import HEADER as DRAFTER_HEADER
 from drafters.facts_table import comparison_rows
-from reports import figures
+from reports import charts, figures
 from reports.curves import WHOLE_OUTPUT, collect, safe_name
+from reports.page import Section, render_page
 from reports.rank import display_columns, display_rows, guideline_notes
 from reports.ranking import pareto_front, rank_runs, tables
 from reports.runs import (
@@ -33,45 +38,140 @@ from speclens.account import CORRECTIONS, MODEL
 from speclens.drafter_build import describe_build
 from speclens.errors import ArgumentParser, SpeclensError, guarded
 
-# Tells a browser test whether every image decoded and no script error happened.
-LOAD_CHECK = """<script>
-window.addEventListener("error", e => {
-  document.body.dataset.errors = (document.body.dataset.errors || "") + e.message + ";";
-});
-window.addEventListener("load", () => {
-  const images = Array.from(document.images);
-  document.body.dataset.images = images.length;
-  document.body.dataset.imagesLoaded = images.filter(i => i.complete && i.naturalWidth > 0).length;
-});
-</script>"""
-
-STYLE = """<style>
-body { font-family: sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
-th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
-img { width: 49%; display: inline-block; margin: 0.5em 0 1em; vertical-align: top; }
-.note { color: #a33; }
-</style>"""
+# -- the answer -----------------------------------------------------------------------------------
 
 
-@dataclass
-class Section:
-    title: str
-    text: list[str] = field(default_factory=list)
-    tables: list[tuple[list[str], list[list[str]]]] = field(default_factory=list)
-    images: list[tuple[str, bytes]] = field(default_factory=list)
+def decision_section(root: Path, runs: list[Run], ranking: pd.DataFrame | SpeclensError) -> Section:
+    """What to serve, where the runs can be ranked; else the headline AL and how to rank them."""
+    if isinstance(ranking, SpeclensError):
+        return headline_section(root, runs, ranking)
+    plan = serve_plan(ranking, runs)
+    section = Section("What to serve", text=[line for line in serve_markdown(plan)[1:] if line])
+    plans = plan.get("by_temperature") or [plan]
+    answers = []
+    for one in plans:
+        rows = []
+        for w in one["winners"]:
+            entry = _ranked_entry(ranking, w)
+            speedup = f"x{w['speedup']:.2f}" + (" (tie)" if entry is not None and bool(entry.tie) else "")
+            spread = (
+                "-"
+                if entry is None or pd.isna(entry.speedup_lo)
+                else f"[{entry.speedup_lo:.2f}, {entry.speedup_hi:.2f}]"
+            )
+            serve = "plain decoding" if w["drafter"] == "none" else f"{w['drafter']} d={w['d']}"
+            config = (
+                "-" if w["speculative_config"] is None else json.dumps(w["speculative_config"], separators=(", ", ": "))
+            )
+            rows.append([w["domain"], str(w["batch_size"]), serve, speedup, spread, w["speedup_source"], config])
+            if w["domain"] == "all":
+                answers.append(f"{serve} at B={w['batch_size']} ({speedup}, {w['speedup_source']})")
+        header = ["domain", "B", "serve", "speedup", "range over repeats", "source", "--speculative-config"]
+        if all(row[4] == "-" for row in rows):  # no repeats: no ranges to show
+            header, rows = header[:4] + header[5:], [row[:4] + row[5:] for row in rows]
+        section.tables.append((header, rows))
+        for drafter, config in one["schedule_configs"].items():
+            if config is not None:
+                section.code.append(
+                    f"# {drafter}: its schedule over batch sizes\n--speculative-config '{json.dumps(config)}'"
+                )
+    section.answer = "Serve " + "; ".join(answers) + "." if answers else None
+    section.text = section.text[:1]  # the plan's own explanation; its lines are the table and code above
+    return section
 
 
-def curve_sections(root: Path) -> list[Section]:
+def _ranked_entry(ranking: pd.DataFrame, winner: dict) -> object | None:
+    """The ranking's row of a winner (for its tie mark and its range over repeats)."""
+    drafter = winner["drafter"]
+    mask = (
+        (ranking.domain == winner["domain"])
+        & (ranking.batch_size == winner["batch_size"])
+        & (ranking.drafter == drafter)
+    )
+    if winner["d"] is not None:
+        mask &= ranking.d == winner["d"]
+    rows = ranking[mask]
+    return None if rows.empty else rows.iloc[0]
+
+
+def rank_command(root: Path, runs: list[Run]) -> str:
+    """The command that measures these runs again with what ranking needs."""
+    spec = [r for r in runs if r.summary.d is not None]
+    drafters = sorted({r.summary.drafter for r in spec}) or ["ngram"]
+    ds = sorted({r.summary.d for r in spec}) or [3]
+    datasets = sorted({r.summary.dataset for r in runs})
+    sweep = len(runs) > 1
+    return (
+        "python -m evals.run "
+        + ("-m " if sweep else "")
+        + f"drafter={','.join(drafters)} d={','.join(map(str, ds))} dataset={','.join(datasets)} "
+        + f"baseline=true force=true hydra.{'sweep' if sweep else 'run'}.dir={root}"
+    )
+
+
+def headline_section(root: Path, runs: list[Run], reason: SpeclensError) -> Section:
+    spec = [r for r in runs if r.summary.d is not None]
+    rows = [
+        [
+            r.summary.mechanism,
+            str(r.summary.d),
+            cell(r.summary.al, charts_digits(r.summary.al_ci95)),
+            _ci_cell(r.summary.al_ci95),
+            cell(r.summary.tokens_per_step, 3),
+            str(r.summary.n_requests),
+        ]
+        for r in sorted(spec, key=lambda r: (r.summary.drafter, r.summary.d))
+    ]
+    best = max(spec, key=lambda r: r.summary.al or 0, default=None)
+    section = Section(
+        "Headline AL",
+        answer=None
+        if best is None
+        else f"Highest AL: {best.summary.label}, {best.summary.al:.3f} {_ci_cell(best.summary.al_ci95)}.",
+        text=[
+            "Not ranked: speedups need plain decoding's timings at every operating point (baseline=true). "
+            "Measure them with the same other keys as these runs:"
+        ],
+        code=[rank_command(root, runs)],
+        tables=[(["drafter", "D", "AL", "95% CI", "tokens/step", "requests"], rows)],
+    )
+    if "missing:" not in str(reason):
+        section.text.append(f"Not ranked: {reason}")
+    return section
+
+
+def charts_digits(ci: list[float] | None) -> int:
+    """Digits an AL deserves: down to a tenth of its CI's half-width (3 without an interval)."""
+    import math
+
+    if not ci or ci[1] <= ci[0]:
+        return 3
+    return min(4, max(1, -math.floor(math.log10((ci[1] - ci[0]) / 2))))
+
+
+# -- the evidence ---------------------------------------------------------------------------------
+
+
+def al_section(root: Path, runs: list[Run]) -> Section:
     try:
         curves = collect(root)
     except SpeclensError as exc:
-        return [Section("AL vs D", [f"No curves: {exc}"])]
-    section = Section("AL vs D per domain", ["One line per drafter, 95% CI band; dots are measured D values."])
+        return Section("AL per domain", text=[f"No curves: {exc}"])
     whole = curves[curves.segment == WHOLE_OUTPUT]
-    for domain in sorted(curves.domain.unique()):
-        section.images.append((f"al_vs_d_{safe_name(domain)}", figures.al_vs_d(whole, domain)))
+    chart = charts.al_chart(curves, runs)
+    several_d = isinstance(chart, charts.Chart) and chart.title == "AL vs D per domain"
+    section = Section(
+        "AL vs D per domain" if several_d else "AL per domain",
+        text=["One line per drafter, 95% CI over requests; open markers: replayed or estimated."]
+        if several_d
+        else ["AL of each drafter and D per domain; whiskers: 95% CI over requests."],
+        charts=[chart],
+    )
+    if several_d:
+        for domain in sorted(whole.domain.unique()):
+            section.images.append((f"al_vs_d_{safe_name(domain)}", figures.al_vs_d(whole, domain)))
+    elif isinstance(chart, charts.Chart):
+        section.images.append(("al_by_domain", figures.al_by_domain(whole)))
     rows = [
         [
             r.drafter,
@@ -86,7 +186,90 @@ def curve_sections(root: Path) -> list[Section]:
         for r in whole[whole.domain == "all"].itertuples()
     ]
     section.tables.append((["drafter", "D", "domain", "AL", "CI low", "CI high", "tokens/step", "source"], rows))
-    return [section]
+    return section
+
+
+def ranking_section(runs: list[Run], ranking: pd.DataFrame | SpeclensError) -> Section | None:
+    """The ranking's tables beside the model's check (measured vs predicted); None when not ranked
+    (the headline says why)."""
+    if isinstance(ranking, SpeclensError):
+        return None
+    section = Section("Ranking")
+    columns = display_columns(ranking)
+    for heading, group in tables(ranking):
+        section.text.append(heading)
+        section.tables.append(([label for _, label, _ in columns], display_rows(group, columns)))
+    section.text += guideline_notes(runs, ranking)
+    return section
+
+
+def speedup_section(runs: list[Run]) -> Section:
+    chart = charts.speedup_chart(runs)
+    png = figures.speedups(runs)
+    return Section(
+        "Measured vs predicted speedup",
+        text=["Predicted = T_verif(B)·tokens/step / (T_verif(B(1+D)) + T_draft(B,D)); needs baseline=true."],
+        charts=[chart],
+        images=[("speedup", png)] if png else [],
+    )
+
+
+def pareto_points(runs: list[Run], ranking: pd.DataFrame | SpeclensError) -> pd.DataFrame:
+    """Every measured operating point over all prompts: its mechanism, D, B, throughput and
+    interactivity (tokens/s per request; from p50 TPOT where latency was measured)."""
+    rows = []
+    for run in runs:
+        for point in run.summary.operating_points:
+            lat = point.latency
+            if lat is not None and lat.tpot_ms is not None and lat.tpot_ms.p50 > 0:
+                per_request, total = 1000.0 / lat.tpot_ms.p50, lat.output_tokens_per_s
+            elif point.output_tokens_per_s:
+                per_request, total = point.output_tokens_per_s / point.batch_size, point.output_tokens_per_s
+            else:
+                continue
+            rows.append(
+                {
+                    "mechanism": run.summary.mechanism if run.summary.d is not None else "none",
+                    "d": run.summary.d,
+                    "batch_size": point.batch_size,
+                    "tokens_per_s_per_request": per_request,
+                    "output_tokens_per_s": total,
+                    "label": run.summary.label,
+                }
+            )
+    return pd.DataFrame(
+        rows, columns=["mechanism", "d", "batch_size", "tokens_per_s_per_request", "output_tokens_per_s", "label"]
+    )
+
+
+def throughput_section(runs: list[Run], ranking: pd.DataFrame | SpeclensError) -> Section:
+    points = pareto_points(runs, ranking)
+    front = pareto_front(points) if len(points) else points
+    section = Section(
+        "Throughput vs interactivity",
+        text=[
+            "Total output tokens/s against tokens/s per request (1000 / p50 TPOT where latency was measured), "
+            "one series per mechanism, each point labelled by its batch size and D; dashed: the Pareto front."
+        ],
+        charts=[charts.pareto_chart(points, front)],
+    )
+    if len(points) >= 2:
+        section.images.append(("throughput_vs_interactivity", figures.pareto(points, front)))
+    return section
+
+
+def acceptance_sections(spec_runs: list[Run]) -> list[Section]:
+    sections = []
+    for title, chart, png in (
+        ("Per-position acceptance", charts.per_position_chart(spec_runs), figures.per_position),
+        ("Acceptance histogram", charts.histogram_chart(spec_runs), figures.histogram),
+        ("AL by context position", charts.al_by_position_chart(spec_runs), figures.al_by_position),
+    ):
+        section = Section(title, charts=[chart])
+        if isinstance(chart, charts.Chart):
+            section.images.append((chart.key, png(spec_runs)))
+        sections.append(section)
+    return sections
 
 
 def segment_section(runs: list[Run]) -> Section | None:
@@ -125,6 +308,7 @@ def segment_section(runs: list[Run]) -> Section | None:
     return Section(
         "Thinking vs answer",
         text,
+        charts=[charts.segment_chart(runs)],
         tables=[(["run", "segment", "AL", "95% CI", "steps", "tokens", "share", "tokens/step"], rows)],
     )
 
@@ -143,6 +327,7 @@ def turn_section(runs: list[Run]) -> Section | None:
         "AL by agent turn",
         ["One request per assistant turn, its prompt the trajectory's recorded history before it."],
         images=[("al_by_turn", figures.al_vs_turn(measured))],
+        charts=[charts.turn_chart(measured)],
         tables=[(["run", "turn", "requests", "steps", "AL", "95% CI"], rows)],
     )
 
@@ -151,29 +336,10 @@ def _ci_cell(ci: list[float] | None) -> str:
     return "-" if ci is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
-def ranking_section(runs: list[Run], ranking: pd.DataFrame | SpeclensError) -> Section:
-    """The ranking's tables, or why the runs cannot be ranked."""
-    section = Section("Ranking")
-    if isinstance(ranking, SpeclensError):
-        section.text.append(f"Not ranked: {ranking}")
-        return section
-    columns = display_columns(ranking)
-    for heading, group in tables(ranking):
-        section.text.append(heading)
-        section.tables.append(([label for _, label, _ in columns], display_rows(group, columns)))
-    section.text += guideline_notes(runs, ranking)
-    return section
-
-
-def serve_section(runs: list[Run], ranking: pd.DataFrame) -> Section:
-    """What to serve (reports/serve.py)."""
-    return Section("What to serve", [line for line in serve_markdown(serve_plan(ranking, runs))[1:] if line])
-
-
 def latency_section(runs: list[Run]) -> Section | None:
     """Latency percentiles per run and operating point (runs measured before latency was recorded
     have none: no section then)."""
-    rows, points = [], []
+    rows = []
     for run in runs:
         for point in run.summary.operating_points:
             lat = point.latency
@@ -193,15 +359,6 @@ def latency_section(runs: list[Run]) -> Section | None:
                     cell(point.latency_speedup, 2),
                 ]
             )
-            if lat.tpot_ms is not None and lat.tpot_ms.p50 > 0:
-                points.append(
-                    {
-                        "label": run.summary.label,
-                        "batch_size": point.batch_size,
-                        "tokens_per_s_per_request": 1000.0 / lat.tpot_ms.p50,
-                        "output_tokens_per_s": lat.output_tokens_per_s,
-                    }
-                )
     if not rows:
         return None
     text = [
@@ -209,18 +366,9 @@ def latency_section(runs: list[Run]) -> Section | None:
         "chunks, which carry several tokens with speculation. TPOT speedup = plain decoding's p50 TPOT / the "
         "drafter's, same load."
     ]
-    images = []
-    if points:
-        frame = pd.DataFrame(points)
-        text.append(
-            "Throughput vs interactivity: tokens/s per user (1000 / p50 TPOT) against total output tokens/s, "
-            "one point per load."
-        )
-        images.append(("throughput_vs_interactivity", figures.pareto(frame, pareto_front(frame))))
     return Section(
         "Latency",
         text,
-        images=images,
         tables=[(["run", "load", "TTFT", "TPOT", "ITL", "end to end", "tokens/s", "TPOT speedup"], rows)],
     )
 
@@ -240,7 +388,7 @@ def account_section(runs: list[Run]) -> Section | None:
         "measured",
         "outside steps (spec / plain)",
     ]
-    rows, images = [], []
+    rows, images, waterfalls = [], [], []
     for run in runs:
         for point in run.summary.operating_points:
             account = point.speedup_account
@@ -258,14 +406,12 @@ def account_section(runs: list[Run]) -> Section | None:
                 ]
             )
             if len(images) < MAX_WATERFALLS:
-                images.append(
-                    (
-                        f"account_{safe_name(run.summary.label)}_B{point.batch_size}",
-                        figures.waterfall(
-                            f"{run.summary.label}, B={point.batch_size}", account.factors, account.measured
-                        ),
-                    )
+                name, title = (
+                    f"account_{safe_name(run.summary.label)}_B{point.batch_size}",
+                    f"{run.summary.label}, B={point.batch_size}",
                 )
+                images.append((name, figures.waterfall(title, account.factors, account.measured)))
+                waterfalls.append(charts.waterfall_chart(name, title, account.factors, account.measured))
     if not rows:
         return None
     text = [
@@ -275,7 +421,21 @@ def account_section(runs: list[Run]) -> Section | None:
         "token yield (tokens per request-step over tokens/step). Each correction is the model's error from that "
         "cause. Time outside engine steps is not in the speedup (it is over engine-step time); its share is shown."
     ]
-    return Section("Speedup account", text, tables=[(header, rows)], images=images)
+    return Section("Speedup account", text, tables=[(header, rows)], images=images, charts=waterfalls)
+
+
+def runs_section(runs: list[Run]) -> Section:
+    rows = [
+        [
+            r.summary.label,
+            str(r.summary.n_requests),
+            cell(r.summary.al, 3),
+            cell(r.summary.tokens_per_step, 3),
+            cell(r.summary.speedup, 3),
+        ]
+        for r in runs
+    ]
+    return Section("Runs", tables=[(["run", "requests", "AL", "tokens/step", "speedup"], rows)])
 
 
 def stamp_section(runs: list[Run]) -> Section:
@@ -305,75 +465,56 @@ def build_sections(root: Path) -> list[Section]:
         raise SpeclensError(f"{root}: no finished runs (summary.json) in it.")
     check_consistent(runs, CONSISTENT_ACROSS_TEMPERATURES)
     spec_runs = [r for r in runs if r.summary.d is not None]
-    sections = curve_sections(root)
-    summary_rows = [
-        [
-            r.summary.label,
-            str(r.summary.n_requests),
-            cell(r.summary.al, 3),
-            cell(r.summary.tokens_per_step, 3),
-            cell(r.summary.speedup, 3),
-        ]
-        for r in runs
-    ]
-    sections.insert(0, Section("Runs", tables=[(["run", "requests", "AL", "tokens/step", "speedup"], summary_rows)]))
-    sections.append(Section("Per-position acceptance", images=[("per_position", figures.per_position(spec_runs))]))
-    sections.append(Section("Acceptance histogram", images=[("histogram", figures.histogram(spec_runs))]))
-    sections.append(Section("AL by context position", images=[("al_by_position", figures.al_by_position(spec_runs))]))
-    speed = figures.speedups(runs)
-    sections.append(
-        Section(
-            "Measured vs predicted speedup",
-            ["Predicted = T_verif(B)·tokens/step / (T_verif(B(1+D)) + T_draft(B,D)); needs baseline=true."]
-            if speed is None
-            else [],
-            images=[("speedup", speed)] if speed else [],
-        )
-    )
-    for optional in (segment_section(spec_runs), turn_section(spec_runs), account_section(runs), latency_section(runs)):
-        if optional is not None:
-            sections.append(optional)
     try:
         ranking: pd.DataFrame | SpeclensError = rank_runs(runs)
     except SpeclensError as exc:
         ranking = exc
-    sections.append(ranking_section(runs, ranking))
-    if not isinstance(ranking, SpeclensError):
-        sections.append(serve_section(runs, ranking))
-    sections.append(Section("Drafters", tables=[(DRAFTER_HEADER, comparison_rows())]))
+    sections = [decision_section(root, runs, ranking), al_section(root, runs)]
+    sections += [s for s in (ranking_section(runs, ranking), speedup_section(runs), account_section(runs)) if s]
+    sections += [throughput_section(runs, ranking)] + [s for s in (latency_section(runs),) if s]
+    sections += acceptance_sections(spec_runs)
+    sections += [s for s in (segment_section(spec_runs), turn_section(spec_runs)) if s]
+    sections.append(runs_section(runs))
+    sections.append(
+        Section(
+            "Drafters",
+            tables=[(DRAFTER_HEADER, comparison_rows())],
+            collapsed="The mechanisms' facts (memory, training, best for)",
+        )
+    )
     sections.append(stamp_section(runs))
     return sections
 
 
 def render_html(root: Path, sections: list[Section]) -> str:
-    out = [
-        "<!DOCTYPE html>",
-        "<html><head><meta charset='utf-8'>",
-        f"<title>speclens report: {html.escape(str(root))}</title>",
-        STYLE,
-        "</head><body>",
-        f"<h1>speclens report</h1><p>{html.escape(str(root))}</p>",
-    ]
-    for s in sections:
-        out.append(f"<h2>{html.escape(s.title)}</h2>")
-        out += [f"<p>{html.escape(t)}</p>" for t in s.text]
-        for name, png in s.images:
-            data = base64.b64encode(png).decode()
-            out.append(f"<img alt='{html.escape(name)}' src='data:image/png;base64,{data}'>")
-        for header, rows in s.tables:
-            out.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
-            out += ["<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows]
-            out.append("</table>")
-    out += [LOAD_CHECK, "</body></html>"]
-    return "\n".join(out)
+    domains = sorted(
+        {
+            d
+            for s in sections
+            for c in s.charts
+            if isinstance(c, charts.Chart) and c.domain_filter
+            for t in c.figure["data"]
+            for d in ((t.get("meta") or {}).get("domains") or [(t.get("meta") or {}).get("domain")])
+            if d
+        },
+        key=lambda d: (d != "all", d),
+    )
+    return render_page("speclens report", str(root), sections, domains)
 
 
 def render_markdown(root: Path, sections: list[Section], out_dir: Path) -> str:
     out = ["# speclens report", "", str(root), ""]
     for s in sections:
         out += [f"## {s.title}", ""]
+        if s.answer:
+            out += [f"**{s.answer}**", ""]
         for t in s.text:
             out += [t, ""]
+        for chart in s.charts:
+            if isinstance(chart, charts.Missing):
+                out += [f"{chart.title}: not drawn ({chart.reason}).", ""]
+        for block in s.code:
+            out += ["```", block, "```", ""]
         for name, png in s.images:
             file = f"report_{name}.png"
             (out_dir / file).write_bytes(png)

@@ -5,7 +5,8 @@ Both sides must hold runs over the same prompts (and sampling and seed); the tar
 which is the point (a fine-tuned target against the one the drafter was trained for). Each
 resample draws prompts (conversations) with replacement and takes the same draws on both sides,
 so prompt-to-prompt variation cancels out of the difference. A difference is significant when
-its 95% CI excludes zero. Writes compare.csv and compare.md into the candidate dir.
+its 95% CI excludes zero. Writes compare.csv, compare.md and compare.html (the differences as a
+forest plot, significant ones highlighted) into the candidate dir.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from reports.charts import forest_chart
+from reports.page import Section, render_page
 from reports.runs import CONSISTENT_KEYS, Run, check_consistent, find_runs
 from reports.table import cell, markdown_table, text_table
 from speclens.errors import ArgumentParser, SpeclensError, guarded
@@ -199,6 +202,18 @@ def write_comparison(baseline_dir: Path, candidate_dir: Path) -> tuple[pd.DataFr
         "",
     ] + [f"- {n}" for n in notes]
     (candidate_dir / "compare.md").write_text("\n".join(md) + "\n")
+    section = Section(
+        "AL differences",
+        text=[
+            "Difference = candidate − baseline; 95% CI from a paired bootstrap over prompts; significant when "
+            "the CI excludes zero.",
+            *notes,
+        ],
+        charts=[forest_chart(table)],
+        tables=[(header, rows)],
+    )
+    page = render_page("speclens comparison", f"{candidate_dir} against {baseline_dir}", [section])
+    (candidate_dir / "compare.html").write_text(page, encoding="utf-8")
     return table, notes
 
 

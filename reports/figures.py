@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from reports.charts import speedup_points
 from reports.runs import Run
 from speclens.costs import GAP_TOLERANCE
 
@@ -79,6 +80,28 @@ def al_vs_d(curves: pd.DataFrame, domain: str, title: str = "AL vs D") -> bytes:
     return draw(plot, size=(6.4, 4.2), dpi=110)
 
 
+def al_by_domain(curves: pd.DataFrame) -> bytes:
+    """AL per domain as grouped bars (one per drafter and D) with 95% CI whiskers: runs at one D each."""
+    import numpy as np
+
+    domains = sorted(curves.domain.unique(), key=lambda d: (d != "all", d))
+    keys = _series(curves, ["drafter", "d"])
+    groups = list(curves.groupby(keys, sort=True))
+    width = 0.8 / max(1, len(groups))
+
+    def plot(ax):
+        for i, (key, g) in enumerate(groups):
+            g = g.set_index("domain").reindex(domains)
+            x = np.arange(len(domains)) + (i - (len(groups) - 1) / 2) * width
+            err = [(g.al - g.al_ci95_lo).fillna(0), (g.al_ci95_hi - g.al).fillna(0)]
+            ax.bar(x, g.al, width, yerr=err, capsize=3, label=_series_label(key, keys))
+        ax.set_xticks(range(len(domains)), domains, rotation=20)
+        ax.set_ylabel("AL (accepted + 1 per drafted step)")
+        ax.set_title("AL per domain (whiskers: 95% CI)")
+
+    return draw(plot, size=(6.8, 4.2), dpi=110)
+
+
 def al_vs_d_by_segment(curves: pd.DataFrame, domain: str) -> bytes:
     """AL against D per drafter and segment (thinking, answer) of a reasoning target's outputs."""
     return al_vs_d(curves, domain, "AL vs D per segment")
@@ -106,11 +129,14 @@ def al_vs_temperature(curves: pd.DataFrame, domain: str) -> bytes:
 
 
 def per_position(runs: list[Run]) -> bytes:
+    from matplotlib.ticker import MaxNLocator
+
     def plot(ax):
         for run in runs:
             rates = run.summary.per_position_acceptance
             if rates:
                 ax.plot(range(1, len(rates) + 1), rates, "o-", label=run.summary.label)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("draft position k")
         ax.set_ylabel("P(k-th draft token accepted)")
         ax.set_ylim(0, 1.02)
@@ -120,12 +146,20 @@ def per_position(runs: list[Run]) -> bytes:
 
 
 def histogram(runs: list[Run]) -> bytes:
+    from matplotlib.ticker import MaxNLocator
+
     def plot(ax):
-        for run in runs:
+        for i, run in enumerate(runs):
             counts = run.summary.acceptance_histogram
             if counts and sum(counts):
                 total = sum(counts)
-                ax.plot(range(len(counts)), [c / total for c in counts], "o-", label=run.summary.label)
+                ax.bar(
+                    [k + (i - (len(runs) - 1) / 2) * 0.8 / len(runs) for k in range(len(counts))],
+                    [c / total for c in counts],
+                    0.8 / len(runs),
+                    label=run.summary.label,
+                )
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("tokens accepted in a drafted step")
         ax.set_ylabel("share of drafted steps")
         ax.set_title("Acceptance histogram")
@@ -170,12 +204,7 @@ def al_vs_turn(runs: list[Run]) -> bytes:
 
 def speedups(runs: list[Run]) -> bytes | None:
     """Predicted against measured speedup, one point per run and batch size; None without any."""
-    points = [
-        (run.summary.label, p.batch_size, p.speedup, p.predicted_speedup)
-        for run in runs
-        for p in run.summary.operating_points
-        if p.speedup is not None and p.predicted_speedup is not None
-    ]
+    points = speedup_points(runs)
     if not points:
         return None
 

@@ -112,3 +112,10 @@ def test_speclens_and_vllm_bench_serve_measure_one_server_alike(tmp_path):
     args = ["--num-prompts", "2", "--output-len", "8", "--concurrency", "2", "--repeats", "1"]
     out = benchmark("vs_vllm_bench_serve.py", *args, "--questions", str(questions))
     assert figure(r"AL ratio speclens / vllm bench serve: ([\d.]+)", out) == pytest.approx(1.0, abs=0.01)
+
+
+def test_report_build_times_a_fake_sweeps_report():
+    out = benchmark("report_build.py", "--runs", "4")
+    assert figure(r"reports.build median ([\d.]+) s", out) > 0
+    assert 1 < figure(r"report.html ([\d.]+) MB", out) < 10  # plotly.js inlined, and nothing else that large
+    assert figure(r"MB, (\d+) charts", out) >= 4

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -9,7 +11,7 @@ import pytest
 
 from evals.nightly import main as nightly_main
 from evals.run import run
-from reports.compare import compare, paired_al_difference
+from reports.compare import compare, paired_al_difference, write_comparison
 from reports.compare import main as compare_main
 from speclens.errors import SpeclensError
 from tests.unit.conftest import (
@@ -19,6 +21,7 @@ from tests.unit.conftest import (
     write_questions,
     write_script,
 )
+from tests.unit.test_report import opened
 
 D = 3
 ROWS = [
@@ -125,6 +128,34 @@ def test_nightly_fails_on_a_regression_naming_drafter_and_domain(tmp_path, capsy
     assert n3.loc["coding", "al_diff"] == pytest.approx(-2.0) and bool(n3.loc["coding", "regressed"])
     assert not bool(n3.loc["writing", "regressed"])
     assert (tmp_path / "nights" / "trend.png").stat().st_size > 5000
+    # the same trend, interactive: three nights of ngram d=3, the regressed one marked
+    page = opened(tmp_path / "nights" / "trend.html")
+    assert page["errors"] == "" and page["charts"] == page["charts-rendered"] == "1"
+    specs = json.loads(
+        re.search(r'id="speclens-charts">(.*?)</script>', (tmp_path / "nights" / "trend.html").read_text()).group(1)
+    )
+    (trend,) = specs.values()
+    assert trend["data"][0]["x"] == ["n1", "n2", "n3"] and trend["data"][0]["marker"]["symbol"] == [
+        "circle",
+        "circle",
+        "x",
+    ]
+
+
+def test_compare_writes_a_forest_plot_page_with_the_significant_changes_marked(tmp_path):
+    base = measure(tmp_path, tmp_path / "base", {})
+    cand = measure(tmp_path, tmp_path / "cand", {f"q{i}": 0 for i in range(1, 10, 2)})
+    write_comparison(base, cand)
+    page = opened(cand / "compare.html")
+    assert page["errors"] == "" and page["charts"] == page["charts-rendered"] == "1"
+    assert int(page["scroll-width"]) <= int(page["inner-width"])
+    specs = json.loads(re.search(r'id="speclens-charts">(.*?)</script>', (cand / "compare.html").read_text()).group(1))
+    (forest,) = specs.values()
+    marked = {trace["name"]: trace["y"] for trace in forest["data"]}
+    assert marked == {
+        "significant": ["ngram d=3 · all", "ngram d=3 · coding"],
+        "not significant": ["ngram d=3 · writing"],
+    }
 
 
 def test_a_crashed_night_leaves_the_history_and_reruns(tmp_path, capsys):

@@ -1,4 +1,5 @@
-"""reports.build: the self-contained HTML report, opened in a real headless browser (Debian's chromium)."""
+"""reports.build: the self-contained, interactive HTML report, opened in a real headless browser
+(Debian's chromium) with no network, and its markdown twin."""
 
 from __future__ import annotations
 
@@ -14,18 +15,24 @@ from reports.build import main as build_main
 from tests.unit.test_step_costs import measure
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# The answer first, then the evidence in the order a reader checks it.
 SECTIONS = (
+    "What to serve",
     "AL vs D per domain",
+    "Ranking",
+    "Measured vs predicted speedup",
+    "Speedup account",
+    "Throughput vs interactivity",
+    "Latency",
     "Per-position acceptance",
     "Acceptance histogram",
     "AL by context position",
-    "Measured vs predicted speedup",
-    "Speedup account",
-    "Latency",
-    "Ranking",
+    "Runs",
     "Drafters",
     "Run stamp",
 )
+# No request leaves the browser: every host resolves nowhere.
+OFFLINE = ["--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9"]
 
 
 def sweep(tmp_path: Path) -> Path:
@@ -36,39 +43,65 @@ def sweep(tmp_path: Path) -> Path:
 
 def chromium(*args: str) -> str:
     assert Path(CHROMIUM).exists(), "Debian's chromium is needed for this test: `make test` installs it"
-    cmd = [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
+    cmd = [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000", *OFFLINE, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=True).stdout
+
+
+def opened(page: Path) -> dict[str, str]:
+    """What the page's own check wrote on <body> once its charts were drawn, at 1280 px; a
+    screenshot is kept beside the page (a test artifact when an assertion fails)."""
+    dom = chromium("--window-size=1280,900", "--dump-dom", page.as_uri())
+    chromium("--window-size=1280,900", f"--screenshot={page.with_suffix('.png')}", page.as_uri())
+    body = re.search(r"<body([^>]*)>", dom).group(1)
+    return dict(re.findall(r'data-([a-z-]+)="([^"]*)"', body))
 
 
 def test_report_has_every_section_and_its_markdown_twin(tmp_path):
     root = sweep(tmp_path)
     html_file, md_file = build(root)
     html, md = html_file.read_text(), md_file.read_text()
-    for title in SECTIONS:
-        assert f"<h2>{title}</h2>" in html and f"## {title}" in md
-    # self-contained: every image inline, nothing fetched
-    assert "src='data:image/png;base64," in html and not re.search(r"src=['\"](?!data:)", html)
+    titles = re.findall(r"<h2>([^<]+)</h2>", html)
+    assert titles == list(SECTIONS) and re.findall(r"^## (.+)$", md, re.M) == list(SECTIONS)
+    # self-contained: plotly.js inside the page, nothing fetched (no external script, image or link)
+    markup = re.sub(r"<script\b.*?</script>", "", html, flags=re.S)
+    assert "<img" not in markup and not re.search(r"(src|href)=", markup) and "<script src" not in html
+    assert len(html) > 3_000_000 and "Plotly.newPlot" in html
+    # the markdown twin keeps static images, beside it
     images = re.findall(r"!\[[^\]]*\]\((report_[^)]+\.png)\)", md)
-    assert len(images) == html.count("<img ") and all((root / f).stat().st_size > 5000 for f in images)
+    # AL vs D for `all` and `coding`, measured vs predicted, 4 waterfalls, throughput, per position, histogram
+    assert len(images) == 10 and all((root / f).stat().st_size > 5000 for f in images)
     # the ranking's measured speedup and the guideline verdict appear in both
     assert "guideline 2 suggests D=15" in html and "guideline 2 suggests D=15" in md
 
 
-def test_report_loads_in_headless_chromium_with_its_plots(tmp_path):
+def test_the_sweeps_report_opens_offline_answer_first_every_chart_drawn_nothing_overflowing(tmp_path):
     root = sweep(tmp_path)
     assert build_main([str(root)]) == 0
-    dom = chromium("--dump-dom", (root / "report.html").as_uri())
-    body = re.search(r"<body([^>]*)>", dom).group(1)
-    images = int(re.search(r'data-images="(\d+)"', body).group(1))
-    loaded = int(re.search(r'data-images-loaded="(\d+)"', body).group(1))
-    html = (root / "report.html").read_text()
-    # AL vs D for `all` and `coding`, per-position, histogram, AL by position, speedups, a speedup
-    # account waterfall per run and batch size (2 x 2), throughput vs interactivity (latency section)
-    assert images == html.count("<img ") == 11 and loaded == images, body
-    assert "data-errors" not in body
+    page = opened(root / "report.html")
     shot = root / "report.png"
-    chromium(f"--screenshot={shot}", "--window-size=1280,2400", (root / "report.html").as_uri())
-    assert shot.stat().st_size > 50_000
+    assert page["ready"] == "1" and page["errors"] == "", f"{page} (screenshot: {shot})"
+    assert page["first-section"] == "what-to-serve", shot
+    assert int(page["scroll-width"]) <= int(page["inner-width"]) == 1280, f"overflows: {page} ({shot})"
+    # AL vs D (2 D), measured vs predicted, 4 speedup-account waterfalls (2 runs x 2 B), throughput vs
+    # interactivity, per-position acceptance, the histogram; AL by context position has one bin: not drawn
+    assert page["charts"] == page["charts-rendered"] == "9", f"{page} ({shot})"
+    assert (
+        "AL by context position: not drawn (every drafted step started at 0–255 tokens"
+        in (root / "report.html").read_text()
+    )
+
+
+def test_a_single_unranked_run_opens_with_its_headline_and_the_command_that_ranks_it(tmp_path):
+    _, out = measure(tmp_path, 2, "baseline=false", "batch_sizes=[1]")
+    html_file, md_file = build(out)
+    page = opened(html_file)
+    assert page["errors"] == "" and page["first-section"] == "headline-al"
+    assert int(page["scroll-width"]) <= int(page["inner-width"])
+    # one run at one D: AL per domain as bars (all, coding); per position and histogram; no speedup chart
+    assert page["charts"] == page["charts-rendered"] == "3", page
+    md = md_file.read_text()
+    assert "Highest AL: ngram d=2" in md
+    assert f"python -m evals.run drafter=ngram d=2 dataset=jsonl baseline=true force=true hydra.run.dir={out}" in md
 
 
 def test_report_refuses_an_empty_dir(tmp_path, capsys):
@@ -84,7 +117,8 @@ def test_the_report_shows_latency_where_it_was_measured(tmp_path):
     assert "| ngram d=2 | B=1 |" in section and "| ngram d=2 | B=2 |" in section
     # the fake's scripted steps: TPOT p50 at B=1 is 102/18 ms (see test_step_costs), the TPOT speedup 198/102
     assert f"{102 / 18:.1f} / " in section and f"| {198 / 102:.2f} |" in section
-    assert "![throughput_vs_interactivity]" in section
+    throughput = md.split("## Throughput vs interactivity")[1].split("\n## ")[0]
+    assert "![throughput_vs_interactivity]" in throughput
 
 
 def test_the_ranking_carries_latency_where_it_was_measured(tmp_path):

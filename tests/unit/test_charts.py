@@ -1,0 +1,156 @@
+"""The report's chart choice (reports/charts.py): bars for one D per drafter, lines for several,
+bars over integer counts, integer positions, token-range bins; never a chart of one point; and
+golden chart specifications (the Plotly figure dicts, not pixels)."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from reports import charts
+from reports.curves import CURVE_COLUMNS
+from speclens.metrics import PositionBin
+from tests.unit.test_commands_fake import check_golden
+
+
+def curve(drafter: str, d: int, domain: str, al: float, ci: tuple[float, float] | None = (0.1, 0.1)) -> dict:
+    lo, hi = (al - ci[0], al + ci[1]) if ci else (None, None)
+    return dict(zip(CURVE_COLUMNS, [drafter, d, domain, al, lo, hi, al - 0.2, "measured", 0.0, "all", ""]))
+
+
+def frame(*rows: dict) -> pd.DataFrame:
+    return pd.DataFrame(list(rows), columns=CURVE_COLUMNS)
+
+
+def run(label: str, d: int, histogram=None, per_position=None, bins=()) -> SimpleNamespace:
+    summary = SimpleNamespace(
+        label=label,
+        d=d,
+        n_steps=10,
+        acceptance_histogram=histogram,
+        per_position_acceptance=per_position,
+        al_by_position=list(bins),
+    )
+    return SimpleNamespace(summary=summary)
+
+
+def golden(name: str, chart: charts.Chart) -> None:
+    check_golden(name, json.dumps(chart.figure, indent=1, sort_keys=True) + "\n")
+
+
+def test_one_d_per_drafter_gives_bars_per_domain_with_ci_whiskers():
+    curves = frame(
+        curve("ngram", 3, "all", 2.5),
+        curve("ngram", 3, "coding", 2.8),
+        curve("eagle3", 5, "all", 3.1, ci=(0.2, 0.3)),
+        curve("eagle3", 5, "coding", 3.4, ci=None),
+    )
+    chart = charts.al_chart(curves, [])
+    assert isinstance(chart, charts.Chart) and chart.title == "AL per domain" and chart.domain_filter
+    traces = chart.figure["data"]
+    assert [t["type"] for t in traces] == ["bar", "bar"]
+    assert [t["name"] for t in traces] == ["eagle3 d=5", "ngram d=3"]
+    assert traces[0]["x"] == ["all", "coding"] and traces[0]["y"] == [3.1, 3.4]
+    assert traces[0]["error_y"]["array"] == [pytest.approx(0.3), 0.0]  # no CI: no whisker
+    assert traces[0]["marker"]["color"] != traces[1]["marker"]["color"]
+    golden("chart_al_bars.json", chart)
+
+
+def test_several_d_give_lines_with_integer_d_in_small_multiples_sharing_the_y_axis():
+    curves = frame(
+        *(curve("ngram", d, dom, 1.5 + d / 10) for d in (1, 2, 3) for dom in ("all", "coding", "math", "chat"))
+    )
+    chart = charts.al_chart(curves, [])
+    assert chart.title == "AL vs D per domain"
+    layout = chart.figure["layout"]
+    assert [a["text"] for a in layout["annotations"]] == ["all", "chat", "coding", "math"]
+    assert {layout[f"xaxis{s}"]["dtick"] for s in ("", "2", "3", "4")} == {1}
+    assert all(layout[f"yaxis{s}"]["matches"] == "y" for s in ("2", "3", "4"))
+    traces = chart.figure["data"]
+    assert [t["xaxis"] for t in traces] == ["x", "x2", "x3", "x4"] and traces[0]["x"] == [1, 2, 3]
+    assert [t["showlegend"] for t in traces] == [True, False, False, False]
+    assert len({t["line"]["color"] for t in traces}) == 1  # one drafter, one colour in every panel
+    golden("chart_al_lines.json", chart)
+
+
+def test_no_chart_is_drawn_from_one_point():
+    one = charts.al_chart(frame(curve("ngram", 3, "all", 2.5)), [])
+    assert isinstance(one, charts.Missing) and "one drafter at one D over one domain" in one.reason
+    per_position = charts.per_position_chart([run("ngram d=1", 1, per_position=[0.4])])
+    assert isinstance(per_position, charts.Missing) and "d=2 or more" in per_position.reason
+    bins = [PositionBin(0, 256, 10, 2.0)]
+    position = charts.al_by_position_chart([run("ngram d=3", 3, bins=bins)])
+    assert isinstance(position, charts.Missing) and "0–255" in position.reason
+    assert isinstance(charts.al_chart(frame(), []), charts.Missing)
+    assert isinstance(charts.speedup_chart([]), charts.Missing)
+
+
+def test_counts_are_bars_positions_are_integers_and_context_bins_are_token_ranges():
+    runs = [
+        run(
+            "ngram d=3", 3, [1, 2, 3, 4], [0.9, 0.7, 0.4], [PositionBin(0, 256, 6, 2.0), PositionBin(512, None, 4, 1.5)]
+        )
+    ]
+    histogram = charts.histogram_chart(runs)
+    assert histogram.figure["data"][0]["type"] == "bar" and histogram.figure["data"][0]["x"] == [0, 1, 2, 3]
+    assert histogram.figure["data"][0]["y"] == [0.1, 0.2, 0.3, 0.4]
+    assert histogram.figure["layout"]["xaxis"]["dtick"] == 1
+    per_position = charts.per_position_chart(runs)
+    assert per_position.figure["data"][0]["x"] == [1, 2, 3] and per_position.figure["layout"]["xaxis"]["dtick"] == 1
+    position = charts.al_by_position_chart(runs)
+    assert position.figure["data"][0]["x"] == ["0–255", "512+"]
+    assert position.figure["layout"]["xaxis"]["categoryarray"] == ["0–255", "512+"]
+
+
+def test_a_speedup_account_waterfall_closes_on_the_measured_speedup():
+    factors = {
+        "steady_state_model": 1.5,
+        "prefill": 0.9,
+        "ramp_up_and_tail": 1.0,
+        "slow_outliers": 1.0,
+        "token_yield": 1.0,
+    }
+    chart = charts.waterfall_chart("a", "ngram d=3, B=1", factors, 1.35)
+    trace = chart.figure["data"][0]
+    assert trace["measure"][0] == "absolute" and trace["measure"][-1] == "total"
+    assert sum(trace["y"][:-1]) == trace["y"][-1] == 1.35  # the steps add up to the measured speedup
+
+
+def test_the_forest_plot_marks_significant_differences():
+    table = pd.DataFrame(
+        [
+            {
+                "drafter": "ngram",
+                "d": 3,
+                "domain": "all",
+                "n_requests": 8,
+                "baseline_al": 2.5,
+                "candidate_al": 2.1,
+                "al_diff": -0.4,
+                "diff_ci95_lo": -0.6,
+                "diff_ci95_hi": -0.2,
+                "significant": True,
+                "segment": "all",
+            },
+            {
+                "drafter": "ngram",
+                "d": 3,
+                "domain": "coding",
+                "n_requests": 4,
+                "baseline_al": 2.6,
+                "candidate_al": 2.65,
+                "al_diff": 0.05,
+                "diff_ci95_lo": -0.1,
+                "diff_ci95_hi": 0.2,
+                "significant": False,
+                "segment": "all",
+            },
+        ]
+    )
+    chart = charts.forest_chart(table)
+    significant, other = chart.figure["data"]
+    assert (significant["name"], significant["y"], significant["x"]) == ("significant", ["ngram d=3 · all"], [-0.4])
+    assert other["y"] == ["ngram d=3 · coding"] and other["marker"]["color"] != significant["marker"]["color"]
