@@ -31,6 +31,7 @@ from reports.runs import (
     Run,
     check_consistent,
     find_runs,
+    template_label,
 )
 from reports.serve import serve_markdown, serve_plan
 from reports.table import cell, markdown_table
@@ -50,9 +51,14 @@ def decision_section(root: Path, runs: list[Run], ranking: pd.DataFrame | Specle
     plans = plan.get("by_temperature") or [plan]
     answers = []
     for one in plans:
+        # Several modes (temperatures, chat_template_kwargs): each plan's rows and configs say theirs.
+        mode = mode_name(one) if len(plans) > 1 else ""
         rows = []
         for w in one["winners"]:
-            entry = _ranked_entry(ranking, w)
+            in_mode = (ranking.temperature == one["temperature"]) & (
+                ranking.chat_template_kwargs == template_label(one.get("chat_template_kwargs") or {})
+            )
+            entry = _ranked_entry(ranking[in_mode], w)
             speedup = f"x{w['speedup']:.2f}" + (" (tie)" if entry is not None and bool(entry.tie) else "")
             spread = (
                 "-"
@@ -65,19 +71,30 @@ def decision_section(root: Path, runs: list[Run], ranking: pd.DataFrame | Specle
             )
             rows.append([w["domain"], str(w["batch_size"]), serve, speedup, spread, w["speedup_source"], config])
             if w["domain"] == "all":
-                answers.append(f"{serve} at B={w['batch_size']} ({speedup}, {w['speedup_source']})")
+                answers.append(
+                    f"{serve} at B={w['batch_size']}{' ' + mode if mode else ''} ({speedup}, {w['speedup_source']})"
+                )
         header = ["domain", "B", "serve", "speedup", "range over repeats", "source", "--speculative-config"]
         if all(row[4] == "-" for row in rows):  # no repeats: no ranges to show
             header, rows = header[:4] + header[5:], [row[:4] + row[5:] for row in rows]
+        if mode:
+            header, rows = ["mode", *header], [[mode, *row] for row in rows]
         section.tables.append((header, rows))
         for drafter, config in one["schedule_configs"].items():
             if config is not None:
                 section.code.append(
-                    f"# {drafter}: its schedule over batch sizes\n--speculative-config '{json.dumps(config)}'"
+                    f"# {drafter}{' ' + mode if mode else ''}: its schedule over batch sizes\n"
+                    f"--speculative-config '{json.dumps(config)}'"
                 )
     section.answer = "Serve " + "; ".join(answers) + "." if answers else None
     section.text = section.text[:1]  # the plan's own explanation; its lines are the table and code above
     return section
+
+
+def mode_name(plan: dict) -> str:
+    """`T=0.5` and the chat_template_kwargs a plan was measured in."""
+    kwargs = template_label(plan.get("chat_template_kwargs") or {})
+    return f"T={plan['temperature']:g}" + (f", {kwargs}" if kwargs else "")
 
 
 def _ranked_entry(ranking: pd.DataFrame, winner: dict) -> object | None:

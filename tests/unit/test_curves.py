@@ -144,6 +144,12 @@ def test_temperature_is_an_axis_of_the_curves_and_separates_the_ranking(tmp_path
     assert "## T=0, all, batch size 2" in md and "## T=0.7, all, batch size 2" in md
     plan = json.loads((root / "serve.json").read_text())
     assert [p["temperature"] for p in plan["by_temperature"]] == [0.0, 0.7]
+    # the report's answer names each temperature's winner, each row its mode
+    from reports.build import build
+
+    report = build(root)[1].read_text().split("\n## ")[0:2][1]
+    assert report.startswith("What to serve") and "at B=2 T=0 (" in report and "at B=2 T=0.7 (" in report
+    assert "| T=0.7 | all | 2 | ngram d=2 |" in report
 
 
 def test_chat_template_kwargs_are_an_axis_like_temperature(tmp_path):
