@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from runners.engine import Engine, EngineFactory
+from runners.parent_watch import PARENT_ENV
 from runners.server_dialects import DIALECTS, OWNED_BY, Dialect, Reply
 from runners.server_engine import Arrivals, Endpoint, ServerEngine
 from runners.server_records import prometheus_samples
@@ -130,7 +131,7 @@ def free_port() -> int:
 
 class ServerProcess:
     """A vLLM server speclens started; stopped (its whole process group) on stop(), at exit, or
-    when start-up fails."""
+    when start-up fails; and by itself once this process is gone (runners/parent_watch.py)."""
 
     def __init__(self, model_dir: Path, spec: dict[str, Any] | None, cfg: RunConfig) -> None:
         self.port = free_port()
@@ -157,6 +158,7 @@ class ServerProcess:
             "VLLM_CPU_KVCACHE_SPACE": str(cfg.engine.cpu_kvcache_space_gib),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
             **numerics_env(cfg),
+            PARENT_ENV: str(os.getpid()),
         }
         self.threads = len(parse_cpus(env["VLLM_CPU_OMP_THREADS_BIND"]))
         self._sigterm = _interrupt_on_sigterm()
