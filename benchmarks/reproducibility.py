@@ -1,7 +1,7 @@
 """How far a run's figures move between engines and runs, by dtype: in-process vs a launched server,
 and a launched server's run-to-run spread.
 
-    python benchmarks/reproducibility.py [--repeats 5] [--dtypes float32 bfloat16] [evals.run overrides]
+    python benchmarks/reproducibility.py [--repeats 5] [--dtypes float32,bfloat16] [evals.run overrides]
 
 For each dtype (float32, bfloat16) it measures the same config in-process (with baseline=true:
 how many outputs part from plain decoding at near-ties) and `--repeats` times through a vLLM server
@@ -33,8 +33,11 @@ DTYPES = ("float32", "bfloat16")
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
+    parser.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated, of float32 and bfloat16")
     args, overrides = parser.parse_known_args(argv)
+    dtypes = args.dtypes.split(",")
+    if not set(dtypes) <= set(DTYPES):
+        parser.error(f"--dtypes takes {', '.join(DTYPES)}, not {args.dtypes}")
 
     from evals.compose import compose_config
     from evals.run import run
@@ -45,7 +48,7 @@ def main(argv: list[str]) -> int:
     out = Path(tempfile.mkdtemp(prefix="speclens-reproducibility-"))
     quiet = lambda label: None  # noqa: E731
     exact = True
-    for dtype in args.dtypes:
+    for dtype in dtypes:
         base = [*SETTINGS, f"engine.dtype={dtype}", *overrides]
         local = run(compose_config([*base, "baseline=true"]), out / dtype / "in_process", progress=quiet)
         served = []
@@ -66,7 +69,7 @@ def main(argv: list[str]) -> int:
         )
         if dtype == "float32":
             exact = all(al == local.al and k == 0 for al, k, _ in served)
-    if "float32" in args.dtypes:
+    if "float32" in dtypes:
         print(f"float32 server == in-process on every run: {exact} (runs in {out})")
     else:
         print(f"float32 not measured: nothing claimed equal was checked (runs in {out})")
