@@ -14,6 +14,7 @@ static PNGs (reports/figures.py) beside it.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -97,7 +98,7 @@ def mode_name(plan: dict) -> str:
     return f"T={plan['temperature']:g}" + (f", {kwargs}" if kwargs else "")
 
 
-def _ranked_entry(ranking: pd.DataFrame, winner: dict) -> object | None:
+def _ranked_entry(ranking: pd.DataFrame, winner: dict) -> pd.Series | None:
     """The ranking's row of a winner (for its tie mark and its range over repeats)."""
     drafter = winner["drafter"]
     mask = (
@@ -132,7 +133,7 @@ def headline_section(root: Path, runs: list[Run], reason: SpeclensError) -> Sect
         [
             r.summary.mechanism,
             str(r.summary.d),
-            cell(r.summary.al, charts_digits(r.summary.al_ci95)),
+            cell(r.summary.al, al_digits(r.summary.al_ci95)),
             _ci_cell(r.summary.al_ci95),
             cell(r.summary.tokens_per_step, 3),
             str(r.summary.n_requests),
@@ -152,15 +153,14 @@ def headline_section(root: Path, runs: list[Run], reason: SpeclensError) -> Sect
         code=[rank_command(root, runs)],
         tables=[(["drafter", "D", "AL", "95% CI", "tokens/step", "requests"], rows)],
     )
-    if "missing:" not in str(reason):
+    if "missing:" not in str(reason):  # refused for another reason than missing baselines: say which
         section.text.append(f"Not ranked: {reason}")
     return section
 
 
-def charts_digits(ci: list[float] | None) -> int:
-    """Digits an AL deserves: down to a tenth of its CI's half-width (3 without an interval)."""
-    import math
-
+def al_digits(ci: list[float] | None) -> int:
+    """The decimals an AL's CI justifies: the last one of the order of the CI's half-width (1 to 4;
+    3 without an interval)."""
     if not ci or ci[1] <= ci[0]:
         return 3
     return min(4, max(1, -math.floor(math.log10((ci[1] - ci[0]) / 2))))

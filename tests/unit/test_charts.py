@@ -154,3 +154,9 @@ def test_the_forest_plot_marks_significant_differences():
     significant, other = chart.figure["data"]
     assert (significant["name"], significant["y"], significant["x"]) == ("significant", ["ngram d=3 · all"], [-0.4])
     assert other["y"] == ["ngram d=3 · coding"] and other["marker"]["color"] != significant["marker"]["color"]
+
+
+def test_an_al_is_shown_with_the_decimals_its_interval_justifies():
+    from reports.build import al_digits
+
+    assert [al_digits(ci) for ci in ([2.80, 2.90], [2.846, 2.852], [1.0, 3.0], None, [2.0, 2.0])] == [2, 3, 1, 3, 3]
