@@ -504,18 +504,8 @@ def build_sections(root: Path) -> list[Section]:
 
 
 def render_html(root: Path, sections: list[Section]) -> str:
-    domains = sorted(
-        {
-            d
-            for s in sections
-            for c in s.charts
-            if isinstance(c, charts.Chart) and c.domain_filter
-            for t in c.figure["data"]
-            for d in ((t.get("meta") or {}).get("domains") or [(t.get("meta") or {}).get("domain")])
-            if d
-        },
-        key=lambda d: (d != "all", d),
-    )
+    filtered = [c for s in sections for c in s.charts if isinstance(c, charts.Chart) and c.domain_filter]
+    domains = sorted({d for chart in filtered for d in charts.chart_domains(chart)}, key=lambda d: (d != "all", d))
     return render_page("speclens report", str(root), sections, domains)
 
 

@@ -110,6 +110,12 @@ def coloured(traces: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return traces
 
 
+def chart_domains(chart: Chart) -> set[str]:
+    """The domains a filtered chart's traces carry: per point (bars) or per panel (small multiples)."""
+    metas = [trace.get("meta") or {} for trace in chart.figure["data"]]
+    return {d for meta in metas for d in meta.get("domains") or [meta.get("domain")] if d}
+
+
 def count_points(chart: Chart) -> int:
     return sum(len(trace.get("y") or trace.get("x") or []) for trace in chart.figure["data"])
 
