@@ -4,8 +4,9 @@ Synthesises a sweep (4 drafters x 4 draft lengths x 2 batch sizes, 8 domains, 1,
 drafted-step records with their request rows and engine-step timings), then times what a
 sweep's report costs: every run's summary from its records (AL, bootstrap CIs, per-domain,
 per-position, histogram, step costs, predicted speedups, via the same code as `evals.run`),
-`reports.curves` and `reports.rank`. Target: under 3 s at 1M records, under 10 s at 10M
-(`--records 10000000`). Prints the time and records/s.
+`reports.curves` and `reports.rank`. Target: under 10 s at 10M records (`--records 10000000`),
+under 3 s at 1M. Prints the time and records/s, the summaries (which grow with the records) apart
+from curves and ranking (about 2 s of drawing ten PNGs, whatever the record count).
 """
 
 from __future__ import annotations
@@ -173,7 +174,7 @@ def main(argv: list[str]) -> int:
     print(f"{total:,} step records, {n_runs} runs x {len(BATCH_SIZES)} batch sizes, {len(DOMAINS)} domains")
     print(f"summaries {summarized - start:.2f} s, curves + ranking {elapsed - (summarized - start):.2f} s")
     print(
-        f"total {elapsed:.2f} s (target < 3 s at 1M records, < 10 s at 10M), {total / elapsed:,.0f} records/s; "
+        f"total {elapsed:.2f} s (target < 10 s at 10M records, < 3 s at 1M), {total / elapsed:,.0f} records/s; "
         f"{len(curves)} curve points, {len(ranking)} ranking rows"
     )
     return 0

@@ -45,6 +45,13 @@ def test_histogram_counts_steps_by_accepted(steps):
     assert metrics.acceptance_histogram(steps, D) == [1, 1, 2, 1]
 
 
+def test_per_request_totals_are_by_request_id_in_name_order_whatever_the_step_order(steps):
+    shuffled = steps.iloc[[4, 0, 3, 2, 1]]
+    totals = metrics.per_request(shuffled)
+    assert list(totals.index) == ["A", "B"]
+    assert totals["accepted"].tolist() == [4, 4] and totals["drafts"].tolist() == [3, 2]
+
+
 def test_tokens_per_step_counts_all_target_passes(requests):
     assert metrics.tokens_per_step(requests) == pytest.approx(16 / 8)
 
