@@ -145,7 +145,8 @@ def headline_section(root: Path, runs: list[Run], reason: SpeclensError) -> Sect
         "Headline AL",
         answer=None
         if best is None
-        else f"Highest AL: {best.summary.label}, {best.summary.al:.3f} {_ci_cell(best.summary.al_ci95)}.",
+        else f"Highest AL: {best.summary.label}, {cell(best.summary.al, al_digits(best.summary.al_ci95))} "
+        f"{_ci_cell(best.summary.al_ci95)}.",
         text=[
             "Not ranked: speedups need plain decoding's timings at every operating point (baseline=true). "
             "Measure them with the same other keys as these runs:"

@@ -91,6 +91,7 @@ def hover_template() -> str:
 
 
 # One colour per series name within a chart, whichever panel or trace it is drawn in.
+WHISKER_COLOUR = "#333333"
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
 
 
@@ -106,7 +107,9 @@ def coloured(traces: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if trace.get("type") == "scatter":
             trace["line"] = {**(trace.get("line") or {}), "color": colour}
         if "error_y" in trace:
-            trace["error_y"] = {**trace["error_y"], "color": colour}
+            # a bar's whisker in the bar's own colour vanishes where it runs inside the bar
+            whisker = colour if trace.get("type") == "scatter" else WHISKER_COLOUR
+            trace["error_y"] = {**trace["error_y"], "color": whisker}
     return traces
 
 

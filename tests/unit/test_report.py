@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reports.build import build
+from reports.build import al_digits, build
 from reports.build import main as build_main
 from tests.unit.test_step_costs import measure
 
@@ -92,7 +92,7 @@ def test_the_sweeps_report_opens_offline_answer_first_every_chart_drawn_nothing_
 
 
 def test_a_single_unranked_run_opens_with_its_headline_and_the_command_that_ranks_it(tmp_path):
-    _, out = measure(tmp_path, 2, "baseline=false", "batch_sizes=[1]")
+    summary, out = measure(tmp_path, 2, "baseline=false", "batch_sizes=[1]")
     html_file, md_file = build(out)
     page = opened(html_file)
     assert page["errors"] == "" and page["first-section"] == "headline-al"
@@ -100,7 +100,9 @@ def test_a_single_unranked_run_opens_with_its_headline_and_the_command_that_rank
     # one run at one D: AL per domain as bars (all, coding); per position and histogram; no speedup chart
     assert page["charts"] == page["charts-rendered"] == "3", page
     md = md_file.read_text()
-    assert "Highest AL: ngram d=2" in md
+    lo, hi = summary["al_ci95"]
+    shown = f"{summary['al']:.{al_digits([lo, hi])}f} [{lo:.3f}, {hi:.3f}]"  # the decimals its CI justifies
+    assert f"Highest AL: ngram d=2, {shown}." in md
     assert f"python -m evals.run drafter=ngram d=2 dataset=jsonl baseline=true force=true hydra.run.dir={out}" in md
 
 
