@@ -230,7 +230,9 @@ def panel_axes(index: int, count: int) -> tuple[str, dict[str, Any], dict[str, A
     y1 = 1 - row / rows - gap_y
     y0 = 1 - (row + 1) / rows + gap_y / 2
     suffix = "" if index == 0 else str(index + 1)
-    xaxis = {"domain": [x0, x1], "anchor": f"y{suffix}", "dtick": 1, "title": {"text": "D"}}
+    # "D" under the bottom panel of each column only: between rows it ran into the next panel's title
+    bottom = index + columns >= count
+    xaxis = {"domain": [x0, x1], "anchor": f"y{suffix}", "dtick": 1, "title": {"text": "D" if bottom else ""}}
     yaxis = {"domain": [y0, y1], "anchor": f"x{suffix}", "title": {"text": "AL" if column == 0 else ""}}
     if index:
         yaxis["matches"] = "y"
@@ -239,10 +241,13 @@ def panel_axes(index: int, count: int) -> tuple[str, dict[str, Any], dict[str, A
 
 def al_vs_d_panels(whole: pd.DataFrame, columns: list[str], counts: dict) -> Chart:
     domains = ordered_domains(whole)
+    height = PANEL_HEIGHT * math.ceil(len(domains) / min(PANEL_COLUMNS, len(domains))) + 120
     layout = base_layout(
         "AL vs D per domain (95% CI over requests; open markers: replayed or estimated)",
-        height=PANEL_HEIGHT * math.ceil(len(domains) / min(PANEL_COLUMNS, len(domains))) + 120,
+        height=height,
         annotations=[],
+        # just under the bottom row's "D" (the default's -0.2 of a tall grid is far below it)
+        legend={"orientation": "h", "y": -70 / (height - 100)},
     )
     traces = []
     for index, domain in enumerate(domains):
