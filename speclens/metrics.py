@@ -101,7 +101,8 @@ def acceptance_length(steps: pd.DataFrame, requests: pd.DataFrame | None = None)
 def al_ci95(
     steps: pd.DataFrame, seed: int, samples: int = BOOTSTRAP_SAMPLES, requests: pd.DataFrame | None = None
 ) -> list[float] | None:
-    """95% percentile bootstrap over requests (conversations), pooled AL in each resample."""
+    """95% percentile bootstrap over requests (conversations), pooled AL in each resample; None
+    with fewer than two requests."""
     return _ci95_of(per_request(steps, requests), seed, samples)
 
 
@@ -112,7 +113,9 @@ def _al_of(totals: pd.DataFrame) -> float | None:
 
 
 def _ci95_of(totals: pd.DataFrame, seed: int, samples: int = BOOTSTRAP_SAMPLES) -> list[float] | None:
-    if totals.empty:
+    # one request's resamples are all that request: a zero-width interval would claim a certainty
+    # the data does not have
+    if len(totals) < 2:
         return None
     accepted = totals["accepted"].to_numpy(dtype=float)
     counts = totals["drafts"].to_numpy(dtype=float)

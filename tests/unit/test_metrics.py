@@ -64,6 +64,12 @@ def test_bootstrap_ci_with_two_requests_spans_the_single_request_resamples(steps
     assert metrics.al_ci95(steps, seed=0) == metrics.al_ci95(steps, seed=0)
 
 
+def test_one_request_has_no_interval_rather_than_a_zero_width_one(steps):
+    one = steps[steps.request_id == "A"]
+    assert metrics.acceptance_length(one) == pytest.approx(1 + 4 / 3)
+    assert metrics.al_ci95(one, seed=0) is None
+
+
 def test_by_domain_splits_steps_and_requests(steps, requests):
     domains = metrics.by_domain(steps, requests, seed=0)
     assert set(domains) == {"x", "y"}
