@@ -82,6 +82,12 @@ class Points:
         return {"type": "data", "symmetric": False, "array": plus, "arrayminus": minus, "thickness": 1.2}
 
 
+def _diff_ci_text(lo: float | None, hi: float | None) -> str:
+    if lo is None or pd.isna(lo):
+        return "no CI (fewer than two prompts)"
+    return f"95% CI [{lo:+.3f}, {hi:+.3f}]"
+
+
 def ci_text(ci: list[float] | None) -> str:
     return "no CI (the engine reported counters only)" if ci is None else f"95% CI [{ci[0]:.3f}, {ci[1]:.3f}]"
 
@@ -628,7 +634,7 @@ def forest_chart(table: pd.DataFrame) -> Chart | Missing:
                 "marker": {"color": colour, "size": 9},
                 "customdata": [
                     f"{row}: baseline {r.baseline_al:.3f} → candidate {r.candidate_al:.3f}<br>difference "
-                    f"{r.al_diff:+.3f}, 95% CI [{r.diff_ci95_lo:+.3f}, {r.diff_ci95_hi:+.3f}], {r.n_requests} prompts"
+                    f"{r.al_diff:+.3f}, {_diff_ci_text(r.diff_ci95_lo, r.diff_ci95_hi)}, {r.n_requests} prompts"
                     for row, r in part
                 ],
                 "hovertemplate": "%{customdata}<extra></extra>",

@@ -5,7 +5,7 @@ Both sides must hold runs over the same prompts (and sampling and seed); the tar
 which is the point (a fine-tuned target against the one the drafter was trained for). Each
 resample draws prompts (conversations) with replacement and takes the same draws on both sides,
 so prompt-to-prompt variation cancels out of the difference. A difference is significant when
-its 95% CI excludes zero. Writes compare.csv, compare.md and compare.html (the differences as a
+its 95% CI excludes zero; over fewer than two prompts it has no CI and is never significant. Writes compare.csv, compare.md and compare.html (the differences as a
 forest plot, significant ones highlighted) into the candidate dir.
 """
 
@@ -70,6 +70,15 @@ def paired_al_difference(
             "significant": False,
         }
     al_b, al_c = 1 + acc_b.sum() / n_b.sum(), 1 + acc_c.sum() / n_c.sum()
+    if len(request_ids) < 2:  # one prompt's resamples are that prompt: no interval, nothing significant
+        return {
+            "baseline_al": float(al_b),
+            "candidate_al": float(al_c),
+            "al_diff": float(al_c - al_b),
+            "diff_ci95_lo": None,
+            "diff_ci95_hi": None,
+            "significant": False,
+        }
     idx = resample_indices(seed, samples, len(request_ids))
     with np.errstate(invalid="ignore", divide="ignore"):
         diffs = (1 + acc_c[idx].sum(1) / n_c[idx].sum(1)) - (1 + acc_b[idx].sum(1) / n_b[idx].sum(1))

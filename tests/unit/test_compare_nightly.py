@@ -73,6 +73,13 @@ def test_paired_bootstrap_matches_a_hand_computed_case():
     assert figures["diff_ci95_lo"] == pytest.approx(-1.0) and figures["diff_ci95_hi"] == pytest.approx(0.0)
 
 
+def test_one_prompt_gives_its_difference_but_no_interval_and_no_significance():
+    steps = lambda acc: pd.DataFrame({"request_id": ["a", "a"], "num_accepted": acc})  # noqa: E731
+    figures = paired_al_difference(steps([2, 2]), steps([1, 1]), ["a"])
+    assert figures["al_diff"] == pytest.approx(-1.0)
+    assert figures["diff_ci95_lo"] is None and figures["diff_ci95_hi"] is None and not figures["significant"]
+
+
 def test_runs_over_different_prompts_are_refused_naming_the_difference(tmp_path, capsys):
     base = measure(tmp_path, tmp_path / "base", {})
     cand = measure(tmp_path, tmp_path / "cand", {}, ROWS[:8])
