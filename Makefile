@@ -61,8 +61,8 @@ unit: lint $(BROWSER)
 
 # A new user's machine, rehearsed: a fresh clone of HEAD with empty caches, `make test` pinned to
 # one core and on every core, then the records both wrote compared where equality is claimed
-# (.ci/fresh-check; on this AVX2 machine kind, with other work beside it, the one-core suite took
-# 101 min and the all-cores one 131 min, set-up 7 min more each).
+# (.ci/fresh-check; on this AVX2 machine kind the one-core suite took 53 min and the all-cores one
+# 41 min, set-up 4 min more each: docs/reproducibility.md).
 fresh-check:
 	bash .ci/fresh-check
 
