@@ -96,8 +96,9 @@ def hover_template() -> str:
     return "%{fullData.name}<br>%{customdata}<extra></extra>"
 
 
-# One colour per series name within a chart, whichever panel or trace it is drawn in.
+# CI whiskers on bars, whatever the bar's colour.
 WHISKER_COLOUR = "#333333"
+# One colour per series name within a chart, whichever panel or trace it is drawn in.
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
 
 

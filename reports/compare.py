@@ -5,8 +5,9 @@ Both sides must hold runs over the same prompts (and sampling and seed); the tar
 which is the point (a fine-tuned target against the one the drafter was trained for). Each
 resample draws prompts (conversations) with replacement and takes the same draws on both sides,
 so prompt-to-prompt variation cancels out of the difference. A difference is significant when
-its 95% CI excludes zero; over fewer than two prompts it has no CI and is never significant. Writes compare.csv, compare.md and compare.html (the differences as a
-forest plot, significant ones highlighted) into the candidate dir.
+its 95% CI excludes zero; over fewer than two prompts it has no CI and is never significant.
+Writes compare.csv, compare.md and compare.html (the differences as a forest plot, significant
+ones highlighted) into the candidate dir.
 """
 
 from __future__ import annotations
