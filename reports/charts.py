@@ -82,14 +82,17 @@ class Points:
         return {"type": "data", "symmetric": False, "array": plus, "arrayminus": minus, "thickness": 1.2}
 
 
-def _diff_ci_text(lo: float | None, hi: float | None) -> str:
-    if lo is None or pd.isna(lo):
-        return "no CI (fewer than two prompts)"
-    return f"95% CI [{lo:+.3f}, {hi:+.3f}]"
+# al_ci95 is None for both (speclens/metrics.py)
+NO_CI = "fewer than two requests, or the engine reported counters only"
+NO_PAIRED_CI = "fewer than two prompts"  # reports/compare.py
 
 
-def ci_text(ci: list[float] | None) -> str:
-    return "no CI (the engine reported counters only)" if ci is None else f"95% CI [{ci[0]:.3f}, {ci[1]:.3f}]"
+def ci_text(ci: list[float] | None, signed: bool = False, missing: str = NO_CI) -> str:
+    """A 95% CI for hover text; `missing` says why there is none."""
+    if ci is None or pd.isna(ci[0]):
+        return f"no CI ({missing})"
+    digits = "+.3f" if signed else ".3f"
+    return f"95% CI [{ci[0]:{digits}}, {ci[1]:{digits}}]"
 
 
 def hover_template() -> str:
@@ -635,7 +638,7 @@ def forest_chart(table: pd.DataFrame) -> Chart | Missing:
                 "marker": {"color": colour, "size": 9},
                 "customdata": [
                     f"{row}: baseline {r.baseline_al:.3f} → candidate {r.candidate_al:.3f}<br>difference "
-                    f"{r.al_diff:+.3f}, {_diff_ci_text(r.diff_ci95_lo, r.diff_ci95_hi)}, {r.n_requests} prompts"
+                    f"{r.al_diff:+.3f}, {ci_text([r.diff_ci95_lo, r.diff_ci95_hi], signed=True, missing=NO_PAIRED_CI)}, {r.n_requests} prompts"
                     for row, r in part
                 ],
                 "hovertemplate": "%{customdata}<extra></extra>",

@@ -160,3 +160,10 @@ def test_an_al_is_shown_with_the_decimals_its_interval_justifies():
     from reports.build import al_digits
 
     assert [al_digits(ci) for ci in ([2.80, 2.90], [2.846, 2.852], [1.0, 3.0], None, [2.0, 2.0])] == [2, 3, 1, 3, 3]
+
+
+def test_hover_ci_text_says_why_an_interval_is_missing_and_signs_differences():
+    assert charts.ci_text([2.9, 3.4]) == "95% CI [2.900, 3.400]"
+    assert charts.ci_text([-0.2, 0.05], signed=True) == "95% CI [-0.200, +0.050]"
+    assert charts.ci_text(None) == f"no CI ({charts.NO_CI})"
+    assert charts.ci_text([float("nan"), float("nan")], missing=charts.NO_PAIRED_CI) == "no CI (fewer than two prompts)"
