@@ -23,7 +23,7 @@ from reports.page import Section, render_page
 from reports.runs import CONSISTENT_KEYS, Run, check_consistent, find_runs
 from reports.table import cell, markdown_table, text_table
 from speclens.errors import ArgumentParser, SpeclensError, guarded
-from speclens.metrics import BOOTSTRAP_SAMPLES, resample_indices
+from speclens.metrics import BOOTSTRAP_SAMPLES, MIN_REQUESTS_FOR_CI, per_request, resample_indices
 from speclens.records import read_parquet
 from speclens.run_files import REQUESTS_FILE, STEPS_FILE
 from speclens.segments import SEGMENTS
@@ -47,8 +47,8 @@ PAIRED_KEYS = tuple(k for k in CONSISTENT_KEYS if k != "fingerprints.target") + 
 
 def _per_request(steps: pd.DataFrame, request_ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """Accepted tokens and drafted steps per request, in `request_ids` order (0 where none)."""
-    grouped = steps.groupby("request_id")["num_accepted"].agg(["sum", "count"]).reindex(request_ids, fill_value=0)
-    return grouped["sum"].to_numpy(dtype=float), grouped["count"].to_numpy(dtype=float)
+    totals = per_request(steps).reindex(request_ids, fill_value=0)
+    return totals["accepted"].to_numpy(dtype=float), totals["drafts"].to_numpy(dtype=float)
 
 
 def paired_al_difference(
@@ -58,39 +58,27 @@ def paired_al_difference(
     seed: int = 0,
     samples: int = BOOTSTRAP_SAMPLES,
 ) -> dict:
-    """Pooled AL on each side over `request_ids`, their difference and its paired 95% CI."""
+    """Pooled AL on each side over `request_ids`, their difference and its paired 95% CI (none
+    over fewer than MIN_REQUESTS_FOR_CI prompts, and then never significant)."""
     acc_b, n_b = _per_request(baseline_steps, request_ids)
     acc_c, n_c = _per_request(candidate_steps, request_ids)
     if not n_b.sum() or not n_c.sum():
-        return {
-            "baseline_al": None,
-            "candidate_al": None,
-            "al_diff": None,
-            "diff_ci95_lo": None,
-            "diff_ci95_hi": None,
-            "significant": False,
-        }
-    al_b, al_c = 1 + acc_b.sum() / n_b.sum(), 1 + acc_c.sum() / n_c.sum()
-    if len(request_ids) < 2:  # one prompt's resamples are that prompt: no interval, nothing significant
-        return {
-            "baseline_al": float(al_b),
-            "candidate_al": float(al_c),
-            "al_diff": float(al_c - al_b),
-            "diff_ci95_lo": None,
-            "diff_ci95_hi": None,
-            "significant": False,
-        }
-    idx = resample_indices(seed, samples, len(request_ids))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        diffs = (1 + acc_c[idx].sum(1) / n_c[idx].sum(1)) - (1 + acc_b[idx].sum(1) / n_b[idx].sum(1))
-    lo, hi = np.nanpercentile(diffs, [2.5, 97.5])
+        al_b = al_c = diff = lo = hi = None
+    else:
+        al_b, al_c = float(1 + acc_b.sum() / n_b.sum()), float(1 + acc_c.sum() / n_c.sum())
+        diff, lo, hi = al_c - al_b, None, None
+        if len(request_ids) >= MIN_REQUESTS_FOR_CI:
+            idx = resample_indices(seed, samples, len(request_ids))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                diffs = (1 + acc_c[idx].sum(1) / n_c[idx].sum(1)) - (1 + acc_b[idx].sum(1) / n_b[idx].sum(1))
+            lo, hi = (float(v) for v in np.nanpercentile(diffs, [2.5, 97.5]))
     return {
-        "baseline_al": float(al_b),
-        "candidate_al": float(al_c),
-        "al_diff": float(al_c - al_b),
-        "diff_ci95_lo": float(lo),
-        "diff_ci95_hi": float(hi),
-        "significant": bool(lo > 0 or hi < 0),
+        "baseline_al": al_b,
+        "candidate_al": al_c,
+        "al_diff": diff,
+        "diff_ci95_lo": lo,
+        "diff_ci95_hi": hi,
+        "significant": lo is not None and (lo > 0 or hi < 0),
     }
 
 

@@ -28,6 +28,9 @@ from speclens.generation import COUNTER_NAMES, SpecCounters
 from speclens.segments import SEGMENTS
 
 BOOTSTRAP_SAMPLES = 2000
+# Below this many requests an interval is not given: one request's resamples are all that request,
+# and a zero-width interval would claim a certainty the data does not have.
+MIN_REQUESTS_FOR_CI = 2
 # Dataclass fields written to JSON only when set (speclens/summary.py to_plain): absent, not null,
 # where they do not apply.
 OMITTED_WHEN_NONE = {"omit_when_none": True}
@@ -113,9 +116,7 @@ def _al_of(totals: pd.DataFrame) -> float | None:
 
 
 def _ci95_of(totals: pd.DataFrame, seed: int, samples: int = BOOTSTRAP_SAMPLES) -> list[float] | None:
-    # one request's resamples are all that request: a zero-width interval would claim a certainty
-    # the data does not have
-    if len(totals) < 2:
+    if len(totals) < MIN_REQUESTS_FOR_CI:
         return None
     accepted = totals["accepted"].to_numpy(dtype=float)
     counts = totals["drafts"].to_numpy(dtype=float)
