@@ -81,8 +81,15 @@ lint: install
 	$(VENV)/bin/ruff format --check --quiet .
 	$(VENV)/bin/ruff check --quiet .
 
+# make's start: `make test` closes with its wall time from here (set-up included) and its three
+# slowest tests (tests/suite_time.py), whatever pytest's exit status, which it keeps.
+STARTED := $(shell date +%s)
+TEST_TIMES = $(VENV)/test-times.json
+
 test: lint target $(BROWSER)
-	$(PYTHON) -m pytest $(PYTEST_ARGS)
+	rm -f $(TEST_TIMES)
+	$(PYTHON) -m pytest --times-file=$(TEST_TIMES) $(PYTEST_ARGS); status=$$?; \
+		$(PYTHON) -m tests.suite_time $(STARTED) $(TEST_TIMES); exit $$status
 
 # The unit and fault tests only: fake engine, no vLLM engine started (minutes, not the hour).
 unit: lint $(BROWSER)

@@ -1,0 +1,23 @@
+"""`make test`'s closing line: wall time from make's start and the three slowest tests."""
+
+from __future__ import annotations
+
+import json
+
+from tests.suite_time import closing_line
+
+
+def test_the_closing_line_gives_the_wall_time_and_the_three_slowest_tests(tmp_path):
+    times = tmp_path / "times.json"
+    rows = [("a.py::slow", 301.4), ("b.py::slower", 90.0), ("c.py::mid", 12.6), ("d.py::fast", 0.1)]
+    times.write_text(json.dumps([{"test": t, "seconds": s} for t, s in rows]))
+    line = closing_line(1000.0, times, now=1000.0 + 21 * 60 + 7)
+    assert (
+        line
+        == "make test: 21 min 7 s wall, set-up included; slowest: a.py::slow 301 s, b.py::slower 90 s, c.py::mid 13 s"
+    )
+
+
+def test_without_a_times_file_the_line_still_gives_the_wall_time(tmp_path):
+    line = closing_line(0.0, tmp_path / "missing.json", now=59.6)
+    assert line == "make test: 1 min 0 s wall, set-up included; slowest: none recorded"
