@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from runners.engine import Engine, EngineFactory
-from runners.parent_watch import PARENT_ENV
+from runners.parent_watch import launch
 from runners.server_dialects import DIALECTS, OWNED_BY, Dialect, Reply
 from runners.server_engine import Arrivals, Endpoint, ServerEngine
 from runners.server_records import prometheus_samples
@@ -158,15 +158,12 @@ class ServerProcess:
             "VLLM_CPU_KVCACHE_SPACE": str(cfg.engine.cpu_kvcache_space_gib),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
             **numerics_env(cfg),
-            PARENT_ENV: str(os.getpid()),
         }
         self.threads = len(parse_cpus(env["VLLM_CPU_OMP_THREADS_BIND"]))
         self._sigterm = _interrupt_on_sigterm()
         try:
             with os.fdopen(fd, "w") as out:
-                self.proc = subprocess.Popen(
-                    command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-                )
+                self.proc = launch(command, env, stdout=out, stderr=subprocess.STDOUT)
         except BaseException:
             _restore_sigterm(self._sigterm)
             raise

@@ -1,5 +1,7 @@
-"""A launched server stops once the speclens process that launched it is gone, however that process
-died (runners/parent_watch.py): here the launcher is killed with SIGKILL, which runs no handler."""
+"""A launched server stops once the speclens process that launched it is gone, however and whenever
+that process died (runners/parent_watch.py): here the launcher is killed with SIGKILL, which runs no
+handler, at several moments: as soon as the server is started, before the server loads the plugin,
+after it has; and the plugin alone (no kernel tie) ends a server whose launcher is already gone."""
 
 from __future__ import annotations
 
@@ -10,18 +12,29 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
-# The 'server': in its own session as ServerProcess starts one, the plugin registered, then waiting.
+# The 'server': in its own session as the runner starts one; it says it runs, waits for `go` (a
+# file) before it loads the plugin, says it is ready, then waits.
 SERVER = (
-    "import pathlib, sys, time; from runners.parent_watch import register; register(); "
-    "pathlib.Path(sys.argv[1]).write_text('ready'); time.sleep(600)"
+    "import pathlib, sys, time; from runners.parent_watch import register; "
+    "ready, go = map(pathlib.Path, sys.argv[1:3]); (ready.parent / 'running').write_text('1')\n"
+    "while not go.exists(): time.sleep(0.02)\n"
+    "register(); ready.write_text('ready'); time.sleep(600)"
 )
-# The 'speclens' launching it: its pid in the server's environment, the server's pid written out.
+# The 'speclens' launching it (the runner's own launch, or a bare Popen without the kernel tie): the
+# server's pid written out, then it waits, or kills itself at once (`now`).
 LAUNCHER = (
-    "import os, pathlib, subprocess, sys, time; from runners.parent_watch import PARENT_ENV; "
-    "env = {**os.environ, PARENT_ENV: str(os.getpid())}; "
-    "p = subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]], env=env, start_new_session=True); "
-    "pathlib.Path(sys.argv[3]).write_text(str(p.pid)); time.sleep(600)"
+    "import os, pathlib, signal, subprocess, sys, time\n"
+    "from runners.parent_watch import PARENT_ENV, launch\n"
+    "server, ready, go, pid_file, how, when = sys.argv[1:]\n"
+    "command = [sys.executable, '-c', server, ready, go]\n"
+    "if how == 'kernel': p = launch(command, dict(os.environ))\n"
+    "else: p = subprocess.Popen(command, env={**os.environ, PARENT_ENV: str(os.getpid())}, start_new_session=True)\n"
+    "pathlib.Path(pid_file).write_text(str(p.pid))\n"
+    "if when == 'now': os.kill(os.getpid(), signal.SIGKILL)\n"
+    "time.sleep(600)"
 )
 
 
@@ -41,17 +54,38 @@ def wait_for(condition, timeout_s: float) -> bool:
     return condition()
 
 
-def test_a_server_whose_launcher_is_killed_stops(tmp_path):
-    ready, pid_file = tmp_path / "ready", tmp_path / "server.pid"
+@pytest.mark.parametrize(
+    "how, killed",
+    [
+        ("kernel", "at once"),  # the server may not have exec'd Python yet
+        ("kernel", "before the plugin"),
+        ("kernel", "after the plugin"),
+        ("plugin only", "before the plugin"),  # the orphan case: the plugin finds its launcher gone
+        ("plugin only", "after the plugin"),
+    ],
+)
+def test_a_server_whose_launcher_is_killed_stops(tmp_path, how, killed):
+    ready, go, pid_file, running = tmp_path / "ready", tmp_path / "go", tmp_path / "server.pid", tmp_path / "running"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, SERVER, str(ready), str(pid_file)], env=env)
+    when = "now" if killed == "at once" else "later"
+    args = [SERVER, str(ready), str(go), str(pid_file), "kernel" if how == "kernel" else "bare", when]
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, *args], env=env)
     try:
-        assert wait_for(lambda: ready.exists() and pid_file.exists(), 60), "the server never started"
+        assert wait_for(pid_file.exists, 60), "the launcher never started the server"
         server = int(pid_file.read_text())
-        assert alive(server)
-        launcher.send_signal(signal.SIGKILL)
+        if killed == "after the plugin":
+            go.write_text("1")
+            assert wait_for(ready.exists, 60), "the server never loaded the plugin"
+        elif killed == "before the plugin":
+            assert wait_for(running.exists, 60), "the server never started"
+        if when == "later":
+            launcher.send_signal(signal.SIGKILL)
         launcher.wait()
+        if killed == "before the plugin" and how == "plugin only":
+            assert alive(server)  # nothing but the plugin can end it, and it has not loaded
+            go.write_text("1")
         assert wait_for(lambda: not alive(server), 30), "the server outlived the process that launched it"
+        assert not ready.exists() or killed == "after the plugin"
     finally:
         launcher.kill()
         if pid_file.exists() and alive(int(pid_file.read_text())):
@@ -61,16 +95,18 @@ def test_a_server_whose_launcher_is_killed_stops(tmp_path):
 def test_a_process_the_server_starts_itself_does_not_watch(monkeypatch):
     from runners import parent_watch
 
-    started = []
+    started, ended = [], []
     monkeypatch.setattr(parent_watch.threading, "Thread", lambda **kw: started.append(kw) or _Idle())
+    monkeypatch.setattr(parent_watch, "_end_group", lambda: ended.append(True))
+    monkeypatch.setattr(parent_watch.os, "getsid", lambda pid: os.getpid() + 1)  # not a session leader
     monkeypatch.setenv(parent_watch.PARENT_ENV, str(os.getppid() + 1))  # another process's pid
     parent_watch.register()
     monkeypatch.delenv(parent_watch.PARENT_ENV)
     parent_watch.register()
-    assert started == []
+    assert started == [] and ended == []
     monkeypatch.setenv(parent_watch.PARENT_ENV, str(os.getppid()))
     parent_watch.register()
-    assert [kw["name"] for kw in started] == ["speclens-parent-watch"]
+    assert [kw["name"] for kw in started] == ["speclens-parent-watch"] and ended == []
 
 
 class _Idle:
