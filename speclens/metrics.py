@@ -80,6 +80,7 @@ def per_request(steps: pd.DataFrame, requests: pd.DataFrame | None = None) -> pd
     steps, by request id. From the step records where there are any, else from the requests'
     totals (request granularity)."""
     if not steps.empty or requests is None or "drafted_steps" not in requests.columns:
+        _check_counts(steps["num_accepted"], "steps.num_accepted")
         # factorize + bincount: a sweep's summaries take hundreds of these, and groupby.agg costs
         # a millisecond each before it counts anything
         codes, ids = pd.factorize(steps["request_id"], sort=True)
@@ -89,9 +90,18 @@ def per_request(steps: pd.DataFrame, requests: pd.DataFrame | None = None) -> pd
             {"accepted": accepted.astype("int64"), "drafts": drafts.astype("int64")},
             index=pd.Index(ids, name="request_id"),
         )
+    for column in ("num_accepted", "drafted_steps"):
+        _check_counts(requests[column].dropna(), f"requests.{column}")
     drafted = requests[requests["drafted_steps"].fillna(0) > 0]
     grouped = drafted.groupby("request_id", sort=True)[["num_accepted", "drafted_steps"]].sum()
     return grouped.set_axis(["accepted", "drafts"], axis=1).astype("int64")
+
+
+def _check_counts(values: pd.Series, name: str) -> None:
+    """Token and step counts are finite and not negative: a NaN would otherwise read as 0 accepted."""
+    array = values.to_numpy(dtype=float)
+    if array.size and not (np.isfinite(array).all() and (array >= 0).all()):
+        raise ValueError(f"{name} holds a count that is not a finite number >= 0 (NaN, infinite or negative)")
 
 
 def acceptance_length(steps: pd.DataFrame, requests: pd.DataFrame | None = None) -> float | None:
@@ -105,7 +115,11 @@ def al_ci95(
     steps: pd.DataFrame, seed: int, samples: int = BOOTSTRAP_SAMPLES, requests: pd.DataFrame | None = None
 ) -> list[float] | None:
     """95% percentile bootstrap over requests (conversations), pooled AL in each resample; None
-    with fewer than two requests."""
+    with fewer than two requests. `seed` is an integer >= 0, `samples` an integer >= 1."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"al_ci95: seed must be an integer >= 0, not {seed!r}")
+    if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 1:
+        raise ValueError(f"al_ci95: samples must be an integer >= 1, not {samples!r}")
     return _ci95_of(per_request(steps, requests), seed, samples)
 
 

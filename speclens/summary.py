@@ -376,13 +376,34 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
 }
 
 
+class _NonFinite(str):
+    """What json's NaN, Infinity and -Infinity read as here: found afterwards with its key."""
+
+
+def _non_finite_key(data: Any, key: str = "") -> str | None:
+    """The dotted key of the first non-finite figure in `data`, or None."""
+    if isinstance(data, _NonFinite):
+        return key or "(top level)"
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for name, value in items:
+        found = _non_finite_key(value, f"{key}.{name}" if key else str(name))
+        if found is not None:
+            return found
+    return None
+
+
 def _read_json(path: Path) -> dict[str, Any]:
+    """A record's JSON object; a non-finite figure (NaN, Infinity) makes it corrupt: no figure
+    speclens writes can be one, and downstream arithmetic would carry it silently."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_NonFinite)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CorruptRecord(f"{path} is unreadable ({exc})") from None
     if not isinstance(data, dict):
         raise CorruptRecord(f"{path} is not a JSON object")
+    key = _non_finite_key(data)
+    if key is not None:
+        raise CorruptRecord(f"{path} holds a non-finite figure at {key}: a corrupt record; measure the run again")
     return data
 
 
