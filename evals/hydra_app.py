@@ -137,4 +137,4 @@ def end_job(exc: Exception, job_dir: Path) -> None:
         sys.exit(report(message, status))
     record_failure(job_dir, list(hydra_cfg.overrides.task), message, status)
     job = redact_overrides(hydra_cfg.job.override_dirname or job_dir.name)
-    print(f"speclens: error: job {job}: {message}", file=sys.stderr)
+    report(f"job {job}: {message}")

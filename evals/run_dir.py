@@ -21,10 +21,9 @@ from typing import Iterator, Sequence
 
 from speclens.errors import ConfigError
 from speclens.files import Busy, exclusive
+from speclens.run_files import FAILED_ATTEMPT, STAGING_PREFIX
 
 LOCK_FILE = ".speclens.lock"
-STAGING_PREFIX = ".incoming-"
-FAILED_ATTEMPT = "failed_attempt"
 
 
 @contextlib.contextmanager

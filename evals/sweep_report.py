@@ -34,6 +34,7 @@ from speclens.errors import (
     CorruptRecord,
     SpeclensError,
     exit_status,
+    report,
     user_message,
 )
 from speclens.files import write_json_atomic
@@ -176,14 +177,14 @@ def sweep_end_failed(sweep_dir: Path, exc: Exception) -> None:
     LAST_SWEEP_PROBLEMS.append(
         {"error": f"making the sweep's curves and ranking failed: {message}", "exit_status": status}
     )
-    print(f"speclens: error: sweep {sweep_dir}: {LAST_SWEEP_PROBLEMS[-1]['error']}", file=sys.stderr)
+    report(f"sweep {sweep_dir}: {LAST_SWEEP_PROBLEMS[-1]['error']}")
 
 
 def report_sweep(sweep_dir: Path, config: DictConfig) -> None:
     """The failed jobs named, then the sweep's curves, ranking and profiles from the others."""
     LAST_SWEEP_FAILURES.extend(collect_failures(sweep_dir))
     for failure in LAST_SWEEP_FAILURES:
-        print(f"speclens: error: sweep job {failure['job']} failed: {failure['error']}", file=sys.stderr)
+        report(f"sweep job {failure['job']} failed: {failure['error']}")
     if LAST_SWEEP_FAILURES:
         print(
             f"speclens: sweep {sweep_dir}: {len(LAST_SWEEP_FAILURES)} job(s) failed, listed in "
@@ -196,7 +197,7 @@ def report_sweep(sweep_dir: Path, config: DictConfig) -> None:
         print(f"speclens: sweep {sweep_dir}: {note}")
     for problem in gather_profiles(sweep_dir, failed):
         LAST_SWEEP_PROBLEMS.append({"error": problem, "exit_status": EXIT_USER_ERROR})
-        print(f"speclens: error: sweep {sweep_dir}: {problem}", file=sys.stderr)
+        report(f"sweep {sweep_dir}: {problem}")
     if curves is not None:
         print(f"speclens: sweep {sweep_dir}: curves.csv" + (", ranking.csv" if ranking is not None else ""))
     if OmegaConf.get_type(config.logger) is WandbLoggerConfig and curves is not None:

@@ -39,6 +39,7 @@ from reports.table import cell, markdown_table
 from speclens.account import CORRECTIONS, MODEL
 from speclens.drafter_build import describe_build
 from speclens.errors import ArgumentParser, SpeclensError, guarded
+from speclens.text import Shown, markdown_safe
 
 # -- the answer -----------------------------------------------------------------------------------
 
@@ -215,7 +216,7 @@ def ranking_section(runs: list[Run], ranking: pd.DataFrame | SpeclensError) -> S
     section = Section("Ranking")
     columns = display_columns(ranking)
     for heading, group in tables(ranking):
-        section.text.append(heading)
+        section.text.append(Shown(heading))
         section.tables.append(([label for _, label, _ in columns], display_rows(group, columns)))
     section.text += guideline_notes(runs, ranking)
     return section
@@ -517,7 +518,7 @@ def render_markdown(root: Path, sections: list[Section], out_dir: Path) -> str:
         if s.answer:
             out += [f"**{s.answer}**", ""]
         for t in s.text:
-            out += [t, ""]
+            out += [markdown_safe(t) if isinstance(t, Shown) else t, ""]
         for chart in s.charts:
             if isinstance(chart, charts.Missing):
                 out += [f"{chart.title}: not drawn ({chart.reason}).", ""]

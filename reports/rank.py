@@ -24,6 +24,7 @@ from speclens import costs
 from speclens.errors import ArgumentParser, guarded
 from speclens.files import check_folder, write_json_atomic
 from speclens.guidelines import Guidelines, low_latency_speedup
+from speclens.text import markdown_safe
 
 
 def guideline_notes(runs: list[Run], ranking: pd.DataFrame) -> list[str]:
@@ -152,7 +153,7 @@ def ranking_markdown(ranking: pd.DataFrame, notes: list[str]) -> str:
     columns = display_columns(ranking)
     for heading, group in tables(ranking):
         out += [
-            f"## {heading}",
+            f"## {markdown_safe(heading)}",
             "",
             f"{_verdict(group)}.",
             "",

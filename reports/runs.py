@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Hashable, Iterable
 
 from speclens.errors import SpeclensError
-from speclens.run_files import read_stamp
+from speclens.run_files import holding, read_stamp
 from speclens.summary import (
     REPLAY_FILE,
     SUMMARY_FILE,
@@ -87,10 +87,10 @@ def _found(root: Path, name: str, exclude: Collection[Path]) -> list[Path]:
     """The folders under `root` holding `name`, but for those in (or under) `exclude`."""
     left_out = {Path(p).resolve() for p in exclude}
     folders = []
-    for file in sorted(root.rglob(name)):
-        folder = file.parent.resolve()
-        if folder not in left_out and left_out.isdisjoint(folder.parents):
-            folders.append(file.parent)
+    for folder in holding(root, name):
+        resolved = folder.resolve()
+        if resolved not in left_out and left_out.isdisjoint(resolved.parents):
+            folders.append(folder)
     return folders
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from reports.runs import Run, template_label
+from speclens.text import markdown_safe
 
 SERVE_FILE = "serve.json"
 
@@ -144,7 +145,7 @@ def _plan_markdown(plan: dict[str, Any]) -> list[str]:
     for w in plan["winners"]:
         config = "plain decoding" if w["speculative_config"] is None else f"`{_json(w['speculative_config'])}`"
         out.append(
-            f"- {w['domain']}, B={w['batch_size']}: {w['drafter']}"
+            f"- {markdown_safe(w['domain'])}, B={w['batch_size']}: {w['drafter']}"
             + (f" d={w['d']}" if w["d"] is not None else "")
             + f" (x{w['speedup']:.2f}, {w['speedup_source']}): "
             + config

@@ -10,6 +10,7 @@ import pandas as pd
 
 from speclens.costs import GAP_TOLERANCE, StepTiming
 from speclens.summary import LosslessCheck, OperatingPoint, RunSummary
+from speclens.text import markdown_safe, terminal_safe
 
 
 def cell(value: Any, digits: int = 2, signed: bool = False) -> str:
@@ -24,6 +25,8 @@ def cell(value: Any, digits: int = 2, signed: bool = False) -> str:
 def text_table(header: Sequence[str], rows: Sequence[Sequence[str]], left_columns: int = 1) -> str:
     """A fixed-width table: the first `left_columns` columns left-aligned, the rest right-aligned,
     a rule under the header."""
+    header = [terminal_safe(c) for c in header]
+    rows = [[terminal_safe(c) for c in r] for r in rows]
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
 
     def line(cells: Sequence[str]) -> str:
@@ -35,10 +38,9 @@ def text_table(header: Sequence[str], rows: Sequence[Sequence[str]], left_column
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A GitHub-style markdown table (pipes in cells escaped)."""
-    escape = lambda v: str(v).replace("|", "\\|")  # noqa: E731
-    lines = ["| " + " | ".join(escape(h) for h in header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(escape(v) for v in row) + " |" for row in rows]
+    """A GitHub-style markdown table, every cell shown as its text (speclens.text.markdown_safe)."""
+    lines = ["| " + " | ".join(markdown_safe(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(markdown_safe(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
 
 

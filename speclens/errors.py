@@ -15,6 +15,8 @@ from omegaconf.errors import (
     OmegaConfBaseException,
 )
 
+from speclens.text import terminal_safe
+
 
 class SpeclensError(Exception):
     """A user-facing error: the message names the offending key and what to change."""
@@ -100,7 +102,7 @@ def exit_status(exc: BaseException) -> int:
 
 def report(message: str, status: int = EXIT_USER_ERROR) -> int:
     """Print an error the one way speclens commands do, on stderr; gives the exit status."""
-    print(f"speclens: error: {message}", file=sys.stderr)
+    print(f"speclens: error: {terminal_safe(message)}", file=sys.stderr)
     return status
 
 

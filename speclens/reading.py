@@ -17,6 +17,7 @@ from speclens.run_files import (
     OUTPUTS_FILE,
     REQUESTS_FILE,
     STEPS_FILE,
+    holding,
     read_outputs,
     read_stamp,
 )
@@ -83,7 +84,7 @@ class Sweep:
         self.path = Path(path)
         if not self.path.is_dir():
             raise SpeclensError(f"{self.path} is not a folder")
-        self.runs = [Run(file.parent) for file in sorted(self.path.rglob(SUMMARY_FILE))]
+        self.runs = [Run(folder) for folder in holding(self.path, SUMMARY_FILE)]
         if not self.runs:
             raise SpeclensError(f"{self.path} holds no finished run (no {SUMMARY_FILE} under it)")
 

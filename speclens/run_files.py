@@ -19,6 +19,21 @@ BASELINE_OUTPUTS_FILE = "baseline_outputs.jsonl"  # plain decoding's, with basel
 ENGINE_LOG = "engine.log"
 ERROR_LOG = "error.log"  # a failed measurement's traceback, or the lossless check's mismatches
 FAILURE_FILE = "failure.json"  # a failed sweep job's one-line reason (evals/sweep_report.py)
+# Inside a run dir (evals/run_dir.py): a measurement being written, and a failed attempt kept beside the
+# earlier result. Neither is a finished run, whatever files it holds.
+STAGING_PREFIX = ".incoming-"
+FAILED_ATTEMPT = "failed_attempt"
+
+
+def holding(root: Path, name: str) -> list[Path]:
+    """The folders under `root` (itself included) holding a file `name`, in path order, but for
+    those inside a staging or failed-attempt dir: what every reader of run dirs walks."""
+    folders = []
+    for file in sorted(root.rglob(name)):
+        inside = file.parent.relative_to(root).parts
+        if not any(part.startswith(STAGING_PREFIX) or part == FAILED_ATTEMPT for part in inside):
+            folders.append(file.parent)
+    return folders
 
 
 def read_stamp(run_dir: Path) -> dict[str, Any]:

@@ -42,6 +42,10 @@ from speclens.latency import Latency
 from speclens.metrics import OMITTED_WHEN_NONE, GroupFigures, PositionBin, SegmentFigures
 
 SUMMARY_FILE = "summary.json"
+# The group of every request, beside the domains in by_domain, curves.csv and the tables: no prompt
+# set's category may take its name (evals/datasets/base.py check_group_names).
+WHOLE_RUN_GROUP = "all"
+RESERVED_GROUP_NAMES = frozenset({WHOLE_RUN_GROUP})
 SUMMARY_VERSION = 8
 REPLAY_FILE = "replay.json"
 # replay.json: 1 had no version field (summary and stamp only); 2 carries `schema_version`, the
@@ -242,7 +246,7 @@ class RunSummary:
         overall = GroupFigures(
             self.al, self.al_ci95, self.tokens_per_step, self.n_requests, self.n_steps, self.by_segment
         )
-        return {"all": overall} | self.by_domain
+        return {WHOLE_RUN_GROUP: overall} | self.by_domain
 
     def to_dict(self) -> dict[str, Any]:
         return to_plain(self)

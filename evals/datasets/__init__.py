@@ -7,7 +7,7 @@ from typing import Callable
 
 from evals.datasets.agentic import AgenticConfig
 from evals.datasets.agentic import load as load_agentic
-from evals.datasets.base import filter_categories, select
+from evals.datasets.base import check_group_names, filter_categories, select
 from evals.datasets.humaneval import HumanEvalConfig
 from evals.datasets.humaneval import load as load_humaneval
 from evals.datasets.jsonl import JsonlConfig, SpecBenchConfig
@@ -62,5 +62,6 @@ def load_prompts(cfg: DatasetConfig, seed: int, encoder: ChatEncoder) -> list[Pr
     if spec.needs_path and not cfg.path:
         raise ConfigError(f"dataset={name} needs dataset.path=<file>.")
     prompts = spec.load(cfg, encoder)
+    check_group_names(prompts, f"dataset={name}")
     prompts = filter_categories(prompts, cfg.categories, f"dataset={name}")
     return select(prompts, cfg.num_requests, seed)

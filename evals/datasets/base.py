@@ -10,6 +10,21 @@ from dataclasses import asdict
 
 from speclens.errors import ConfigError
 from speclens.generation import Prompt
+from speclens.summary import RESERVED_GROUP_NAMES
+
+
+def check_group_names(prompts: list[Prompt], source: str) -> None:
+    """Every prompt's category and domain is a name a report can group by: not empty, not a name
+    speclens gives a group of its own (`all`: its rows would replace the whole run's)."""
+    for p in prompts:
+        for what, name in (("category", p.category), ("domain", p.domain)):
+            if not name.strip():
+                raise ConfigError(f"{source}: request {p.request_id!r} has an empty {what}; give every row a category.")
+            if name.strip().lower() in RESERVED_GROUP_NAMES:
+                raise ConfigError(
+                    f"{source}: request {p.request_id!r} has the {what} {name!r}, the name speclens gives the whole "
+                    "run's group; rename that category in the prompt file."
+                )
 
 
 def filter_categories(prompts: list[Prompt], categories: list[str] | None, source: str) -> list[Prompt]:

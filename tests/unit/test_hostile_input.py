@@ -53,3 +53,57 @@ def test_api2_nan_or_negative_counts_are_refused_not_read_as_zero():
     for bad in (float("nan"), -1.0, float("inf")):
         with pytest.raises(ValueError, match="steps.num_accepted holds a count that is not a finite number"):
             speclens.al(pd.DataFrame({"request_id": ["a", "b"], "num_accepted": [1.0, bad]}))
+
+
+def _rows(*categories: str) -> list[dict]:
+    return [{"question_id": f"q{i}", "category": c, "turns": [f"task {i}"]} for i, c in enumerate(categories)]
+
+
+@pytest.mark.parametrize("category, said", [("all", "the name speclens gives the whole run's group"), (" ", "empty")])
+def test_d1_t1_a_category_named_all_or_empty_is_refused_before_an_engine_starts(
+    tmp_path, engines_started, category, said
+):
+    from speclens.errors import ConfigError
+
+    overrides = fake_overrides(tmp_path, _rows("coding", category, "writing"))
+    with pytest.raises(ConfigError, match=said):
+        run(compose_run(*overrides, "drafter=ngram", "d=3"), tmp_path / "run", progress=lambda label: None)
+    assert engines_started == []
+
+
+def test_t1_m1_categories_with_control_characters_or_html_are_shown_as_text(tmp_path, capsys):
+    from reports.build import build
+    from reports.table import result_table
+
+    hostile = ["\x1b]0;pwned\x07\x1b[31mred", "line\nbreak\u202eevil", "<script>alert(1)</script>"]
+    out = tmp_path / "run"
+    run(compose_run(*fake_overrides(tmp_path, _rows(*hostile)), "drafter=ngram", "d=3"), out, progress=lambda _: None)
+    table = result_table(speclens.read_run(out).summary)
+    assert "\x1b" not in table and "\x07" not in table and "\u202e" not in table
+    assert "\\x1b]0;pwned\\x07\\x1b[31mred" in table and "line\\x0abreak\\u202eevil" in table
+    # a ranked sweep's report.md and ranking.md name every domain in their tables and headings
+    from reports.rank import write_ranking
+    from tests.unit.test_step_costs import measure
+
+    measure(tmp_path / "ranked", 2, rows=_rows(*hostile))
+    measure(tmp_path / "ranked", 1, rows=_rows(*hostile))
+    sweep = tmp_path / "ranked" / "sweep"
+    _, md = build(sweep)
+    write_ranking([sweep])
+    for text in (md.read_text(), (sweep / "ranking.md").read_text()):
+        assert "<script>" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+        assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
+
+
+def test_api1_staging_and_failed_attempt_dirs_are_not_runs_to_the_reader_or_the_reports(fake_run, tmp_path):
+    import shutil
+
+    from reports.runs import find_runs
+    from speclens.run_files import FAILED_ATTEMPT, STAGING_PREFIX
+
+    steps = len(speclens.read_sweep(fake_run).steps)
+    shutil.copytree(fake_run, fake_run / f"{STAGING_PREFIX}4242", ignore=shutil.ignore_patterns(".incoming-*"))
+    shutil.copytree(fake_run, fake_run / FAILED_ATTEMPT / "x", ignore=shutil.ignore_patterns(".incoming-*"))
+    sweep = speclens.read_sweep(fake_run)
+    assert [run.path for run in sweep.runs] == [fake_run] and len(sweep.steps) == steps
+    assert [run.path for run in find_runs(fake_run)] == [fake_run]
