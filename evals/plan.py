@@ -30,7 +30,7 @@ from speclens.config import (
     WandbLoggerConfig,
 )
 from speclens.console import console
-from speclens.errors import ConfigError
+from speclens.errors import ConfigError, TemplateFailed
 from speclens.generation import Prompt, SamplingSpec
 from speclens.machine import cpu_label, native_bf16
 from speclens.model_facts import ModelFacts
@@ -262,10 +262,12 @@ def check_prompt_lengths(prompts: list[Prompt], encoder: Any, cfg: RunConfig) ->
     per category. The prompts kept, and the dropped counts."""
     limit = cfg.engine.max_model_len
     max_tokens = cfg.sampling.max_tokens
-    needed = {
-        p.request_id: max(len(ids) for ids in conversation_token_ids(encoder, p, max_tokens)) + max_tokens
-        for p in prompts
-    }
+    needed = {}
+    for p in prompts:  # every prompt rendered once before any engine starts: a template error is a refusal
+        try:
+            needed[p.request_id] = max(len(ids) for ids in conversation_token_ids(encoder, p, max_tokens)) + max_tokens
+        except TemplateFailed as exc:
+            raise TemplateFailed(f"request {p.request_id!r} ({p.category}): {exc}") from None
     too_long = {rid: n for rid, n in needed.items() if n > limit}
     if too_long and getattr(cfg.dataset, "drop_too_long", False):
         dropped: dict[str, int] = {}

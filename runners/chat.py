@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from speclens.errors import TemplateFailed
+
 
 class ChatTokenizer:
     def __init__(self, model_dir: Path, chat_template_kwargs: Mapping[str, Any] | None = None) -> None:
@@ -24,14 +26,19 @@ class ChatTokenizer:
     ) -> str:
         """`messages` (and the tool schemas `tools`) rendered by the target's chat template with the
         generation prompt; keyword arguments go to the template besides chat_template_kwargs."""
+        from jinja2 import TemplateError
+
         extra = {"tools": list(tools)} if tools else {}
-        return self.tokenizer.apply_chat_template(
-            list(messages),
-            tokenize=False,
-            add_generation_prompt=True,
-            **extra,
-            **(self.chat_template_kwargs | template_kwargs),
-        )
+        try:
+            return self.tokenizer.apply_chat_template(
+                list(messages),
+                tokenize=False,
+                add_generation_prompt=True,
+                **extra,
+                **(self.chat_template_kwargs | template_kwargs),
+            )
+        except TemplateError as exc:
+            raise TemplateFailed(f"the chat template of {self.source} fails on its messages: {exc}") from None
 
     def chat_token_ids(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None

@@ -26,6 +26,10 @@ class ConfigError(SpeclensError):
     """Invalid configuration, detected before any engine starts."""
 
 
+class TemplateFailed(ConfigError):
+    """The target's chat template could not render a prompt's messages (the caller adds which)."""
+
+
 class MeasurementError(SpeclensError):
     """A measurement that failed or whose numbers cannot be trusted (the engine died, the disk
     filled, records disagree with vLLM's counters)."""

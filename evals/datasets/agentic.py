@@ -27,7 +27,7 @@ from evals.datasets.domains import domain_of
 from evals.datasets.jsonl import check_unique
 from evals.datasets.speed_bench import DATA_SUFFIXES, HUB_ID, _plain, _read_file
 from speclens.config import DatasetConfig
-from speclens.errors import ConfigError
+from speclens.errors import ConfigError, TemplateFailed
 from speclens.generation import ChatEncoder, Prompt
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -96,13 +96,29 @@ def _message(raw: Any, where: str) -> dict[str, Any]:
     message = _plain_tree(raw)
     if not isinstance(message, dict) or message.get("role") not in ROLES:
         raise ConfigError(f"{where}: a message needs a role ({', '.join(ROLES)}), found {raw!r:.80}.")
-    content = message.get("content")
-    if content is not None and not isinstance(content, str):
+    # OpenAI's assistant tool-call message has "content": null: empty content, which templates read
+    # (dropping the key with the other None-valued ones left `message.content` undefined to them).
+    message.setdefault("content", "")
+    content = message["content"]
+    if not isinstance(content, str):
         raise ConfigError(f"{where}.content: must be text or null, not {type(content).__name__}.")
-    for i, call in enumerate(message.get("tool_calls") or []):
+    calls = message.get("tool_calls", [])
+    if not isinstance(calls, list):
+        raise ConfigError(f"{where}.tool_calls: must be a list of tool calls, not {type(calls).__name__}.")
+    if "tool_call_id" in message and not isinstance(message["tool_call_id"], str):
+        raise ConfigError(
+            f"{where}.tool_call_id: ids must be strings (as OpenAI writes them), not "
+            f"{type(message['tool_call_id']).__name__} {message['tool_call_id']!r}."
+        )
+    for i, call in enumerate(calls):
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             raise ConfigError(f"{where}.tool_calls[{i}]: needs function.name.")
+        if "id" in call and not isinstance(call["id"], str):
+            raise ConfigError(
+                f"{where}.tool_calls[{i}].id: ids must be strings (as OpenAI writes them), not "
+                f"{type(call['id']).__name__} {call['id']!r}."
+            )
         arguments = _json_field(function.get("arguments", {}), f"{where}.tool_calls[{i}].function.arguments")
         if not isinstance(arguments, dict):
             raise ConfigError(f"{where}.tool_calls[{i}].function.arguments: must be a JSON object.")
@@ -191,23 +207,31 @@ def _rows_from_hub(cfg: AgenticConfig) -> list[tuple[dict[str, Any], str]]:
 # -- templates that drop tools --------------------------------------------------------------------
 
 
-def dropped_by_template(encoder: ChatEncoder, trajectories: list[Trajectory]) -> list[str]:
+def dropped_by_template(encoder: ChatEncoder, trajectories: list[Trajectory], source: str = "") -> list[str]:
     """What the target's chat template leaves out of a rendered prompt: `tools`, `tool calls`,
     `tool results` (each found by rendering with and without it); [] where the encoder renders
-    no template text (the fake engine, which renders all of them)."""
-    render = getattr(encoder, "chat_text", None)
-    if render is None or not getattr(encoder, "has_template", False):
+    no template text (the fake engine, which renders all of them). A template that fails on a
+    trajectory is refused naming it."""
+    chat_text = getattr(encoder, "chat_text", None)
+    if chat_text is None or not getattr(encoder, "has_template", False):
         return []
+
+    def render(trajectory: Trajectory, messages: list[dict[str, Any]], tools=None) -> str:
+        try:
+            return chat_text(messages, tools) if tools else chat_text(messages)
+        except TemplateFailed as exc:
+            raise TemplateFailed(f"{source}: trajectory {trajectory.trajectory_id!r}: {exc}") from None
+
     dropped = []
     with_tools = next((t for t in trajectories if t.tools), None)
-    if with_tools is not None and render(list(with_tools.messages), with_tools.tools) == render(
-        list(with_tools.messages)
+    if with_tools is not None and render(with_tools, list(with_tools.messages), with_tools.tools) == render(
+        with_tools, list(with_tools.messages)
     ):
         dropped.append("tools")
     with_calls = next((t for t in trajectories if any(m.get("tool_calls") for m in t.messages)), None)
     if with_calls is not None:
         bare = [{k: v for k, v in m.items() if k != "tool_calls"} for m in with_calls.messages]
-        if render(list(with_calls.messages)) == render(bare):
+        if render(with_calls, list(with_calls.messages)) == render(with_calls, bare):
             dropped.append("tool calls")
     with_results = next((t for t in trajectories if any(m["role"] == "tool" for m in t.messages)), None)
     if with_results is not None:
@@ -215,7 +239,7 @@ def dropped_by_template(encoder: ChatEncoder, trajectories: list[Trajectory]) ->
             m | {"content": f"{m.get('content') or ''} speclens-probe"} if m["role"] == "tool" else m
             for m in with_results.messages
         ]
-        if "speclens-probe" not in render(marked):
+        if "speclens-probe" not in render(with_results, marked):
             dropped.append("tool results")
     return dropped
 
@@ -282,7 +306,7 @@ def load(cfg: AgenticConfig, encoder: ChatEncoder) -> list[Prompt]:
     if not trajectories:
         raise ConfigError(f"{source}: no trajectories in it.")
     check_unique([Prompt(t.trajectory_id, t.category, t.category, ()) for t in trajectories], source, "question_id")
-    dropped = dropped_by_template(encoder, trajectories)
+    dropped = dropped_by_template(encoder, trajectories, source)
     if dropped and not cfg.tools_as_text:
         raise ConfigError(
             f"the target's chat template drops {', '.join(dropped)} from the prompt ({getattr(encoder, 'source', 'the target')}): "

@@ -77,3 +77,23 @@ def engines_started(monkeypatch) -> list:
 
     monkeypatch.setattr(fake_engine, "fake_factory", recording)
     return started
+
+
+@pytest.fixture
+def encoder_with(tmp_path):
+    """A ChatTokenizer whose chat template is the text given (a one-word-per-token vocabulary)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from runners.chat import ChatTokenizer
+
+    def make(template: str) -> ChatTokenizer:
+        tok = Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>")
+        fast.chat_template = template
+        folder = tmp_path / f"tok{abs(hash(template))}"
+        fast.save_pretrained(str(folder))
+        return ChatTokenizer(folder)
+
+    return make

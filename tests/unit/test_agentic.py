@@ -150,25 +150,6 @@ RENDERING = (
 )
 
 
-@pytest.fixture
-def encoder_with(tmp_path):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    from runners.chat import ChatTokenizer
-
-    def make(template: str) -> ChatTokenizer:
-        tok = Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>"))
-        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-        fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>")
-        fast.chat_template = template
-        folder = tmp_path / f"tok{abs(hash(template))}"
-        fast.save_pretrained(str(folder))
-        return ChatTokenizer(folder)
-
-    return make
-
-
 def test_a_template_that_drops_tools_is_refused_naming_what_it_drops(tmp_path, encoder_with):
     from evals.datasets.agentic import AgenticConfig, load
 

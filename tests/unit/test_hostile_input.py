@@ -107,3 +107,71 @@ def test_api1_staging_and_failed_attempt_dirs_are_not_runs_to_the_reader_or_the_
     sweep = speclens.read_sweep(fake_run)
     assert [run.path for run in sweep.runs] == [fake_run] and len(sweep.steps) == steps
     assert [run.path for run in find_runs(fake_run)] == [fake_run]
+
+
+# SmolLM2's own template (ChatML, `message['content']` concatenated): what failed on content null.
+CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+    "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def _agentic(tmp_path, rows):
+    from tests.fixtures.trajectories import write_rows
+
+    return write_rows(tmp_path / "t.jsonl", rows)
+
+
+@pytest.mark.parametrize("as_text", [False, True])
+def test_a1_content_null_beside_tool_calls_is_empty_content(tmp_path, encoder_with, as_text):
+    from evals.datasets.agentic import AgenticConfig, load
+    from speclens.errors import ConfigError
+    from tests.fixtures.trajectories import messages, openai_row
+
+    msgs = messages(1)
+    msgs[2]["content"] = None  # the assistant's tool-call message, as OpenAI writes it
+    data = _agentic(tmp_path, [openai_row("q1", "swe", msgs)])
+    if not as_text:  # ChatML drops tools: refused for that, not for a template error
+        with pytest.raises(ConfigError, match="drops tools, tool calls from the prompt"):
+            load(AgenticConfig(path=str(data)), encoder_with(CHATML))
+        return
+    prompts = load(AgenticConfig(path=str(data), tools_as_text=True), encoder_with(CHATML))
+    assert prompts[1].messages[2]["content"].startswith('<tool_call>{"arguments": {"pattern": "bug0"}')
+
+
+def test_a1_a_template_that_fails_is_one_line_naming_the_trajectory(tmp_path, encoder_with):
+    from evals.datasets.agentic import AgenticConfig, load
+    from speclens.errors import TemplateFailed, user_message
+    from tests.fixtures.trajectories import messages, openai_row
+
+    failing = "{{ messages[0]['content'] + messages[99]['content'] }}"
+    data = _agentic(tmp_path, [openai_row("q7", "swe", messages(1))])
+    with pytest.raises(TemplateFailed) as caught:
+        load(AgenticConfig(path=str(data), tools_as_text=True), encoder_with(failing))
+    line = user_message(caught.value)
+    assert "trajectory 'q7'" in line and "chat template of" in line and "\n" not in line
+
+
+@pytest.mark.parametrize(
+    "field, value, said",
+    [
+        ("tool_calls", 5, r"\.tool_calls: must be a list of tool calls, not int"),
+        ("call id", 7, r"\.tool_calls\[0\]\.id: ids must be strings .*not int 7"),
+        ("tool_call_id", 7, r"\.tool_call_id: ids must be strings .*not int 7"),
+    ],
+)
+def test_a2_a3_tool_calls_and_ids_of_the_wrong_type_are_one_line(tmp_path, field, value, said):
+    from evals.datasets.agentic import AgenticConfig, load
+    from speclens.errors import ConfigError
+    from tests.fixtures.trajectories import messages, openai_row
+
+    msgs = messages(1)
+    if field == "tool_calls":
+        msgs[2]["tool_calls"] = value
+    elif field == "call id":
+        msgs[2]["tool_calls"][0]["id"] = value
+    else:
+        msgs[3]["tool_call_id"] = value
+    data = _agentic(tmp_path, [openai_row("q1", "swe", msgs)])
+    with pytest.raises(ConfigError, match=said):
+        load(AgenticConfig(path=str(data)), None)
