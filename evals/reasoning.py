@@ -41,8 +41,20 @@ def make_segmenter(cfg: ReasoningConfig, encoder: Any) -> Segmenter | None:
         )
     for key in ("parser", "end", "start"):
         value = getattr(cfg, key)
-        if value is not None and (not isinstance(value, str) or not value.strip()):
+        if value is not None and (not isinstance(value, str) or not value):
             raise ConfigError(f"reasoning.{key}={value!r}: give a non-empty text, or null.")
+    if cfg.parser is not None and not cfg.parser.strip():
+        raise ConfigError(f"reasoning.parser={cfg.parser!r}: give a parser's name, or null.")
+    # Whitespace is a delimiter like any other text (a blank line ending thinking): said, not refused.
+    for key in ("end", "start"):
+        value = getattr(cfg, key)
+        if value is not None and not value.strip():
+            print(f"speclens: reasoning.{key}={value!r} is whitespace only; it is matched as it is.", file=console())
+    if cfg.start is not None and cfg.start == cfg.end:
+        raise ConfigError(
+            f"reasoning.start and reasoning.end are both {cfg.end!r}: thinking would end where it starts; "
+            "give the text that closes thinking as reasoning.end, and drop reasoning.start or give its opener."
+        )
     if cfg.start is not None and cfg.end is None:
         raise ConfigError(
             f"reasoning.start={cfg.start!r} needs reasoning.end=<text>: where thinking ends is what splits an output."

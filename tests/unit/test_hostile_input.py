@@ -175,3 +175,59 @@ def test_a2_a3_tool_calls_and_ids_of_the_wrong_type_are_one_line(tmp_path, field
     data = _agentic(tmp_path, [openai_row("q1", "swe", msgs)])
     with pytest.raises(ConfigError, match=said):
         load(AgenticConfig(path=str(data)), None)
+
+
+class _Parser:
+    """A stand-in for one of vLLM's reasoning parsers: its markers, and methods that may not exist."""
+
+    def __init__(self, start="<think>", end="</think>", start_id=None, provides=True):
+        self.reasoning_start_str, self.reasoning_end_str, self.provides = start, end, provides
+        if start_id is not None:
+            self.start_token_id = start_id
+
+    def is_reasoning_end(self, ids):
+        return False
+
+    def extract_content_ids(self, ids):
+        if not self.provides:
+            raise NotImplementedError("only boundary detection")
+        return ids
+
+
+def _tokenizer_with(tmp_path, tokens: list[str]):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({"<unk>": 0, **{t: i + 1 for i, t in enumerate(tokens)}}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>")
+
+
+@pytest.mark.parametrize(
+    "parser, said",
+    [
+        (
+            _Parser(),
+            r"marks thinking with '<think>' \.\.\. '</think>', and the target's vocabulary has no token '<think>'",
+        ),
+        (_Parser(start="<|open|>think<|sep|>", end="</think>"), "has no token '<|open|>'"),
+        (_Parser(provides=False), "does not provide extract_content_ids on token ids"),
+    ],
+)
+def test_r1_r2_a_parser_that_cannot_split_this_targets_outputs_is_refused(tmp_path, parser, said):
+    from runners.reasoning_parser import check_parser
+    from speclens.errors import ConfigError
+
+    tokens = [] if "vocabulary" in said or "<|open|>" in said else ["<think>", "</think>"]
+    with pytest.raises(ConfigError, match=said):
+        check_parser("p", parser, _tokenizer_with(tmp_path, tokens))
+
+
+def test_r2_a_parser_whose_markers_are_in_the_vocabulary_is_accepted_unless_it_maps_them_elsewhere(tmp_path):
+    from runners.reasoning_parser import check_parser
+    from speclens.errors import ConfigError
+
+    tokenizer = _tokenizer_with(tmp_path, ["<think>", "</think>", "word"])
+    check_parser("p", _Parser(start_id=1), tokenizer)  # <think> is token 1
+    with pytest.raises(ConfigError, match=r"resolves '<think>' to token 0, which is '<unk>'"):
+        check_parser("p", _Parser(start_id=0), tokenizer)

@@ -129,13 +129,20 @@ def test_request_granularity_keeps_tokens_but_no_segment_al(tmp_path):
     [
         (("reasoning.parser=deepseek_r1", "reasoning.end=x"), "reasoning.parser and reasoning.end/start both set"),
         (("reasoning.start=x",), "reasoning.start='x' needs reasoning.end"),
-        (("reasoning.end=' '",), "reasoning.end=' ': give a non-empty text"),
+        (("reasoning.end=''",), "reasoning.end='': give a non-empty text"),
+        (("reasoning.start=x", "reasoning.end=x"), "reasoning.start and reasoning.end are both 'x'"),
         (("reasoning.parser=deepseek_r1",), "needs the target's tokenizer"),
     ],
 )
 def test_bad_reasoning_keys_are_refused_naming_the_key(tmp_path, overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         fake_run(tmp_path, *overrides)
+
+
+def test_a_whitespace_delimiter_is_matched_as_it_is_and_said_to_be_whitespace(tmp_path, capsys):
+    summary, _, _ = fake_run(tmp_path, "reasoning.end=' '")
+    assert "reasoning.end=' ' is whitespace only; it is matched as it is." in capsys.readouterr().err
+    assert summary["reasoning"]["boundary"] == "text ' '"
 
 
 def test_the_config_fingerprint_keeps_its_value_without_reasoning_keys():
