@@ -344,6 +344,8 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     drafter.validate(cfg.d, target, draft)
     runner = runner_of(cfg)
     runner.check_support(cfg, drafter.speculative)
+    if runner_name(cfg.runner) != "fake":  # the fake engine's token ids need no tokenizer
+        checkpoints.check_tokenizer(target_dir, "target.model")
     encoder = runner.encoder(cfg, target_dir)
     segmenter = make_segmenter(cfg.reasoning, encoder)
     prompts = load_prompts(cfg.dataset, cfg.seed, encoder)

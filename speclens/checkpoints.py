@@ -38,11 +38,66 @@ def resolve(ref: str, key: str) -> Path:
         ) from None
 
 
+# Fields every check reads as counts: when present (and not null) each is a whole number >= 1.
+COUNT_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+)
+# Where a config nests its language model (speclens/model_facts.py text_config reads them).
+NESTED_CONFIGS = ("text_config", "transformer_layer_config")
+# A tokenizer transformers can load from a folder has one of these.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "tiktoken.model")
+
+
 def read_config(path: Path, key: str) -> dict[str, Any]:
+    """The checkpoint's config.json, checked: an object, its nested language-model config an object,
+    every count a whole number >= 1, query heads a multiple of KV heads. The one reader of
+    checkpoint configs (evals.run, evals.guidelines, evals.selfcheck); each problem one line."""
+    where = f"{key}={path}: config.json"
     try:
-        return json.loads((path / "config.json").read_text())
+        data = json.loads((path / "config.json").read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{where} is not UTF-8 text (byte {exc.start}).") from None
     except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{key}={path}: config.json is unreadable ({exc}).") from None
+        raise ConfigError(f"{where} is unreadable ({exc}).") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} holds a {type(data).__name__}, not a JSON object of model settings.")
+    parts = [("", data)]
+    for nested in NESTED_CONFIGS:
+        value = data.get(nested)
+        if value is not None and not isinstance(value, dict):
+            raise ConfigError(f"{where}: {nested} must be an object of model settings, not {type(value).__name__}.")
+        if value:
+            parts.append((f"{nested}.", value))
+    for prefix, part in parts:
+        for field in COUNT_FIELDS:
+            value = part.get(field)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{where}: {prefix}{field}={value!r} is impossible; it must be a whole number >= 1.")
+        heads, kv_heads = part.get("num_attention_heads"), part.get("num_key_value_heads")
+        if heads is not None and kv_heads is not None and heads % kv_heads:
+            raise ConfigError(
+                f"{where}: {prefix}num_attention_heads={heads} is not a multiple of "
+                f"{prefix}num_key_value_heads={kv_heads}; every KV head must serve the same number of query heads."
+            )
+    return data
+
+
+def check_tokenizer(path: Path, key: str) -> None:
+    """The checkpoint folder holds a tokenizer (the target's prompts are rendered with it)."""
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise ConfigError(
+            f"{key}={path}: the folder holds no tokenizer ({', '.join(TOKENIZER_FILES)}); copy the model's "
+            "tokenizer files beside its config.json."
+        )
 
 
 def fingerprint(path: Path) -> str:

@@ -1,4 +1,5 @@
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,16 @@ def pytest_addoption(parser):
     )
 
 
+def pytest_configure(config):
+    # Under pytest-xdist (`make test` with -n), each worker computes on cores of its own: vLLM binds
+    # its threads to every core it may use, and two workers binding the same cores would fight.
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    cpus = sorted(os.sched_getaffinity(0))
+    if worker and count > 1 and len(cpus) >= count:
+        index = int(worker.removeprefix("gw"))
+        os.sched_setaffinity(0, set(cpus[index::count]))
+
+
 # Each test's seconds: its set-up (where shared fixtures are built), call and tear-down.
 _SECONDS: dict[str, float] = {}
 
@@ -26,7 +37,7 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session):
     path = session.config.getoption("--times-file")
-    if path:
+    if path and not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller hears every worker's reports
         ranked = sorted(_SECONDS.items(), key=lambda item: -item[1])
         Path(path).write_text(json.dumps([{"test": test, "seconds": round(s, 3)} for test, s in ranked], indent=1))
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -17,12 +19,42 @@ pytest.importorskip("vllm", reason="integration tests need the CPU extra (make i
 from evals.compose import compose_config  # noqa: E402
 from evals.run import run  # noqa: E402
 from speclens.records import read_parquet  # noqa: E402
+from tests.integration.shared_runs import LEDGER, SHARED_RUNS, configuration_key, current_test, shared_dir  # noqa: E402
 
 
-def measure(out_dir: Path, *overrides: str) -> dict:
-    """Run `evals.run` in-process with the real vLLM engine; returns summary.json's content."""
+def measure(out_dir: Path, *overrides: str, repeat: str | None = None) -> dict:
+    """Run `evals.run` in-process with the real vLLM engine; returns summary.json's content. A
+    configuration another test measured already fails the test (shared_runs.py) unless `repeat`
+    says why measuring it again is the point."""
     cfg = compose_config(["engine.cpu_kvcache_space_gib=1", "engine.max_model_len=1024", *overrides])
+    LEDGER.record(configuration_key(cfg), current_test(), repeat)
     return run(cfg, out_dir, progress=lambda label: None).to_dict()
+
+
+def shared_root(tmp_path_factory) -> Path:
+    """Where shared runs live: the session's basetemp, or, under pytest-xdist, the one all workers share."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@dataclass(frozen=True)
+class SharedRun:
+    out: Path
+    summary: dict
+    overrides: tuple[str, ...]
+
+
+def _shared(tmp_path_factory, name: str) -> SharedRun:
+    overrides = SHARED_RUNS[name]
+    out = shared_dir(shared_root(tmp_path_factory), name, lambda run_dir: measure(run_dir, *overrides))
+    return SharedRun(out, json.loads((out / "summary.json").read_text()), overrides)
+
+
+@pytest.fixture(scope="session")
+def smollm2_ngram(tmp_path_factory) -> SharedRun:
+    """The embedded target, n-gram d=3 on 9 sample prompts (one per source category), float32,
+    with plain decoding beside it and the thinking split at the first full stop."""
+    return _shared(tmp_path_factory, "smollm2_ngram")
 
 
 def tiny_overrides(target: Path, *more: str) -> list[str]:

@@ -6,29 +6,20 @@ from __future__ import annotations
 import pytest
 
 from tests.fixtures.segments import derived_segments
-from tests.integration.conftest import measure, requests_of, steps_of
+from tests.integration.conftest import requests_of, steps_of
 
-D = 3
 # SmolLM2's answers hold sentences: "thinking" here is everything up to the first full stop, which
 # BPE often merges with what follows (".\n", ".)"), so the mapping back to tokens is exercised.
 END = "."
 
 
-def test_every_steps_segment_matches_an_independent_derivation(tmp_path):
+def test_every_steps_segment_matches_an_independent_derivation(smollm2_ngram):
     from transformers import AutoTokenizer
 
     from evals.embedded_target import smollm2_path
 
-    out = tmp_path / "split"
-    summary = measure(
-        out,
-        "drafter=ngram",
-        f"d={D}",
-        "dataset.num_requests=6",
-        "sampling.max_tokens=64",
-        "engine.dtype=float32",
-        f"reasoning.end='{END}'",
-    )
+    assert f"reasoning.end='{END}'" in smollm2_ngram.overrides
+    out, summary = smollm2_ngram.out, smollm2_ngram.summary
     segments, thinking = derived_segments(out, AutoTokenizer.from_pretrained(str(smollm2_path())), END)
     steps = steps_of(out)
     assert segments == list(steps.segment)

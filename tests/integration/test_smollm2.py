@@ -9,17 +9,8 @@ from tests.integration.conftest import measure, requests_of, steps_of
 D = 3
 
 
-def test_ngram_on_the_sample_set_reports_every_domain_and_is_lossless(tmp_path):
-    out = tmp_path / "smollm2"
-    summary = measure(
-        out,
-        "drafter=ngram",
-        f"d={D}",
-        "dataset.num_requests=9",
-        "sampling.max_tokens=64",
-        "baseline=true",
-        "engine.dtype=float32",
-    )
+def test_ngram_on_the_sample_set_reports_every_domain_and_is_lossless(smollm2_ngram):
+    out, summary = smollm2_ngram.out, smollm2_ngram.summary
     requests = requests_of(out)
     assert set(summary["by_domain"]) == set(requests.domain)
     # one prompt from each of the 9 source categories; MT-Bench coding and HumanEval share `coding`

@@ -53,7 +53,8 @@ def test_suffix_replay_matches_measured_runs(tmp_path, target):
 
 def test_draft_model_replay_matches_measured_runs(tmp_path, target):
     overrides = tiny_overrides(target, "drafter=draft_model", f"drafter.model={tiny_draft()}")
-    assert_replay_matches(tmp_path, overrides, measured_ds=(1, 3), d_max=4)
+    # d=3 with this draft is test_tiny_models.py's run; replay checked at two other D
+    assert_replay_matches(tmp_path, overrides, measured_ds=(1, 2), d_max=4)
 
 
 def test_smollm2_replay_matches_measured_runs(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -231,3 +232,58 @@ def test_r2_a_parser_whose_markers_are_in_the_vocabulary_is_accepted_unless_it_m
     check_parser("p", _Parser(start_id=1), tokenizer)  # <think> is token 1
     with pytest.raises(ConfigError, match=r"resolves '<think>' to token 0, which is '<unk>'"):
         check_parser("p", _Parser(start_id=0), tokenizer)
+
+
+def exit_status(main, argv: list[str]) -> int:
+    """A command's exit status, whether its main returns it or exits with it (Hydra's apps)."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
+BAD_CONFIGS = [
+    (b"[1, 2]", "holds a list, not a JSON object of model settings"),
+    (b'{"text_config": "garbage"}', "text_config must be an object of model settings, not str"),
+    (b'{"num_attention_heads": "nine"}', "num_attention_heads='nine' is impossible"),
+    (b'\xff\xfe{"vocab_size": 1}', r"is not UTF-8 text \(byte 0\)"),
+    (b'{"num_attention_heads": -9, "num_key_value_heads": 3}', "num_attention_heads=-9 is impossible"),
+    (b'{"num_attention_heads": 9, "num_key_value_heads": 0}', "num_key_value_heads=0 is impossible"),
+    (b'{"num_hidden_layers": 0}', "num_hidden_layers=0 is impossible"),
+    (b'{"text_config": {"hidden_size": 1.5}}', r"text_config\.hidden_size=1\.5 is impossible"),
+    (b'{"num_attention_heads": 9, "num_key_value_heads": 2}', "num_attention_heads=9 is not a multiple of"),
+]
+
+
+@pytest.mark.parametrize("content, said", BAD_CONFIGS)
+@pytest.mark.parametrize("command", ["evals.run", "evals.guidelines"])
+def test_g1_g2_g3_an_impossible_config_json_is_one_line_exit_2_before_an_engine(
+    tmp_path, capsys, engines_started, content, said, command
+):
+    import importlib
+
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_bytes(content)
+    main = importlib.import_module(command).main
+    args = ["target=custom", f"target.model={target}", "runner=fake", "drafter=ngram", "d=3"]
+    if command == "evals.run":
+        args.append(f"hydra.run.dir={tmp_path / 'run'}")
+    assert exit_status(main, args if command == "evals.run" else args[:2]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("speclens: error: target.model=") and len(err.splitlines()) == 1
+    assert re.search(said, err), err
+    assert engines_started == []
+
+
+def test_g1_a_target_without_tokenizer_files_is_refused_naming_them(tmp_path, capsys):
+    from evals.run import main
+
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "vocab_size": 100}))
+    assert (
+        exit_status(main, ["target=custom", f"target.model={target}", "drafter=none", f"hydra.run.dir={tmp_path}"]) == 2
+    )
+    err = capsys.readouterr().err
+    assert "the folder holds no tokenizer (tokenizer.json, tokenizer_config.json" in err and len(err.splitlines()) == 1
