@@ -33,6 +33,7 @@ from evals.plan import make_plan
 from evals.run_dir import claimed, staged
 from reports.curves import curve_row
 from reports.runs import template_label
+from reports.table import cell, text_table
 from runners.registry import runner_name, runner_of
 from speclens import metrics
 from speclens.config import VLLM_MAX_SPEC_LEN, NoLoggerConfig, ReplayConfig, RunConfig
@@ -354,11 +355,20 @@ def hydra_main(cfg: DictConfig) -> None:
     except Exception as exc:  # noqa: BLE001 - every failure ends this job in one line (a sweep goes on)
         end_job(exc, out_dir)
         return
-    table = curves[curves.domain == "all"][
-        ["drafter", "d", "al", "al_ci95_lo", "al_ci95_hi", "tokens_per_step", "source"]
-    ]
-    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(replay_table(curves))
     print(f"curves: {out_dir / 'curves.csv'}")
+
+
+def replay_table(curves: pd.DataFrame) -> str:
+    """The terminal table: the whole run's curve, a row per D (and per segment where thinking was split)."""
+    overall = curves[curves.domain == "all"]
+    split = "segment" in overall.columns and overall.segment.nunique() > 1
+    columns = ["drafter", "d", *(["segment"] if split else []), "al", "al_ci95_lo", "al_ci95_hi", "tokens_per_step"]
+    rows = [
+        [cell(v, 3) for v in row] + [source]
+        for row, source in zip(overall[columns].itertuples(index=False), overall.source)
+    ]
+    return text_table([*columns, "source"], rows, left_columns=3 if split else 2)
 
 
 @guarded

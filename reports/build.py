@@ -170,6 +170,20 @@ def al_digits(ci: list[float] | None) -> int:
 
 # -- the evidence ---------------------------------------------------------------------------------
 
+# report.md's AL-vs-D images, one per domain: the whole run and the domains with the most requests,
+# up to this many in all (200 categories drew 200 PNGs); report.html's chart holds every domain.
+MAX_DOMAIN_IMAGES = 12
+
+
+def md_domains(whole: pd.DataFrame, runs: list[Run]) -> list[str]:
+    """The domains report.md draws an image for: `all` first, then by requests (most first), then by name."""
+    requests: dict[str, int] = {}
+    for run in runs:
+        for domain, group in run.summary.by_domain.items():
+            requests[domain] = max(requests.get(domain, 0), group.n_requests)
+    domains = sorted(set(whole.domain), key=lambda d: (d != "all", -requests.get(d, 0), d))
+    return domains[:MAX_DOMAIN_IMAGES]
+
 
 def al_section(root: Path, runs: list[Run]) -> Section:
     try:
@@ -187,8 +201,15 @@ def al_section(root: Path, runs: list[Run]) -> Section:
         charts=[chart],
     )
     if several_d:
-        for domain in sorted(whole.domain.unique()):
+        drawn = md_domains(whole, runs)
+        for domain in drawn:
             section.images.append((f"al_vs_d_{safe_name(domain)}", figures.al_vs_d(whole, domain)))
+        left = whole.domain.nunique() - len(drawn)
+        if left:
+            section.text.append(
+                f"report.md draws the whole run and the {len(drawn) - 1} domains with the most requests; the other "
+                f"{left} are in report.html and curves.csv."
+            )
     elif isinstance(chart, charts.Chart):
         section.images.append(("al_by_domain", figures.al_by_domain(whole)))
     rows = [

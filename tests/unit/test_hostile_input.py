@@ -287,3 +287,59 @@ def test_g1_a_target_without_tokenizer_files_is_refused_naming_them(tmp_path, ca
     )
     err = capsys.readouterr().err
     assert "the folder holds no tokenizer (tokenizer.json, tokenizer_config.json" in err and len(err.splitlines()) == 1
+
+
+def test_rp1_replays_terminal_table_names_the_segment_of_each_row_where_thinking_was_split():
+    from evals.replay import replay_table
+
+    rows = [
+        {
+            "domain": d,
+            "segment": seg,
+            "drafter": "ngram",
+            "d": k,
+            "al": 2.0 + k / 10,
+            "al_ci95_lo": 1.9,
+            "al_ci95_hi": 2.5,
+            "tokens_per_step": 1.5,
+            "source": "replayed",
+        }
+        for d in ("all", "coding")
+        for seg in ("all", "thinking", "answer")
+        for k in (1, 2)
+    ]
+    lines = replay_table(pd.DataFrame(rows)).splitlines()
+    assert lines[0].split() == [
+        "drafter",
+        "d",
+        "segment",
+        "al",
+        "al_ci95_lo",
+        "al_ci95_hi",
+        "tokens_per_step",
+        "source",
+    ]
+    assert [line.split()[:3] for line in lines[2:]] == [
+        ["ngram", str(k), seg] for seg in ("all", "thinking", "answer") for k in (1, 2)
+    ]
+    unsplit = replay_table(pd.DataFrame([r for r in rows if r["segment"] == "all"])).splitlines()
+    assert "segment" not in unsplit[0] and len(unsplit) == 2 + 2
+
+
+def test_pf1_many_categories_draw_a_bounded_number_of_pngs(tmp_path):
+    import time
+
+    from reports.build import MAX_DOMAIN_IMAGES, build
+    from tests.unit.test_step_costs import measure
+
+    rows = [{"question_id": f"q{i}", "category": f"c{i:02d}", "turns": [f"task {i}"]} for i in range(30)]
+    rows += [{"question_id": "q99", "category": "c29", "turns": ["one more"]}]  # c29: the most requests
+    for d in (1, 2):
+        measure(tmp_path, d, rows=rows)
+    started = time.perf_counter()
+    _, md = build(tmp_path / "sweep")
+    seconds = time.perf_counter() - started
+    drawn = sorted(p.name for p in (tmp_path / "sweep").glob("report_al_vs_d_*.png"))
+    assert len(drawn) == MAX_DOMAIN_IMAGES and "report_al_vs_d_all.png" in drawn and "report_al_vs_d_c29.png" in drawn
+    assert "the other 19 are in report.html and curves.csv" in md.read_text()
+    print(f"reports.build over 30 categories and 2 runs: {seconds:.1f} s")
