@@ -17,16 +17,6 @@ def pytest_addoption(parser):
     )
 
 
-def pytest_configure(config):
-    # Under pytest-xdist (`make test` with -n), each worker computes on cores of its own: vLLM binds
-    # its threads to every core it may use, and two workers binding the same cores would fight.
-    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    cpus = sorted(os.sched_getaffinity(0))
-    if worker and count > 1 and len(cpus) >= count:
-        index = int(worker.removeprefix("gw"))
-        os.sched_setaffinity(0, set(cpus[index::count]))
-
-
 # Each test's seconds: its set-up (where shared fixtures are built), call and tear-down.
 _SECONDS: dict[str, float] = {}
 
