@@ -57,28 +57,37 @@ def _weights_digest(folder: Path) -> str:
     return hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
 
 
+EVALUATED = ["dataset=mt_bench", "dataset.num_requests=6", "sampling.max_tokens=48", "d=3", "engine.dtype=float32"]
+
+
+@pytest.fixture(scope="module")
+def trained(built, tmp_path_factory) -> dict[str, tuple[Path, dict]]:
+    """Each built drafter measured once, with plain decoding beside it: its run dir and summary."""
+    runs = {}
+    for mechanism, folder in built.items():
+        out = tmp_path_factory.mktemp(f"trained-{EMBEDDED_DRAFTERS[mechanism]}")
+        runs[mechanism] = (
+            out,
+            measure(out, *EVALUATED, f"drafter={mechanism}", f"drafter.model={folder}", "baseline=true"),
+        )
+    return runs
+
+
 @pytest.mark.parametrize("mechanism", list(EMBEDDED_DRAFTERS))
-def test_a_reduced_build_beats_its_untrained_start_in_vllm(built, tmp_path, mechanism):
-    overrides = [
-        "dataset=mt_bench",
-        "dataset.num_requests=6",
-        "sampling.max_tokens=48",
-        "d=3",
-        "engine.dtype=float32",
-        f"drafter={mechanism}",
-    ]
-    trained = measure(tmp_path / "trained", *overrides, f"drafter.model={built[mechanism]}", "baseline=true")
+def test_a_reduced_build_beats_its_untrained_start_in_vllm(trained, tmp_path, mechanism):
+    overrides = [*EVALUATED, f"drafter={mechanism}"]
+    summary = trained[mechanism][1]
     untrained_dir = _train(mechanism, 0, tmp_path / f"untrained-{EMBEDDED_DRAFTERS[mechanism]}")
     untrained = measure(tmp_path / "untrained", *overrides, f"drafter.model={untrained_dir}")
     # Untrained, nothing is accepted (the draft model's kept layers agree with the target ~1% of the time).
     assert untrained["al"] < 1.05
-    assert trained["al"] > untrained["al"] + 0.05
+    assert summary["al"] > untrained["al"] + 0.05
     # vLLM loaded it as it is, and greedy speculation with it stayed lossless.
-    assert trained["lossless"]["identical"] is True
+    assert summary["lossless"]["identical"] is True
 
 
 @pytest.mark.parametrize("mechanism", list(EMBEDDED_DRAFTERS))
-def test_the_build_record_says_what_was_trained_and_the_stamp_carries_it(built, tmp_path, mechanism):
+def test_the_build_record_says_what_was_trained_and_the_stamp_carries_it(built, trained, mechanism):
     facts = read_drafter_facts(built[mechanism])
     assert facts["mechanism"] == mechanism and facts["budget"] == "reduced"
     assert facts["corpus"]["name"] == CORPUS["name"]
@@ -98,16 +107,7 @@ def test_the_build_record_says_what_was_trained_and_the_stamp_carries_it(built, 
     assert 0.0 < first <= 1.0
     assert f"{steps} steps" in describe_build(facts)
     # A run drafting with it stamps the build record (the report shows it from there).
-    measure(
-        tmp_path / "run",
-        "dataset=mt_bench",
-        "dataset.num_requests=1",
-        "sampling.max_tokens=8",
-        "d=2",
-        f"drafter={mechanism}",
-        f"drafter.model={built[mechanism]}",
-    )
-    stamp = json.loads((tmp_path / "run" / "stamp.json").read_text())
+    stamp = json.loads((trained[mechanism][0] / "stamp.json").read_text())
     assert stamp["draft_build"] == facts
 
 
