@@ -58,8 +58,10 @@ def test_the_ledger_fails_a_second_test_measuring_a_configuration_unless_it_says
     key = configuration_key(compose_config(["runner=fake", "drafter=ngram", "d=3"]))
     assert key != configuration_key(compose_config(["runner=fake", "drafter=ngram", "d=2"]))
     ledger = Ledger()
-    ledger.record(key, "tests/integration/test_a.py::test_one")
-    ledger.record(key, "tests/integration/test_a.py::test_one")  # the same test again: its own business
-    with pytest.raises(RepeatedRun, match=r"test_b.py::test_two starts an engine for the configuration .*test_one"):
-        ledger.record(key, "tests/integration/test_b.py::test_two")
-    ledger.record(key, "tests/integration/test_b.py::test_two", repeat="the same records twice")
+    ledger.record(key, "module_a::test_one")
+    ledger.record(key, "module_a::test_one")  # the same test again: its own business
+    with pytest.raises(
+        RepeatedRun, match=r"module_b::test_two starts an engine for the configuration .*module_a::test_one"
+    ):
+        ledger.record(key, "module_b::test_two")
+    ledger.record(key, "module_b::test_two", repeat="the same records twice")
