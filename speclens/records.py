@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -176,6 +177,19 @@ def write_parquet(frame: pd.DataFrame, path: Path) -> None:
     write_atomic(path, lambda tmp: pq.write_table(table, tmp))
 
 
+def _check_finite(frame: pd.DataFrame, path: Path, allow_nan: bool) -> None:
+    """No infinite figure in a record, and no missing one where every value is a count (the steps):
+    either would be carried through every mean downstream without a word."""
+    for column in frame.select_dtypes(include="number").columns:
+        values = frame[column].to_numpy(dtype=float, na_value=np.nan)
+        bad = np.isinf(values) if allow_nan else ~np.isfinite(values)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise CorruptRecord(
+                f"{path} holds a non-finite {column} ({values[row]}) in row {row}: a corrupt record; measure the run again"
+            )
+
+
 def read_parquet(path: Path) -> pd.DataFrame:
     try:
         table = pq.read_table(path)
@@ -193,6 +207,7 @@ def read_parquet(path: Path) -> pd.DataFrame:
     missing = sorted(set(expected or ()) - set(frame.columns) - ({"batch_size"} if version == 1 else set()))
     if missing:
         raise CorruptRecord(f"{path} lacks the columns {', '.join(missing)}")
+    _check_finite(frame, path, allow_nan=path.name != STEPS_FILE)
     if version == 1 and "batch_size" not in frame.columns:
         # Version 1 ran every prompt at once and did not record it: 0 marks "not recorded".
         frame.insert(0, "batch_size", 0)

@@ -343,3 +343,17 @@ def test_pf1_many_categories_draw_a_bounded_number_of_pngs(tmp_path):
     assert len(drawn) == MAX_DOMAIN_IMAGES and "report_al_vs_d_all.png" in drawn and "report_al_vs_d_c29.png" in drawn
     assert "the other 19 are in report.html and curves.csv" in md.read_text()
     print(f"reports.build over 30 categories and 2 runs: {seconds:.1f} s")
+
+
+@pytest.mark.parametrize("file, value", [("steps.parquet", float("nan")), ("requests.parquet", float("inf"))])
+def test_p1_records_holding_a_non_finite_figure_are_corrupt(fake_run, file, value):
+    from speclens.records import read_parquet, write_parquet
+
+    path = fake_run / file
+    frame = read_parquet(path)
+    column = "num_accepted" if file == "steps.parquet" else "output_tokens"
+    frame[column] = frame[column].astype(float)
+    frame.loc[frame.index[1], column] = value
+    write_parquet(frame, path)
+    with pytest.raises(CorruptRecord, match=rf"{file} holds a non-finite {column} \({value}\) in row 1"):
+        read_parquet(path)
