@@ -112,28 +112,26 @@ def test_the_build_record_says_what_was_trained_and_the_stamp_carries_it(built, 
 
 
 # Generated again in a child process pinned to one core, with the in-process engine setting this test
-# process has: what a build on a machine with fewer cores, or from a pinned caller, would do. A
-# slice of the prompts (other batch shapes too: float32 answers are a function of the prompt alone).
-REGENERATED = slice(0, 56, 4)
-_REGENERATE = f"""
+# process has: what a build on a machine with fewer cores, or from a pinned caller, would do. Every
+# prompt (a slice was tried: the child's start-up and its 96 decode steps cost the same for 14 as for 56).
+_REGENERATE = """
 import json, os
 from drafters.training.selfdistill import generate_answers
 from evals.embedded_drafters import BUDGETS, _prompts
 from evals.embedded_target import ensure_smollm2
-os.sched_setaffinity(0, {{max(os.sched_getaffinity(0))}})
+os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
 budget = BUDGETS["reduced"]
-samples = generate_answers(ensure_smollm2(), _prompts(budget)[{REGENERATED.start}:{REGENERATED.stop}:{REGENERATED.step}], budget.max_tokens)
+samples = generate_answers(ensure_smollm2(), _prompts(budget), budget.max_tokens)
 print(json.dumps([list(s.answer_ids) for s in samples]))
 """
 
 
 def test_the_targets_answers_are_the_same_tokens_from_one_core_and_an_in_process_caller(samples):
     assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # set by conftest, inherited by the child
-    assert len(samples) == REGENERATED.stop  # the slice spans every prompt, training and held-out
     proc = subprocess.run([sys.executable, "-c", _REGENERATE], check=True, capture_output=True, text=True)
     again = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert again == [list(s.answer_ids) for s in samples[REGENERATED]] and len(again) == 14
-    assert all(again) and sum(len(a) for a in again) > 500  # answers, not empty strings
+    assert again == [list(s.answer_ids) for s in samples]
+    assert sum(len(a) for a in again) > 2000  # answers, not empty strings
 
 
 def test_the_answers_trained_on_hold_no_evaluation_text(samples):
