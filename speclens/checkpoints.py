@@ -52,7 +52,7 @@ COUNT_FIELDS = (
 # Where a config nests its language model (speclens/model_facts.py text_config reads them).
 NESTED_CONFIGS = ("text_config", "transformer_layer_config")
 # A tokenizer transformers can load from a folder has one of these.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "tiktoken.model")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "*.tiktoken")
 
 
 def read_config(path: Path, key: str) -> dict[str, Any]:
@@ -93,7 +93,7 @@ def read_config(path: Path, key: str) -> dict[str, Any]:
 
 def check_tokenizer(path: Path, key: str) -> None:
     """The checkpoint folder holds a tokenizer (the target's prompts are rendered with it)."""
-    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+    if not any(file.is_file() for name in TOKENIZER_FILES for file in path.glob(name)):
         raise ConfigError(
             f"{key}={path}: the folder holds no tokenizer ({', '.join(TOKENIZER_FILES)}); copy the model's "
             "tokenizer files beside its config.json."

@@ -286,7 +286,11 @@ def test_g1_a_target_without_tokenizer_files_is_refused_naming_them(tmp_path, ca
         exit_status(main, ["target=custom", f"target.model={target}", "drafter=none", f"hydra.run.dir={tmp_path}"]) == 2
     )
     err = capsys.readouterr().err
-    assert "the folder holds no tokenizer (tokenizer.json, tokenizer_config.json" in err and len(err.splitlines()) == 1
+    assert (
+        "the folder holds no tokenizer (tokenizer.json, tokenizer_config.json, tokenizer.model, vocab.json, *.tiktoken)"
+        in err
+        and len(err.splitlines()) == 1
+    )
 
 
 def test_rp1_replays_terminal_table_names_the_segment_of_each_row_where_thinking_was_split():
