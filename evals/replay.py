@@ -51,6 +51,7 @@ from speclens.summary import (
     REPLAY_FILE,
     REPLAY_VERSION,
     SUMMARY_FILE,
+    WHOLE_RUN_GROUP,
     Fingerprints,
     ReplayRecord,
     ReplaySummary,
@@ -361,7 +362,7 @@ def hydra_main(cfg: DictConfig) -> None:
 
 def replay_table(curves: pd.DataFrame) -> str:
     """The terminal table: the whole run's curve, a row per D (and per segment where thinking was split)."""
-    overall = curves[curves.domain == "all"]
+    overall = curves[curves.domain == WHOLE_RUN_GROUP]
     split = "segment" in overall.columns and overall.segment.nunique() > 1
     columns = ["drafter", "d", *(["segment"] if split else []), "al", "al_ci95_lo", "al_ci95_hi", "tokens_per_step"]
     rows = [

@@ -39,6 +39,7 @@ from reports.table import cell, markdown_table
 from speclens.account import CORRECTIONS, MODEL
 from speclens.drafter_build import describe_build
 from speclens.errors import ArgumentParser, SpeclensError, guarded
+from speclens.summary import WHOLE_RUN_GROUP
 from speclens.text import Shown, markdown_safe
 
 # -- the answer -----------------------------------------------------------------------------------
@@ -181,7 +182,7 @@ def md_domains(whole: pd.DataFrame, runs: list[Run]) -> list[str]:
     for run in runs:
         for domain, group in run.summary.by_domain.items():
             requests[domain] = max(requests.get(domain, 0), group.n_requests)
-    domains = sorted(set(whole.domain), key=lambda d: (d != "all", -requests.get(d, 0), d))
+    domains = sorted(set(whole.domain), key=lambda d: (d != WHOLE_RUN_GROUP, -requests.get(d, 0), d))
     return domains[:MAX_DOMAIN_IMAGES]
 
 
