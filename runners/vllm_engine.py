@@ -69,6 +69,13 @@ class VllmEngine:
         if self.speculative:
             extra["speculative_config"] = speculative_config
             extra["per_request_spec_decode_metrics"] = "detailed"
+        # vLLM runs a full garbage collection five times while it starts (and freezes the heap only
+        # after them): on a process already holding a large heap (a sweep, the test suite) that is
+        # half a second each. Frozen here, what predates the engine is not traversed again; vLLM's
+        # shutdown unfreezes everything, so nothing stays frozen past the engine (objects frozen at
+        # exit make nanobind report leaks).
+        gc.collect()
+        gc.freeze()
         # Async scheduling overlaps steps, which breaks the step <-> draft alignment.
         self.llm = LLM(model=model, disable_log_stats=False, async_scheduling=False, **engine_args, **extra)
         self.engine = self.llm.llm_engine
