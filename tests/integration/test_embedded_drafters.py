@@ -19,6 +19,8 @@ from speclens.drafter_build import DRAFTER_FACTS_FILE, describe_build, read_draf
 from tests.integration.conftest import measure
 
 REDUCED = BUDGETS["reduced"]
+# Under pytest-xdist, this module's tests run on one worker: they share the built and measured drafters.
+pytestmark = pytest.mark.xdist_group("embedded_drafters")
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from evals.embedded_target import ensure_smollm2
+from runners.parent_watch import PARENT_ENV
 from speclens.errors import ConfigError
 from tests.integration.conftest import measure, requests_of, steps_of
 
@@ -34,9 +35,22 @@ SETTINGS = [
 ]
 
 
-def servers_running() -> list[str]:
-    out = subprocess.run(["pgrep", "-f", "vllm.entrypoints.openai.api_server"], capture_output=True, text=True).stdout
-    return out.split()
+def servers_launched_here() -> list[int]:
+    """The live processes speclens launched from this process (runners/parent_watch.py marks them),
+    whatever other test processes on the machine are running."""
+    mark = f"{PARENT_ENV}={os.getpid()}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and mark in (proc / "environ").read_bytes().split(b"\0"):
+                found.append(int(proc.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+# Under pytest-xdist, this module's tests run on one worker: they share the attached server.
+pytestmark = pytest.mark.xdist_group("server")
 
 
 def per_request(out: Path):
@@ -51,7 +65,7 @@ def target_passes(out: Path) -> dict:
 
 
 def test_a_launched_server_measures_what_the_in_process_engine_measures(tmp_path):
-    before = servers_running()
+    assert servers_launched_here() == []
     served = measure(tmp_path / "server", "runner=server", *SETTINGS)
     inproc = measure(tmp_path / "inproc", *SETTINGS)
     # greedy, same prompts (two-turn conversations carrying their answers): the same steps
@@ -61,7 +75,7 @@ def test_a_launched_server_measures_what_the_in_process_engine_measures(tmp_path
     served_passes, engine_passes = target_passes(tmp_path / "server"), target_passes(tmp_path / "inproc")
     assert all(0 <= engine_passes[k] - served_passes[k] <= 1 for k in engine_passes)
     assert served["vllm_counters"] == inproc["vllm_counters"] and served["runner"] == "server"
-    assert servers_running() == before
+    assert servers_launched_here() == []
     # the server's own log is kept in the run dir; latency is measured from the stream
     log = (tmp_path / "server" / "server.log").read_text()
     assert (
