@@ -8,6 +8,13 @@ BROWSER := /usr/bin/chromium
 
 .PHONY: install target drafters demo curves lint test unit fresh-check clean-venv
 
+# Python writes the bytecode of what it imports, in every command here: where PYTHONDONTWRITEBYTECODE
+# is set (this machine kind sets it) and nothing was compiled at install (uv compiles nothing unless
+# asked), every process that imports vLLM compiled its ~6,000 modules from source again, about 20 s.
+# Written on first import, only what is imported is compiled (uv's --compile-bytecode compiles all
+# 31,000 modules of the venv: a minute on 2 cores).
+unexport PYTHONDONTWRITEBYTECODE
+
 install: $(INSTALLED)
 
 # Installed with uv (a pinned release from PyPI, fetched into the cache on first use) when it can be
@@ -17,10 +24,7 @@ install: $(INSTALLED)
 # `import transformers` next to the CPU torch: uv leaves them out of the resolution, pip removes them
 # after. arctic-inference (suffix decoding) is source-only on PyPI and needs nanobind from the venv, so
 # it is built without build isolation. uv reads no pip configuration: pip's find-links (where this
-# machine kind keeps the CPU torch wheel) are handed to it. uv, unlike pip, writes no bytecode unless
-# asked: without it every Python process compiles vLLM, torch and transformers from source again
-# (where PYTHONDONTWRITEBYTECODE is set, as on this machine kind, nothing is cached after), about
-# 20 s each time; --compile-bytecode pays that once at install.
+# machine kind keeps the CPU torch wheel) are handed to it.
 UV_VERSION  := 0.13.8
 UV_HOME     := $(or $(SPECLENS_CACHE),$(HOME)/.cache/speclens)/tools/uv-$(UV_VERSION)
 UV          ?= $(UV_HOME)/bin/uv
@@ -46,10 +50,10 @@ $(INSTALLED): pyproject.toml $(CONSTRAINTS)
 install-uv:
 	test -x $(PYTHON) || $(UV) venv --quiet --python python3 $(VENV)
 	printf '%s\n' $(CUDA_ONLY) > $(VENV)/cuda-only.txt
-	$(UV) pip install --quiet --compile-bytecode --python $(PYTHON) $(foreach f,$(FIND_LINKS),--find-links $(f)) \
+	$(UV) pip install --quiet --python $(PYTHON) $(foreach f,$(FIND_LINKS),--find-links $(f)) \
 		--excludes $(VENV)/cuda-only.txt $(CONSTRAIN) -e '.[$(EXTRAS)]' $(ARCTIC_BUILD_DEPS) $(VENV_PIP)
 	CMAKE_ARGS="-DPython_EXECUTABLE=$(abspath $(PYTHON))" \
-		$(UV) pip install --quiet --compile-bytecode --python $(PYTHON) --no-build-isolation --no-deps $(ARCTIC)
+		$(UV) pip install --quiet --python $(PYTHON) --no-build-isolation --no-deps $(ARCTIC)
 
 install-pip:
 	test -x $(PYTHON) || python3 -m venv $(VENV)
