@@ -21,3 +21,27 @@ def test_the_closing_line_gives_the_wall_time_and_the_three_slowest_tests(tmp_pa
 def test_without_a_times_file_the_line_still_gives_the_wall_time(tmp_path):
     line = closing_line(0.0, tmp_path / "missing.json", now=59.6)
     assert line == "make test: 1 min 0 s wall, set-up included; slowest: none recorded"
+
+
+def test_the_times_file_gathers_every_session_that_writes_it(tmp_path):
+    """`make test` runs two pytest sessions into one times file: the second adds to the first."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    times = tmp_path / "times.json"
+    first, second = (
+        f"tests/unit/test_metrics.py::{name}"
+        for name in ("test_al_pools_steps_over_requests", "test_per_position_and_conditional")
+    )
+    for test in (first, second):
+        subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--times-file={times}", test],
+            cwd=root,
+            check=True,
+            capture_output=True,
+        )
+    recorded = json.loads(times.read_text())
+    assert sorted(row["test"] for row in recorded) == sorted([first, second])
+    assert [row["seconds"] for row in recorded] == sorted((row["seconds"] for row in recorded), reverse=True)
