@@ -45,7 +45,9 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session):
     path = session.config.getoption("--times-file")
-    if path and not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller hears every worker's reports
+    # The controller hears every worker's reports. A worker is told by its config, not by the
+    # environment: a pytest started by a test on a worker inherits PYTEST_XDIST_WORKER.
+    if path and not hasattr(session.config, "workerinput"):
         # Added to what an earlier session wrote there (`make test` runs two and removes it first).
         earlier = json.loads(Path(path).read_text()) if Path(path).is_file() else []
         seconds = {row["test"]: row["seconds"] for row in earlier}
