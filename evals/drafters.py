@@ -7,7 +7,7 @@ import csv
 import sys
 
 from drafters.facts_table import HEADER, comparison_rows
-from evals.embedded_drafters import EMBEDDED_DRAFTERS, drafter_dir
+from evals.embedded_drafters import BUDGETS, EMBEDDED_DRAFTERS, drafter_dir, is_built
 from reports.table import markdown_table
 from speclens.drafter_build import (
     DRAFTER_FACTS_FILE,
@@ -32,8 +32,10 @@ def main(argv: list[str]) -> int:
         print("\nBuilt for the embedded target (drafter.model left unset):")
         for mechanism in EMBEDDED_DRAFTERS:
             folder = drafter_dir(mechanism)
-            if is_current_build(folder):
+            if is_built(mechanism, BUDGETS["full"]):
                 line = f"{folder}: {describe_build(read_drafter_facts(folder))}"
+            elif is_current_build(folder):
+                line = f"{folder} was built with other training settings; rebuilt on first use, or now with `make drafters`"
             elif (folder / DRAFTER_FACTS_FILE).is_file():
                 line = f"{folder} was built by an older speclens; rebuilt on first use, or now with `make drafters`"
             else:

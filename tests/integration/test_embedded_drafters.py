@@ -19,8 +19,9 @@ from speclens.drafter_build import DRAFTER_FACTS_FILE, describe_build, read_draf
 from tests.integration.conftest import measure
 
 REDUCED = BUDGETS["reduced"]
-# Under pytest-xdist, this module's tests run on one worker: they share the built and measured drafters.
-pytestmark = pytest.mark.xdist_group("embedded_drafters")
+# Under pytest-xdist, the tests reading `trained` run on one worker, which measures each build once.
+# The others read only what the builder cached (locked while a worker builds it) and run on either.
+MEASURED_BUILDS = pytest.mark.xdist_group("embedded_drafters")
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +30,8 @@ def built() -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def samples(built):
-    return _answers(ensure_smollm2(), REDUCED)  # cached by the build
+def samples():
+    return _answers(ensure_smollm2(), REDUCED)  # generated once, cached (the builds start from them)
 
 
 # Trained in a child process, as the builder does: vLLM, run in this process by the other tests,
@@ -75,6 +76,7 @@ def trained(built, tmp_path_factory) -> dict[str, tuple[Path, dict]]:
     return runs
 
 
+@MEASURED_BUILDS
 @pytest.mark.parametrize("mechanism", list(EMBEDDED_DRAFTERS))
 def test_a_reduced_build_beats_its_untrained_start_in_vllm(trained, tmp_path, mechanism):
     overrides = [*EVALUATED, f"drafter={mechanism}"]
@@ -88,6 +90,7 @@ def test_a_reduced_build_beats_its_untrained_start_in_vllm(trained, tmp_path, me
     assert summary["lossless"]["identical"] is True
 
 
+@MEASURED_BUILDS
 @pytest.mark.parametrize("mechanism", list(EMBEDDED_DRAFTERS))
 def test_the_build_record_says_what_was_trained_and_the_stamp_carries_it(built, trained, mechanism):
     facts = read_drafter_facts(built[mechanism])
@@ -150,11 +153,12 @@ def test_the_answers_trained_on_hold_no_evaluation_text(samples):
 
 
 @pytest.mark.parametrize("mechanism", list(EMBEDDED_DRAFTERS))
-def test_training_again_from_the_cached_answers_gives_the_same_bytes(built, tmp_path, mechanism):
+def test_training_again_from_the_cached_answers_gives_the_same_bytes(tmp_path, mechanism):
+    built = ensure_drafter(mechanism, "reduced")
     steps = REDUCED.head_steps if mechanism == "eagle3" else REDUCED.draft_steps
     again = _train(mechanism, steps, tmp_path / f"again-{EMBEDDED_DRAFTERS[mechanism]}")
-    assert _weights_digest(again) == _weights_digest(built[mechanism])
-    assert (built[mechanism] / DRAFTER_FACTS_FILE).is_file()
+    assert _weights_digest(again) == _weights_digest(built)
+    assert (built / DRAFTER_FACTS_FILE).is_file()
 
 
 _AGREEMENT = """
@@ -168,11 +172,10 @@ print(json.dumps(head_agreement(ensure_smollm2(), Path(sys.argv[1]), {"heldout":
 """
 
 
-def test_the_heads_recorded_agreement_comes_back_from_its_saved_weights(built):
+def test_the_heads_recorded_agreement_comes_back_from_its_saved_weights():
+    head = ensure_drafter("eagle3", "reduced")
     # In a child process for the same reason as _train.
-    proc = subprocess.run(
-        [sys.executable, "-c", _AGREEMENT, str(built["eagle3"])], check=True, capture_output=True, text=True
-    )
+    proc = subprocess.run([sys.executable, "-c", _AGREEMENT, str(head)], check=True, capture_output=True, text=True)
     again = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert again == read_drafter_facts(built["eagle3"])["heldout_greedy_agreement"]
+    assert again == read_drafter_facts(head)["heldout_greedy_agreement"]
     assert len(again) == 3 and again[0] > 0.0

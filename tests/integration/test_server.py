@@ -49,8 +49,8 @@ def servers_launched_here() -> list[int]:
     return found
 
 
-# Under pytest-xdist, this module's tests run on one worker: they share the attached server.
-pytestmark = pytest.mark.xdist_group("server")
+# Under pytest-xdist, the tests of the attached server run on one worker, which starts it once.
+ATTACHED = pytest.mark.xdist_group("attached_server")
 
 
 def per_request(out: Path):
@@ -139,6 +139,7 @@ def attached_server(tmp_path_factory):
         log.close()
 
 
+@ATTACHED
 def test_an_attached_server_is_checked_then_measured(tmp_path, attached_server):
     with pytest.raises(ConfigError, match=r"drafts num_spec_tokens=3 per step but d=2"):
         measure(tmp_path / "wrong_d", "runner=server", f"runner.url={attached_server}", *SETTINGS, "d=2")
@@ -149,6 +150,7 @@ def test_an_attached_server_is_checked_then_measured(tmp_path, attached_server):
     assert per_request(tmp_path / "a") == per_request(tmp_path / "b")
 
 
+@ATTACHED
 def test_a_sweep_shares_an_attached_server_without_mixing_counter_deltas(tmp_path, attached_server):
     """Two jobs at once (joblib) on one attached server: their passes take turns on it (a lock per
     server address), so each pass's counter deltas, checked exactly against its records, are its own."""
@@ -181,6 +183,7 @@ def test_a_sweep_shares_an_attached_server_without_mixing_counter_deltas(tmp_pat
         assert s["vllm_counters"]["num_drafts"] == s["n_steps"]
 
 
+@ATTACHED
 def test_agent_trajectories_measure_alike_in_process_and_through_a_server(tmp_path, attached_server):
     from tests.fixtures.trajectories import TOOLS, messages, openai_row, speed_bench_row, write_rows
 

@@ -192,6 +192,11 @@ def test_a_speculators_format_head_is_checked_by_its_nested_layer_config():
 
 
 def _build_facts(**overrides) -> dict:
+    """The record of a full-budget EAGLE-3 build, as the builder writes it."""
+    import json
+    from dataclasses import asdict
+
+    from drafters.training.eagle3_head import HeadPlan
     from speclens.drafter_build import DRAFTER_FACTS_VERSION
 
     facts = {
@@ -206,7 +211,8 @@ def _build_facts(**overrides) -> dict:
             "heldout_prompts": 48,
             "answer_tokens": 101234,
         },
-        "training": {"steps": 700, "final_loss": 4.6864},
+        # as JSON holds it (the plan's tuples are lists)
+        "training": json.loads(json.dumps({**asdict(HeadPlan(steps=700)), "final_loss": 4.6864})),
         "heldout_greedy_agreement": [0.5664, 0.3003, 0.1707],
         "build_seconds": {"answers": 180.0, "training": 420.0, "total": 600.0},
     }
@@ -244,6 +250,14 @@ def test_a_build_record_is_described_in_one_line_and_listed_by_evals_drafters(mo
     assert (
         f"- draft_model: {old} was built by an older speclens; rebuilt on first use, or now with `make drafters`"
     ) in out.getvalue().splitlines()
+    # built by this speclens, but with another plan than the full budget's (its steps changed since)
+    (folder / DRAFTER_FACTS_FILE).write_text(json.dumps(_build_facts(training={"steps": 600, "final_loss": 4.7})))
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert table_main([]) == 0
+    assert (
+        f"- eagle3: {folder} was built with other training settings; rebuilt on first use, or now with `make drafters`"
+    ) in out.getvalue().splitlines()
 
 
 def test_a_build_record_of_another_version_is_refused_with_the_fix_and_is_not_current(tmp_path):
@@ -275,23 +289,27 @@ def test_a_build_record_of_another_version_is_refused_with_the_fix_and_is_not_cu
         is_current_build(tmp_path)
 
 
-def test_ensure_drafter_builds_again_only_a_drafter_of_another_builder_version(monkeypatch, tmp_path):
+def test_ensure_drafter_builds_again_only_a_drafter_of_another_builder_version_or_plan(monkeypatch, tmp_path):
     import json
     import subprocess
+    from dataclasses import asdict
 
+    from drafters.training.eagle3_head import HeadPlan
     from evals import embedded_drafters
-    from evals.embedded_drafters import drafter_dir, ensure_drafter
+    from evals.embedded_drafters import BUDGETS, drafter_dir, ensure_drafter
     from speclens.drafter_build import DRAFTER_FACTS_FILE
 
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
     folder = drafter_dir("eagle3", "reduced")
     folder.mkdir(parents=True)
-    (folder / DRAFTER_FACTS_FILE).write_text(json.dumps(_build_facts(version=1)))
+    plan = asdict(HeadPlan(steps=BUDGETS["reduced"].head_steps))
+    current = _build_facts(budget="reduced", training={**plan, "final_loss": 4.5})
+    (folder / DRAFTER_FACTS_FILE).write_text(json.dumps(current | {"version": 1}))
     commands = []
 
     def child_build(command, **_):
         commands.append(command[1:])
-        (folder / DRAFTER_FACTS_FILE).write_text(json.dumps(_build_facts()))
+        (folder / DRAFTER_FACTS_FILE).write_text(json.dumps(current))
         return subprocess.CompletedProcess(command, 0)
 
     monkeypatch.setattr(embedded_drafters.subprocess, "run", child_build)
@@ -299,6 +317,11 @@ def test_ensure_drafter_builds_again_only_a_drafter_of_another_builder_version(m
     assert commands == [["-m", "evals.embedded_drafters", "eagle3", "--budget", "reduced"]]
     assert ensure_drafter("eagle3", "reduced") == folder
     assert len(commands) == 1  # current now: not built again
+    # A build of this version whose budget trained another plan (more steps, before the budget changed)
+    stale = current | {"training": {**plan, "steps": plan["steps"] + 1, "final_loss": 4.5}}
+    (folder / DRAFTER_FACTS_FILE).write_text(json.dumps(stale))
+    assert ensure_drafter("eagle3", "reduced") == folder
+    assert len(commands) == 2
 
 
 def test_the_targets_answers_are_generated_once_and_read_back_as_generated(monkeypatch, tmp_path):
