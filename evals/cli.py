@@ -13,6 +13,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "nightly": ("evals.nightly", "re-measure a suite after a target fine-tune; exit 1 on a regression"),
     "selfcheck": ("evals.selfcheck", "trust check of an engine build (draft == target gives AL = 1 + D)"),
     "guidelines": ("evals.guidelines", "draft-length guidelines from the target's (and draft's) config"),
+    "whatif": ("evals.whatif", "speedup predicted on a named GPU from measured (or given) acceptance"),
     "drafters": ("evals.drafters", "the mechanisms' comparison table and the drafters built for the embedded target"),
     "prepare": ("evals.embedded_target", "prepare the embedded default target (SmolLM2-135M) and print its folder"),
     "build-drafters": (

@@ -15,9 +15,10 @@ from speclens.files import write_text_atomic
 FINGERPRINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".json", ".model", ".txt", ".gguf")
 
 
-def resolve(ref: str, key: str) -> Path:
+def resolve(ref: str, key: str, config_only: bool = False) -> Path:
     """A local folder holding config.json for `ref`; hub ids come from the local HF cache
-    or, where the hub is reachable, are downloaded there. `key` names the config key in errors."""
+    or, where the hub is reachable, are downloaded there (`config_only`: config.json alone).
+    `key` names the config key in errors."""
     path = Path(ref).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -29,7 +30,8 @@ def resolve(ref: str, key: str) -> Path:
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(ref, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt"]))
+        patterns = ["config.json"] if config_only else ["*.json", "*.safetensors", "*.model", "*.txt"]
+        return Path(snapshot_download(ref, allow_patterns=patterns))
     except Exception as exc:  # offline, gated, missing: all mean "not loadable here"
         raise ConfigError(
             f"{key}={ref}: not a local folder, and the Hugging Face hub could not provide it "

@@ -1,0 +1,281 @@
+"""`python -m evals.whatif [RUN_DIR | SWEEP_DIR | speculation_profile.json] gpu=<name> [key=value …]`
+(also `speclens whatif`): speedup predicted on a GPU from acceptance measured anywhere.
+
+Acceptance: a run or sweep dir (its speculation_profile.json; `domain=` picks a domain, default
+all), or `drafter=<name>` with `al=<AL> d=<D>` or `acceptance=[c1,c2,…]` (conditional per position).
+Architecture: `target.model=<folder or hub id>` (default: the run's target), `drafter.model=…`
+(default: the run's draft; EAGLE heads without one are taken as one target-shaped layer),
+`arch.<config field>=<value>` applied to the target's config before anything is derived.
+Hardware: `gpu=<name>` (`--list-gpus`) or `gpu=custom gpu.bf16_tflops=… gpu.hbm_tb_s=… gpu.memory_gb=…
+[gpu.fp8_tflops=… gpu.nvlink_gb_s=…]`, `tp=N`, `weights=bf16|fp8`, `eff.<field>=…` (speclens/step_cost.py).
+Operating points: `batch_sizes=[…]` (default 1 … 256), `context_len=` one or a list (default 4096),
+`d=` one or a list (default every D with acceptance). Writes whatif.json to `out=` (default: the run
+or sweep dir, else outputs/whatif/<date>/<time>/) and prints the best (drafter, D) per B.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, fields
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from reports.profile import PROFILE_FILE, read_profiles
+from reports.table import text_table
+from speclens import checkpoints
+from speclens.acceptance import al_at, check_rates, marginal_from_conditional
+from speclens.draft_cost import MECHANISMS, SERIAL_HEADS, head_shape, needs_draft_config
+from speclens.errors import ConfigError, guarded
+from speclens.files import write_json_atomic
+from speclens.gpus import GPUS, gpu_named
+from speclens.model_facts import text_config
+from speclens.model_shape import shape_of
+from speclens.step_cost import Efficiency, Hardware, check_tp
+from speclens.whatif import DEFAULT_BATCH_SIZES, Drafting, best, predict, schedule
+
+WHATIF_FILE = "whatif.json"
+DEFAULT_CONTEXT_LEN = 4096
+KEYS = ("gpu", "tp", "weights", "batch_sizes", "context_len", "d", "al", "acceptance", "drafter", "domain", "out")
+KEYS += ("target.model", "drafter.model")
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse(argv: list[str]) -> tuple[Path | None, dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The source path, the options, and the arch.*, gpu.* and eff.* overrides."""
+    source, options, arch, gpu, eff = None, {}, {}, {}, {}
+    for arg in argv:
+        if "=" not in arg:
+            if source is not None:
+                raise ConfigError(f"{arg}: give one run dir, sweep dir or {PROFILE_FILE}, then key=value settings.")
+            source = Path(arg).expanduser()
+            continue
+        key, text = arg.split("=", 1)
+        for prefix, into in (("arch.", arch), ("gpu.", gpu), ("eff.", eff)):
+            if key.startswith(prefix) and key not in KEYS:
+                into[key.removeprefix(prefix)] = _value(text)
+                break
+        else:
+            if key not in KEYS:
+                raise ConfigError(f"{key}= is not a whatif setting; see `python -m evals.whatif --help`.")
+            options[key] = _value(text) if key not in ("target.model", "drafter.model", "out", "gpu") else text
+    return source, options, arch, gpu, eff
+
+
+def _ints(value: Any, key: str) -> list[int]:
+    values = value if isinstance(value, list) else [value]
+    if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        raise ConfigError(f"{key}={json.dumps(value)}: one whole number or a list of them (>= 0).")
+    return sorted(set(values))
+
+
+def _stamps(source: Path) -> list[dict[str, Any]]:
+    files = [source / "stamp.json"] if (source / "stamp.json").is_file() else sorted(source.rglob("stamp.json"))
+    return [json.loads(f.read_text()) for f in files]
+
+
+def _read_config(ref: str, key: str) -> dict[str, Any]:
+    return checkpoints.read_config(checkpoints.resolve(ref, key, config_only=True), key)
+
+
+def measured_acceptance(source: Path, domain: str) -> dict[str, list[float]]:
+    """Per drafter, the marginal per-position acceptance of its longest measured D."""
+    folder = source.parent if source.name == PROFILE_FILE else source
+    if not (folder / PROFILE_FILE).is_file():
+        raise ConfigError(f"{source}: holds no {PROFILE_FILE} (a run or sweep dir speclens wrote, with a drafter).")
+    chosen: dict[str, dict[str, Any]] = {}
+    for p in read_profiles(folder):
+        if p["domain"] != domain or p.get("segment", "all") != "all":
+            continue
+        if p["drafter"] not in chosen or p["d"] > chosen[p["drafter"]]["d"]:
+            chosen[p["drafter"]] = p
+    if not chosen:
+        domains = sorted({p["domain"] for p in read_profiles(folder)})
+        raise ConfigError(f"{source}: no acceptance profile for domain={domain}; it has {', '.join(domains)}.")
+    return {drafter: p["marginal"] for drafter, p in chosen.items()}
+
+
+def given_acceptance(options: dict[str, Any]) -> dict[str, list[float] | float]:
+    drafter = options.get("drafter")
+    if drafter is None:
+        raise ConfigError("give drafter=<name> with al= or acceptance= (or a run dir measured with one).")
+    if "al" in options and "acceptance" in options:
+        raise ConfigError("give al= (with one d=) or acceptance=[…], not both.")
+    if "acceptance" in options:
+        return {drafter: marginal_from_conditional(check_rates(options["acceptance"], "acceptance"))}
+    ds = _ints(options.get("d"), "d") if "d" in options else []
+    al = options["al"]
+    if len(ds) != 1 or not isinstance(al, (int, float)) or isinstance(al, bool) or not 1 <= al <= 1 + ds[0]:
+        raise ConfigError(f"al={al} needs one d= and 1 <= al <= 1 + d.")
+    return {drafter: float(al)}
+
+
+def resolve_inputs(source: Path | None, options: dict[str, Any], arch: dict[str, Any]):
+    """The target's config (arch.* applied), and per drafter its acceptance and draft config."""
+    stamps = _stamps(source) if source is not None and source.is_dir() else []
+    if "al" in options or "acceptance" in options:
+        acceptance = given_acceptance(options)
+    elif source is not None:
+        acceptance = measured_acceptance(source, options.get("domain", "all"))
+    else:
+        raise ConfigError(
+            "no acceptance: give a run or sweep dir, or drafter=<name> with al=<AL> d=<D> or acceptance=[…]."
+        )
+    for drafter in acceptance:
+        if drafter not in MECHANISMS:
+            raise ConfigError(f"drafter={drafter}: no draft-cost model for it; choose one of {', '.join(MECHANISMS)}.")
+    if "target.model" in options:
+        target_config = _read_config(options["target.model"], "target.model")
+    elif stamps:
+        target_config = _read_config(stamps[0]["target_dir"], "target.model")
+    else:
+        raise ConfigError("give target.model=<folder or hub id> (a folder holding its config.json is enough).")
+    text = text_config(target_config)
+    for field, value in arch.items():
+        text[field] = value
+    draft_configs: dict[str, dict[str, Any] | None] = {}
+    for drafter in acceptance:
+        ref = options.get("drafter.model") if len(acceptance) == 1 else None
+        for stamp in stamps:
+            if ref is None and stamp.get("config", {}).get("drafter", {}).get("name", drafter) == drafter:
+                ref = (stamp["config"].get("drafter") or {}).get("model")
+        if ref is None and needs_draft_config(drafter):
+            raise ConfigError(f"drafter={drafter}: give drafter.model=<folder or hub id> for its config.json.")
+        draft_configs[drafter] = _read_config(ref, "drafter.model") if ref else None
+    return target_config, acceptance, draft_configs
+
+
+def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
+    source, options, arch, gpu_fields, eff_fields = parse(argv)
+    if "gpu" not in options:
+        raise ConfigError(f"give gpu=<name> (one of {', '.join(GPUS)}) or gpu=custom with its figures.")
+    known = {f.name for f in fields(Efficiency)}
+    if set(eff_fields) - known:
+        raise ConfigError(
+            f"eff.{sorted(set(eff_fields) - known)[0]} is not an efficiency; give any of {', '.join(known)}."
+        )
+    hw = Hardware(
+        gpu_named(options["gpu"], gpu_fields),
+        tp=_ints(options.get("tp", 1), "tp")[0],
+        weights=str(options.get("weights", "bf16")),
+        eff=Efficiency(**eff_fields),
+    )
+    target_config, acceptance, draft_configs = resolve_inputs(source, options, arch)
+    target = shape_of(target_config, "target.model")
+    check_tp(target, hw.tp)
+    ds = _ints(options["d"], "d") if "d" in options else None
+    draftings = []
+    for drafter, rates in acceptance.items():
+        if isinstance(rates, float):  # al= at one d
+            al_by_d = {ds[0]: rates}
+        else:
+            wanted = ds if ds is not None else list(range(1, len(rates) + 1))
+            al_by_d = {d: al_at(rates, d) for d in wanted if d > 0}
+        config = draft_configs[drafter]
+        if drafter in SERIAL_HEADS:
+            draft = head_shape(drafter, target, config)
+        else:
+            draft = shape_of(config, "drafter.model") if config is not None else None
+        if draft is not None:
+            check_tp(draft, hw.tp, "the draft")
+        draftings.append(Drafting(drafter, al_by_d, draft))
+    batch_sizes = _ints(options.get("batch_sizes", DEFAULT_BATCH_SIZES), "batch_sizes")
+    context_lens = _ints(options.get("context_len", DEFAULT_CONTEXT_LEN), "context_len")
+    if 0 in batch_sizes or 0 in context_lens:
+        raise ConfigError("batch_sizes and context_len are whole numbers >= 1.")
+    points = predict(draftings, target, hw, batch_sizes, context_lens, ds)
+    result = {
+        "gpu": asdict(hw.gpu),
+        "tp": hw.tp,
+        "weights": hw.weights,
+        "efficiency": asdict(hw.eff),
+        "model": {
+            "arch_overrides": arch,
+            "layers": target.layers,
+            "hidden_size": target.hidden,
+            "g": target.g,
+            "mla": target.mla,
+            "active_params": target.active_params(),
+            "total_params": target.total_params(),
+        },
+        "cost_model": "roofline",
+        "points": points,
+        "best": best(points),
+        "schedules": {d.drafter: schedule(points, d.drafter, context_lens[0]) for d in draftings},
+        "schedules_by_context_len": {
+            str(c): {d.drafter: schedule(points, d.drafter, c) for d in draftings} for c in context_lens
+        },
+    }
+    out = Path(options["out"]) if "out" in options else None
+    if out is None and source is not None:
+        out = source.parent if source.name == PROFILE_FILE else source
+    return result, out
+
+
+def table(result: dict[str, Any]) -> str:
+    rows = []
+    for b in result["best"]:
+        chosen = next(
+            (
+                p
+                for p in result["points"]
+                if (p["drafter"], p["d"], p["batch_size"], p["context_len"])
+                == (b["drafter"], b["d"], b["batch_size"], b["context_len"])
+            ),
+            None,
+        )
+        rows.append(
+            [
+                str(b["batch_size"]),
+                str(b["context_len"]),
+                "plain" if b["drafter"] == "none" else f"{b['drafter']} d={b['d']}",
+                "-" if chosen is None else f"{chosen['al']:.2f}",
+                "-" if chosen is None else f"{chosen['t_plain_ms']:.2f}",
+                "-" if chosen is None else f"{chosen['t_step_ms']:.2f}",
+                f"{b['speedup']:.2f}",
+                "-" if chosen is None else chosen["bound"],
+            ]
+        )
+    header = ["B", "context", "best", "AL", "T_verif(B) ms", "T_step ms", "speedup", "bound"]
+    return text_table(header, rows)
+
+
+@guarded
+def main(argv: list[str]) -> int:
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        return 0
+    if "--list-gpus" in argv:
+        header = ["gpu", "bf16 TFLOPS", "fp8 TFLOPS", "HBM TB/s", "memory GB", "NVLink GB/s"]
+        rows = [
+            [g.name, f"{g.bf16_tflops:g}", f"{g.fp8_tflops:g}" if g.fp8_tflops else "-", f"{g.hbm_tb_s:g}"]
+            + [f"{g.memory_gb:g}", f"{g.nvlink_gb_s:g}" if g.nvlink_gb_s else "- (PCIe)"]
+            for g in GPUS.values()
+        ]
+        print(text_table(header, rows))
+        return 0
+    result, out = build(argv)
+    out = out or Path("outputs/whatif") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(result, out / WHATIF_FILE)
+    gpu = result["gpu"]["name"]
+    print(f"speclens whatif: {gpu}, tp={result['tp']}, weights={result['weights']} ({result['cost_model']} model)")
+    if result["model"]["arch_overrides"]:
+        print("arch overrides: " + ", ".join(f"{k}={v}" for k, v in result["model"]["arch_overrides"].items()))
+    print(table(result))
+    left_out = sum(not p["fits"] for p in result["points"])
+    if left_out:
+        print(f"{left_out} points left out: weights and KV cache above 90% of the GPU's memory")
+    print(f"written: {out / WHATIF_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

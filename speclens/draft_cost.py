@@ -1,0 +1,79 @@
+"""T_draft(B, D): what proposing D drafts for B requests costs, per mechanism, from its own
+architecture (the step-cost model's terms, speclens/step_cost.py):
+
+- ngram, suffix: a lookup on the host per request (no GPU pass);
+- eagle, eagle3: D serial passes of the head (its decoder layer(s) and its LM head over the draft
+  vocabulary) at B tokens, the fusion layer of EAGLE-3 read with them;
+- draft_model: D serial decode steps of the draft model at B tokens;
+- mtp: D serial passes of one target-shaped layer and the LM head at B tokens;
+- dflash, dspark: one pass of the draft model over B·D tokens (parallel drafting).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from speclens.errors import ConfigError
+from speclens.model_shape import ModelShape, shape_of
+from speclens.step_cost import Hardware, Terms, forward
+
+LOOKUP = ("ngram", "suffix")
+SERIAL_HEADS = ("eagle", "eagle3")
+PARALLEL = ("dflash", "dspark")
+MECHANISMS = (*LOOKUP, *SERIAL_HEADS, "draft_model", "mtp", *PARALLEL)
+EAGLE3_DRAFT_VOCAB = 32000  # speculators' and EAGLE-3's usual draft vocabulary
+
+
+def needs_draft_config(mechanism: str) -> bool:
+    """Whether the cost needs the drafter's own config.json (EAGLE heads fall back to one
+    target-shaped layer; MTP is a target layer; lookups run on the host)."""
+    return mechanism in ("draft_model", *PARALLEL)
+
+
+def head_shape(mechanism: str, target: ModelShape, config: dict[str, Any] | None) -> ModelShape:
+    """An EAGLE head's shape: from its config.json, else one target-shaped dense layer (EAGLE-3:
+    over a 32,000-token draft vocabulary, with its 3h → h fusion layer)."""
+    if config is not None:
+        head = shape_of(config, "drafter.model")
+        vocab = config.get("draft_vocab_size") or head.vocab
+    else:
+        head = replace(target, layers=1, experts=0, experts_per_token=0, expert_intermediate=0, shared_intermediate=0)
+        head = replace(head, dense_layers=0, tied_embeddings=False, extra_params=0)
+        vocab = EAGLE3_DRAFT_VOCAB if mechanism == "eagle3" else target.vocab
+    fusion = (3 if mechanism == "eagle3" else 2) * target.hidden * head.hidden
+    return replace(head, vocab=vocab, extra_params=fusion)
+
+
+def mtp_shape(target: ModelShape) -> ModelShape:
+    """One target-shaped layer (MoE where the target's last layers are), its 2h → h projection, the LM head."""
+    dense = 1 if target.experts and target.moe_layers == 0 else 0
+    return replace(target, layers=1, dense_layers=dense, extra_params=2 * target.hidden * target.hidden)
+
+
+def draft_ms(
+    mechanism: str,
+    d: int,
+    batch: int,
+    context: int,
+    target: ModelShape,
+    draft: ModelShape | None,
+    hw: Hardware,
+) -> float:
+    """T_draft(B, D) in milliseconds (0 for D = 0)."""
+    if d == 0:
+        return 0.0
+    if mechanism in LOOKUP:
+        return batch * hw.eff.lookup_us_per_request / 1e3
+    overhead = hw.eff.draft_pass_overhead_ms
+    if mechanism in SERIAL_HEADS or mechanism in ("draft_model", "mtp"):
+        shape = mtp_shape(target) if mechanism == "mtp" else draft
+        if shape is None:
+            raise ConfigError(f"drafter={mechanism}: give drafter.model=<folder or hub id> for its config.json.")
+        one: Terms = forward(shape, batch, 1, context, hw, overhead)
+        return d * one.total_ms
+    if mechanism in PARALLEL:
+        if draft is None:
+            raise ConfigError(f"drafter={mechanism}: give drafter.model=<folder or hub id> for its config.json.")
+        return forward(draft, batch, d, context, hw, overhead).total_ms
+    raise ConfigError(f"drafter={mechanism}: no draft-cost model for it; choose one of {', '.join(MECHANISMS)}.")

@@ -1,0 +1,182 @@
+"""The step-cost model: how long one forward pass takes on a GPU, term by term, and what drafting
+costs, from the model's shapes (speclens/model_shape.py) and the GPU's datasheet (speclens/gpus.py).
+
+A verification step of B requests with q = 1 + D query tokens each, every request holding L tokens
+of context, on one of TP GPUs (tensor parallel):
+
+- **GEMMs**: the weights read once per step (MoE: the experts B·q tokens route to, uniformly, in
+  expectation) against 2 · active parameters · B·q FLOPs;
+- **attention**: per request and KV head, its query rows G·q padded to 128-row tiles; each tile
+  reads the request's L cached tokens of that head and does 4 · 128 · L · head_dim FLOPs (QKᵀ and
+  PV). While G·q stays inside one tile, more drafts cost nothing here (guidelines 2 and 3);
+- **communication**: two all-reduces of B·q hidden vectors per layer across the TP GPUs (ring: 2 ·
+  (TP − 1)/TP of the bytes over one direction of the link), each with a fixed latency;
+- **overhead**: a fixed cost per forward pass (scheduling, launches, sampling).
+
+Each of the first two is max(bytes / (η_mem · bandwidth), FLOPs / (η_compute · peak)); the step is
+their sum with the other two, and its `bound` names the largest term (`weights`, `kv`, `compute`,
+`communication`, `overhead`; `draft` where drafting costs more than any).
+
+Efficiencies and overheads (Efficiency) are stated defaults (docs/whatif.md says where each comes
+from and that none is fitted yet); `eff.<field>=` overrides them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from speclens.errors import ConfigError
+from speclens.gpus import Gpu
+from speclens.model_shape import ModelShape
+
+TILE_ROWS = 128
+KV_BYTES = 2  # bf16 KV cache
+ACTIVATION_BYTES = 2  # bf16 all-reduce payloads
+WEIGHT_BYTES = {"bf16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    mem: float = 0.80  # share of HBM bandwidth a decode kernel reaches
+    compute: float = 0.70  # share of dense tensor throughput a GEMM or attention tile reaches
+    link: float = 0.80  # share of one direction of the link an all-reduce reaches
+    allreduce_us: float = 8.0  # fixed latency of one all-reduce call
+    overhead_ms: float = 0.5  # per target forward pass
+    draft_pass_overhead_ms: float = 0.05  # per serial pass of a drafter (launched from a captured graph)
+    lookup_us_per_request: float = 10.0  # n-gram / suffix lookup on the host, per request and step
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("mem", "compute", "link") and not 0 < value <= 1:
+                raise ConfigError(f"eff.{f.name}={value}: an efficiency is a share in (0, 1].")
+            if value < 0:
+                raise ConfigError(f"eff.{f.name}={value}: must be >= 0.")
+
+
+@dataclass(frozen=True)
+class Terms:
+    """One forward pass's terms, in milliseconds, with what bounds each of the first two."""
+
+    gemm_ms: float
+    gemm_bound: str  # "weights" or "compute"
+    attention_ms: float
+    attention_bound: str  # "kv" or "compute"
+    communication_ms: float
+    overhead_ms: float
+
+    @property
+    def total_ms(self) -> float:
+        return self.gemm_ms + self.attention_ms + self.communication_ms + self.overhead_ms
+
+    def bound(self) -> str:
+        parts = {
+            self.gemm_bound: self.gemm_ms,
+            "communication": self.communication_ms,
+            "overhead": self.overhead_ms,
+        }
+        parts[self.attention_bound] = parts.get(self.attention_bound, 0.0) + self.attention_ms
+        return max(parts, key=parts.get)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    gpu: Gpu
+    tp: int = 1
+    weights: str = "bf16"
+    eff: Efficiency = Efficiency()
+
+    def __post_init__(self) -> None:
+        if self.weights not in WEIGHT_BYTES:
+            raise ConfigError(f"weights={self.weights}: choose one of {', '.join(WEIGHT_BYTES)}.")
+        if self.tp < 1:
+            raise ConfigError(f"tp={self.tp}: at least 1.")
+        self.gpu.peak_tflops(self.weights)  # no FP8 on the GPU: refused here
+
+    def mem_ms(self, nbytes: float) -> float:
+        return nbytes / (self.eff.mem * self.gpu.hbm_tb_s * 1e12) * 1e3
+
+    def compute_ms(self, flops: float, tensor_tflops: float | None = None) -> float:
+        peak = tensor_tflops if tensor_tflops is not None else self.gpu.peak_tflops(self.weights)
+        return flops / (self.eff.compute * peak * 1e12) * 1e3
+
+
+def check_tp(shape: ModelShape, tp: int, where: str = "the target") -> None:
+    if shape.heads % tp:
+        raise ConfigError(f"tp={tp} does not divide {where}'s {shape.heads} attention heads.")
+    if not shape.mla and shape.kv_heads % tp and tp % shape.kv_heads:
+        raise ConfigError(f"tp={tp} and {where}'s {shape.kv_heads} KV heads: neither divides the other.")
+
+
+def experts_touched(experts: int, per_token: int, tokens: int) -> float:
+    """The expected number of distinct experts `tokens` tokens route to, each picking `per_token`
+    of `experts` uniformly: experts · (1 − (1 − k/E)^T)."""
+    if experts == 0 or tokens == 0:
+        return 0.0
+    return experts * (1.0 - (1.0 - per_token / experts) ** tokens)
+
+
+def weight_bytes(shape: ModelShape, tokens: int, weights: str) -> float:
+    """The weight bytes one forward of `tokens` tokens reads (all GPUs together)."""
+    touched = experts_touched(shape.experts, shape.experts_per_token, tokens)
+    params = shape.dense_params() + shape.moe_layers * touched * shape.expert_params
+    return params * WEIGHT_BYTES[weights]
+
+
+def gemm_term(shape: ModelShape, tokens: int, hw: Hardware) -> tuple[float, str]:
+    memory = hw.mem_ms(weight_bytes(shape, tokens, hw.weights) / hw.tp)
+    compute = hw.compute_ms(2.0 * shape.active_params() * tokens / hw.tp)
+    return (memory, "weights") if memory >= compute else (compute, "compute")
+
+
+def attention_tiles(g: int, queries_per_request: int) -> int:
+    """128-row tiles one KV head's query rows (G · q) fill."""
+    return math.ceil(g * queries_per_request / TILE_ROWS)
+
+
+def attention_term(shape: ModelShape, batch: int, queries: int, context: int, hw: Hardware) -> tuple[float, str]:
+    """Attention of `batch` requests, `queries` query tokens each, over `context` cached tokens."""
+    if shape.mla:
+        kv_heads, g = 1, shape.heads // hw.tp  # the latent is read whole on every GPU
+        per_token = shape.head_dim * KV_BYTES
+    else:
+        kv_heads = max(1, shape.kv_heads // hw.tp)
+        g = shape.heads // hw.tp // kv_heads
+        per_token = 2 * shape.head_dim * KV_BYTES  # K and V
+    tiles = attention_tiles(g, queries)
+    nbytes = shape.layers * batch * kv_heads * tiles * context * per_token
+    flops = shape.layers * batch * kv_heads * tiles * 4.0 * TILE_ROWS * context * shape.head_dim
+    memory, compute = hw.mem_ms(nbytes), hw.compute_ms(flops, hw.gpu.bf16_tflops)
+    return (memory, "kv") if memory >= compute else (compute, "compute")
+
+
+def communication_term(shape: ModelShape, tokens: int, hw: Hardware) -> float:
+    if hw.tp == 1:
+        return 0.0
+    payload = tokens * shape.hidden * ACTIVATION_BYTES
+    one_direction = hw.eff.link * hw.gpu.link_gb_s / 2 * 1e9
+    per_call_ms = hw.eff.allreduce_us / 1e3 + 2 * (hw.tp - 1) / hw.tp * payload / one_direction * 1e3
+    return 2 * shape.layers * per_call_ms
+
+
+def forward(shape: ModelShape, batch: int, queries: int, context: int, hw: Hardware, overhead_ms: float) -> Terms:
+    """One forward pass of `batch` requests with `queries` new tokens each over `context` cached ones."""
+    tokens = batch * queries
+    gemm, gemm_bound = gemm_term(shape, tokens, hw)
+    attention, attention_bound = attention_term(shape, batch, queries, context, hw)
+    return Terms(gemm, gemm_bound, attention, attention_bound, communication_term(shape, tokens, hw), overhead_ms)
+
+
+def verify_step(shape: ModelShape, batch: int, d: int, context: int, hw: Hardware) -> Terms:
+    """T_verif(B·(1+D)): the target's forward over each request's last token and its D drafts
+    (d = 0: a plain decoding step, T_verif(B))."""
+    return forward(shape, batch, 1 + d, context, hw, hw.eff.overhead_ms)
+
+
+def memory_needed_gb(shape: ModelShape, batch: int, context: int, d: int, hw: Hardware) -> float:
+    """Weights and KV cache per GPU for `batch` requests of `context` tokens (+ D draft slots)."""
+    weights = shape.total_params() * WEIGHT_BYTES[hw.weights] / hw.tp
+    kv_share = 1 if shape.mla else hw.tp  # MLA's latent is replicated across TP ranks
+    kv = shape.kv_bytes_per_token(KV_BYTES) * batch * (context + d) / kv_share
+    return (weights + kv) / 1e9

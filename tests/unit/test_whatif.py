@@ -1,0 +1,232 @@
+"""The step-cost model's terms against hand-computed values, the properties the guidelines rest on,
+and `evals.whatif` end to end (acceptance in, whatif.json out, bad input in one line)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from speclens.draft_cost import draft_ms, head_shape
+from speclens.gpus import gpu_named
+from speclens.model_shape import shape_of
+from speclens.step_cost import (
+    Efficiency,
+    Hardware,
+    attention_term,
+    communication_term,
+    experts_touched,
+    gemm_term,
+    verify_step,
+)
+from speclens.whatif import Drafting, best, point, schedule
+
+# One layer of a small dense model: 8 query heads over 2 KV heads (G = 4), head_dim 128.
+SMALL = {
+    "hidden_size": 1024,
+    "intermediate_size": 4096,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 1,
+    "vocab_size": 1000,
+    "head_dim": 128,
+}
+# 2 q/o + 2 k/v projections, the gated MLP, the LM head
+SMALL_PARAMS = 1024 * 1024 * 2 + 2 * 1024 * 256 + 3 * 1024 * 4096 + 1000 * 1024
+# A made-up GPU: 1 TB/s, 1,000 TFLOPS (an H100's ratio of FLOPs to bytes is 295, a 128-row
+# attention tile's 128), every efficiency 1, no overhead.
+IDEAL = Efficiency(mem=1.0, compute=1.0, link=1.0, allreduce_us=0.0, overhead_ms=0.0, draft_pass_overhead_ms=0.0)
+
+
+def hardware(tp: int = 1, **eff) -> Hardware:
+    gpu = gpu_named("custom", {"bf16_tflops": 1000.0, "hbm_tb_s": 1.0, "memory_gb": 80.0, "nvlink_gb_s": 400.0})
+    return Hardware(gpu, tp=tp, eff=replace(IDEAL, **eff))
+
+
+def test_the_gemms_read_every_weight_once_until_the_tokens_make_them_compute_bound():
+    shape = shape_of(SMALL)
+    assert shape.active_params() == SMALL_PARAMS == 16_228_352
+    # bf16: 2 bytes a weight at 1 TB/s
+    assert gemm_term(shape, 1, hardware()) == (pytest.approx(SMALL_PARAMS * 2 / 1e12 * 1e3), "weights")
+    # 2 FLOPs a weight and token at 1,000 TFLOPS overtake the read above 1,000 tokens
+    assert gemm_term(shape, 1000, hardware())[1] == "weights"
+    assert gemm_term(shape, 2000, hardware()) == (pytest.approx(2 * SMALL_PARAMS * 2000 / 1e15 * 1e3), "compute")
+
+
+def test_attention_reads_each_kv_head_once_per_128_row_tile():
+    shape = shape_of(SMALL)
+    # 3 requests over 1,000 cached tokens: K and V of 2 heads, 128 dims, 2 bytes, one tile while G·(1+D) <= 128
+    one_tile = 3 * 2 * 1000 * 2 * 128 * 2
+    assert attention_term(shape, 3, 1, 1000, hardware()) == (pytest.approx(one_tile / 1e12 * 1e3), "kv")
+    assert attention_term(shape, 3, 32, 1000, hardware())[0] == pytest.approx(one_tile / 1e12 * 1e3)  # G·32 = 128
+    assert attention_term(shape, 3, 33, 1000, hardware())[0] == pytest.approx(2 * one_tile / 1e12 * 1e3)
+
+
+def test_verification_is_flat_in_d_inside_one_tile_and_steps_up_where_it_crosses_one():
+    shape = shape_of({**SMALL, "num_hidden_layers": 4})
+    hw = hardware(overhead_ms=0.1)
+    plain = verify_step(shape, 1, 0, 8192, hw).total_ms
+    # memory-bound: D = 1..31 keep G·(1+D) = 4·(1+D) <= 128 rows, and cost what a plain step costs
+    assert [verify_step(shape, 1, d, 8192, hw).total_ms for d in (1, 7, 31)] == [pytest.approx(plain)] * 3
+    # D = 32: a second tile, the KV cache read twice
+    one_tile = attention_term(shape, 1, 1, 8192, hw)[0]
+    assert verify_step(shape, 1, 32, 8192, hw).total_ms == pytest.approx(plain + one_tile)
+
+
+def test_more_query_heads_per_kv_head_move_guideline_2s_knee_to_a_smaller_d():
+    def knee(kv_heads: int) -> int:
+        shape = shape_of({**SMALL, "num_attention_heads": 16, "num_key_value_heads": kv_heads})
+        flat = verify_step(shape, 1, 0, 8192, hardware()).total_ms
+        return next(d for d in range(1, 200) if verify_step(shape, 1, d, 8192, hardware()).total_ms > flat * 1.01)
+
+    # G = 16/kv: the knee is the first D with G·(1+D) > 128, i.e. D = 128/G
+    assert [knee(kv) for kv in (1, 2, 4, 8, 16)] == [8, 16, 32, 64, 128]
+
+
+def test_a_plain_step_is_a_speedup_of_one_and_a_free_perfect_draft_of_one_plus_d():
+    shape = shape_of(SMALL)
+    hw = hardware(overhead_ms=0.2)
+    plain = point(Drafting("ngram", {3: 2.5}), 0, 4, 512, shape, hw)
+    assert plain["speedup"] == 1.0 and plain["t_verify_ms"] == plain["t_plain_ms"] and plain["t_draft_ms"] == 0.0
+    free = point(
+        Drafting("ngram", {3: 4.0}), 3, 1, 512, shape, replace(hw, eff=replace(hw.eff, lookup_us_per_request=0))
+    )
+    assert free["speedup"] == pytest.approx(4.0)  # memory-bound, one tile: verifying 4 tokens costs one
+    assert free["t_step_ms"] == free["t_verify_ms"] + free["t_draft_ms"]
+
+
+def test_moe_weights_read_grow_with_the_experts_the_tokens_route_to():
+    assert experts_touched(8, 2, 1) == pytest.approx(2.0)
+    assert experts_touched(8, 2, 2) == pytest.approx(8 * (1 - 0.75**2))
+    assert experts_touched(64, 4, 10_000) == pytest.approx(64.0)
+    moe = shape_of({**SMALL, "num_local_experts": 8, "num_experts_per_tok": 2})
+    expert = 3 * 1024 * 4096
+    assert moe.active_params() == SMALL_PARAMS - expert + 1024 * 8 + 2 * expert  # router, two experts
+    one, many = gemm_term(moe, 1, hardware())[0], gemm_term(moe, 64, hardware())[0]
+    assert many - one == pytest.approx((experts_touched(8, 2, 64) - 2) * expert * 2 / 1e12 * 1e3)
+
+
+def test_mla_reads_one_latent_per_token_for_every_head():
+    mla = shape_of(
+        {
+            **SMALL,
+            "num_attention_heads": 16,
+            "kv_lora_rank": 512,
+            "qk_rope_head_dim": 64,
+            "qk_nope_head_dim": 128,
+            "v_head_dim": 128,
+        }
+    )
+    assert (mla.mla, mla.kv_heads, mla.head_dim, mla.g) == (True, 1, 576, 16)
+    assert mla.kv_bytes_per_token() == 576 * 2
+    # 16 heads in one tile up to 1 + D = 8
+    assert attention_term(mla, 1, 8, 1000, hardware())[0] == pytest.approx(1000 * 576 * 2 / 1e12 * 1e3)
+    assert attention_term(mla, 1, 9, 1000, hardware())[0] == pytest.approx(2 * 1000 * 576 * 2 / 1e12 * 1e3)
+
+
+def test_tensor_parallel_all_reduces_two_per_layer_over_one_direction_of_the_link():
+    shape = shape_of(SMALL)
+    # 4 GPUs, 10 tokens: 10 · 1024 · 2 bytes, ring 2·3/4 of it over 200 GB/s each way, 5 µs a call
+    per_call = 5e-3 + 1.5 * 10 * 1024 * 2 / 200e9 * 1e3
+    assert communication_term(shape, 10, hardware(tp=4, allreduce_us=5.0)) == pytest.approx(2 * per_call)
+    assert communication_term(shape, 10, hardware(tp=1, allreduce_us=5.0)) == 0.0
+
+
+def test_drafting_costs_follow_each_mechanisms_architecture():
+    target = shape_of({**SMALL, "num_hidden_layers": 8})
+    hw = hardware(lookup_us_per_request=20.0)
+    assert draft_ms("ngram", 3, 8, 512, target, None, hw) == pytest.approx(8 * 20e-3)
+    head = head_shape("eagle3", target, None)
+    assert (head.layers, head.vocab, head.extra_params) == (1, 32000, 3 * 1024 * 1024)
+    one_pass = draft_ms("eagle3", 1, 8, 512, target, head, hw)
+    assert draft_ms("eagle3", 4, 8, 512, target, head, hw) == pytest.approx(4 * one_pass)  # serial passes
+    draft = shape_of({**SMALL, "num_hidden_layers": 2})
+    parallel = draft_ms("dflash", 4, 8, 512, target, draft, hw)
+    assert parallel < 4 * draft_ms("draft_model", 1, 8, 512, target, draft, hw)  # one pass over B·D tokens
+    assert draft_ms("eagle3", 0, 8, 512, target, head, hw) == 0.0
+
+
+def test_best_takes_plain_decoding_where_no_draft_pays_and_the_schedule_follows_it():
+    points = [
+        {"drafter": "eagle3", "d": d, "batch_size": b, "context_len": 4096, "speedup": s, "fits": True, "bound": "kv"}
+        for d, b, s in [(1, 1, 1.5), (3, 1, 2.0), (1, 64, 1.1), (3, 64, 0.9), (1, 256, 0.8), (3, 256, 0.7)]
+    ]
+    picks = [(p["batch_size"], p["drafter"], p["d"]) for p in best(points)]
+    assert picks == [(1, "eagle3", 3), (64, "eagle3", 1), (256, "none", 0)]
+    assert schedule(points, "eagle3", 4096) == [[1, 63, 3], [64, 255, 1], [256, 256, 0]]
+
+
+def write_config(folder, config):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_whatif_writes_every_point_and_the_best_per_batch_size(tmp_path, capsys):
+    from evals.whatif import main
+
+    target = write_config(tmp_path / "target", {**SMALL, "num_hidden_layers": 16})
+    args = [f"target.model={target}", "gpu=h200_sxm", "drafter=eagle3", "acceptance=[0.8,0.5,0.5]"]
+    assert main([*args, "batch_sizes=[1,8]", "context_len=[512,2048]", f"out={tmp_path / 'out'}"]) == 0
+    result = json.loads((tmp_path / "out" / "whatif.json").read_text())
+    assert result["gpu"]["name"] == "h200_sxm" and result["cost_model"] == "roofline"
+    assert len(result["points"]) == 3 * 2 * 2  # D = 1..3, two B, two context lengths
+    at = {(p["d"], p["batch_size"], p["context_len"]): p for p in result["points"]}
+    assert [at[(d, 1, 512)]["al"] for d in (1, 2, 3)] == pytest.approx([1.8, 2.2, 2.4])  # 1 + 0.8, + 0.4, + 0.2
+    for p in result["points"]:
+        assert p["t_step_ms"] == pytest.approx(p["t_verify_ms"] + p["t_draft_ms"])
+        assert p["speedup"] == pytest.approx(p["t_plain_ms"] * p["tokens_per_step"] / p["t_step_ms"])
+    assert {(b["batch_size"], b["context_len"]) for b in result["best"]} == {(1, 512), (1, 2048), (8, 512), (8, 2048)}
+    assert "written: " in capsys.readouterr().out
+
+
+def test_whatif_reads_a_runs_speculation_profile(tmp_path):
+    from evals.whatif import build
+
+    target = write_config(tmp_path / "target", SMALL)
+    profile = {"drafter": "ngram", "d": 3, "domain": "all", "segment": "all", "al": 1.9, "marginal": [0.5, 0.3, 0.1]}
+    other = {**profile, "domain": "coding", "al": 2.5, "marginal": [0.8, 0.5, 0.2]}
+    (tmp_path / "speculation_profile.json").write_text(json.dumps({"schema_version": 1, "profiles": [profile, other]}))
+    result, out = build([str(tmp_path), f"target.model={target}", "gpu=b200", "batch_sizes=[4]"])
+    assert out == tmp_path
+    assert [p["al"] for p in result["points"]] == pytest.approx([1.5, 1.8, 1.9])
+    result, _ = build([str(tmp_path), f"target.model={target}", "gpu=b200", "batch_sizes=[4]", "domain=coding"])
+    assert [p["al"] for p in result["points"]] == pytest.approx([1.8, 2.3, 2.5])
+
+
+def test_arch_overrides_apply_before_anything_is_derived(tmp_path):
+    from evals.whatif import build
+
+    target = write_config(tmp_path / "target", SMALL)
+    args = [f"target.model={target}", "gpu=h100_sxm", "drafter=ngram", "al=2.0", "d=3", f"out={tmp_path}"]
+    result, _ = build(args)
+    wider, _ = build([*args, "arch.num_key_value_heads=8"])
+    assert (result["model"]["g"], wider["model"]["g"]) == (4, 1)
+    assert wider["model"]["arch_overrides"] == {"num_key_value_heads": 8}
+    assert wider["points"][0]["t_plain_ms"] > result["points"][0]["t_plain_ms"]  # 4x the KV cache read
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["gpu=h300"], "gpu=h300 is not in speclens's table; choose one of h100_sxm, h200_sxm, b200, gb200, l40s"),
+        (["gpu=custom", "gpu.hbm_tb_s=2"], "gpu=custom needs gpu.bf16_tflops=…, gpu.memory_gb=…"),
+        (["gpu=a100_sxm_80gb", "weights=fp8"], "gpu=a100_sxm_80gb has no FP8 tensor cores; use weights=bf16."),
+        (["gpu=h200_sxm", "tp=3"], "tp=3 does not divide the target's 8 attention heads."),
+        (["gpu=h200_sxm", "d=4"], "acceptance is known for 3 positions; D=4 needs 4."),
+        (["gpu=h200_sxm", "arch.vocab_size=null"], "has no vocab_size, which the step-cost model needs."),
+        (["gpu=h200_sxm", "drafter=medusa"], "drafter=medusa: no draft-cost model for it"),
+        (["gpu=h200_sxm", "drafter=draft_model"], "drafter=draft_model: give drafter.model=<folder or hub id>"),
+    ],
+)
+def test_bad_input_is_one_line_before_anything_is_computed(tmp_path, capsys, args, message):
+    from evals.whatif import main
+
+    target = write_config(tmp_path / "target", SMALL)
+    given = ["drafter=eagle3", "acceptance=[0.8,0.5,0.5]", f"target.model={target}", f"out={tmp_path / 'out'}"]
+    given = [a for a in given if not any(a.split("=")[0] == b.split("=")[0] for b in args)]
+    assert main([*given, *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("speclens: error: ") and message in err[0]
+    assert not (tmp_path / "out").exists()
