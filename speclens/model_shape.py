@@ -97,6 +97,19 @@ def shape_of(config: dict[str, Any], where: str = "the target") -> ModelShape:
     shared = (text.get("n_shared_experts") or 0) * expert_intermediate
     shared += text.get("shared_expert_intermediate_size") or 0
     dense_layers = (text.get("first_k_dense_replace") or 0) if experts else 0
+    common = {
+        "layers": text["num_hidden_layers"],
+        "hidden": hidden,
+        "heads": heads,
+        "vocab": text["vocab_size"],
+        "tied_embeddings": bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
+        "intermediate": intermediate,
+        "experts": experts,
+        "experts_per_token": experts_per_token,
+        "expert_intermediate": expert_intermediate,
+        "shared_intermediate": shared,
+        "dense_layers": dense_layers,
+    }
     kv_lora = text.get("kv_lora_rank")
     if kv_lora:  # MLA (DeepSeek-V2/V3, Kimi-K2)
         rope, nope = _int(text, "qk_rope_head_dim", where), _int(text, "qk_nope_head_dim", where)
@@ -104,23 +117,7 @@ def shape_of(config: dict[str, Any], where: str = "the target") -> ModelShape:
         q_lora = text.get("q_lora_rank") or 0
         q_in = hidden * q_lora + q_lora * heads * (nope + rope) if q_lora else hidden * heads * (nope + rope)
         attention = q_in + hidden * (kv_lora + rope) + kv_lora * heads * (nope + v_dim) + heads * v_dim * hidden
-        return ModelShape(
-            layers=text["num_hidden_layers"],
-            hidden=hidden,
-            heads=heads,
-            kv_heads=1,
-            head_dim=kv_lora + rope,
-            vocab=text["vocab_size"],
-            tied_embeddings=bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
-            intermediate=intermediate,
-            experts=experts,
-            experts_per_token=experts_per_token,
-            expert_intermediate=expert_intermediate,
-            shared_intermediate=shared,
-            dense_layers=dense_layers,
-            mla=True,
-            attention_params=attention,
-        )
+        return ModelShape(**common, kv_heads=1, head_dim=kv_lora + rope, mla=True, attention_params=attention)
     kv_heads = text.get("num_key_value_heads") or heads
     if heads % kv_heads:
         raise ConfigError(
@@ -128,19 +125,4 @@ def shape_of(config: dict[str, Any], where: str = "the target") -> ModelShape:
         )
     head_dim = text.get("head_dim") or hidden // heads
     attention = hidden * heads * head_dim * 2 + 2 * hidden * kv_heads * head_dim
-    return ModelShape(
-        layers=text["num_hidden_layers"],
-        hidden=hidden,
-        heads=heads,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
-        vocab=text["vocab_size"],
-        tied_embeddings=bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
-        intermediate=intermediate,
-        experts=experts,
-        experts_per_token=experts_per_token,
-        expert_intermediate=expert_intermediate,
-        shared_intermediate=shared,
-        dense_layers=dense_layers,
-        attention_params=attention,
-    )
+    return ModelShape(**common, kv_heads=kv_heads, head_dim=head_dim, attention_params=attention)
