@@ -1,5 +1,7 @@
-"""`python -m evals.guidelines target=<name> | target.model=<path> [drafter.model=<path>]`:
-the draft-length guidelines (speclens/guidelines.py) computed from the target's (and the draft's) config."""
+"""`python -m evals.guidelines target=<name> | target.model=<path> [drafter.model=<path>]
+[gpu=<name> [tp=N] [weights=bf16|fp8] [batch_sizes=[…]] [context_len=N]]`: the draft-length
+guidelines (speclens/guidelines.py) computed from the target's (and the draft's) config; with
+gpu=, also for that GPU from the step-cost model (speclens/gpu_guidelines.py)."""
 
 from __future__ import annotations
 
@@ -14,17 +16,62 @@ from speclens.guidelines import Guidelines
 from speclens.guidelines import __doc__ as guidelines_doc
 from speclens.model_facts import text_config
 
+GPU_KEYS = ("gpu", "tp", "weights", "batch_sizes", "context_len")
 
-def _split_args(argv: list[str]) -> tuple[list[str], str | None]:
-    overrides, draft = [], None
+
+def _split_args(argv: list[str]) -> tuple[list[str], str | None, dict[str, str]]:
+    overrides, draft, gpu = [], None, {}
     for arg in argv:
-        if arg.startswith("drafter.model="):
+        key = arg.split("=", 1)[0]
+        if key in GPU_KEYS or key.startswith(("gpu.", "eff.")):
+            gpu[key] = arg.split("=", 1)[1] if "=" in arg else ""
+        elif arg.startswith("drafter.model="):
             draft = arg.split("=", 1)[1]
         elif arg.startswith("drafter"):
             raise ConfigError(f"{arg}: only drafter.model=<path> is read here (its config gives L_draft).")
         else:
             overrides.append(arg)
-    return overrides, draft
+    return overrides, draft, gpu
+
+
+def gpu_lines(settings: dict[str, str], target_config: dict, draft_config: dict | None) -> list[str]:
+    """The guidelines for the GPU `settings` name, from the step-cost model."""
+    from evals.whatif import hardware_from, ints, setting_value
+    from speclens.draft_cost import head_shape
+    from speclens.gpu_guidelines import free_verification_limit, low_latency_break_even, verify_knees
+    from speclens.model_shape import shape_of
+    from speclens.step_cost import check_tp
+    from speclens.whatif import DEFAULT_BATCH_SIZES
+
+    if "gpu" not in settings:
+        raise ConfigError("give gpu=<name> with the GPU settings (tp=, weights=, batch_sizes=, context_len=).")
+    hw = hardware_from(settings)
+    shape = shape_of(target_config, "target.model")
+    check_tp(shape, hw.tp)
+    batch_sizes = ints(setting_value(settings.get("batch_sizes", "null")) or DEFAULT_BATCH_SIZES, "batch_sizes")
+    context = ints(setting_value(settings.get("context_len", "4096")), "context_len")[0]
+    ds = [1, 2, 3, 4, 5, 7, 15, 31]
+    out = [f"on {hw.gpu.name} (tp={hw.tp}, weights={hw.weights}, context {context} tokens; the step-cost model):"]
+    limits = ", ".join(
+        f"D={d}: B={b}"
+        if (b := free_verification_limit(shape, hw, d, batch_sizes, context))
+        else f"D={d}: free to B={max(batch_sizes)}"
+        for d in ds
+    )
+    out.append(f"guideline 1: verification stops being free (T_verif(B*(1+D)) / T_verif(B) > 1.1) at {limits}")
+    for b in (1, max(batch_sizes)):
+        knees = verify_knees(shape, hw, b, context, 64)
+        shown = ", ".join(map(str, knees[:6])) or "none up to D=64"
+        out.append(f"guidelines 2-3 at B={b}: T_verif steps up after D = {shown}")
+    draft = head_shape("eagle3", shape, draft_config if draft_config and draft_config.get("draft_vocab_size") else None)
+    mechanism = "eagle3"
+    if draft_config is not None and not draft_config.get("draft_vocab_size"):
+        mechanism, draft = "draft_model", shape_of(draft_config, "drafter.model")
+    rho, pays = low_latency_break_even(mechanism, shape, draft, hw, context, [1, 3, 7])
+    what = "the EAGLE-3 head" if mechanism == "eagle3" else "the draft model"
+    out.append(f"guideline 4 ({what}): rho = T_draft(1,1) / T_verif(1) = {rho:.3f}")
+    out += [f"  D={p.d:<3d} pays at B=1 only when AL > {p.break_even_al:.2f}" for p in pays]
+    return out
 
 
 @guarded
@@ -32,7 +79,7 @@ def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__ + "\n" + guidelines_doc)
         return 0
-    overrides, draft = _split_args(argv)
+    overrides, draft, gpu = _split_args(argv)
     cfg = to_run_config(compose_config(["drafter=none", *overrides]))
     target_dir = resolve_target(cfg)
     target_config = checkpoints.read_config(target_dir, "target.model")
@@ -47,6 +94,8 @@ def main(argv: list[str]) -> int:
         f"{text.get('num_key_value_heads') or text.get('num_attention_heads')} KV heads)"
     )
     print("\n".join(guidelines.lines()))
+    if gpu:
+        print("\n".join(gpu_lines(gpu, target_config, draft_config)))
     return 0
 
 

@@ -41,7 +41,8 @@ KEYS = ("gpu", "tp", "weights", "batch_sizes", "context_len", "d", "al", "accept
 KEYS += ("target.model", "drafter.model")
 
 
-def _value(text: str) -> Any:
+def setting_value(text: str) -> Any:
+    """A key=value setting's value: JSON where it parses (numbers, lists, null), else the text."""
     try:
         return json.loads(text)
     except json.JSONDecodeError:
@@ -60,16 +61,16 @@ def parse(argv: list[str]) -> tuple[Path | None, dict[str, Any], dict[str, Any],
         key, text = arg.split("=", 1)
         for prefix, into in (("arch.", arch), ("gpu.", gpu), ("eff.", eff)):
             if key.startswith(prefix) and key not in KEYS:
-                into[key.removeprefix(prefix)] = _value(text)
+                into[key.removeprefix(prefix)] = setting_value(text)
                 break
         else:
             if key not in KEYS:
                 raise ConfigError(f"{key}= is not a whatif setting; see `python -m evals.whatif --help`.")
-            options[key] = _value(text) if key not in ("target.model", "drafter.model", "out", "gpu") else text
+            options[key] = setting_value(text) if key not in ("target.model", "drafter.model", "out", "gpu") else text
     return source, options, arch, gpu, eff
 
 
-def _ints(value: Any, key: str) -> list[int]:
+def ints(value: Any, key: str) -> list[int]:
     values = value if isinstance(value, list) else [value]
     if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
         raise ConfigError(f"{key}={json.dumps(value)}: one whole number or a list of them (>= 0).")
@@ -110,7 +111,7 @@ def given_acceptance(options: dict[str, Any]) -> dict[str, list[float] | float]:
         raise ConfigError("give al= (with one d=) or acceptance=[…], not both.")
     if "acceptance" in options:
         return {drafter: marginal_from_conditional(check_rates(options["acceptance"], "acceptance"))}
-    ds = _ints(options.get("d"), "d") if "d" in options else []
+    ds = ints(options.get("d"), "d") if "d" in options else []
     al = options["al"]
     if len(ds) != 1 or not isinstance(al, (int, float)) or isinstance(al, bool) or not 1 <= al <= 1 + ds[0]:
         raise ConfigError(f"al={al} needs one d= and 1 <= al <= 1 + d.")
@@ -152,6 +153,29 @@ def resolve_inputs(source: Path | None, options: dict[str, Any], arch: dict[str,
     return target_config, acceptance, draft_configs
 
 
+def _hardware(options: dict[str, Any], gpu_fields: dict[str, Any], eff_fields: dict[str, Any]) -> Hardware:
+    if "gpu" not in options:
+        raise ConfigError(f"give gpu=<name> (one of {', '.join(GPUS)}) or gpu=custom with its figures.")
+    known = [f.name for f in fields(Efficiency)]
+    unknown = sorted(set(eff_fields) - set(known))
+    if unknown:
+        raise ConfigError(f"eff.{unknown[0]} is not an efficiency; give any of {', '.join(known)}.")
+    return Hardware(
+        gpu_named(options["gpu"], gpu_fields),
+        tp=ints(options.get("tp", 1), "tp")[0],
+        weights=str(options.get("weights", "bf16")),
+        eff=Efficiency(**eff_fields),
+    )
+
+
+def hardware_from(settings: dict[str, str]) -> Hardware:
+    """The hardware of `gpu=… tp=… weights=… gpu.<field>=… eff.<field>=…` settings (key -> text)."""
+    options = {k: (v if k == "gpu" else setting_value(v)) for k, v in settings.items() if "." not in k}
+    gpu_fields = {k.removeprefix("gpu."): setting_value(v) for k, v in settings.items() if k.startswith("gpu.")}
+    eff_fields = {k.removeprefix("eff."): setting_value(v) for k, v in settings.items() if k.startswith("eff.")}
+    return _hardware(options, gpu_fields, eff_fields)
+
+
 def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
     source, options, arch, gpu_fields, eff_fields = parse(argv)
     if "gpu" not in options:
@@ -163,14 +187,14 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
         )
     hw = Hardware(
         gpu_named(options["gpu"], gpu_fields),
-        tp=_ints(options.get("tp", 1), "tp")[0],
+        tp=ints(options.get("tp", 1), "tp")[0],
         weights=str(options.get("weights", "bf16")),
         eff=Efficiency(**eff_fields),
     )
     target_config, acceptance, draft_configs = resolve_inputs(source, options, arch)
     target = shape_of(target_config, "target.model")
     check_tp(target, hw.tp)
-    ds = _ints(options["d"], "d") if "d" in options else None
+    ds = ints(options["d"], "d") if "d" in options else None
     draftings = []
     for drafter, rates in acceptance.items():
         if isinstance(rates, float):  # al= at one d
@@ -186,8 +210,8 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
         if draft is not None:
             check_tp(draft, hw.tp, "the draft")
         draftings.append(Drafting(drafter, al_by_d, draft))
-    batch_sizes = _ints(options.get("batch_sizes", DEFAULT_BATCH_SIZES), "batch_sizes")
-    context_lens = _ints(options.get("context_len", DEFAULT_CONTEXT_LEN), "context_len")
+    batch_sizes = ints(options.get("batch_sizes", DEFAULT_BATCH_SIZES), "batch_sizes")
+    context_lens = ints(options.get("context_len", DEFAULT_CONTEXT_LEN), "context_len")
     if 0 in batch_sizes or 0 in context_lens:
         raise ConfigError("batch_sizes and context_len are whole numbers >= 1.")
     points = predict(draftings, target, hw, batch_sizes, context_lens, ds)

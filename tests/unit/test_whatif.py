@@ -230,3 +230,32 @@ def test_bad_input_is_one_line_before_anything_is_computed(tmp_path, capsys, arg
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("speclens: error: ") and message in err[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_the_guidelines_for_a_gpu_come_out_of_the_modelled_verification_cost():
+    from speclens.gpu_guidelines import free_verification_limit, low_latency_break_even, verify_knees
+
+    shape = shape_of({**SMALL, "num_hidden_layers": 4})  # G = 4
+    hw = hardware(overhead_ms=0.1)
+    # guidelines 2 and 3: the step-ups after D = 128/G - 1 = 31 and 63 (memory-bound at B = 1)
+    assert verify_knees(shape, hw, 1, 8192, 64) == [31, 63]
+    # guideline 1: with one cached token (attention negligible) the GEMMs turn compute-bound once
+    # B·(1+D) passes 1,000 tokens (1,000 TFLOPS at 1 TB/s): B·(1+D) = 2,048, 4,096, 4,096
+    limits = [free_verification_limit(shape, hw, d, [1, 16, 64, 256, 1024], 1) for d in (1, 15, 63)]
+    assert limits == [1024, 256, 64]
+    # guideline 4: a free lookup drafter pays from any AL above the (flat) verification cost
+    rho, pays = low_latency_break_even(
+        "ngram", shape, None, replace(hw, eff=replace(hw.eff, lookup_us_per_request=0)), 8192, [1, 3]
+    )
+    assert rho == 0.0 and [p.break_even_al for p in pays] == [pytest.approx(1.0), pytest.approx(1.0)]
+
+
+def test_evals_guidelines_adds_the_gpus_guidelines(tmp_path, capsys):
+    from evals.guidelines import main
+
+    target = write_config(tmp_path / "target", {**SMALL, "num_hidden_layers": 4, "max_position_embeddings": 8192})
+    assert main([f"target.model={target}", "gpu=h200_sxm", "batch_sizes=[1,64]", "context_len=2048"]) == 0
+    out = capsys.readouterr().out
+    assert "on h200_sxm (tp=1, weights=bf16, context 2048 tokens; the step-cost model):" in out
+    assert "guidelines 2-3 at B=1: T_verif steps up after D = 31, 63" in out
+    assert "guideline 4 (the EAGLE-3 head): rho = " in out
