@@ -9,7 +9,9 @@ Architecture: `target.model=<folder or hub id>` (default: the run's target), `dr
 Hardware: `gpu=<name>` (`--list-gpus`) or `gpu=custom gpu.bf16_tflops=… gpu.hbm_tb_s=… gpu.memory_gb=…
 [gpu.fp8_tflops=… gpu.nvlink_gb_s=…]`, `tp=N`, `weights=bf16|fp8`, `eff.<field>=…` (speclens/step_cost.py).
 Operating points: `batch_sizes=[…]` (default 1 … 256), `context_len=` one or a list (default 4096),
-`d=` one or a list (default every D with acceptance). Writes whatif.json to `out=` (default: the run
+`d=` one or a list (default every D with acceptance). `calibrate=<run or sweep dir measured with
+baseline=true>` fits the model to that machine's step costs and predicts for it (gpu=measured),
+printing each point's error, fitted and held out. Writes whatif.json to `out=` (default: the run
 or sweep dir, else outputs/whatif/<date>/<time>/) and prints the best (drafter, D) per B.
 """
 
@@ -23,22 +25,26 @@ from pathlib import Path
 from typing import Any
 
 from reports.profile import PROFILE_FILE, read_profiles
+from reports.runs import find_runs
 from reports.table import text_table
-from speclens import checkpoints
+from speclens import calibrate, checkpoints
 from speclens.acceptance import al_at, check_rates, marginal_from_conditional
+from speclens.calibrate import Measured
 from speclens.draft_cost import MECHANISMS, SERIAL_HEADS, head_shape, needs_draft_config
 from speclens.errors import ConfigError, guarded
 from speclens.files import write_json_atomic
 from speclens.gpus import GPUS, gpu_named
 from speclens.model_facts import text_config
 from speclens.model_shape import shape_of
+from speclens.records import read_parquet
+from speclens.run_files import REQUESTS_FILE
 from speclens.step_cost import Efficiency, Hardware, check_tp
 from speclens.whatif import DEFAULT_BATCH_SIZES, Drafting, best, predict, schedule
 
 WHATIF_FILE = "whatif.json"
 DEFAULT_CONTEXT_LEN = 4096
 KEYS = ("gpu", "tp", "weights", "batch_sizes", "context_len", "d", "al", "acceptance", "drafter", "domain", "out")
-KEYS += ("target.model", "drafter.model")
+KEYS += ("target.model", "drafter.model", "calibrate")
 
 
 def setting_value(text: str) -> Any:
@@ -66,7 +72,9 @@ def parse(argv: list[str]) -> tuple[Path | None, dict[str, Any], dict[str, Any],
         else:
             if key not in KEYS:
                 raise ConfigError(f"{key}= is not a whatif setting; see `python -m evals.whatif --help`.")
-            options[key] = setting_value(text) if key not in ("target.model", "drafter.model", "out", "gpu") else text
+            options[key] = (
+                text if key in ("target.model", "drafter.model", "out", "gpu", "calibrate") else setting_value(text)
+            )
     return source, options, arch, gpu, eff
 
 
@@ -176,24 +184,51 @@ def hardware_from(settings: dict[str, str]) -> Hardware:
     return _hardware(options, gpu_fields, eff_fields)
 
 
+def calibration_points(folder: Path) -> tuple[list[Measured], str]:
+    """The measured T_verif of every run under `folder` measured with baseline=true: plain steps
+    at each B (D = 0) and the zero-cost verify pass's at B·(1+D); context: each B's requests' mean
+    prompt plus half their output. Points measured by several runs are averaged. With the
+    runs' target folder."""
+    runs = [r for r in find_runs(folder) if any(op.t_verif for op in r.summary.operating_points)]
+    if not runs:
+        raise ConfigError(f"calibrate={folder}: no run there was measured with baseline=true (no step costs).")
+    found: dict[tuple[int, int, int], list[float]] = {}
+    for run in runs:
+        requests = read_parquet(run.path / REQUESTS_FILE)
+        for op in run.summary.operating_points:
+            mine = requests[requests.batch_size == op.batch_size]
+            context = int(round(float((mine.prompt_tokens + mine.output_tokens / 2).mean())))
+            if op.t_verif is not None:
+                found.setdefault((op.batch_size, 0, context), []).append(op.t_verif.median_ms)
+            if op.t_verif_spec is not None and run.summary.d:
+                found.setdefault((op.batch_size, run.summary.d, context), []).append(op.t_verif_spec.median_ms)
+    points = [Measured(b, d, c, sum(ts) / len(ts)) for (b, d, c), ts in sorted(found.items())]
+    return points, runs[0].stamp["target_dir"]
+
+
 def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
     source, options, arch, gpu_fields, eff_fields = parse(argv)
-    if "gpu" not in options:
-        raise ConfigError(f"give gpu=<name> (one of {', '.join(GPUS)}) or gpu=custom with its figures.")
-    known = {f.name for f in fields(Efficiency)}
-    if set(eff_fields) - known:
-        raise ConfigError(
-            f"eff.{sorted(set(eff_fields) - known)[0]} is not an efficiency; give any of {', '.join(known)}."
-        )
-    hw = Hardware(
-        gpu_named(options["gpu"], gpu_fields),
-        tp=ints(options.get("tp", 1), "tp")[0],
-        weights=str(options.get("weights", "bf16")),
-        eff=Efficiency(**eff_fields),
-    )
+    calibration = None
+    if "calibrate" in options:
+        if options.setdefault("gpu", "measured") != "measured":
+            raise ConfigError(
+                f"calibrate= predicts for the machine it measured: gpu=measured, not gpu={options['gpu']}."
+            )
+        points, measured_target = calibration_points(Path(options["calibrate"]).expanduser())
+        if "target.model" not in options and source is None:
+            options["target.model"] = measured_target
+        options["gpu"] = "custom"
+        gpu_fields = {"bf16_tflops": 1.0, "hbm_tb_s": 1.0, "memory_gb": 1e9}  # replaced by the fit below
+        calibration = points
+    hw = _hardware(options, gpu_fields, eff_fields)
     target_config, acceptance, draft_configs = resolve_inputs(source, options, arch)
     target = shape_of(target_config, "target.model")
     check_tp(target, hw.tp)
+    fitted = None
+    if calibration is not None:
+        calibrated = calibrate.errors(target, calibration, hw.weights)
+        fitted = calibrate.fit(target, calibration, hw.weights)
+        hw = calibrate.measured_hardware(fitted, hw)
     ds = ints(options["d"], "d") if "d" in options else None
     draftings = []
     for drafter, rates in acceptance.items():
@@ -229,7 +264,17 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
             "active_params": target.active_params(),
             "total_params": target.total_params(),
         },
-        "cost_model": "roofline",
+        "cost_model": "roofline" if fitted is None else "roofline, calibrated",
+        "calibration": None
+        if fitted is None
+        else {
+            "source": str(options["calibrate"]),
+            "fit": asdict(fitted),
+            "points": [
+                {**asdict(p), "error": round(in_fit, 4), "held_out_error": None if h != h else round(h, 4)}
+                for p, in_fit, h in calibrated
+            ],
+        },
         "points": points,
         "best": best(points),
         "schedules": {d.drafter: schedule(points, d.drafter, context_lens[0]) for d in draftings},
@@ -293,6 +338,19 @@ def main(argv: list[str]) -> int:
     print(f"speclens whatif: {gpu}, tp={result['tp']}, weights={result['weights']} ({result['cost_model']} model)")
     if result["model"]["arch_overrides"]:
         print("arch overrides: " + ", ".join(f"{k}={v}" for k, v in result["model"]["arch_overrides"].items()))
+    if result["calibration"] is not None:
+        fitted = result["calibration"]["fit"]
+        print(
+            f"calibrated on {result['calibration']['source']}: {fitted['hbm_tb_s'] * 1e3:.1f} GB/s, "
+            f"{fitted['tflops']:.3f} TFLOPS, {fitted['overhead_ms']:.2f} ms a pass, attention "
+            + ("in 128-row tiles" if fitted["tile_rows"] else "on the real query rows")
+        )
+        for p in result["calibration"]["points"]:
+            held = "-" if p["held_out_error"] is None else f"{p['held_out_error']:+.1%}"
+            print(
+                f"  B={p['batch_size']} D={p['d']} context {p['context']}: measured {p['t_ms']:.2f} ms, "
+                f"fit {p['error']:+.1%}, held out {held}"
+            )
     print(table(result))
     left_out = sum(not p["fits"] for p in result["points"])
     if left_out:

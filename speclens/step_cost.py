@@ -86,6 +86,9 @@ class Hardware:
     tp: int = 1
     weights: str = "bf16"
     eff: Efficiency = Efficiency()
+    # GPU attention kernels pad each KV head's query rows to 128-row tiles; None: kernels that
+    # compute the real rows and read the KV cache once (a CPU's, as a calibration finds them)
+    tile_rows: int | None = TILE_ROWS
 
     def __post_init__(self) -> None:
         if self.weights not in WEIGHT_BYTES:
@@ -130,9 +133,9 @@ def gemm_term(shape: ModelShape, tokens: int, hw: Hardware) -> tuple[float, str]
     return (memory, "weights") if memory >= compute else (compute, "compute")
 
 
-def attention_tiles(g: int, queries_per_request: int) -> int:
+def attention_tiles(g: int, queries_per_request: int, tile_rows: int = TILE_ROWS) -> int:
     """128-row tiles one KV head's query rows (G · q) fill."""
-    return math.ceil(g * queries_per_request / TILE_ROWS)
+    return math.ceil(g * queries_per_request / tile_rows)
 
 
 def attention_term(shape: ModelShape, batch: int, queries: int, context: int, hw: Hardware) -> tuple[float, str]:
@@ -144,9 +147,13 @@ def attention_term(shape: ModelShape, batch: int, queries: int, context: int, hw
         kv_heads = max(1, shape.kv_heads // hw.tp)
         g = shape.heads // hw.tp // kv_heads
         per_token = 2 * shape.head_dim * KV_BYTES  # K and V
-    tiles = attention_tiles(g, queries)
-    nbytes = shape.layers * batch * kv_heads * tiles * context * per_token
-    flops = shape.layers * batch * kv_heads * tiles * 4.0 * TILE_ROWS * context * shape.head_dim
+    if hw.tile_rows is None:
+        reads, rows = 1, g * queries
+    else:
+        tiles = attention_tiles(g, queries, hw.tile_rows)
+        reads, rows = tiles, tiles * hw.tile_rows
+    nbytes = shape.layers * batch * kv_heads * reads * context * per_token
+    flops = shape.layers * batch * kv_heads * 4.0 * rows * context * shape.head_dim
     memory, compute = hw.mem_ms(nbytes), hw.compute_ms(flops, hw.gpu.bf16_tflops)
     return (memory, "kv") if memory >= compute else (compute, "compute")
 

@@ -5,6 +5,8 @@ accounting checks; what SmolLM2 adds (a real target's speed) is benchmarks' to m
 from __future__ import annotations
 
 import json
+import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -73,6 +75,28 @@ def test_two_batch_sizes_give_costs_speedups_and_a_ranking(tmp_path):
             assert built.uses_dynamic_speculative_decoding()
     csv = pd.read_csv(tmp_path / "sweep" / "ranking.csv")
     assert len(csv) == len(ranking) and (tmp_path / "sweep" / "pareto.png").stat().st_size > 10_000
+    check_calibration(tmp_path / "sweep", b1, b4)
+
+
+def check_calibration(sweep, b1: dict, b4: dict) -> None:
+    """The step-cost model fitted to this run (`evals.whatif calibrate=`): the four measured
+    T_verif read as the summary holds them, and the fit closer to them than one constant step time."""
+    from evals.whatif import calibration_points
+    from speclens.calibrate import errors
+    from speclens.checkpoints import read_config
+    from speclens.model_shape import shape_of
+
+    points, target_dir = calibration_points(sweep)
+    assert [(p.batch_size, p.d) for p in points] == [(1, 0), (1, D), (4, 0), (4, D)]
+    measured = [p[k]["median_ms"] for p in (b1, b4) for k in ("t_verif", "t_verif_spec")]
+    assert [p.t_ms for p in points] == pytest.approx(measured)
+    fitted = errors(shape_of(read_config(Path(target_dir), "target.model")), points)
+    constant = math.exp(sum(math.log(p.t_ms) for p in points) / len(points))
+    # in log space, where the fit minimises (a constant is the model with only its overhead)
+    rms = math.sqrt(sum(math.log1p(e) ** 2 for _, e, _ in fitted) / len(fitted))
+    rms_constant = math.sqrt(sum(math.log(constant / p.t_ms) ** 2 for p in points) / len(points))
+    assert rms <= rms_constant + 1e-9
+    assert all(math.isfinite(h) for _, _, h in fitted)  # each point predicted from the three others
 
 
 def test_a_draft_length_schedule_runs_under_vllms_dynamic_speculative_decoding(tmp_path):

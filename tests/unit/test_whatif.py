@@ -259,3 +259,18 @@ def test_evals_guidelines_adds_the_gpus_guidelines(tmp_path, capsys):
     assert "on h200_sxm (tp=1, weights=bf16, context 2048 tokens; the step-cost model):" in out
     assert "guidelines 2-3 at B=1: T_verif steps up after D = 31, 63" in out
     assert "guideline 4 (the EAGLE-3 head): rho = " in out
+
+
+def test_calibration_recovers_the_machine_that_produced_the_step_costs():
+    from speclens.calibrate import Fit, Measured, errors, fit
+
+    shape = shape_of({**SMALL, "num_hidden_layers": 4})
+    grid = [(b, d, c) for b in (1, 8, 64) for d in (0, 3, 40) for c in (256, 8192)]
+    for truth in (Fit(0.05, 0.4, 3.0, tile_rows=None), Fit(2.0, 300.0, 0.4)):  # a CPU-like and a GPU-like one
+        points = [Measured(b, d, c, 0.0) for b, d, c in grid]
+        points = [replace(p, t_ms=truth.predict(shape, p)) for p in points]
+        found = fit(shape, points)
+        assert found.tile_rows == truth.tile_rows
+        assert [found.predict(shape, p) for p in points] == [pytest.approx(p.t_ms, rel=0.01) for p in points]
+    held_out = [h for _, _, h in errors(shape, points[:6])]
+    assert max(abs(h) for h in held_out) < 0.02  # exact data: each point predicted from the five others
