@@ -8,7 +8,8 @@ Architecture: `target.model=<folder or hub id>` (default: the run's target), `dr
 `arch.<config field>=<value>` applied to the target's config before anything is derived.
 Hardware: `gpu=<name>` (`--list-gpus`) or `gpu=custom gpu.bf16_tflops=… gpu.hbm_tb_s=… gpu.memory_gb=…
 [gpu.fp8_tflops=… gpu.nvlink_gb_s=…]`, `tp=N`, `weights=bf16|fp8`, `eff.<field>=…` (speclens/step_cost.py).
-Operating points: `batch_sizes=[…]` (default 1 … 256), `context_len=` one or a list (default 4096),
+`slo.tokens_per_s_per_user=N` answers in one line what to serve, and up to which B, for N tokens/s
+per user. Operating points: `batch_sizes=[…]` (default 1 … 256), `context_len=` one or a list (default 4096),
 `d=` one or a list (default every D with acceptance). `calibrate=<run or sweep dir measured with
 baseline=true>` fits the model to that machine's step costs and predicts for it (gpu=measured),
 printing each point's error, fitted and held out. Writes whatif.json to `out=` (default: the run
@@ -27,6 +28,7 @@ from typing import Any
 from reports.profile import PROFILE_FILE, read_profiles
 from reports.runs import find_runs
 from reports.table import text_table
+from reports.whatif_page import write_page
 from speclens import calibrate, checkpoints
 from speclens.acceptance import al_at, check_rates, marginal_from_conditional
 from speclens.calibrate import Measured
@@ -39,12 +41,12 @@ from speclens.model_shape import shape_of
 from speclens.records import read_parquet
 from speclens.run_files import REQUESTS_FILE
 from speclens.step_cost import Efficiency, Hardware, check_tp
-from speclens.whatif import DEFAULT_BATCH_SIZES, Drafting, best, predict, schedule
+from speclens.whatif import DEFAULT_BATCH_SIZES, Drafting, best, predict, schedule, serve_at_slo
 
 WHATIF_FILE = "whatif.json"
 DEFAULT_CONTEXT_LEN = 4096
 KEYS = ("gpu", "tp", "weights", "batch_sizes", "context_len", "d", "al", "acceptance", "drafter", "domain", "out")
-KEYS += ("target.model", "drafter.model", "calibrate")
+KEYS += ("target.model", "drafter.model", "calibrate", "slo.tokens_per_s_per_user")
 
 
 def setting_value(text: str) -> Any:
@@ -65,7 +67,7 @@ def parse(argv: list[str]) -> tuple[Path | None, dict[str, Any], dict[str, Any],
             source = Path(arg).expanduser()
             continue
         key, text = arg.split("=", 1)
-        for prefix, into in (("arch.", arch), ("gpu.", gpu), ("eff.", eff)):
+        for prefix, into in (("arch.", arch), ("gpu.", gpu), ("eff.", eff)):  # slo.… is one key
             if key.startswith(prefix) and key not in KEYS:
                 into[key.removeprefix(prefix)] = setting_value(text)
                 break
@@ -282,6 +284,12 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
             str(c): {d.drafter: schedule(points, d.drafter, c) for d in draftings} for c in context_lens
         },
     }
+    if "slo.tokens_per_s_per_user" in options:
+        wanted = options["slo.tokens_per_s_per_user"]
+        if isinstance(wanted, bool) or not isinstance(wanted, (int, float)) or wanted <= 0:
+            raise ConfigError(f"slo.tokens_per_s_per_user={wanted}: a number of tokens/s above 0.")
+        chosen = serve_at_slo(points, hw.tp, context_lens[0], float(wanted))
+        result["slo"] = {"tokens_per_s_per_user": wanted, "context_len": context_lens[0], "serve": chosen}
     out = Path(options["out"]) if "out" in options else None
     if out is None and source is not None:
         out = source.parent if source.name == PROFILE_FILE else source
@@ -314,6 +322,21 @@ def table(result: dict[str, Any]) -> str:
         )
     header = ["B", "context", "best", "AL", "T_verif(B) ms", "T_step ms", "speedup", "bound"]
     return text_table(header, rows)
+
+
+def slo_line(result: dict[str, Any]) -> str | None:
+    """The one-line answer to slo.tokens_per_s_per_user= (None where it was not asked)."""
+    slo = result.get("slo")
+    if slo is None:
+        return None
+    wanted, context, serve = slo["tokens_per_s_per_user"], slo["context_len"], slo["serve"]
+    if serve is None:
+        return f"no setting gives {wanted:g} tokens/s per user at context {context} on {result['gpu']['name']}"
+    what = "plain decoding" if serve["mechanism"] == "plain" else f"{serve['mechanism']} d={serve['d']}"
+    return (
+        f"serve {what} up to B={serve['batch_size']}: {serve['output_tokens_per_s']:,.0f} tokens/s per GPU, "
+        f"{serve['tokens_per_s_per_request']:.0f} tokens/s per user (>= {wanted:g}) at context {context}"
+    )
 
 
 @guarded
@@ -355,7 +378,11 @@ def main(argv: list[str]) -> int:
     left_out = sum(not p["fits"] for p in result["points"])
     if left_out:
         print(f"{left_out} points left out: weights and KV cache above 90% of the GPU's memory")
-    print(f"written: {out / WHATIF_FILE}")
+    line = slo_line(result)
+    if line:
+        print(line)
+    page = write_page(result, out, line)
+    print(f"written: {out / WHATIF_FILE}, {page}")
     return 0
 
 

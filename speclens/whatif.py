@@ -119,3 +119,50 @@ def schedule(points: list[dict[str, Any]], drafter: str, context: int) -> list[l
         else:
             out.append([start, end, k])
     return out
+
+
+def operating_rows(points: list[dict[str, Any]], tp: int) -> list[dict[str, Any]]:
+    """Every fitting point as throughput and interactivity (output tokens/s per GPU, per user),
+    with plain decoding's at each (B, context length): the axes of the Pareto front."""
+    rows = []
+    for p in points:
+        if not p["fits"]:
+            continue
+        per_user = p["tokens_per_step"] * 1000.0 / p["t_step_ms"]
+        rows.append(
+            {
+                "mechanism": p["drafter"],
+                "d": p["d"],
+                "batch_size": p["batch_size"],
+                "context_len": p["context_len"],
+                "tokens_per_s_per_request": per_user,
+                "output_tokens_per_s": p["batch_size"] * per_user / tp,
+            }
+        )
+    plain = {(p["batch_size"], p["context_len"]): p["t_plain_ms"] for p in points if p["fits"]}
+    for (b, context), t_plain in sorted(plain.items()):
+        per_user = 1000.0 / t_plain
+        rows.append(
+            {
+                "mechanism": "plain",
+                "d": None,
+                "batch_size": b,
+                "context_len": context,
+                "tokens_per_s_per_request": per_user,
+                "output_tokens_per_s": b * per_user / tp,
+            }
+        )
+    return rows
+
+
+def serve_at_slo(points: list[dict[str, Any]], tp: int, context: int, per_user: float) -> dict[str, Any] | None:
+    """The most output tokens/s per GPU at `context` among the settings that give every user at
+    least `per_user` tokens/s (None: no setting does); plain decoding counts."""
+    meeting = [
+        r
+        for r in operating_rows(points, tp)
+        if r["context_len"] == context and r["tokens_per_s_per_request"] >= per_user
+    ]
+    if not meeting:
+        return None
+    return max(meeting, key=lambda r: (round(r["output_tokens_per_s"], 6), r["mechanism"] == "plain"))

@@ -274,3 +274,41 @@ def test_calibration_recovers_the_machine_that_produced_the_step_costs():
         assert [found.predict(shape, p) for p in points] == [pytest.approx(p.t_ms, rel=0.01) for p in points]
     held_out = [h for _, _, h in errors(shape, points[:6])]
     assert max(abs(h) for h in held_out) < 0.02  # exact data: each point predicted from the five others
+
+
+def test_the_slo_picks_the_most_throughput_that_keeps_every_user_above_the_rate():
+    from speclens.whatif import serve_at_slo
+
+    # (d, B, T_verif(B) ms, T_step ms, AL): per user AL·1000/T_step, per GPU B times that
+    rows = [
+        {"drafter": "eagle3", "d": d, "batch_size": b, "context_len": 4096, "fits": True}
+        | {"t_plain_ms": t_plain, "t_step_ms": t_step, "tokens_per_step": al}
+        for d, b, t_plain, t_step, al in [(3, 1, 5.0, 6.0, 2.4), (3, 16, 8.0, 12.0, 2.4), (3, 64, 20.0, 40.0, 2.4)]
+    ]
+    # eagle3 at B=16: 200 tokens/s per user, 3,200 per GPU; at B=64: 60 per user (too slow); plain at
+    # B=64: 50 per user; plain at B=16: 125 per user, 2,000 per GPU
+    assert serve_at_slo(rows, 1, 4096, 80.0) == {
+        "mechanism": "eagle3",
+        "d": 3,
+        "batch_size": 16,
+        "context_len": 4096,
+        "tokens_per_s_per_request": pytest.approx(200.0),
+        "output_tokens_per_s": pytest.approx(3200.0),
+    }
+    assert serve_at_slo(rows, 2, 4096, 80.0)["output_tokens_per_s"] == pytest.approx(1600.0)  # per GPU of two
+    assert serve_at_slo(rows, 1, 4096, 500.0) is None
+
+
+def test_whatif_answers_the_slo_in_one_line_and_draws_its_page(tmp_path, capsys):
+    from evals.whatif import main
+
+    target = write_config(tmp_path / "target", {**SMALL, "num_hidden_layers": 16})
+    args = [f"target.model={target}", "gpu=l40s", "drafter=eagle3", "acceptance=[0.8,0.5]", f"out={tmp_path}"]
+    assert main([*args, "batch_sizes=[1,4,16]", "slo.tokens_per_s_per_user=100"]) == 0
+    out = capsys.readouterr().out
+    result = json.loads((tmp_path / "whatif.json").read_text())
+    serve = result["slo"]["serve"]
+    what = "plain decoding" if serve["mechanism"] == "plain" else f"eagle3 d={serve['d']}"
+    assert f"serve {what} up to B={serve['batch_size']}: " in out and serve["tokens_per_s_per_request"] >= 100
+    page = (tmp_path / "whatif.html").read_text()
+    assert '"speedup-eagle3-4096"' in page and '"pareto-eagle3"' in page

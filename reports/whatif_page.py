@@ -1,0 +1,91 @@
+"""whatif.html: the predictions of `evals.whatif` as a page in the report's style — the best
+(drafter, D) per B, predicted speedup vs B for each D, and the throughput–interactivity Pareto
+front with and without each mechanism (NVIDIA's co-design post, Figure 1, for your model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from reports.charts import Chart, base_layout, coloured, hover_template, pareto_chart
+from reports.page import Section, render_page
+from reports.ranking import pareto_front
+from speclens.whatif import operating_rows
+
+WHATIF_PAGE = "whatif.html"
+
+
+def speedup_chart(points: list[dict[str, Any]], drafter: str, context: int) -> Chart:
+    traces = []
+    mine = [p for p in points if p["drafter"] == drafter and p["context_len"] == context and p["fits"]]
+    for d in sorted({p["d"] for p in mine}):
+        series = sorted((p for p in mine if p["d"] == d), key=lambda p: p["batch_size"])
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "name": f"d={d}",
+                "x": [p["batch_size"] for p in series],
+                "y": [p["speedup"] for p in series],
+                "customdata": [
+                    f"B={p['batch_size']} d={d}: x{p['speedup']:.2f} (AL {p['al']:.2f}, {p['bound']}-bound)"
+                    for p in series
+                ],
+                "hovertemplate": hover_template(),
+            }
+        )
+    layout = base_layout(
+        f"{drafter}: predicted speedup vs B, context {context}",
+        xaxis={"title": {"text": "batch size B"}, "type": "log"},
+        yaxis={"title": {"text": "speedup over plain decoding"}},
+        shapes=[{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1, "line": {"dash": "dot"}}],
+    )
+    return Chart(
+        f"speedup-{drafter}-{context}", f"{drafter} speedup vs B", {"data": coloured(traces), "layout": layout}
+    )
+
+
+def write_page(result: dict[str, Any], out: Path, slo_line: str | None = None) -> Path:
+    points = result["points"]
+    context = min(p["context_len"] for p in points)
+    drafters = sorted({p["drafter"] for p in points})
+    best_rows = [
+        [
+            str(b["batch_size"]),
+            str(b["context_len"]),
+            "plain" if b["drafter"] == "none" else f"{b['drafter']} d={b['d']}",
+        ]
+        + [f"x{b['speedup']:.2f}"]
+        for b in result["best"]
+    ]
+    gpu = result["gpu"]["name"]
+    answer = Section(
+        f"Best per batch size on {gpu}",
+        answer=slo_line,
+        text=[f"tp={result['tp']}, weights={result['weights']}, cost model: {result['cost_model']}."],
+        tables=[(["B", "context", "best", "speedup"], best_rows)],
+    )
+    rows = pd.DataFrame([r for r in operating_rows(points, result["tp"]) if r["context_len"] == context])
+    fronts = []
+    for drafter in drafters:
+        shown = rows[rows.mechanism.isin([drafter, "plain"])]
+        chart = pareto_chart(shown, pareto_front(shown))
+        if isinstance(chart, Chart):
+            chart.key, chart.title = f"pareto-{drafter}", f"Throughput vs interactivity with and without {drafter}"
+            layout = chart.figure["layout"]
+            layout["title"]["text"] = f"{drafter} and plain decoding: predicted, context {context}"
+            layout["xaxis"]["title"]["text"] = "interactivity: output tokens/s per user"
+            layout["yaxis"]["title"]["text"] = "throughput: output tokens/s per GPU"
+        fronts.append(chart)
+    sections = [
+        answer,
+        Section("Predicted speedup vs B", charts=[speedup_chart(points, d, context) for d in drafters]),
+        Section("Throughput vs interactivity", charts=fronts),
+    ]
+    path = out / WHATIF_PAGE
+    path.write_text(
+        render_page("speclens whatif", f"{gpu}: predicted from measured acceptance", sections), encoding="utf-8"
+    )
+    return path
