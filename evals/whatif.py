@@ -32,7 +32,7 @@ from reports.whatif_page import write_page
 from speclens import calibrate, checkpoints
 from speclens.acceptance import al_at, check_rates, marginal_from_conditional
 from speclens.calibrate import Measured
-from speclens.draft_cost import MECHANISMS, SERIAL_HEADS, head_shape, needs_draft_config
+from speclens.draft_cost import MECHANISMS, drafter_shape, needs_draft_config
 from speclens.errors import ConfigError, guarded
 from speclens.files import write_json_atomic
 from speclens.gpus import GPUS, gpu_named
@@ -41,7 +41,7 @@ from speclens.model_shape import shape_of
 from speclens.records import read_parquet
 from speclens.run_files import REQUESTS_FILE
 from speclens.step_cost import Efficiency, Hardware, check_tp
-from speclens.whatif import DEFAULT_BATCH_SIZES, Drafting, best, predict, schedule, serve_at_slo
+from speclens.whatif import DEFAULT_BATCH_SIZES, Drafting, best, mean_context, predict, schedule, serve_at_slo
 
 WHATIF_FILE = "whatif.json"
 DEFAULT_CONTEXT_LEN = 4096
@@ -199,7 +199,7 @@ def calibration_points(folder: Path) -> tuple[list[Measured], str]:
         requests = read_parquet(run.path / REQUESTS_FILE)
         for op in run.summary.operating_points:
             mine = requests[requests.batch_size == op.batch_size]
-            context = int(round(float((mine.prompt_tokens + mine.output_tokens / 2).mean())))
+            context = mean_context(mine.prompt_tokens, mine.output_tokens)
             if op.t_verif is not None:
                 found.setdefault((op.batch_size, 0, context), []).append(op.t_verif.median_ms)
             if op.t_verif_spec is not None and run.summary.d:
@@ -239,11 +239,7 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
         else:
             wanted = ds if ds is not None else list(range(1, len(rates) + 1))
             al_by_d = {d: al_at(rates, d) for d in wanted if d > 0}
-        config = draft_configs[drafter]
-        if drafter in SERIAL_HEADS:
-            draft = head_shape(drafter, target, config)
-        else:
-            draft = shape_of(config, "drafter.model") if config is not None else None
+        draft = drafter_shape(drafter, target, draft_configs[drafter])
         if draft is not None:
             check_tp(draft, hw.tp, "the draft")
         draftings.append(Drafting(drafter, al_by_d, draft))

@@ -24,6 +24,7 @@ from drafters.facts_table import HEADER as DRAFTER_HEADER
 from drafters.facts_table import comparison_rows
 from reports import charts, figures
 from reports.curves import WHOLE_OUTPUT, collect, safe_name
+from reports.gpu_prediction import gpu_section
 from reports.page import Section, render_page
 from reports.rank import display_columns, display_rows, guideline_notes
 from reports.ranking import pareto_front, rank_runs, tables
@@ -39,6 +40,8 @@ from reports.table import cell, markdown_table
 from speclens.account import CORRECTIONS, MODEL
 from speclens.drafter_build import describe_build
 from speclens.errors import ArgumentParser, SpeclensError, guarded
+from speclens.gpus import GPUS, gpu_named
+from speclens.step_cost import Hardware
 from speclens.summary import WHOLE_RUN_GROUP
 from speclens.text import Shown, markdown_safe
 
@@ -500,7 +503,7 @@ def stamp_section(runs: list[Run]) -> Section:
     return section
 
 
-def build_sections(root: Path) -> list[Section]:
+def build_sections(root: Path, gpu: Hardware | None = None) -> list[Section]:
     runs = find_runs(root)
     if not runs:
         raise SpeclensError(f"{root}: no finished runs (summary.json) in it.")
@@ -512,6 +515,8 @@ def build_sections(root: Path) -> list[Section]:
         ranking = exc
     sections = [decision_section(root, runs, ranking), al_section(root, runs)]
     sections += [s for s in (ranking_section(runs, ranking), speedup_section(runs), account_section(runs)) if s]
+    if gpu is not None:
+        sections.append(gpu_section(runs, gpu))
     sections += [throughput_section(runs, ranking)] + [s for s in (latency_section(runs),) if s]
     sections += acceptance_sections(spec_runs)
     sections += [s for s in (segment_section(spec_runs), turn_section(spec_runs)) if s]
@@ -555,8 +560,9 @@ def render_markdown(root: Path, sections: list[Section], out_dir: Path) -> str:
     return "\n".join(out)
 
 
-def build(root: Path) -> tuple[Path, Path]:
-    sections = build_sections(root)
+def build(root: Path, gpu: Hardware | None = None) -> tuple[Path, Path]:
+    """report.html and report.md in `root`; with `gpu`, a section predicting the speedups there."""
+    sections = build_sections(root, gpu)
     html_file, md_file = root / "report.html", root / "report.md"
     html_file.write_text(render_html(root, sections), encoding="utf-8")
     md_file.write_text(render_markdown(root, sections, root), encoding="utf-8")
@@ -567,8 +573,11 @@ def build(root: Path) -> tuple[Path, Path]:
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="python -m reports.build", description=__doc__.splitlines()[0])
     parser.add_argument("dir", type=Path, help="a run dir or a sweep dir")
+    parser.add_argument("--gpu", help=f"also predict the speedups on this GPU ({', '.join(GPUS)})")
+    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs for --gpu (default 1)")
     args = parser.parse_args(argv)
-    html_file, md_file = build(args.dir)
+    gpu = Hardware(gpu_named(args.gpu), tp=args.tp) if args.gpu else None
+    html_file, md_file = build(args.dir, gpu)
     print(f"report: {html_file}\nmarkdown: {md_file}")
     return 0
 

@@ -45,6 +45,13 @@ def head_shape(mechanism: str, target: ModelShape, config: dict[str, Any] | None
     return replace(head, vocab=vocab, extra_params=fusion)
 
 
+def drafter_shape(mechanism: str, target: ModelShape, config: dict[str, Any] | None) -> ModelShape | None:
+    """The shape whose passes draft for `mechanism` (None: a lookup, or MTP's target layer)."""
+    if mechanism in SERIAL_HEADS:
+        return head_shape(mechanism, target, config)
+    return shape_of(config, "drafter.model") if config is not None else None
+
+
 def mtp_shape(target: ModelShape) -> ModelShape:
     """One target-shaped layer (MoE where the target's last layers are), its 2h → h projection, the LM head."""
     dense = 1 if target.experts and target.moe_layers == 0 else 0

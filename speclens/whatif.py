@@ -12,11 +12,14 @@ cache do not fit the GPU's memory is kept with `fits: false` and left out of `be
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from speclens.draft_cost import draft_ms
 from speclens.model_shape import ModelShape
 from speclens.step_cost import Hardware, memory_needed_gb, verify_step
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 MEMORY_HEADROOM = 0.9  # the share of GPU memory weights and KV cache may take (vLLM's default utilisation)
@@ -166,3 +169,9 @@ def serve_at_slo(points: list[dict[str, Any]], tp: int, context: int, per_user: 
     if not meeting:
         return None
     return max(meeting, key=lambda r: (round(r["output_tokens_per_s"], 6), r["mechanism"] == "plain"))
+
+
+def mean_context(prompt_tokens: pd.Series, output_tokens: pd.Series) -> int:
+    """A run's cached tokens per request for the model: the mean prompt plus half the mean output
+    (the cache grows from the one to the sum over a turn)."""
+    return max(1, int(round(float((prompt_tokens + output_tokens / 2).mean()))))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -312,3 +313,26 @@ def test_whatif_answers_the_slo_in_one_line_and_draws_its_page(tmp_path, capsys)
     assert f"serve {what} up to B={serve['batch_size']}: " in out and serve["tokens_per_s_per_request"] >= 100
     page = (tmp_path / "whatif.html").read_text()
     assert '"speedup-eagle3-4096"' in page and '"pareto-eagle3"' in page
+
+
+def test_the_report_predicts_each_runs_speedup_on_a_named_gpu(tmp_path):
+    from reports.build import main as build_main
+    from speclens.checkpoints import read_config
+    from speclens.records import read_parquet
+    from speclens.step_cost import Hardware
+    from speclens.whatif import mean_context
+    from tests.unit.test_step_costs import measure
+
+    summary, out = measure(tmp_path, 2)
+    assert build_main([str(tmp_path / "sweep"), "--gpu=h200_sxm", "--tp=1"]) == 0
+    section = (tmp_path / "sweep" / "report.md").read_text().split("## Predicted on h200_sxm")[1].split("\n## ")[0]
+    stamp = json.loads((out / "stamp.json").read_text())
+    shape = shape_of(read_config(Path(stamp["target_dir"]), "target.model"))
+    requests = read_parquet(out / "requests.parquet")
+    for op in summary["operating_points"]:
+        b = op["batch_size"]
+        mine = requests[requests.batch_size == b]
+        context = mean_context(mine.prompt_tokens, mine.output_tokens)
+        predicted = point(Drafting("ngram", {2: summary["al"]}), 2, b, context, shape, Hardware(gpu_named("h200_sxm")))
+        row = f"| ngram | 2 | {b} | {context} | {summary['al']:.2f} | x{op['speedup']:.2f} | x{predicted['speedup']:.2f} |"
+        assert row in section
