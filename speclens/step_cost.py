@@ -42,8 +42,8 @@ class Efficiency:
     compute: float = 0.70  # share of dense tensor throughput a GEMM or attention tile reaches
     link: float = 0.80  # share of one direction of the link an all-reduce reaches
     allreduce_us: float = 8.0  # fixed latency of one all-reduce call
-    overhead_ms: float = 0.5  # per target forward pass
-    draft_pass_overhead_ms: float = 0.05  # per serial pass of a drafter (launched from a captured graph)
+    overhead_ms: float = 1.2  # per target forward pass (scheduling, launches, sampling)
+    draft_pass_overhead_ms: float = 0.4  # per serial pass of a drafter
     lookup_us_per_request: float = 10.0  # n-gram / suffix lookup on the host, per request and step
 
     def __post_init__(self) -> None:

@@ -1,0 +1,60 @@
+"""The step-cost model with its defaults against published speedups (tests/data/published_speedups.json:
+target, GPU, TP, B, D and AL all stated in one public source each). Pure arithmetic. The figures and
+where the model is off, and why, are in docs/whatif.md; this test keeps them from getting worse."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from speclens.draft_cost import drafter_shape
+from speclens.gpus import gpu_named
+from speclens.model_shape import shape_of
+from speclens.step_cost import Hardware
+from speclens.whatif import Drafting, point
+
+DATA = json.loads((Path(__file__).resolve().parents[1] / "data" / "published_speedups.json").read_text())
+
+
+def predicted(case: dict) -> float:
+    target = shape_of(DATA["models"][case["target"]], case["target"])
+    draft_config = DATA["models"][case["draft"]] if "draft" in case else None
+    draft = drafter_shape(case["drafter"], target, draft_config)
+    hw = Hardware(gpu_named(case["gpu"]), tp=case["tp"], weights=case["weights"])
+    drafting = Drafting(case["drafter"], {case["d"]: case["al"]}, draft)
+    return point(drafting, case["d"], case["batch_size"], case["context_len"], target, hw)["speedup"]
+
+
+def test_every_case_names_its_source_and_states_what_the_model_needs():
+    assert len(DATA["cases"]) == 23
+    for case in DATA["cases"]:
+        assert case["source"] in DATA["sources"] and case["target"] in DATA["models"]
+        assert 1 <= case["al"] <= 1 + case["d"] and case["speedup"] > 0
+
+
+def test_the_defaults_predict_the_published_speedups_within_the_stated_error():
+    errors = {c["id"]: predicted(c) / c["speedup"] - 1 for c in DATA["cases"]}
+    # docs/whatif.md: median |error| 19.7 % over the 23 cases, one set of defaults for all
+    assert statistics.median(abs(e) for e in errors.values()) < 0.20
+    # where it is off, in the direction the docs explain: TensorRT-LLM's DeepSeek-R1 MTP steps carry
+    # more fixed cost than the model (under-predicted); vLLM's EAGLE-3 of mid-2025 drafted slower (over)
+    assert all(errors[f"deepseek-r1-mtp-d{d}"] < -0.15 for d in range(1, 6))
+    assert all(errors[f"llama-3.1-8b-eagle3-k{d}"] > 0.15 for d in range(2, 8))
+    assert all(abs(errors[f"llama-3.1-8b-eagle1-k{d}"]) < 0.10 for d in range(2, 8))
+
+
+def test_the_best_published_d_is_within_one_of_the_predicted_best():
+    sweeps: dict[tuple, list[dict]] = {}
+    for case in DATA["cases"]:
+        key = (case["source"], case["target"], case["drafter"], case["batch_size"])
+        sweeps.setdefault(key, []).append(case)
+    picks = []
+    for cases in sweeps.values():
+        if len(cases) < 2:
+            continue
+        published = max(cases, key=lambda c: c["speedup"])["d"]
+        model = max(cases, key=predicted)["d"]
+        picks.append((published, model))
+    # (published, predicted): DeepSeek-R1 MTP, EAGLE-1 and EAGLE-3 on Llama-3.1-8B, EAGLE-1 on Llama-3-8B
+    assert picks == [(3, 2), (3, 2), (4, 5), (2, 2)]
