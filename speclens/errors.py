@@ -8,13 +8,6 @@ import functools
 import sys
 from typing import Callable, NoReturn
 
-from hydra.errors import HydraException, MissingConfigException
-from omegaconf.errors import (
-    ConfigAttributeError,
-    ConfigKeyError,
-    OmegaConfBaseException,
-)
-
 from speclens.text import terminal_safe
 
 
@@ -62,6 +55,11 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def _config_message(exc: BaseException) -> str | None:
     """One line for a Hydra/OmegaConf composition error (a bad override), None for anything else."""
+    # Imported here: the foundation's other users (the step-cost model, benchmarks/gpu_step_cost.py
+    # on a GPU machine with torch alone) need no Hydra.
+    from hydra.errors import HydraException, MissingConfigException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
     if isinstance(exc, MissingConfigException):
         missing = getattr(exc, "missing_cfg_file", None) or ""
         group, _, option = missing.rpartition("/")

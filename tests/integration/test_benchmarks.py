@@ -40,6 +40,7 @@ def figure(pattern: str, text: str) -> float:
 def test_every_benchmark_script_is_tested_here():
     tested = set(re.findall(r"benchmark\(\s*\"(\w+\.py)\"", Path(__file__).read_text()))
     tested |= {"read_sweep.py"}  # tests/unit/test_api.py runs it
+    tested |= {"gpu_step_cost.py"}  # run below through runpy, to see what it imports
     assert tested == {p.name for p in (ROOT / "benchmarks").glob("*.py")}
 
 
@@ -107,3 +108,24 @@ def test_report_build_times_a_fake_sweeps_report():
     assert figure(r"reports.build median ([\d.]+) s", out) > 0
     assert 1 < figure(r"report.html ([\d.]+) MB", out) < 10  # plotly.js inlined, and nothing else that large
     assert figure(r"MB, (\d+) charts", out) >= 4
+
+
+def test_the_gpu_step_cost_check_times_both_terms_with_torch_alone():
+    # On CPU a smoke run (its ratios are for a GPU); what runs on a GPU machine needs torch, not vLLM or Hydra.
+    check = (
+        "import runpy, sys; sys.argv = ['gpu_step_cost.py', '--device', 'cpu', '--reps', '2'];"
+        "runpy.run_path('benchmarks/gpu_step_cost.py', run_name='__main__');"
+        "print('imported:', sorted(m for m in ('vllm', 'hydra', 'omegaconf', 'pandas') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=300, check=True
+    ).stdout
+    assert out.rstrip().splitlines()[-1] == "imported: []"
+    number = r"\s+([\d.e+-]+) /\s+([\d.e+-]+) = +([\d.e+-]+)"
+    rows = re.findall(
+        rf"^\s+(\d+)\s+(\d+)\s+(\d+) {number} \((?:weights|compute)\) {number} \((?:kv|compute)\)", out, re.M
+    )
+    assert [(int(b), int(d)) for b, d, *_ in rows] == [(1, 0), (1, 3), (4, 0), (4, 3)]
+    for row in rows:
+        measured, predicted, ratio = map(float, row[3:6])
+        assert measured > 0 and predicted > 0 and ratio == pytest.approx(measured / predicted, rel=0.01)
