@@ -293,29 +293,20 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
 
 
 def table(result: dict[str, Any]) -> str:
+    """The best per (B, context length); where plain decoding wins, its own step."""
     rows = []
     for b in result["best"]:
-        chosen = next(
-            (
-                p
-                for p in result["points"]
-                if (p["drafter"], p["d"], p["batch_size"], p["context_len"])
-                == (b["drafter"], b["d"], b["batch_size"], b["context_len"])
-            ),
-            None,
+        here = [
+            p for p in result["points"] if (p["batch_size"], p["context_len"]) == (b["batch_size"], b["context_len"])
+        ]
+        chosen = next((p for p in here if (p["drafter"], p["d"]) == (b["drafter"], b["d"])), None)
+        t_plain = here[0]["t_plain_ms"]
+        al, t_step, bound = (
+            (1.0, t_plain, "-") if chosen is None else (chosen["al"], chosen["t_step_ms"], chosen["bound"])
         )
-        rows.append(
-            [
-                str(b["batch_size"]),
-                str(b["context_len"]),
-                "plain" if b["drafter"] == "none" else f"{b['drafter']} d={b['d']}",
-                "-" if chosen is None else f"{chosen['al']:.2f}",
-                "-" if chosen is None else f"{chosen['t_plain_ms']:.2f}",
-                "-" if chosen is None else f"{chosen['t_step_ms']:.2f}",
-                f"{b['speedup']:.2f}",
-                "-" if chosen is None else chosen["bound"],
-            ]
-        )
+        what = "plain" if b["drafter"] == "none" else f"{b['drafter']} d={b['d']}"
+        rows.append([str(b["batch_size"]), str(b["context_len"]), what, f"{al:.2f}", f"{t_plain:.2f}"])
+        rows[-1] += [f"{t_step:.2f}", f"{b['speedup']:.2f}", bound]
     header = ["B", "context", "best", "AL", "T_verif(B) ms", "T_step ms", "speedup", "bound"]
     return text_table(header, rows)
 
