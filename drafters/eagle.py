@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from drafters.base import MechanismFacts, ReplayKind
 from drafters.checkpoint_drafter import CheckpointDrafter, CheckpointDrafterConfig
 from speclens.errors import ConfigError
-from speclens.model_facts import ModelFacts
+from speclens.model_facts import ModelFacts, text_config
 
 
 @dataclass
@@ -48,13 +48,18 @@ class Eagle(CheckpointDrafter):
             )
         return None
 
+    def input_width(self, draft: ModelFacts) -> tuple[str, int | None]:
+        """The key and width of the target hidden states the head takes in."""
+        return "hidden_size", draft.hidden_size
+
     def validate(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
         super().validate(d, target, draft)
         assert draft is not None
         # The head consumes the target's hidden states, so the widths must agree.
-        if draft.hidden_size != target.hidden_size:
+        key, width = self.input_width(draft)
+        if width != target.hidden_size:
             raise ConfigError(
-                f"drafter.model={draft.path} has hidden_size={draft.hidden_size} but "
+                f"drafter.model={draft.path} has {key}={width} but "
                 f"target.model={target.path} has hidden_size={target.hidden_size}; "
                 f"a drafter={self.name} head must be trained for this target."
             )
@@ -68,6 +73,15 @@ class Eagle3Config(CheckpointDrafterConfig):
 class Eagle3(Eagle):
     config_class = Eagle3Config
     kind_marker = "eagle3"
+
+    def input_width(self, draft: ModelFacts) -> tuple[str, int | None]:
+        # vLLM's EAGLE-3 heads (llama/qwen3/deepseek_eagle3.py) size their fusion layer by
+        # target_hidden_size where the config declares one: a head narrower than its target.
+        for config in (draft.raw, text_config(draft.raw)):
+            if config.get("target_hidden_size"):
+                return "target_hidden_size", config["target_hidden_size"]
+        return super().input_width(draft)
+
     facts = MechanismFacts(
         architecture="one decoder layer head on fused low/mid/high target hidden states",
         inputs="fused target hidden states",

@@ -20,11 +20,11 @@ from evals.datasets import dataset_name, load_prompts
 from evals.datasets.base import fingerprint as dataset_fingerprint
 from evals.embedded_drafters import EMBEDDED_DRAFTERS, ensure_drafter
 from evals.reasoning import Segmenter, check_template_kwargs, make_segmenter
+from runners import vllm_runner
 from runners.registry import runner_name, runner_of
 from speclens import checkpoints
 from speclens.config import (
     DEFAULT_DTYPE,
-    DEFAULT_MAX_MODEL_LEN,
     Dtype,
     RunConfig,
     WandbLoggerConfig,
@@ -105,17 +105,16 @@ def fit_engine_defaults(cfg: RunConfig, target: ModelFacts) -> dict[str, dict[st
     `cfg`); what was fitted, the default it replaces, and why."""
     fitted: dict[str, dict[str, Any]] = {}
     if cfg.engine.max_model_len is None:
-        window = target.max_position_embeddings
-        value = min(DEFAULT_MAX_MODEL_LEN, window) if window else DEFAULT_MAX_MODEL_LEN
+        window, default = target.max_position_embeddings, cfg.engine.default_max_model_len
+        value = min(default, window) if window else default
         cfg.engine.max_model_len = value
         fitted["engine.max_model_len"] = {
             "value": value,
-            "default": DEFAULT_MAX_MODEL_LEN,
+            "default": default,
             "why": (
-                f"the target's context window (max_position_embeddings={window}) is below the default "
-                f"{DEFAULT_MAX_MODEL_LEN}"
-                if value < DEFAULT_MAX_MODEL_LEN
-                else f"the default {DEFAULT_MAX_MODEL_LEN}"
+                f"the target's context window (max_position_embeddings={window}) is below the default {default}"
+                if value < default
+                else f"the default {default}"
             ),
         }
     if cfg.engine.dtype is None:
@@ -201,6 +200,7 @@ def check_scalars(cfg: RunConfig) -> None:
         ("seed", cfg.seed, 0),
         ("sampling.max_tokens", cfg.sampling.max_tokens, 1),
         ("engine.max_model_len", cfg.engine.max_model_len, 2),
+        ("engine.default_max_model_len", cfg.engine.default_max_model_len, 2),
         ("engine.max_num_seqs", cfg.engine.max_num_seqs, 1),
         ("engine.tensor_parallel_size", cfg.engine.tensor_parallel_size, 1),
         ("engine.pipeline_parallel_size", cfg.engine.pipeline_parallel_size, 1),
@@ -344,6 +344,9 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     drafter.validate(cfg.d, target, draft)
     runner = runner_of(cfg)
     runner.check_support(cfg, drafter.speculative)
+    spec = drafter.speculative_config(cfg.d)
+    if spec is not None and runner_name(cfg.runner) == "vllm":  # a server's vLLM is not this one
+        vllm_runner.check_method(spec["method"])
     if runner_name(cfg.runner) != "fake":  # the fake engine's token ids need no tokenizer
         checkpoints.check_tokenizer(target_dir, "target.model")
     encoder = runner.encoder(cfg, target_dir)

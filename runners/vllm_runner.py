@@ -85,6 +85,21 @@ def check_batch_invariance(cfg: RunConfig) -> None:
         raise ConfigError(BATCH_INVARIANT_ON_CPU)
 
 
+def check_method(method: str) -> None:
+    """Refuse, in one line naming the installed vLLM, a speculative method it does not have
+    (vLLM 0.33 removed medusa and mlp_speculator)."""
+    from typing import get_args
+
+    import vllm
+    from vllm.config.speculative import SpeculativeMethod
+
+    if method not in get_args(SpeculativeMethod):
+        raise ConfigError(
+            f"the installed vLLM {vllm.__version__} has no speculative method {method!r} (vLLM 0.33 removed "
+            "medusa and mlp_speculator); choose another drafter, or install a vLLM that has it."
+        )
+
+
 def check_support(cfg: RunConfig, speculative: bool) -> None:
     """Refuse open-loop load, batch-invariant kernels on CPU, and temperature > 0 with speculation
     on builds with vLLM issue #55005 and no fix."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 from pathlib import Path
@@ -11,8 +12,27 @@ from speclens.assets import cache_dir
 from speclens.errors import ConfigError
 from speclens.files import write_text_atomic
 
-# Files that define what a checkpoint computes; their contents go into its fingerprint.
-FINGERPRINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".json", ".model", ".txt", ".gguf")
+# Files that define what a checkpoint computes; their contents go into its fingerprint (a chat
+# template in chat_template.jinja decides what the target is asked).
+FINGERPRINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".json", ".model", ".txt", ".gguf", ".jinja", ".tiktoken")
+# What vLLM and transformers load from a hub checkpoint: configs and tokenizer files (chat templates
+# kept in chat_template.jinja, tiktoken vocabularies), and one set of weights: safetensors where
+# the repository has them, else PyTorch's .bin/.pt (vLLM's own example EAGLE-3 head ships those).
+HUB_FILES = ("*.json", "*.model", "*.txt", "*.jinja", "*.tiktoken")
+HUB_WEIGHTS = (("*.safetensors",), ("*.bin", "*.pt"))
+
+
+def hub_patterns(files: list[str] | None, config_only: bool = False) -> list[str]:
+    """snapshot_download's allow_patterns for a repository holding `files` (None: not listed,
+    offline: whatever the local cache holds of either kind of weights)."""
+    if config_only:
+        return ["config.json"]
+    if files is None:
+        return [*HUB_FILES, *(w for kind in HUB_WEIGHTS for w in kind)]
+    for kind in HUB_WEIGHTS:
+        if any(fnmatch.fnmatch(f, w) for f in files for w in kind):
+            return [*HUB_FILES, *kind]
+    return list(HUB_FILES)
 
 
 def resolve(ref: str, key: str, config_only: bool = False) -> Path:
@@ -28,10 +48,13 @@ def resolve(ref: str, key: str, config_only: bool = False) -> Path:
         raise ConfigError(f"{key}={ref}: no such checkpoint folder (expected a local folder or a hub id org/name).")
     # optional: only hub ids (not local folders) need huggingface_hub.
     try:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import list_repo_files, snapshot_download
 
-        patterns = ["config.json"] if config_only else ["*.json", "*.safetensors", "*.model", "*.txt"]
-        return Path(snapshot_download(ref, allow_patterns=patterns))
+        try:
+            files = None if config_only else list_repo_files(ref)
+        except Exception:  # offline: the cache answers below, or nothing does
+            files = None
+        return Path(snapshot_download(ref, allow_patterns=hub_patterns(files, config_only)))
     except Exception as exc:  # offline, gated, missing: all mean "not loadable here"
         raise ConfigError(
             f"{key}={ref}: not a local folder, and the Hugging Face hub could not provide it "

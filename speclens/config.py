@@ -75,8 +75,10 @@ DEFAULT_DTYPE = "bfloat16"
 
 @dataclass
 class EngineConfig:
-    # null: the smaller of DEFAULT_MAX_MODEL_LEN and the target's context window.
+    # null: the smaller of default_max_model_len and the target's context window.
     max_model_len: int | None = None
+    # The window fitted where max_model_len is null (engine=gpu: 8192).
+    default_max_model_len: int = DEFAULT_MAX_MODEL_LEN
     # null: the dtype the target's checkpoint was saved in (bfloat16 where it names none).
     dtype: Dtype | None = None
     enforce_eager: bool = True
@@ -195,6 +197,7 @@ FINGERPRINTED_WHEN_SET: dict[str, Any] = {
     "repeats": None,
     "drafter.schedule": None,
     "engine.batch_invariant": False,
+    "engine.default_max_model_len": DEFAULT_MAX_MODEL_LEN,
     "reasoning": {"parser": None, "end": None, "start": None},
     "chat_template_kwargs": {},
 }

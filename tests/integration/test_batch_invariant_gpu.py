@@ -30,12 +30,9 @@ SETTINGS = [
 
 def test_bf16_greedy_speculation_is_exactly_lossless_at_every_batch_size(tmp_path):
     summary = measure(tmp_path / "run", *SETTINGS)
-    assert summary["numerics"] == {
-        "dtype": "bfloat16",
-        "threads": summary["numerics"]["threads"],
-        "batch_invariant": True,
-        "reproducible": True,
-    }
+    numerics = summary["numerics"]
+    # (threads and the host cpu are recorded beside these in-process: not what this test is about)
+    assert (numerics["dtype"], numerics["batch_invariant"], numerics["reproducible"]) == ("bfloat16", True, True)
     # every speculative output equals plain decoding's, at B=1 and at B=4, with no near-tie allowance
     assert summary["lossless"]["identical"] is True and summary["lossless"]["n_near_ties"] == 0
     # and the batch shape moved no token: B=1 and B=4 gave the same outputs

