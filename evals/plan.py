@@ -20,7 +20,6 @@ from evals.datasets import dataset_name, load_prompts
 from evals.datasets.base import fingerprint as dataset_fingerprint
 from evals.embedded_drafters import EMBEDDED_DRAFTERS, ensure_drafter
 from evals.reasoning import Segmenter, check_template_kwargs, make_segmenter
-from runners import vllm_runner
 from runners.registry import runner_name, runner_of
 from speclens import checkpoints
 from speclens.config import (
@@ -344,9 +343,6 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     drafter.validate(cfg.d, target, draft)
     runner = runner_of(cfg)
     runner.check_support(cfg, drafter.speculative)
-    spec = drafter.speculative_config(cfg.d)
-    if spec is not None and runner_name(cfg.runner) == "vllm":  # a server's vLLM is not this one
-        vllm_runner.check_method(spec["method"])
     if runner_name(cfg.runner) != "fake":  # the fake engine's token ids need no tokenizer
         checkpoints.check_tokenizer(target_dir, "target.model")
     encoder = runner.encoder(cfg, target_dir)

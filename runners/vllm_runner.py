@@ -38,8 +38,10 @@ def engine_args(engine: EngineConfig, seed: int) -> dict[str, Any]:
 
 def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
     def start(model_dir: Path, spec: dict[str, Any] | None) -> Engine:
-        # vllm is imported only when an engine starts: light commands never load it.
-
+        # vllm is imported only when an engine starts (its import-time lines go to the engine log
+        # there): light commands never load it.
+        if spec is not None:
+            check_method(spec["method"])
         return VllmEngine(
             model=str(model_dir),
             speculative_config=spec,
