@@ -87,9 +87,15 @@ def ints(value: Any, key: str) -> list[int]:
     return sorted(set(values))
 
 
-def _stamps(source: Path) -> list[dict[str, Any]]:
+def _stamps(source: Path) -> list[tuple[str | None, dict[str, Any]]]:
+    """Each run's drafter (its summary's; None where it has none) and stamp under `source`."""
     files = [source / "stamp.json"] if (source / "stamp.json").is_file() else sorted(source.rglob("stamp.json"))
-    return [json.loads(f.read_text()) for f in files]
+    found = []
+    for file in files:
+        summary = file.parent / "summary.json"
+        drafter = json.loads(summary.read_text()).get("drafter") if summary.is_file() else None
+        found.append((drafter, json.loads(file.read_text())))
+    return found
 
 
 def _read_config(ref: str, key: str) -> dict[str, Any]:
@@ -145,7 +151,7 @@ def resolve_inputs(source: Path | None, options: dict[str, Any], arch: dict[str,
     if "target.model" in options:
         target_config = _read_config(options["target.model"], "target.model")
     elif stamps:
-        target_config = _read_config(stamps[0]["target_dir"], "target.model")
+        target_config = _read_config(stamps[0][1]["target_dir"], "target.model")
     else:
         raise ConfigError("give target.model=<folder or hub id> (a folder holding its config.json is enough).")
     text = text_config(target_config)
@@ -154,9 +160,9 @@ def resolve_inputs(source: Path | None, options: dict[str, Any], arch: dict[str,
     draft_configs: dict[str, dict[str, Any] | None] = {}
     for drafter in acceptance:
         ref = options.get("drafter.model") if len(acceptance) == 1 else None
-        for stamp in stamps:
-            if ref is None and stamp.get("config", {}).get("drafter", {}).get("name", drafter) == drafter:
-                ref = (stamp["config"].get("drafter") or {}).get("model")
+        for name, stamp in stamps:
+            if ref is None and name == drafter:
+                ref = (stamp.get("config", {}).get("drafter") or {}).get("model")
         if ref is None and needs_draft_config(drafter):
             raise ConfigError(f"drafter={drafter}: give drafter.model=<folder or hub id> for its config.json.")
         draft_configs[drafter] = _read_config(ref, "drafter.model") if ref else None

@@ -31,19 +31,19 @@ def prediction_rows(runs: list[Run], hw: Hardware) -> tuple[list[list[str]], lis
         summary = run.summary
         if summary.d is None or summary.al is None:
             continue
-        if summary.mechanism not in MECHANISMS:
-            notes.append(f"{run.path.name}: no draft-cost model for {summary.mechanism}.")
+        if summary.drafter not in MECHANISMS:
+            notes.append(f"{run.path.name}: no draft-cost model for {summary.drafter}.")
             continue
         try:
             target = shape_of(read_config(Path(run.stamp["target_dir"]), "target.model"), "target.model")
             check_tp(target, hw.tp)
             draft_ref = (run.stamp.get("config", {}).get("drafter") or {}).get("model")
-            draft = drafter_shape(summary.mechanism, target, _config(draft_ref, "drafter.model"))
+            draft = drafter_shape(summary.drafter, target, _config(draft_ref, "drafter.model"))
         except SpeclensError as exc:  # the target or draft is not on this machine any more
             notes.append(f"{run.path.name}: not predicted ({exc}).")
             continue
         requests = read_parquet(run.path / REQUESTS_FILE)
-        drafting = Drafting(summary.mechanism, {summary.d: summary.al}, draft)
+        drafting = Drafting(summary.drafter, {summary.d: summary.al}, draft)
         for op in summary.operating_points:
             mine = requests[requests.batch_size == op.batch_size]
             context = mean_context(mine.prompt_tokens, mine.output_tokens)

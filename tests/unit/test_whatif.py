@@ -336,3 +336,35 @@ def test_the_report_predicts_each_runs_speedup_on_a_named_gpu(tmp_path):
         predicted = point(Drafting("ngram", {2: summary["al"]}), 2, b, context, shape, Hardware(gpu_named("h200_sxm")))
         row = f"| ngram | 2 | {b} | {context} | {summary['al']:.2f} | x{op['speedup']:.2f} | x{predicted['speedup']:.2f} |"
         assert row in section
+
+
+def test_a_sweeps_drafters_each_get_their_own_draft_checkpoint(tmp_path):
+    from evals.whatif import build
+    from speclens.step_cost import Hardware
+
+    target = write_config(tmp_path / "target", {**SMALL, "num_hidden_layers": 8})
+    head = write_config(tmp_path / "head", {**SMALL, "draft_vocab_size": 500})
+    draft = write_config(tmp_path / "draft", {**SMALL, "num_hidden_layers": 2, "hidden_size": 512})
+    sweep = tmp_path / "sweep"
+    for name, model in (("eagle3", head), ("draft_model", draft)):
+        run = sweep / name
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text(json.dumps({"drafter": name, "d": 2}))
+        stamp = {"target_dir": str(target), "config": {"drafter": {"model": str(model)}}}
+        (run / "stamp.json").write_text(json.dumps(stamp))
+    profiles = [
+        {"drafter": name, "d": 2, "domain": "all", "segment": "all", "al": 1.9, "marginal": [0.6, 0.3]}
+        for name in ("eagle3", "draft_model")
+    ]
+    (sweep / "speculation_profile.json").write_text(json.dumps({"schema_version": 1, "profiles": profiles}))
+    result, _ = build([str(sweep), "gpu=h100_sxm", "batch_sizes=[4]", "context_len=512", "d=2"])
+    hw, shape = Hardware(gpu_named("h100_sxm")), shape_of({**SMALL, "num_hidden_layers": 8})
+    drafted = {p["drafter"]: p["t_draft_ms"] for p in result["points"]}
+    assert drafted["draft_model"] == pytest.approx(
+        draft_ms("draft_model", 2, 4, 512, shape, shape_of(json.loads((draft / "config.json").read_text())), hw)
+    )
+    assert drafted["eagle3"] == pytest.approx(
+        draft_ms(
+            "eagle3", 2, 4, 512, shape, head_shape("eagle3", shape, json.loads((head / "config.json").read_text())), hw
+        )
+    )
