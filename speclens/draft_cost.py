@@ -53,9 +53,9 @@ def drafter_shape(mechanism: str, target: ModelShape, config: dict[str, Any] | N
 
 
 def mtp_shape(target: ModelShape) -> ModelShape:
-    """One target-shaped layer (MoE where the target's last layers are), its 2h → h projection, the LM head."""
-    dense = 1 if target.experts and target.moe_layers == 0 else 0
-    return replace(target, layers=1, dense_layers=dense, extra_params=2 * target.hidden * target.hidden)
+    """One target-shaped layer (MoE where the target has experts, as its last layers are), its 2h → h
+    projection, the LM head."""
+    return replace(target, layers=1, dense_layers=0, extra_params=2 * target.hidden * target.hidden)
 
 
 def draft_ms(
