@@ -17,8 +17,8 @@ Each of the first two is max(bytes / (η_mem · bandwidth), FLOPs / (η_compute 
 their sum with the other two, and its `bound` names the largest term (`weights`, `kv`, `compute`,
 `communication`, `overhead`; `draft` where drafting costs more than any).
 
-Efficiencies and overheads (Efficiency) are stated defaults (docs/whatif.md says where each comes
-from and that none is fitted yet); `eff.<field>=` overrides them.
+Efficiencies and overheads (Efficiency) are one set of defaults for every GPU (docs/whatif.md says
+where each comes from, and how far they carry on published figures); `eff.<field>=` overrides them.
 """
 
 from __future__ import annotations
