@@ -37,7 +37,7 @@ def _split_args(argv: list[str]) -> tuple[list[str], str | None, dict[str, str]]
 def gpu_lines(settings: dict[str, str], target_config: dict, draft_config: dict | None) -> list[str]:
     """The guidelines for the GPU `settings` name, from the step-cost model."""
     from evals.whatif import hardware_from, ints, setting_value
-    from speclens.draft_cost import head_shape
+    from speclens.draft_cost import drafter_shape
     from speclens.gpu_guidelines import free_verification_limit, low_latency_break_even, verify_knees
     from speclens.model_shape import shape_of
     from speclens.step_cost import check_tp
@@ -63,10 +63,9 @@ def gpu_lines(settings: dict[str, str], target_config: dict, draft_config: dict 
         knees = verify_knees(shape, hw, b, context, 64)
         shown = ", ".join(map(str, knees[:6])) or "none up to D=64"
         out.append(f"guidelines 2-3 at B={b}: T_verif steps up after D = {shown}")
-    draft = head_shape("eagle3", shape, draft_config if draft_config and draft_config.get("draft_vocab_size") else None)
-    mechanism = "eagle3"
-    if draft_config is not None and not draft_config.get("draft_vocab_size"):
-        mechanism, draft = "draft_model", shape_of(draft_config, "drafter.model")
+    # a draft model where drafter.model= names one (no draft vocabulary), else an EAGLE-3 head
+    mechanism = "draft_model" if draft_config is not None and not draft_config.get("draft_vocab_size") else "eagle3"
+    draft = drafter_shape(mechanism, shape, draft_config)
     rho, pays = low_latency_break_even(mechanism, shape, draft, hw, context, [1, 3, 7])
     what = "the EAGLE-3 head" if mechanism == "eagle3" else "the draft model"
     out.append(f"guideline 4 ({what}): rho = T_draft(1,1) / T_verif(1) = {rho:.3f}")

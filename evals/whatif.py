@@ -19,6 +19,7 @@ or sweep dir, else outputs/whatif/<date>/<time>/) and prints the best (drafter, 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import asdict, fields
 from datetime import datetime
@@ -46,7 +47,8 @@ from speclens.whatif import DEFAULT_BATCH_SIZES, Drafting, best, mean_context, p
 WHATIF_FILE = "whatif.json"
 DEFAULT_CONTEXT_LEN = 4096
 KEYS = ("gpu", "tp", "weights", "batch_sizes", "context_len", "d", "al", "acceptance", "drafter", "domain", "out")
-KEYS += ("target.model", "drafter.model", "calibrate", "slo.tokens_per_s_per_user")
+KEYS += ("target.model", "drafter.model", "calibrate", "slo.tokens_per_s_per_user", "cost_model")
+TEXT_KEYS = ("target.model", "drafter.model", "out", "gpu", "calibrate", "cost_model")  # taken as written
 
 
 def setting_value(text: str) -> Any:
@@ -74,9 +76,7 @@ def parse(argv: list[str]) -> tuple[Path | None, dict[str, Any], dict[str, Any],
         else:
             if key not in KEYS:
                 raise ConfigError(f"{key}= is not a whatif setting; see `python -m evals.whatif --help`.")
-            options[key] = (
-                text if key in ("target.model", "drafter.model", "out", "gpu", "calibrate") else setting_value(text)
-            )
+            options[key] = text if key in TEXT_KEYS else setting_value(text)
     return source, options, arch, gpu, eff
 
 
@@ -216,27 +216,31 @@ def calibration_points(folder: Path) -> tuple[list[Measured], str]:
 
 def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
     source, options, arch, gpu_fields, eff_fields = parse(argv)
+    if options.get("cost_model", "roofline") != "roofline":
+        raise ConfigError(
+            f"cost_model={options['cost_model']}: this speclens has the roofline model only "
+            "(aiconfigurator's measured tables are not wired in yet; docs/whatif.md)."
+        )
     calibration = None
     if "calibrate" in options:
-        if options.setdefault("gpu", "measured") != "measured":
+        if options.get("gpu", "measured") != "measured":
             raise ConfigError(
                 f"calibrate= predicts for the machine it measured: gpu=measured, not gpu={options['gpu']}."
             )
-        points, measured_target = calibration_points(Path(options["calibrate"]).expanduser())
+        calibration, measured_target = calibration_points(Path(options["calibrate"]).expanduser())
         if "target.model" not in options and source is None:
             options["target.model"] = measured_target
-        options["gpu"] = "custom"
-        gpu_fields = {"bf16_tflops": 1.0, "hbm_tb_s": 1.0, "memory_gb": 1e9}  # replaced by the fit below
-        calibration = points
-    hw = _hardware(options, gpu_fields, eff_fields)
+    else:
+        hw = _hardware(options, gpu_fields, eff_fields)  # checked before any config is read
     target_config, acceptance, draft_configs = resolve_inputs(source, options, arch)
     target = shape_of(target_config, "target.model")
-    check_tp(target, hw.tp)
     fitted = None
-    if calibration is not None:
-        calibrated = calibrate.errors(target, calibration, hw.weights)
-        fitted = calibrate.fit(target, calibration, hw.weights)
-        hw = calibrate.measured_hardware(fitted, hw)
+    if calibration is not None:  # the machine measured, in place of a GPU of the table
+        weights = str(options.get("weights", "bf16"))
+        fitted = calibrate.fit(target, calibration, weights)
+        calibrated = calibrate.errors(target, calibration, weights, everything=fitted)
+        hw = fitted.hardware(weights, tp=ints(options.get("tp", 1), "tp")[0])
+    check_tp(target, hw.tp)
     ds = ints(options["d"], "d") if "d" in options else None
     draftings = []
     for drafter, rates in acceptance.items():
@@ -275,7 +279,7 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
             "source": str(options["calibrate"]),
             "fit": asdict(fitted),
             "points": [
-                {**asdict(p), "error": round(in_fit, 4), "held_out_error": None if h != h else round(h, 4)}
+                {**asdict(p), "error": round(in_fit, 4), "held_out_error": None if math.isnan(h) else round(h, 4)}
                 for p, in_fit, h in calibrated
             ],
         },

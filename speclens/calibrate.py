@@ -10,7 +10,7 @@ efficiency 1: what is fitted is what the machine reaches, not its datasheet.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -39,10 +39,10 @@ class Fit:
     overhead_ms: float
     tile_rows: int | None = TILE_ROWS  # the attention kernels' tiles the fit found closer (None: none)
 
-    def hardware(self, weights: str = "bf16") -> Hardware:
+    def hardware(self, weights: str = "bf16", tp: int = 1) -> Hardware:
         gpu = Gpu("measured", self.tflops, self.tflops, self.hbm_tb_s, memory_gb=math.inf, nvlink_gb_s=None)
         eff = Efficiency(mem=1.0, compute=1.0, overhead_ms=self.overhead_ms)
-        return Hardware(gpu, weights=weights, eff=eff, tile_rows=self.tile_rows)
+        return Hardware(gpu, tp=tp, weights=weights, eff=eff, tile_rows=self.tile_rows)
 
     def predict(self, shape: ModelShape, point: Measured, weights: str = "bf16") -> float:
         return verify_step(shape, point.batch_size, point.d, point.context, self.hardware(weights)).total_ms
@@ -103,9 +103,12 @@ def fit(shape: ModelShape, points: list[Measured], weights: str = "bf16") -> Fit
     return min(fits, key=lambda f: f[0])[1]
 
 
-def errors(shape: ModelShape, points: list[Measured], weights: str = "bf16") -> list[tuple[Measured, float, float]]:
-    """Per point: the relative error of the fit on every point, and of the fit without it (held out)."""
-    everything = fit(shape, points, weights)
+def errors(
+    shape: ModelShape, points: list[Measured], weights: str = "bf16", everything: Fit | None = None
+) -> list[tuple[Measured, float, float]]:
+    """Per point: the relative error of the fit on every point (`everything`, fitted here unless
+    given), and of the fit without that point (held out)."""
+    everything = everything or fit(shape, points, weights)
     out = []
     for i, p in enumerate(points):
         rest = points[:i] + points[i + 1 :]
@@ -114,8 +117,3 @@ def errors(shape: ModelShape, points: list[Measured], weights: str = "bf16") -> 
         held_out = math.nan if held is None else held.predict(shape, p, weights) / p.t_ms - 1
         out.append((p, in_fit, held_out))
     return out
-
-
-def measured_hardware(fitted: Fit, hw: Hardware) -> Hardware:
-    """The calibrated machine in place of `hw`'s GPU, keeping its TP and weights."""
-    return replace(fitted.hardware(hw.weights), tp=hw.tp)

@@ -70,13 +70,14 @@ class Terms:
     def total_ms(self) -> float:
         return self.gemm_ms + self.attention_ms + self.communication_ms + self.overhead_ms
 
-    def bound(self) -> str:
-        parts = {
-            self.gemm_bound: self.gemm_ms,
-            "communication": self.communication_ms,
-            "overhead": self.overhead_ms,
-        }
+    def parts(self) -> dict[str, float]:
+        """Milliseconds by what bounds them (`weights`, `kv`, `compute`, `communication`, `overhead`)."""
+        parts = {self.gemm_bound: self.gemm_ms, "communication": self.communication_ms, "overhead": self.overhead_ms}
         parts[self.attention_bound] = parts.get(self.attention_bound, 0.0) + self.attention_ms
+        return parts
+
+    def bound(self) -> str:
+        parts = self.parts()
         return max(parts, key=parts.get)
 
 

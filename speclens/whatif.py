@@ -40,15 +40,7 @@ def point(drafting: Drafting, d: int, batch: int, context: int, target: ModelSha
     drafting_ms = draft_ms(drafting.drafter, d, batch, context, target, drafting.draft, hw)
     al = 1.0 if d == 0 else drafting.al_by_d[d]
     step = verify.total_ms + drafting_ms
-    bound = verify.bound()
-    terms = {
-        verify.gemm_bound: verify.gemm_ms,
-        verify.attention_bound: verify.attention_ms,
-        "communication": verify.communication_ms,
-        "overhead": verify.overhead_ms,
-    }
-    if drafting_ms > max(terms.values()):
-        bound = "draft"
+    bound = "draft" if drafting_ms > max(verify.parts().values()) else verify.bound()
     memory = memory_needed_gb(target, batch, context, d, hw)
     return {
         "drafter": drafting.drafter,

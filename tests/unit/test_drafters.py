@@ -239,30 +239,28 @@ def test_a_build_record_is_described_in_one_line_and_listed_by_evals_drafters(mo
     folder = drafter_dir("eagle3")
     folder.mkdir(parents=True)
     (folder / DRAFTER_FACTS_FILE).write_text(json.dumps(_build_facts()))
-    out = io.StringIO()
-    with redirect_stdout(out):
-        assert table_main([]) == 0
-    lines = out.getvalue().splitlines()
+
+    def listed() -> list[str]:
+        out = io.StringIO()
+        with redirect_stdout(out):
+            assert table_main([]) == 0
+        return out.getvalue().splitlines()
+
+    lines = listed()
     assert f"- eagle3: {folder}: {describe_build(_build_facts())}" in lines
     assert "- draft_model: not built yet; built on first use, or now with `make drafters`" in lines
 
     old = drafter_dir("draft_model")
     old.mkdir(parents=True)
     (old / DRAFTER_FACTS_FILE).write_text(json.dumps(_build_facts(version=1, mechanism="draft_model")))
-    out = io.StringIO()
-    with redirect_stdout(out):
-        assert table_main([]) == 0
     assert (
         f"- draft_model: {old} was built by an older speclens; rebuilt on first use, or now with `make drafters`"
-    ) in out.getvalue().splitlines()
+    ) in listed()
     # built by this speclens, but with another plan than the full budget's (its steps changed since)
     (folder / DRAFTER_FACTS_FILE).write_text(json.dumps(_build_facts(training={"steps": 600, "final_loss": 4.7})))
-    out = io.StringIO()
-    with redirect_stdout(out):
-        assert table_main([]) == 0
     assert (
         f"- eagle3: {folder} was built with other training settings; rebuilt on first use, or now with `make drafters`"
-    ) in out.getvalue().splitlines()
+    ) in listed()
 
 
 def test_a_build_record_of_another_version_is_refused_with_the_fix_and_is_not_current(tmp_path):

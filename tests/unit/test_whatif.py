@@ -218,6 +218,7 @@ def test_arch_overrides_apply_before_anything_is_derived(tmp_path):
         (["gpu=h200_sxm", "d=4"], "acceptance is known for 3 positions; D=4 needs 4."),
         (["gpu=h200_sxm", "arch.vocab_size=null"], "has no vocab_size, which the step-cost model needs."),
         (["gpu=h200_sxm", "drafter=medusa"], "drafter=medusa: no draft-cost model for it"),
+        (["gpu=h200_sxm", "cost_model=aiconfigurator"], "cost_model=aiconfigurator: this speclens has the roofline"),
         (["gpu=h200_sxm", "drafter=draft_model"], "drafter=draft_model: give drafter.model=<folder or hub id>"),
     ],
 )
