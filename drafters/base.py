@@ -81,6 +81,9 @@ class Drafter:
     replay_needs_draft_predictions: ClassVar[bool] = False
     # Proposals draw on state shared by all requests, so replay follows the batch step by step.
     replay_in_lockstep: ClassVar[bool] = False
+    # The proposers replay draws a curve for (curves' `proposer` column): "" where vLLM's model
+    # runners propose alike, else each runner's ("v1", "v2": drafters/ngram.py).
+    replay_proposers: ClassVar[tuple[str, ...]] = ("",)
 
     def __init__(self, name: str, cfg: DrafterConfig) -> None:
         # The registry key (drafters/__init__.py): the drafter's one name.
@@ -101,16 +104,20 @@ class Drafter:
         """The draft checkpoint reference (path or hub id), for drafters that have one."""
         return None
 
-    def replay_proposal(self, ctx: Any, pos: int, d: int) -> Any:
-        """The tokens this drafter proposes at a step starting at `pos` (drafters/replay.py)."""
+    def replay_proposal(self, ctx: Any, pos: int, d: int, proposer: str = "") -> Any:
+        """The tokens this drafter proposes at a step starting at `pos` (drafters/replay.py), as
+        `proposer` (one of replay_proposers) would."""
         raise NotImplementedError(f"drafter={self.name} has no exact replay")
 
-    def replay_batches(self, batches: list[list[Any]], d: int) -> list[list[Any]]:
+    def replay_batches(self, batches: list[list[Any]], d: int, proposer: str = "") -> list[list[Any]]:
         """Replay turn batches (each in engine order) at draft length `d`; per context
         (drafted steps, target steps). Drafters whose proposals depend only on their own
         request replay each context alone; drafters with state shared across requests override."""
 
-        return [[replay_turn(self, ctx, d) for ctx in batch] for batch in batches]
+        def propose(ctx: Any, pos: int, d: int) -> Any:
+            return self.replay_proposal(ctx, pos, d, proposer)
+
+        return [[replay_turn(propose, ctx, d) for ctx in batch] for batch in batches]
 
     def validate(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
         """Raise ConfigError for settings vLLM would reject or silently mis-measure."""

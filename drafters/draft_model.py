@@ -43,7 +43,7 @@ class DraftModel(CheckpointDrafter):
             )
         return None
 
-    def replay_proposal(self, ctx, pos: int, d: int):
+    def replay_proposal(self, ctx, pos: int, d: int, proposer: str = ""):
         """Greedy drafting from the target's prefix: while the draft agrees with the target, its
         next input is the target's token, so the teacher-forced argmax is its proposal; after the
         first miss its tokens are unknown, and none of them can be accepted."""

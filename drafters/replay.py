@@ -33,10 +33,10 @@ class ReplayContext:
     draft_predictions: np.ndarray | None = None
 
 
-class Proposer(Protocol):
-    """A drafter whose proposal at a step depends only on its own request (drafters/base.py)."""
+class Propose(Protocol):
+    """A drafter's proposal at a step, where it depends only on its own request (drafters/base.py)."""
 
-    def replay_proposal(self, ctx: "ReplayContext", pos: int, d: int) -> Any: ...
+    def __call__(self, ctx: "ReplayContext", pos: int, d: int) -> Any: ...
 
 
 def accepted_prefix(proposal, tokens: np.ndarray, pos: int) -> int:
@@ -48,7 +48,7 @@ def accepted_prefix(proposal, tokens: np.ndarray, pos: int) -> int:
     return n
 
 
-def replay_turn(drafter: Proposer, ctx: ReplayContext, d: int) -> tuple[list[DraftedStep], int]:
+def replay_turn(propose: Propose, ctx: ReplayContext, d: int) -> tuple[list[DraftedStep], int]:
     """Drafted steps and target forward passes of one turn at draft length `d`."""
     pos = ctx.prompt_len + 1  # the prefill step samples the first token
     end = ctx.prompt_len + ctx.output_tokens
@@ -56,7 +56,7 @@ def replay_turn(drafter: Proposer, ctx: ReplayContext, d: int) -> tuple[list[Dra
     target_steps = 1
     while pos < end:
         target_steps += 1
-        proposal = drafter.replay_proposal(ctx, pos, d)
+        proposal = propose(ctx, pos, d)
         if len(proposal) == 0:
             pos += 1
             continue

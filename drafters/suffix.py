@@ -46,7 +46,7 @@ class Suffix(Drafter):
             "suffix_decoding_min_token_prob": self.cfg.min_token_prob,
         }
 
-    def replay_batches(self, batches, d: int):
+    def replay_batches(self, batches, d: int, proposer: str = ""):
         """Suffix proposals also draw on every other request's response so far (one global
         suffix tree), so the batch is replayed in lockstep, as vLLM's proposer sees it: each
         engine step, every running request (in input-batch order) adds its sampled tokens and

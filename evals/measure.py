@@ -110,8 +110,17 @@ def engine_numerics(plan: RunPlan, passes: list[Pass]) -> Numerics:
     """The engine's numerics; its CPU is this machine's where its threads are known here (in-process,
     a launched server), unknown otherwise (an attached server, the fake)."""
     threads = passes[0].threads if passes else None
+    runners = {p.model_runner for p in passes}
+    if len(runners) > 1:  # the factory runs every engine of a run on one (runners/model_runner.py)
+        raise MeasurementError(
+            f"the run's passes ran on different model runners ({', '.join(sorted(map(str, runners)))})"
+        )
     return Numerics.of(
-        plan.dtype, threads, plan.config.engine.batch_invariant, cpu_label() if threads is not None else None
+        plan.dtype,
+        threads,
+        plan.config.engine.batch_invariant,
+        cpu_label() if threads is not None else None,
+        passes[0].model_runner if passes else None,
     )
 
 
@@ -238,7 +247,8 @@ def _execute(
     cfg = plan.config
     spec = plan.speculative_config()
     provenance = Provenance.of(plan, config_fingerprint)
-    write_json_atomic(run_stamp(plan, runner, provenance), out_dir / STAMP_FILE)
+    stamp = run_stamp(plan, runner, provenance)
+    write_json_atomic(stamp, out_dir / STAMP_FILE)
 
     mode = PassMode.speculative if spec is not None else PassMode.plain
     spec_rounds: list[list[Pass]] = []
@@ -266,11 +276,13 @@ def _execute(
         warn_about(split, cfg)
     steps, requests = write_records(passes, plan, out_dir)
     engine_steps = write_engine_steps(passes, out_dir / ENGINE_STEPS_FILE)
+    verify: list[Pass] = []
     if baseline:
         write_outputs(baseline, out_dir / BASELINE_OUTPUTS_FILE)
         # The zero-cost pass only times engine steps: useless where the engine shows none (a server).
         if any(p.engine_steps for p in passes):
-            verify = run_passes(plan, factory, zero_cost_spec(plan.config.d), PassMode.verify, progress, out_dir)
+            verify_spec = zero_cost_spec(plan.config.d, passes[0].model_runner)
+            verify = run_passes(plan, factory, verify_spec, PassMode.verify, progress, out_dir)
             engine_steps = write_engine_steps(passes + baseline + verify, out_dir / ENGINE_STEPS_FILE)
 
     counters = sum((p.counters for p in passes), SpecCounters()) if spec is not None else None
@@ -306,9 +318,12 @@ def _execute(
         lossless_check=merge_lossless([op.lossless for op in points]) if baseline else None,
         speedup=speedup,
         operating_points=points,
-        numerics=engine_numerics(plan, passes),
+        numerics=engine_numerics(plan, passes + baseline + verify),
         reasoning=split,
     )
+    if summary.numerics is not None and summary.numerics.model_runner is not None:
+        # what the config asked for (engine.model_runner) is in the stamp already; now what ran
+        write_json_atomic(stamp | {"model_runner": summary.numerics.model_runner}, out_dir / STAMP_FILE)
     profiles = run_profiles(out_dir, summary)
     if profiles:
         write_profiles(profiles, out_dir)

@@ -52,6 +52,8 @@ class Pass:
     warmup_s: float = 0.0
     # The engine's thread count (Engine.threads).
     threads: int | None = None
+    # vLLM's model runner that computed it (Engine.model_runner).
+    model_runner: str | None = None
 
     @property
     def generate_s(self) -> float:
@@ -114,6 +116,7 @@ def run_passes(
                     domain_counters,
                     warmup_s,
                     engine.threads,
+                    engine.model_runner,
                 )
             )
         except EngineFailed as exc:
@@ -198,6 +201,10 @@ def top2_margins(
     return {key: (result.top2_margins or [None])[0] for key, result in zip(keys, results)}
 
 
-def zero_cost_spec(d: int) -> dict[str, Any]:
-    """vLLM's speculative config for the verify pass: D free proposals per request and step."""
+def zero_cost_spec(d: int, model_runner: str | None = None) -> dict[str, Any]:
+    """vLLM's speculative config for the verify pass: D free proposals per request and step, on the
+    run's model runner. V1: speclens's proposer (a custom class, which V2 does not load); V2: its
+    n-gram speculator, which drafts D tokens at every step whatever it finds (two small kernels)."""
+    if model_runner == "v2":
+        return {"method": "ngram", "num_speculative_tokens": d, "prompt_lookup_min": 1, "prompt_lookup_max": 1}
     return {"method": "custom_class", "model": CLASS_PATH, "num_speculative_tokens": d}

@@ -3,7 +3,8 @@
 - exact drafters (ngram, suffix, draft_model): one greedy generation of the target,
   continued d_max tokens past where each answer stops; then each D is replayed offline
   (drafters/replay.py; suffix in lockstep over each turn's batch, its cache being shared
-  by all requests). Source `replayed`.
+  by all requests). Source `replayed`. n-gram's curve is drawn for the proposer of each of
+  vLLM's model runners (`proposer` v1, v2: drafters/ngram.py).
 - estimated drafters (eagle, eagle3): one measured run at d_max; a step's accepted
   count at D is min(accepted, D). Source `estimated` (d_max itself: `measured`).
 
@@ -116,7 +117,9 @@ def check_replay_dir(out_dir: Path) -> None:
         )
 
 
-def curve_rows(plan, d: int, steps: pd.DataFrame, requests: pd.DataFrame, source: str) -> list[dict]:
+def curve_rows(
+    plan, d: int, steps: pd.DataFrame, requests: pd.DataFrame, source: str, proposer: str = ""
+) -> list[dict]:
     """The curve's rows at `d`: every domain and `all`, and with a reasoning boundary each segment's."""
     groups = {"all": (steps, requests)}
     groups |= {dom: (steps[steps.domain == dom], g) for dom, g in requests.groupby("domain", sort=True)}
@@ -124,13 +127,12 @@ def curve_rows(plan, d: int, steps: pd.DataFrame, requests: pd.DataFrame, source
     template = template_label(dict(plan.config.chat_template_kwargs))
     rows = []
     for domain, (s, r) in groups.items():
+        whole = metrics.group_summary(s, r, seed)
         rows.append(
-            curve_row(
-                plan.drafter.name, d, domain, metrics.group_summary(s, r, seed), source, temperature, template=template
-            )
+            curve_row(plan.drafter.name, d, domain, whole, source, temperature, template=template, proposer=proposer)
         )
         rows += [
-            curve_row(plan.drafter.name, d, domain, figures, source, temperature, segment, template)
+            curve_row(plan.drafter.name, d, domain, figures, source, temperature, segment, template, proposer)
             for segment, figures in (metrics.by_segment(s, r, seed, d) or {}).items()
         ]
     return rows
@@ -201,8 +203,8 @@ def replay_exact(plan, d_max: int, factory) -> pd.DataFrame:
             file=console(),
         )
     rows = []
-    for d in range(1, d_max + 1):
-        outcome = plan.drafter.replay_batches([[contexts[i] for i in batch] for batch in batches], d)
+    for proposer, d in ((p, d) for p in plan.drafter.replay_proposers for d in range(1, d_max + 1)):
+        outcome = plan.drafter.replay_batches([[contexts[i] for i in batch] for batch in batches], d, proposer)
         step_rows, request_rows = [], []
         for batch, results in zip(batches, outcome):
             for i, (steps, target_steps) in zip(batch, results):
@@ -220,7 +222,7 @@ def replay_exact(plan, d_max: int, factory) -> pd.DataFrame:
         requests_frame = pd.DataFrame(request_rows, columns=request_columns)
         if plan.segmenter is None:
             steps_frame = steps_frame.drop(columns="segment")
-        rows += curve_rows(plan, d, steps_frame, requests_frame, source)
+        rows += curve_rows(plan, d, steps_frame, requests_frame, source, proposer)
     return pd.DataFrame(rows)
 
 
@@ -320,8 +322,13 @@ def replay(cfg: DictConfig, out_dir: Path, overrides: Sequence[str] = ()) -> pd.
                 f"drafter={drafter.name} has no one-pass replay; measure each D with `python -m evals.run -m d=1,2,...`."
             )
         if not run_config.force and finished_replay(out_dir, fingerprint, runner, plan.fingerprints):
-            print(f"speclens: {out_dir} already holds this replay; skipped (force=true runs it again)")
-            return pd.read_parquet(out_dir / "curves.parquet")
+            kept = pd.read_parquet(out_dir / "curves.parquet")
+            if set(kept.get("proposer", pd.Series([""]))) >= set(drafter.replay_proposers):
+                print(f"speclens: {out_dir} already holds this replay; skipped (force=true runs it again)")
+                return kept
+            print(
+                f"speclens: {out_dir} holds this replay for one n-gram proposer; running it for both.", file=sys.stderr
+            )
         factory = runner_of(run_config).engine_factory(run_config, plan.d)
         artifacts = [*REPLAY_ARTIFACTS, *(p.name for p in out_dir.glob("measured_d*"))]
         with staged(out_dir, artifacts, REPLAY_FILE) as staging:
@@ -363,13 +370,16 @@ def hydra_main(cfg: DictConfig) -> None:
 def replay_table(curves: pd.DataFrame) -> str:
     """The terminal table: the whole run's curve, a row per D (and per segment where thinking was split)."""
     overall = curves[curves.domain == WHOLE_RUN_GROUP]
-    split = "segment" in overall.columns and overall.segment.nunique() > 1
-    columns = ["drafter", "d", *(["segment"] if split else []), "al", "al_ci95_lo", "al_ci95_hi", "tokens_per_step"]
+    proposer, segment = (
+        [c] if c in overall.columns and overall[c].nunique() > 1 else [] for c in ("proposer", "segment")
+    )
+    varying = proposer + segment
+    columns = ["drafter", *proposer, "d", *segment, "al", "al_ci95_lo", "al_ci95_hi", "tokens_per_step"]
     rows = [
         [cell(v, 3) for v in row] + [source]
         for row, source in zip(overall[columns].itertuples(index=False), overall.source)
     ]
-    return text_table([*columns, "source"], rows, left_columns=3 if split else 2)
+    return text_table([*columns, "source"], rows, left_columns=2 + len(varying))
 
 
 @guarded

@@ -469,6 +469,10 @@ def account_section(runs: list[Run]) -> Section | None:
 
 
 def runs_section(runs: list[Run]) -> Section:
+    # vLLM's model runner (runners/model_runner.py; n-gram drafts differently on V1 and V2), where
+    # a run recorded one
+    model_runners = [(r.summary.numerics.model_runner if r.summary.numerics else None) for r in runs]
+    shown = any(model_runners)
     rows = [
         [
             r.summary.label,
@@ -476,10 +480,12 @@ def runs_section(runs: list[Run]) -> Section:
             cell(r.summary.al, 3),
             cell(r.summary.tokens_per_step, 3),
             cell(r.summary.speedup, 3),
+            *([model_runner or "-"] if shown else []),
         ]
-        for r in runs
+        for r, model_runner in zip(runs, model_runners)
     ]
-    return Section("Runs", tables=[(["run", "requests", "AL", "tokens/step", "speedup"], rows)])
+    header = ["run", "requests", "AL", "tokens/step", "speedup", *(["model runner"] if shown else [])]
+    return Section("Runs", tables=[(header, rows)])
 
 
 def stamp_section(runs: list[Run]) -> Section:

@@ -1,8 +1,9 @@
 """`python -m reports.curves <sweep dir>`: AL-vs-D curves per domain and drafter.
 
 Writes curves.parquet and curves.csv (drafter, d, domain, al, al_ci95_lo, al_ci95_hi,
-tokens_per_step, source = measured|replayed|estimated, temperature, segment, chat_template_kwargs;
-domain `all` is the pooled figure, segment `all` the whole output) and curve_<domain>.png (one
+tokens_per_step, source = measured|replayed|estimated, temperature, segment, chat_template_kwargs,
+proposer = v1|v2 for n-gram (the model runner whose proposer drafted), empty for the others; domain
+`all` is the pooled figure, segment `all` the whole output) and curve_<domain>.png (one
 line per drafter, CI band, measured points marked). Runs at several sampling temperatures, or with
 several chat_template_kwargs (thinking on, off), are one more axis: their lines are labelled by it,
 and curve_temperature_<domain>.png draws AL against temperature per drafter and D. Runs with a
@@ -18,6 +19,7 @@ from typing import Collection
 
 import pandas as pd
 
+from drafters import REGISTRY
 from reports import figures
 from reports.runs import (
     CONSISTENT_ACROSS_TEMPERATURES,
@@ -31,6 +33,7 @@ from reports.runs import (
 from speclens.errors import ArgumentParser, SpeclensError, guarded
 from speclens.files import check_folder
 from speclens.metrics import GroupFigures, SegmentFigures
+from speclens.summary import RunSummary
 
 CURVE_COLUMNS = [
     "drafter",
@@ -44,9 +47,10 @@ CURVE_COLUMNS = [
     "temperature",
     "segment",
     "chat_template_kwargs",
+    "proposer",
 ]
 # One point of one curve.
-CURVE_KEY = ["drafter", "d", "domain", "segment", "temperature", "chat_template_kwargs"]
+CURVE_KEY = ["drafter", "d", "domain", "segment", "temperature", "chat_template_kwargs", "proposer"]
 WHOLE_OUTPUT = "all"
 # Where several sources give the same (drafter, d, domain), the first of these wins.
 SOURCE_ORDER = {"measured": 0, "replayed": 1, "estimated": 2}
@@ -61,6 +65,7 @@ def curve_row(
     temperature: float = 0.0,
     segment: str = WHOLE_OUTPUT,
     template: str = "",
+    proposer: str = "",
 ) -> dict:
     """One curve point from a group's (or a segment's) figures."""
     lo, hi = figures.al_ci95 or [None, None]
@@ -76,16 +81,36 @@ def curve_row(
         "temperature": temperature,
         "segment": segment,
         "chat_template_kwargs": template,
+        "proposer": proposer,
     }
+
+
+def _proposers(drafter: str) -> tuple[str, ...]:
+    found = REGISTRY.get(drafter)
+    return found.replay_proposers if found is not None else ("",)
+
+
+def measured_proposer(summary: RunSummary) -> str:
+    """The proposer a measured run's curve point belongs to: its model runner's, for a drafter whose
+    proposals differ between runners (n-gram), else "" (also where the runner cannot be seen: a
+    server, the fake engine). In-process runs from before the runner was recorded ran on V1 (the
+    CPU build: no Triton, which Model Runner V2 needs)."""
+    if len(_proposers(summary.drafter)) < 2:
+        return ""
+    recorded = summary.numerics.model_runner if summary.numerics else None
+    return recorded or ("v1" if summary.runner == "vllm" else "")
 
 
 def measured_rows(run: Run) -> list[dict]:
     s = run.summary
+    proposer = measured_proposer(s)
     rows = []
     for domain, g in s.groups().items():
-        rows.append(curve_row(s.drafter, s.d, domain, g, "measured", run.temperature, template=run.template))
+        rows.append(
+            curve_row(s.drafter, s.d, domain, g, "measured", run.temperature, template=run.template, proposer=proposer)
+        )
         rows += [
-            curve_row(s.drafter, s.d, domain, f, "measured", run.temperature, segment, run.template)
+            curve_row(s.drafter, s.d, domain, f, "measured", run.temperature, segment, run.template, proposer)
             for segment, f in (g.by_segment or {}).items()
         ]
     return rows
@@ -127,6 +152,8 @@ def _replay_rows(replay: Replay) -> pd.DataFrame:
     frame = pd.read_parquet(replay.path / "curves.parquet")
     if "segment" not in frame.columns:
         frame["segment"] = WHOLE_OUTPUT
+    if "proposer" not in frame.columns:  # replayed before both n-gram proposers were: V1's function
+        frame["proposer"] = ["v1" if len(_proposers(d)) > 1 else "" for d in frame.drafter]
     return frame.assign(temperature=replay.temperature, chat_template_kwargs=replay.template)[CURVE_COLUMNS]
 
 

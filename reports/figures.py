@@ -35,24 +35,28 @@ def draw(plot: Callable[[Any], None], size: tuple[float, float] = (6.4, 4.0), dp
 
 def _series_label(key: tuple, columns: list[str]) -> str:
     """A curve's legend label: its drafter, then each varying axis (temperature, chat template
-    variables, segment)."""
+    variables, segment, n-gram proposer)."""
     parts = []
     for column, value in zip(columns, key):
         if column == "temperature":
             parts.append(f"T={value:g}")
         elif column == "segment":
             parts.append(f"({value})")
+        elif column == "proposer":
+            parts.append(f"[{value} proposer]" if value else "")
         elif column in ("drafter", "d"):
             parts.append(str(value) if column == "drafter" else f"d={value}")
         else:
             parts.append(value or "template defaults")
-    return " ".join(parts)
+    return " ".join(part for part in parts if part)
 
 
 def _series(curves: pd.DataFrame, first: list[str]) -> list[str]:
     """The columns one line is drawn per: `first`, then each axis that varies in `curves`."""
     return first + [
-        c for c in ("temperature", "chat_template_kwargs", "segment") if c in curves and curves[c].nunique() > 1
+        c
+        for c in ("temperature", "chat_template_kwargs", "segment", "proposer")
+        if c in curves and curves[c].nunique() > 1
     ]
 
 

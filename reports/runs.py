@@ -34,6 +34,7 @@ CONSISTENT_KEYS = (
 LATER_KEY_DEFAULTS: dict[str, Any] = {
     "config.reasoning": {"parser": None, "end": None, "start": None},
     "config.chat_template_kwargs": {},
+    "config.engine.model_runner": "auto",
 }
 
 

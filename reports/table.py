@@ -70,9 +70,11 @@ def result_table(summary: RunSummary) -> str:
             )
         )
     timing = summary.timing
+    runner = summary.numerics.model_runner if summary.numerics else None
     out.append(
         f"generate {timing.generate_s:.1f}s, {timing.output_tokens_per_s:.1f} output tokens/s"
         + (f", measured speedup x{summary.speedup:.2f} over plain decoding" if summary.speedup else "")
+        + (f" (vLLM model runner {runner.upper()})" if runner else "")
     )
     points = summary.operating_points
     if len(points) > 1 or any(p.t_verif for p in points):

@@ -40,6 +40,9 @@ class Engine(Protocol):
     # Threads it computes with: greedy bf16 outputs on CPU move with it (speclens/summary.py Numerics).
     # None where it cannot be seen (an attached server, the fake engine).
     threads: int | None
+    # vLLM's model runner that computed it ("v1", "v2"; runners/model_runner.py), None where it
+    # cannot be seen (a server, the fake engine).
+    model_runner: str | None
 
     def chat_token_ids(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None

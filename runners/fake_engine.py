@@ -165,6 +165,7 @@ class FakeEngine:
         self.gate = gate
         self.counted = COUNTER_NAMES
         self.threads: int | None = None
+        self.model_runner: str | None = None
         self._counters = SpecCounters(num_accepted_tokens_per_pos=[0] * (d or 0))
         self._steps: list[EngineStep] = []
 

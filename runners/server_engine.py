@@ -168,6 +168,7 @@ class ServerEngine:
         self.counted = dialect.counted
         # Known for a server speclens launched (server_runner.numerics_env), not for an attached one.
         self.threads: int | None = None
+        self.model_runner: str | None = None
         self.arrivals = arrivals
         # speclens renders every prompt itself, so a server sees the template's variables too.
         self.tokenizer = ChatTokenizer(target_dir, chat_template_kwargs)

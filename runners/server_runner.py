@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from runners.engine import Engine, EngineFactory
+from runners.model_runner import check_requested
 from runners.parent_watch import launch
 from runners.server_dialects import DIALECTS, OWNED_BY, Dialect, Reply
 from runners.server_engine import Arrivals, Endpoint, ServerEngine
@@ -110,6 +111,8 @@ def numerics_env(cfg: RunConfig) -> dict[str, str]:
     }
     if cfg.engine.batch_invariant:
         env["VLLM_BATCH_INVARIANT"] = "1"
+    if cfg.engine.model_runner != "auto":  # vLLM's own switch (runners/model_runner.py)
+        env["VLLM_USE_V2_MODEL_RUNNER"] = "1" if cfg.engine.model_runner == "v2" else "0"
     return env
 
 
@@ -296,6 +299,7 @@ def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
                 dialect=dialect_of(cfg, endpoint, key),
                 chat_template_kwargs=template_kwargs,
             )
+        check_requested(cfg.engine.model_runner, spec["method"] if spec is not None else None)
         process = ServerProcess(model_dir, spec, cfg)
         try:
             engine = ServerEngine(
@@ -307,6 +311,8 @@ def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
                 chat_template_kwargs=template_kwargs,
             )
             engine.threads = process.threads
+            # set through vLLM's switch where asked for; under auto the server chose, unseen from here
+            engine.model_runner = None if cfg.engine.model_runner == "auto" else cfg.engine.model_runner
             return engine
         except BaseException:
             process.stop()
@@ -372,7 +378,14 @@ def check_support(cfg: RunConfig, speculative: bool) -> None:
             "it starts (VLLM_BATCH_INVARIANT=1 in its environment); leave engine.batch_invariant unset, "
             "or let speclens launch the server."
         )
+    if rc.url is not None and cfg.engine.model_runner != "auto":
+        raise ConfigError(
+            f"engine.model_runner={cfg.engine.model_runner} with runner.url: an attached server's model runner "
+            "is chosen where it starts (VLLM_USE_V2_MODEL_RUNNER in its environment); leave "
+            "engine.model_runner unset, or let speclens launch the server."
+        )
     if rc.url is None:
+        check_requested(cfg.engine.model_runner, None)
         check_batch_invariance(cfg)
         if kind not in (ServerKind.auto, ServerKind.vllm):
             raise ConfigError(

@@ -18,6 +18,7 @@ from typing import Any, Iterator, Sequence
 
 from runners.chat import ChatTokenizer
 from runners.engine import ProgressFn
+from runners.model_runner import runner_in_use
 from runners.vllm_compat import make_kernel_registration_safe
 from speclens.generation import (
     COUNTER_NAMES,
@@ -34,10 +35,12 @@ from speclens.lossless import top2_margin
 COUNTER_PREFIX = "vllm:spec_decode_"
 
 
-def set_process_env(cpu_kvcache_space_gib: int, batch_invariant: bool = False) -> None:
+def set_process_env(cpu_kvcache_space_gib: int, batch_invariant: bool = False, model_runner: str | None = None) -> None:
     """Environment vLLM reads at import and start-up; call before anything imports vllm."""
     if batch_invariant:  # engine.batch_invariant; refused on CPU before this (vllm_runner.check_support)
         os.environ["VLLM_BATCH_INVARIANT"] = "1"
+    if model_runner is not None:  # read by vLLM at each engine's start (runners/model_runner.py)
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if model_runner == "v2" else "0"
     # In-process engine core: required to reach the scheduler between steps.
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     # engine.cpu_kvcache_space_gib wins over the environment, so stamp.json records what ran.
@@ -58,8 +61,9 @@ class VllmEngine:
         cpu_kvcache_space_gib: int = 4,
         batch_invariant: bool = False,
         chat_template_kwargs: dict[str, Any] | None = None,
+        model_runner: str | None = None,
     ) -> None:
-        set_process_env(cpu_kvcache_space_gib, batch_invariant)
+        set_process_env(cpu_kvcache_space_gib, batch_invariant, model_runner)
 
         # vllm reads VLLM_* variables at import: imported after set_process_env, never at module load.
         from vllm import LLM
@@ -84,6 +88,7 @@ class VllmEngine:
 
         # In-process, the worker computes in this process with the threads vLLM bound for it.
         self.threads: int | None = torch.get_num_threads()
+        self.model_runner: str | None = runner_in_use(self._worker_part("model_runner"))
         self.scheduler = self.engine.engine_core.engine_core.scheduler
         self.tokenizer = ChatTokenizer(Path(model), chat_template_kwargs)
         self._counters_at_start = self._read_counters()
@@ -254,10 +259,13 @@ class VllmEngine:
 
     def _drafter(self) -> Any:
         """The proposer inside vLLM's in-process worker (None where the layout is not 0.32's)."""
-        path = ("engine_core", "engine_core", "model_executor", "driver_worker", "worker", "model_runner", "drafter")
+        return getattr(self._worker_part("model_runner"), "drafter", None)
+
+    def _worker_part(self, name: str) -> Any:
+        """`name` of vLLM's in-process worker (None where the layout is not 0.32's)."""
         found: Any = self.engine
-        for name in path:
-            found = getattr(found, name, None)
+        for part in ("engine_core", "engine_core", "model_executor", "driver_worker", "worker", name):
+            found = getattr(found, part, None)
         return found
 
     def close(self) -> None:

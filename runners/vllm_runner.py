@@ -9,6 +9,7 @@ from typing import Any
 from runners import cpu_expand_fix
 from runners.chat import ChatTokenizer
 from runners.engine import Engine, EngineFactory
+from runners.model_runner import check_requested, check_shared, choose, triton_available
 from runners.vllm_engine import VllmEngine, set_process_env
 from speclens.config import EngineConfig, RunConfig
 from speclens.errors import ConfigError
@@ -37,11 +38,22 @@ def engine_args(engine: EngineConfig, seed: int) -> dict[str, Any]:
 
 
 def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
+    """Engines on one model runner: chosen at the first start (a run's first is its speculative
+    pass) from `engine.model_runner`, that pass's method and this vLLM; every later engine runs on
+    it, and one that cannot is refused before it starts (runners/model_runner.py)."""
+    chosen: str | None = None
+
     def start(model_dir: Path, spec: dict[str, Any] | None) -> Engine:
+        nonlocal chosen
+        method = spec["method"] if spec is not None else None
+        check_requested(cfg.engine.model_runner, method)
         # vllm is imported only when an engine starts (its import-time lines go to the engine log
         # there): light commands never load it.
-        if spec is not None:
-            check_method(spec["method"])
+        if method is not None:
+            check_method(method)
+        if chosen is None:
+            chosen = choose(cfg.engine.model_runner, method, triton_available())
+        check_shared(chosen, method)
         return VllmEngine(
             model=str(model_dir),
             speculative_config=spec,
@@ -49,6 +61,7 @@ def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
             cpu_kvcache_space_gib=cfg.engine.cpu_kvcache_space_gib,
             batch_invariant=cfg.engine.batch_invariant,
             chat_template_kwargs=dict(cfg.chat_template_kwargs),
+            model_runner=chosen,
         )
 
     return start
@@ -107,6 +120,7 @@ def check_support(cfg: RunConfig, speculative: bool) -> None:
     on builds with vLLM issue #55005 and no fix."""
     closed_loop_only(cfg)
     check_batch_invariance(cfg)
+    check_requested(cfg.engine.model_runner, None)
     if cfg.sampling.temperature == 0 or not speculative:
         return
     # vllm is imported only here, where a sampled speculative run is asked for.

@@ -93,6 +93,9 @@ class EngineConfig:
     # them): greedy bf16 outputs then do not move with batch shapes, so the lossless check and the
     # replay are exact in bf16. Refused on CPU, which has none (use dtype=float32 there).
     batch_invariant: bool = False
+    # vLLM's model runner for every pass of a run: auto (V2 where vLLM would choose it: Triton is
+    # present and every pass's method runs on it; else V1), v1 or v2 (runners/model_runner.py).
+    model_runner: str = "auto"
     # Any other vLLM engine argument, passed through unchanged.
     extra_args: dict[str, Any] = field(default_factory=dict)
 
@@ -197,6 +200,7 @@ FINGERPRINTED_WHEN_SET: dict[str, Any] = {
     "repeats": None,
     "drafter.schedule": None,
     "engine.batch_invariant": False,
+    "engine.model_runner": "auto",
     "engine.default_max_model_len": DEFAULT_MAX_MODEL_LEN,
     "reasoning": {"parser": None, "end": None, "start": None},
     "chat_template_kwargs": {},

@@ -118,10 +118,20 @@ class Numerics:
     # The CPU it computed on (speclens/machine.py; None where that is not this machine): runs are
     # reproducible between machines of one cpu only.
     cpu: str | None = None
+    # vLLM's model runner that computed every pass ("v1", "v2"; None where it cannot be seen: an
+    # attached server, the fake): n-gram drafts differently on each (drafters/ngram.py).
+    model_runner: str | None = None
 
     @classmethod
-    def of(cls, dtype: str, threads: int | None, batch_invariant: bool = False, cpu: str | None = None) -> "Numerics":
-        return cls(dtype, threads, batch_invariant, batch_invariant or dtype in REPRODUCIBLE_DTYPES, cpu)
+    def of(
+        cls,
+        dtype: str,
+        threads: int | None,
+        batch_invariant: bool = False,
+        cpu: str | None = None,
+        model_runner: str | None = None,
+    ) -> "Numerics":
+        return cls(dtype, threads, batch_invariant, batch_invariant or dtype in REPRODUCIBLE_DTYPES, cpu, model_runner)
 
 
 @dataclass

@@ -33,6 +33,10 @@ def test_bf16_greedy_speculation_is_exactly_lossless_at_every_batch_size(tmp_pat
     numerics = summary["numerics"]
     # (threads and the host cpu are recorded beside these in-process: not what this test is about)
     assert (numerics["dtype"], numerics["batch_invariant"], numerics["reproducible"]) == ("bfloat16", True, True)
+    # CUDA vLLM runs n-gram on Model Runner V2 (Triton present): the plain and zero-cost verify
+    # passes follow it (runners/model_runner.py), and the stamp says so
+    assert numerics["model_runner"] == "v2"
+    assert json.loads((tmp_path / "run" / "stamp.json").read_text())["model_runner"] == "v2"
     # every speculative output equals plain decoding's, at B=1 and at B=4, with no near-tie allowance
     assert summary["lossless"]["identical"] is True and summary["lossless"]["n_near_ties"] == 0
     # and the batch shape moved no token: B=1 and B=4 gave the same outputs

@@ -27,10 +27,13 @@ def target() -> Path:
     return tiny_target()
 
 
-def replayed(out: Path, overrides: list[str], d_max: int) -> pd.DataFrame:
+def replayed(out: Path, overrides: list[str], d_max: int, proposer: str = "v1") -> pd.DataFrame:
+    """The whole run's curve; n-gram's for `proposer` (the CPU build's runner is V1: measured runs
+    here are V1's)."""
     settings = ["engine.max_model_len=1024", *overrides, f"d_max={d_max}", "engine.cpu_kvcache_space_gib=1"]
     curves = replay(compose_config(settings, "replay"), out)
-    return curves[(curves.domain == "all") & (curves.segment == "all")].set_index("d")
+    whole = curves[(curves.domain == "all") & (curves.segment == "all")]
+    return whole[whole.proposer.isin(["", proposer])].set_index("d")
 
 
 def assert_replay_matches(tmp_path: Path, overrides: list[str], measured_ds: tuple[int, ...], d_max: int) -> None:
@@ -66,6 +69,12 @@ def test_smollm2_replay_matches_the_shared_measured_run(tmp_path, smollm2_ngram)
     assert list(curve.index) == [1, 2, 3, 4] and set(curve.source) == {"replayed"}
     assert curve.loc[3, "al"] == pytest.approx(smollm2_ngram.summary["al"], rel=TOLERANCE)
     assert curve.loc[3, "tokens_per_step"] == pytest.approx(smollm2_ngram.summary["tokens_per_step"], rel=TOLERANCE)
+    assert smollm2_ngram.summary["numerics"]["model_runner"] == "v1"
+    # Model Runner V2's proposer on the same outputs (the same replay: the dir is kept): another
+    # occurrence followed, and D drafts at every step, the last token where nothing matches.
+    v2 = replayed(tmp_path / "replay", overrides, d_max=4, proposer="v2")
+    assert list(v2.index) == [1, 2, 3, 4] and set(v2.source) == {"replayed"}
+    assert (v2.al != curve.al).any()
 
 
 def test_eagle3_curve_is_estimated_from_one_measured_run(tmp_path, target):

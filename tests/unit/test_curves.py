@@ -48,8 +48,10 @@ def test_curves_from_a_sweep_match_the_golden_file(tmp_path):
         "temperature",
         "segment",
         "chat_template_kwargs",
+        "proposer",
     ]
     assert set(curves.segment) == {"all"} and set(curves.chat_template_kwargs) == {""}
+    assert set(curves.proposer) == {""}  # the fake engine shows no model runner
     pooled = curves[(curves.domain == "all") & (curves.drafter == "ngram")].set_index("d")
     # d=1: every drafted step accepts min(x,1): 1,1,0 | 1 | 1,1 -> 5 of 6 -> AL 1 + 5/6
     assert pooled.loc[1, "al"] == pytest.approx(1 + 5 / 6)
@@ -87,6 +89,9 @@ def test_replayed_points_fill_in_and_measured_points_win(tmp_path):
     root = sweep(tmp_path, [("ngram", 2)])
     stamp = json.loads((root / "drafter=ngram,d=2" / "stamp.json").read_text())
     summary = json.loads((root / "drafter=ngram,d=2" / "summary.json").read_text())
+    # measured on V1, as an in-process run on the CPU build records it (the fake engine shows none)
+    summary["numerics"]["model_runner"] = "v1"
+    (root / "drafter=ngram,d=2" / "summary.json").write_text(json.dumps(summary))
     replay_dir = root / "replay"
     replay_dir.mkdir()
     (replay_dir / "replay.json").write_text(
@@ -116,11 +121,19 @@ def test_replayed_points_fill_in_and_measured_points_win(tmp_path):
         }
         for d in (1, 2, 3)
     ]
+    # written before replays drew V2's n-gram proposer too: no proposer column, V1's curve
     pd.DataFrame(rows).to_parquet(replay_dir / "curves.parquet")
     curves = collect(root)
     pooled = curves[curves.domain == "all"].set_index("d")
-    assert list(pooled.source) == ["replayed", "measured", "replayed"]
+    assert list(pooled.source) == ["replayed", "measured", "replayed"] and set(pooled.proposer) == {"v1"}
     assert pooled.loc[2, "al"] != 9.0
+    # both proposers replayed: V2's is a curve of its own, which the V1 run measured nothing of
+    both = [row | {"proposer": proposer, "al": al} for row in rows for proposer, al in (("v1", 9.0), ("v2", 7.0))]
+    pd.DataFrame(both).to_parquet(replay_dir / "curves.parquet")
+    pooled = collect(root)[lambda c: c.domain == "all"]
+    v1, v2 = (pooled[pooled.proposer == p].set_index("d") for p in ("v1", "v2"))
+    assert list(v1.source) == ["replayed", "measured", "replayed"] and list(v2.source) == ["replayed"] * 3
+    assert set(v2.al) == {7.0}
 
 
 def test_temperature_is_an_axis_of_the_curves_and_separates_the_ranking(tmp_path):
