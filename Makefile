@@ -25,13 +25,20 @@ install: $(INSTALLED)
 # after. arctic-inference (suffix decoding) is source-only on PyPI and needs nanobind from the venv, so
 # it is built without build isolation. uv reads no pip configuration: pip's find-links (where this
 # machine kind keeps the CPU torch wheel) are handed to it.
+#
+# A machine whose `nvidia-smi -L` lists a GPU gets the `gpu` extra instead (vLLM's CUDA build and
+# its CUDA torch, arctic-inference built against them; no CPU constraints file and no removal of
+# the CUDA torchvision/torchaudio, which match that torch), and `make test` runs the gpu-marked
+# tests too. `make ... DEVICE=cpu` (or gpu) overrides the detection.
+DEVICE      ?= $(if $(shell nvidia-smi -L 2>/dev/null | grep -m1 '^GPU'),gpu,cpu)
 UV_VERSION  := 0.13.8
 UV_HOME     := $(or $(SPECLENS_CACHE),$(HOME)/.cache/speclens)/tools/uv-$(UV_VERSION)
 UV          ?= $(UV_HOME)/bin/uv
-CONSTRAINTS ?= .ci/cpu-constraints.txt
-EXTRAS      := cpu,test,launchers,wandb,drafters
-CUDA_ONLY   := torchvision torchaudio torchcodec
-FIND_LINKS  := $(or $(PIP_FIND_LINKS),$(shell python3 -m pip config get global.find-links 2>/dev/null))
+CONSTRAINTS ?= $(if $(filter cpu,$(DEVICE)),.ci/cpu-constraints.txt)
+EXTRAS      := $(DEVICE),test,launchers,wandb,drafters
+CUDA_ONLY   := $(if $(filter cpu,$(DEVICE)),torchvision torchaudio torchcodec)
+# (on CPU only: a CPU torch wheel there would satisfy vLLM's CUDA build's torch pin as well)
+FIND_LINKS  := $(if $(filter cpu,$(DEVICE)),$(or $(PIP_FIND_LINKS),$(shell python3 -m pip config get global.find-links 2>/dev/null)))
 ARCTIC      := arctic-inference==0.1.1
 ARCTIC_BUILD_DEPS := nanobind==2.9.2 wheel setuptools==78.1.1
 # uv's venvs hold no pip, which speclens runs to fetch its PyPI assets (speclens/assets.py): the one a
@@ -51,14 +58,14 @@ install-uv:
 	test -x $(PYTHON) || $(UV) venv --quiet --python python3 $(VENV)
 	printf '%s\n' $(CUDA_ONLY) > $(VENV)/cuda-only.txt
 	$(UV) pip install --quiet --python $(PYTHON) $(foreach f,$(FIND_LINKS),--find-links $(f)) \
-		--excludes $(VENV)/cuda-only.txt $(CONSTRAIN) -e '.[$(EXTRAS)]' $(ARCTIC_BUILD_DEPS) $(VENV_PIP)
+		$(if $(CUDA_ONLY),--excludes $(VENV)/cuda-only.txt) $(CONSTRAIN) -e '.[$(EXTRAS)]' $(ARCTIC_BUILD_DEPS) $(VENV_PIP)
 	CMAKE_ARGS="-DPython_EXECUTABLE=$(abspath $(PYTHON))" \
 		$(UV) pip install --quiet --python $(PYTHON) --no-build-isolation --no-deps $(ARCTIC)
 
 install-pip:
 	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(PYTHON) -m pip install --quiet $(CONSTRAIN) -e '.[$(EXTRAS)]' $(ARCTIC_BUILD_DEPS)
-	$(PYTHON) -m pip uninstall --quiet -y $(CUDA_ONLY)
+	$(if $(CUDA_ONLY),$(PYTHON) -m pip uninstall --quiet -y $(CUDA_ONLY))
 	CMAKE_ARGS="-DPython_EXECUTABLE=$(abspath $(PYTHON))" \
 		$(PYTHON) -m pip install --quiet --no-build-isolation --no-deps $(ARCTIC)
 
@@ -106,9 +113,12 @@ TEST_TIMES = $(VENV)/test-times.json
 TEST_WORKERS ?= $(shell n=$$(nproc); [ $$n -gt 2 ] && n=2; [ $$n -lt 2 ] && n=0; echo $$n)
 XDIST = -n $(TEST_WORKERS) $(if $(filter-out 0,$(TEST_WORKERS)),--dist loadgroup)
 
+# On a GPU machine the gpu-marked tests run too (tests/conftest.py --run-gpu).
+GPU_TESTS := $(if $(filter gpu,$(DEVICE)),--run-gpu)
+
 test: lint target $(BROWSER)
 	rm -f $(TEST_TIMES)
-	$(PYTHON) -m pytest $(XDIST) --times-file=$(TEST_TIMES) $(PYTEST_ARGS); status=$$?; \
+	$(PYTHON) -m pytest $(XDIST) $(GPU_TESTS) --times-file=$(TEST_TIMES) $(PYTEST_ARGS); status=$$?; \
 		$(PYTHON) -m tests.suite_time $(STARTED) $(TEST_TIMES); exit $$status
 
 # The unit and fault tests only: fake engine, no vLLM engine started (minutes, not the hour).

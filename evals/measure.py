@@ -34,6 +34,7 @@ from runners.engine import EngineFactory, EngineFailed
 from runners.registry import runner_of
 from speclens import metrics, records
 from speclens.costs import PassMode
+from speclens.diagnostics import RunFacts, diagnose
 from speclens.errors import MeasurementError, SpeclensError
 from speclens.files import write_json_atomic, write_text_atomic
 from speclens.generation import RecordGranularity, SpecCounters
@@ -121,7 +122,35 @@ def engine_numerics(plan: RunPlan, passes: list[Pass]) -> Numerics:
         plan.config.engine.batch_invariant,
         cpu_label() if threads is not None else None,
         passes[0].model_runner if passes else None,
+        passes[0].gpu if passes else None,
     )
+
+
+def run_facts(
+    plan: RunPlan, summary: RunSummary, steps: pd.DataFrame, requests: pd.DataFrame, passes: list[Pass]
+) -> RunFacts:
+    """What speclens/diagnostics.py reads of a run."""
+    cfg = plan.config
+    return RunFacts(
+        drafter=plan.drafter.name,
+        d=plan.d,
+        temperature=cfg.sampling.temperature,
+        sample_method=getattr(cfg.drafter, "sample_method", None),
+        max_tokens=cfg.sampling.max_tokens,
+        chat_template=cfg.target.chat_template,
+        per_position_acceptance=summary.per_position_acceptance,
+        steps=steps,
+        requests=requests,
+        outputs={(r.request_id, r.turn): r.output_token_ids for p in passes for r in p.results},
+    )
+
+
+def request_histograms(passes: list[Pass]) -> list[tuple[int, ...]] | None:
+    """Every request's accepted-draft histogram, where the engine gave one for each (SGLang)."""
+    totals = [r.totals for p in passes for r in p.results]
+    if not totals or any(t is None or t.accepted_histogram is None for t in totals):
+        return None
+    return [t.accepted_histogram for t in totals]
 
 
 def _check_counters(passes: list[Pass], plan: RunPlan, out_dir: Path) -> None:
@@ -320,10 +349,14 @@ def _execute(
         operating_points=points,
         numerics=engine_numerics(plan, passes + baseline + verify),
         reasoning=split,
+        request_histograms=request_histograms(passes),
     )
-    if summary.numerics is not None and summary.numerics.model_runner is not None:
-        # what the config asked for (engine.model_runner) is in the stamp already; now what ran
-        write_json_atomic(stamp | {"model_runner": summary.numerics.model_runner}, out_dir / STAMP_FILE)
+    summary.diagnostics = diagnose(run_facts(plan, summary, steps, requests, passes))
+    numerics = summary.numerics
+    ran_on = {"model_runner": numerics.model_runner, "gpu": numerics.gpu} if numerics is not None else {}
+    if any(ran_on.values()):
+        # what the config asked for (engine.*) is in the stamp already; now what computed the run
+        write_json_atomic(stamp | {k: v for k, v in ran_on.items() if v is not None}, out_dir / STAMP_FILE)
     profiles = run_profiles(out_dir, summary)
     if profiles:
         write_profiles(profiles, out_dir)

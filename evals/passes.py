@@ -54,6 +54,8 @@ class Pass:
     threads: int | None = None
     # vLLM's model runner that computed it (Engine.model_runner).
     model_runner: str | None = None
+    # The GPU it computed on (Engine.gpu).
+    gpu: dict[str, Any] | None = None
 
     @property
     def generate_s(self) -> float:
@@ -117,6 +119,7 @@ def run_passes(
                     warmup_s,
                     engine.threads,
                     engine.model_runner,
+                    engine.gpu,
                 )
             )
         except EngineFailed as exc:

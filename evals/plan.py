@@ -20,6 +20,7 @@ from evals.datasets import dataset_name, load_prompts
 from evals.datasets.base import fingerprint as dataset_fingerprint
 from evals.embedded_drafters import EMBEDDED_DRAFTERS, ensure_drafter
 from evals.reasoning import Segmenter, check_template_kwargs, make_segmenter
+from runners.chat import PLAIN
 from runners.registry import runner_name, runner_of
 from speclens import checkpoints
 from speclens.config import (
@@ -255,6 +256,27 @@ def first_messages(prompt: Prompt) -> list[dict[str, Any]]:
     return list(prompt.messages) if prompt.messages is not None else [{"role": "user", "content": prompt.turns[0]}]
 
 
+def check_chat_template_file(cfg: RunConfig) -> None:
+    chosen = cfg.target.chat_template
+    if chosen and chosen != PLAIN and not Path(chosen).is_file():
+        raise ConfigError(
+            f"target.chat_template={chosen}: no such file (give a Jinja chat template file, or `plain` for the "
+            "turns as plain text)."
+        )
+
+
+def check_has_template(cfg: RunConfig, encoder: Any) -> None:
+    """Chat prompts rendered without a chat template measure AL on another input than the target
+    is served with: refused unless target.chat_template says what to render them with."""
+    if getattr(encoder, "has_template", True) or getattr(encoder, "plain_chosen", False):
+        return
+    raise ConfigError(
+        f"target.model={cfg.target.model} has no chat template (none in its tokenizer_config.json or "
+        "chat_template.jinja), and the prompts are chat turns; set target.chat_template=<file.jinja> to render "
+        "them with one, or target.chat_template=plain to send the turns as plain text (base models)."
+    )
+
+
 def check_prompt_lengths(prompts: list[Prompt], encoder: Any, cfg: RunConfig) -> tuple[list[Prompt], dict[str, int]]:
     """Every turn's prompt (earlier answers counted at max_tokens) plus its answer must fit; with
     dataset.drop_too_long (agent trajectories) the prompts that do not are dropped instead, counted
@@ -345,7 +367,9 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     runner.check_support(cfg, drafter.speculative)
     if runner_name(cfg.runner) != "fake":  # the fake engine's token ids need no tokenizer
         checkpoints.check_tokenizer(target_dir, "target.model")
+    check_chat_template_file(cfg)
     encoder = runner.encoder(cfg, target_dir)
+    check_has_template(cfg, encoder)
     segmenter = make_segmenter(cfg.reasoning, encoder)
     prompts = load_prompts(cfg.dataset, cfg.seed, encoder)
     check_template_kwargs(cfg, encoder, first_messages(prompts[0]) if prompts else [])

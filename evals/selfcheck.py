@@ -15,6 +15,10 @@ second run (a server with runner=vllm), how many outputs part between them, and 
 in-process run's outputs part from plain decoding at near-ties; it fails only on a divergence that
 rounding cannot explain. In float32 that is the checks above.
 
+With `engine=gpu` it checks the GPU paths too: n-gram measured on the engine's model runner (V2 on
+vLLM's CUDA build) equals the replay of that runner's proposer, and a bf16 run with batch-invariant
+kernels gives the same records twice (every run's records are checked against vLLM's counters).
+
 Prints PASS/FAIL/SKIP per check; exits 1 if any check fails, 2 for bad input. Overrides are
 `evals.run` keys, e.g. `target=custom target.model=/models/x d=5`; `hydra.run.dir=<dir>` says where
 the runs go (default outputs/selfcheck/<time>).
@@ -176,7 +180,70 @@ def selfcheck(user_overrides: list[str], out_root: Path) -> list[CheckResult]:
         else:
             report(CheckResult("a launched server's records (float32)", True, "runner=vllm only", ran=False))
     report(spread(own_dtype, second, out_root, "on a launched server" if in_process else "in a second run"))
+    if GPU_ENGINE in user_overrides:
+        for result in gpu_checks(user_overrides, out_root):
+            report(result)
     return results
+
+
+# `engine=gpu`: the GPU paths too (vLLM's CUDA build runs n-gram on Model Runner V2, whose proposer
+# replay transcribes; batch-invariant kernels make bf16 repeatable).
+GPU_ENGINE = "engine=gpu"
+NGRAM = ["drafter=ngram", "drafter.prompt_lookup_min=1"]
+BF16_INVARIANT = ["engine.dtype=bfloat16", "engine.batch_invariant=true"]
+
+
+def gpu_checks(user_overrides: list[str], out_root: Path) -> list[CheckResult]:
+    """n-gram measured on the engine's model runner equals its proposer's replay (float32), and a
+    bf16 run with batch-invariant kernels gives the same records twice."""
+    from evals.replay import replay
+
+    def compose(*parts: list[str], name: str = "config"):
+        return compose_config([item for part in parts for item in part], name)
+
+    measure_cfg = compose(COMMON, FLOAT32, user_overrides, GREEDY, NGRAM, ["baseline=false"])
+    replay_cfg = compose(
+        [o for o in COMMON if not o.startswith("d=")],
+        FLOAT32,
+        user_overrides,
+        GREEDY,
+        NGRAM,
+        ["d_max=3"],
+        name="replay",
+    )
+    invariant = compose(COMMON, SELF_DRAFT, user_overrides, GREEDY, BF16_INVARIANT, ["baseline=false"])
+    results = []
+    name = "n-gram replay == measured, on the run's model runner (float32)"
+    summary, failed = measured(measure_cfg, out_root / "ngram", name)
+    if failed:
+        results.append(failed)
+    else:
+        try:
+            curves = replay(replay_cfg, out_root / "ngram_replay")
+        except (ConfigError, MeasurementError) as exc:
+            results.append(CheckResult(name, False, f"replay failed: {exc}"))
+        else:
+            results.append(replay_check(name, summary, curves))
+    name = "same records twice (bf16, batch-invariant kernels)"
+    _, failed = measured(invariant, out_root / "invariant", name)
+    if failed:
+        return [*results, failed]
+    _, failed = measured(invariant, out_root / "invariant_again", name)
+    results.append(failed or same_records_check(name, out_root / "invariant", out_root / "invariant_again"))
+    return results
+
+
+def replay_check(name: str, summary: RunSummary, curves) -> CheckResult:
+    """The replayed point of the measured run's proposer (its model runner's) at its D equals it."""
+    runner = summary.numerics.model_runner if summary.numerics else None
+    whole = curves[(curves.domain == "all") & (curves.segment == "all") & (curves.d == summary.d)]
+    point = whole[whole.proposer == (runner or "v1")]
+    if point.empty:
+        return CheckResult(name, False, f"no replayed point for proposer {runner} at d={summary.d}")
+    al = float(point.al.iloc[0])
+    others = ", ".join(f"{p} {a:.4f}" for p, a in zip(whole.proposer, whole.al) if p != (runner or "v1"))
+    detail = f"model runner {runner}: measured AL {summary.al:.4f}, replayed {al:.4f} (other proposer: {others})"
+    return CheckResult(name, abs(al - summary.al) <= 1e-9 * summary.al, detail)
 
 
 def spread(own_dtype, second, out_root: Path, between: str) -> CheckResult:

@@ -285,7 +285,11 @@ def build_summary(
     operating_points: list[OperatingPoint] | None = None,
     numerics: Numerics | None = None,
     reasoning: ReasoningSplit | None = None,
+    request_histograms: list[tuple[int, ...]] | None = None,
 ) -> RunSummary:
+    """The run's summary.json. `request_histograms`: at request granularity, each request's
+    accepted-draft histogram where the engine gave one for every request (per-position acceptance
+    follows from them)."""
     pooled = counters if domain_counters is not None else None
     overall = metrics.group_summary(steps, requests, seed, pooled)
     if not d:
@@ -294,8 +298,10 @@ def build_summary(
         per_position = metrics.per_position_acceptance(steps, d)
     elif record_granularity == RecordGranularity.domain and counters is not None:
         per_position = metrics.per_position_from_counters(counters, d)
+    elif request_histograms:
+        per_position = metrics.per_position_from_counters(metrics.counters_from_histograms(request_histograms), d)
     else:
-        per_position = None  # per-request totals do not say how far into each draft acceptance went
+        per_position = None  # per-request totals alone do not say how far into each draft acceptance went
     per_step = record_granularity == RecordGranularity.step
     return RunSummary(
         schema_version=SUMMARY_VERSION,
@@ -307,6 +313,7 @@ def build_summary(
         al=overall.al,
         al_ci95=overall.al_ci95,
         al_request_weighted=None if pooled else metrics.request_weighted_al(steps, requests),
+        al_per_request=overall.al_per_request,
         tokens_per_step=overall.tokens_per_step,
         per_position_acceptance=per_position,
         conditional_acceptance=metrics.conditional_acceptance(per_position) if per_position else None,

@@ -59,6 +59,12 @@ def result_table(summary: RunSummary) -> str:
     if summary.schedule:
         title += f", draft-length schedule {summary.schedule}"
     out = [title, text_table(header, rows)]
+    spread = summary.groups()["all"].al_per_request if "all" in summary.groups() else None
+    if spread:
+        out.append(
+            f"AL per request: p10 {spread['p10']:.2f}, median {spread['p50']:.2f}, p90 {spread['p90']:.2f} "
+            f"(min {spread['min']:.2f}, max {spread['max']:.2f}, std {spread['std']:.2f})"
+        )
     if summary.by_segment:
         out.append(segment_table(summary))
     if summary.by_turn:
@@ -88,6 +94,7 @@ def result_table(summary: RunSummary) -> str:
     numerics = numerics_line(summary)
     if numerics:
         out.append(numerics)
+    out += [f"{d.severity} [{d.code}]: {d.message}" for d in summary.diagnostics or []]
     return "\n".join(out)
 
 
@@ -126,12 +133,17 @@ def numerics_line(summary: RunSummary) -> str | None:
     numerics = summary.numerics
     if numerics is None or numerics.reproducible:
         return None
-    threads = f" on {numerics.threads} thread(s)" if numerics.threads else ""
-    threads += f" of {numerics.cpu}" if numerics.cpu else ""
+    if numerics.gpu:
+        # on a GPU kernels and batch shapes move bf16 outputs; vLLM's batch-invariant kernels fix them
+        where = f" on {numerics.gpu.get('count', 1)}x {numerics.gpu.get('name')}"
+        moved_by, remedy = "batch shape or kernel", "engine.batch_invariant=true"
+    else:
+        where = f" on {numerics.threads} thread(s)" if numerics.threads else ""
+        where += f" of {numerics.cpu}" if numerics.cpu else ""
+        moved_by, remedy = "thread count or batch shape", "engine.dtype=float32"
     line = (
-        f"numerics: {numerics.dtype}{threads}: greedy outputs can part at near-ties with another thread count or "
-        "batch shape, so AL may differ by a few percent on another machine, server or run; "
-        "engine.dtype=float32 makes it reproducible"
+        f"numerics: {numerics.dtype}{where}: greedy outputs can part at near-ties with another {moved_by}, "
+        f"so AL may differ by a few percent on another machine, server or run; {remedy} makes it reproducible"
     )
     fingerprints, d = summary.fingerprints, summary.d
     self_draft = fingerprints.draft is not None and fingerprints.draft == fingerprints.target

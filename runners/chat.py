@@ -7,17 +7,29 @@ from typing import Any, Mapping, Sequence
 
 from speclens.errors import TemplateFailed
 
+# target.chat_template=plain: no template, the turns as plain text (base models).
+PLAIN = "plain"
+
 
 class ChatTokenizer:
-    def __init__(self, model_dir: Path, chat_template_kwargs: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, model_dir: Path, chat_template_kwargs: Mapping[str, Any] | None = None, chat_template: str | None = None
+    ) -> None:
         # transformers is loaded only where a tokenizer or model is built.
         from transformers import AutoTokenizer
 
         # The engine's max_model_len is the real limit; this only silences a length warning.
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir), model_max_length=1 << 30)
-        self.has_template = bool(getattr(self.tokenizer, "chat_template", None))
         # Where the template comes from, for messages about it.
         self.source = str(model_dir)
+        # target.chat_template: a Jinja file used instead of the target's own, or `plain`
+        if chat_template == PLAIN:
+            self.tokenizer.chat_template = None
+        elif chat_template:
+            self.tokenizer.chat_template = Path(chat_template).read_text(encoding="utf-8")
+            self.source = chat_template
+        self.has_template = bool(getattr(self.tokenizer, "chat_template", None))
+        self.plain_chosen = chat_template == PLAIN
         # Extra variables for the template (run config chat_template_kwargs).
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
 
@@ -45,7 +57,7 @@ class ChatTokenizer:
     ) -> list[int]:
         if self.has_template:
             return list(self.tokenizer.encode(self.chat_text(messages, tools), add_special_tokens=False))
-        # Base models without a template: the turns as plain text, one per paragraph.
+        # target.chat_template=plain (base models): the turns as plain text, one per paragraph.
         text = "\n\n".join(m.get("content") or "" for m in messages)
         return list(self.tokenizer.encode(text))
 

@@ -43,6 +43,8 @@ class Engine(Protocol):
     # vLLM's model runner that computed it ("v1", "v2"; runners/model_runner.py), None where it
     # cannot be seen (a server, the fake engine).
     model_runner: str | None
+    # The GPU it computed on (runners/gpu_facts.py), None on a CPU or where it cannot be seen.
+    gpu: dict[str, Any] | None
 
     def chat_token_ids(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None

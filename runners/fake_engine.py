@@ -166,6 +166,7 @@ class FakeEngine:
         self.counted = COUNTER_NAMES
         self.threads: int | None = None
         self.model_runner: str | None = None
+        self.gpu: dict[str, Any] | None = None
         self._counters = SpecCounters(num_accepted_tokens_per_pos=[0] * (d or 0))
         self._steps: list[EngineStep] = []
 

@@ -8,8 +8,10 @@ it offers (`runner.engine`):
 - sglang: the native `/generate` endpoint streamed with `input_ids`; each chunk's `meta_info` counts
   `completion_tokens`, and the finished request's carries `spec_verify_ct` (verification steps)
   and `spec_num_correct_drafts` (accepted draft tokens; `spec_accepted_drafts` /
-  `spec_accept_token_num` in 0.5.9-0.5.19) -> request totals. No per-step arrays exist. Counters
-  (with `--enable-metrics`): `sglang:spec_verify_calls_total` (verification steps only).
+  `spec_accept_token_num` in 0.5.9-0.5.19) -> request totals, and `spec_correct_drafts_histogram`
+  (`spec_accept_histogram` before; [k]: verification steps that accepted exactly k drafts) ->
+  per-position acceptance. No per-step arrays exist (in order, per step). Counters (with
+  `--enable-metrics`): `sglang:spec_verify_calls_total` (verification steps only).
 - trtllm: `/v1/completions` streamed; responses carry only `avg_decoded_tokens_per_iter`, so
   acceptance comes from counters, one domain at a time. Counters (`return_perf_metrics: true`):
   Prometheus `/prometheus/metrics`, the per-position `trtllm_spec_decode_drafted_tokens_total` and
@@ -236,7 +238,9 @@ class Sglang:
         verify = int(reply.stats["spec_verify_ct"])
         accepted = int(next(reply.stats[k] for k in SGLANG_ACCEPTED if k in reply.stats))
         # With speculation every decode step is a verification step; the prefill gives the first token.
-        return Acceptance([], 1 + verify, RequestTotals(verify, accepted))
+        return Acceptance(
+            [], 1 + verify, RequestTotals(verify, accepted, sglang_histogram(reply.stats, verify, accepted))
+        )
 
     def counters(self, text: str) -> SpecCounters:
         drafts = sum(v for name, _, v in prometheus_samples(text) if name == "sglang:spec_verify_calls_total")
@@ -252,6 +256,22 @@ class Sglang:
             if status == 200:
                 return json.loads(text).get("speculative_num_steps")
         return None
+
+
+# The finished request's histogram of accepted drafts per verification step ([k]: steps that
+# accepted exactly k, the bonus token not counted; as long as the largest k seen + 1): SGLang's
+# canonical name, then the name it had until then (still written beside it).
+SGLANG_HISTOGRAM = ("spec_correct_drafts_histogram", "spec_accept_histogram")
+
+
+def sglang_histogram(stats: dict[str, Any], verify: int, accepted: int) -> tuple[int, ...] | None:
+    """The request's histogram where SGLang gives one that adds up to its own totals, else None."""
+    found = next((stats[k] for k in SGLANG_HISTOGRAM if isinstance(stats.get(k), list)), None)
+    if not found or not all(isinstance(n, int) and n >= 0 for n in found):
+        return None
+    if sum(found) != verify or sum(k * n for k, n in enumerate(found)) != accepted:
+        return None  # not this request's steps: the totals stand alone
+    return tuple(found)
 
 
 class Trtllm:

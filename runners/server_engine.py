@@ -161,6 +161,7 @@ class ServerEngine:
         arrivals: Arrivals | None = None,
         dialect: Dialect = DIALECTS["vllm"],
         chat_template_kwargs: dict[str, Any] | None = None,
+        chat_template: str | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.dialect = dialect
@@ -169,9 +170,10 @@ class ServerEngine:
         # Known for a server speclens launched (server_runner.numerics_env), not for an attached one.
         self.threads: int | None = None
         self.model_runner: str | None = None
+        self.gpu: dict[str, Any] | None = None
         self.arrivals = arrivals
         # speclens renders every prompt itself, so a server sees the template's variables too.
-        self.tokenizer = ChatTokenizer(target_dir, chat_template_kwargs)
+        self.tokenizer = ChatTokenizer(target_dir, chat_template_kwargs, chat_template)
         self.speculative = speculative
         self.process = process
         self._lock = threading.Lock()

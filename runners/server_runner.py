@@ -298,6 +298,7 @@ def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
                 arrivals=arrivals,
                 dialect=dialect_of(cfg, endpoint, key),
                 chat_template_kwargs=template_kwargs,
+                chat_template=cfg.target.chat_template,
             )
         check_requested(cfg.engine.model_runner, spec["method"] if spec is not None else None)
         process = ServerProcess(model_dir, spec, cfg)
@@ -309,6 +310,7 @@ def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
                 process,
                 arrivals,
                 chat_template_kwargs=template_kwargs,
+                chat_template=cfg.target.chat_template,
             )
             engine.threads = process.threads
             # set through vLLM's switch where asked for; under auto the server chose, unseen from here

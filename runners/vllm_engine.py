@@ -18,6 +18,7 @@ from typing import Any, Iterator, Sequence
 
 from runners.chat import ChatTokenizer
 from runners.engine import ProgressFn
+from runners.gpu_facts import gpu_facts
 from runners.model_runner import runner_in_use
 from runners.vllm_compat import make_kernel_registration_safe
 from speclens.generation import (
@@ -62,6 +63,7 @@ class VllmEngine:
         batch_invariant: bool = False,
         chat_template_kwargs: dict[str, Any] | None = None,
         model_runner: str | None = None,
+        chat_template: str | None = None,
     ) -> None:
         set_process_env(cpu_kvcache_space_gib, batch_invariant, model_runner)
 
@@ -89,8 +91,9 @@ class VllmEngine:
         # In-process, the worker computes in this process with the threads vLLM bound for it.
         self.threads: int | None = torch.get_num_threads()
         self.model_runner: str | None = runner_in_use(self._worker_part("model_runner"))
+        self.gpu: dict[str, Any] | None = gpu_facts(self.engine.vllm_config, self._worker_part("model_runner"))
         self.scheduler = self.engine.engine_core.engine_core.scheduler
-        self.tokenizer = ChatTokenizer(Path(model), chat_template_kwargs)
+        self.tokenizer = ChatTokenizer(Path(model), chat_template_kwargs, chat_template)
         self._counters_at_start = self._read_counters()
         self._steps: list[EngineStep] = []
         self._last_schedule: Any = None

@@ -61,6 +61,7 @@ def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
             cpu_kvcache_space_gib=cfg.engine.cpu_kvcache_space_gib,
             batch_invariant=cfg.engine.batch_invariant,
             chat_template_kwargs=dict(cfg.chat_template_kwargs),
+            chat_template=cfg.target.chat_template,
             model_runner=chosen,
         )
 
@@ -69,7 +70,7 @@ def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
 
 def encoder(cfg: RunConfig, target_dir: Path) -> Any:
     """The target's own chat tokenizer (transformers, imported on use)."""
-    return ChatTokenizer(target_dir, dict(cfg.chat_template_kwargs))
+    return ChatTokenizer(target_dir, dict(cfg.chat_template_kwargs), cfg.target.chat_template)
 
 
 def closed_loop_only(cfg: RunConfig) -> None:

@@ -48,6 +48,9 @@ class TargetConfig:
     model: str = MISSING
     # Key of a target speclens builds itself when `model` points at its cache folder.
     embedded: str | None = None
+    # The chat template prompts are rendered with: null, the target's own (a target without one is
+    # refused); a Jinja file to use instead; or `plain`, the turns as plain text (base models).
+    chat_template: str | None = None
 
 
 @dataclass
@@ -201,6 +204,7 @@ FINGERPRINTED_WHEN_SET: dict[str, Any] = {
     "drafter.schedule": None,
     "engine.batch_invariant": False,
     "engine.model_runner": "auto",
+    "target.chat_template": None,
     "engine.default_max_model_len": DEFAULT_MAX_MODEL_LEN,
     "reasoning": {"parser": None, "end": None, "start": None},
     "chat_template_kwargs": {},

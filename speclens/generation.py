@@ -73,6 +73,9 @@ class RequestTotals:
 
     num_drafts: int
     num_accepted: int
+    # [k]: its verification steps that accepted exactly k draft tokens, where the engine counts them
+    # (SGLang's spec_correct_drafts_histogram); per-position acceptance follows from it.
+    accepted_histogram: tuple[int, ...] | None = None
 
 
 @dataclass

@@ -17,6 +17,7 @@ reports only counters (`domain`), AL comes from the counters of the requests it 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -63,6 +64,24 @@ class GroupFigures:
     n_steps: int
     # With a reasoning boundary: the same per segment (thinking, answer).
     by_segment: dict[str, SegmentFigures] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    # The spread of AL over its requests (each request's own AL): p10, p50, p90, min, max, std.
+    al_per_request: dict[str, float] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+
+
+def al_spread(totals: pd.DataFrame) -> dict[str, float] | None:
+    """p10, p50, p90, min, max and std (population) of the requests' own ALs."""
+    if totals.empty:
+        return None
+    als = 1.0 + totals["accepted"].to_numpy(dtype=float) / totals["drafts"].to_numpy(dtype=float)
+    p10, p50, p90 = np.percentile(als, [10, 50, 90])
+    return {
+        "p10": float(p10),
+        "p50": float(p50),
+        "p90": float(p90),
+        "min": float(als.min()),
+        "max": float(als.max()),
+        "std": float(als.std()),
+    }
 
 
 @dataclass
@@ -150,7 +169,8 @@ def resample_indices(seed: int, samples: int, n: int) -> np.ndarray:
 
 
 def request_weighted_al(steps: pd.DataFrame, requests: pd.DataFrame | None = None) -> float | None:
-    """The mean over requests (conversations) of each request's AL (specdec_bench's Average_AL)."""
+    """The mean over requests (conversations) of each request's AL (not specdec_bench's Average_AL,
+    a request-weighted tokens per step: docs/definitions.md#request-weighted-al)."""
     totals = per_request(steps, requests)
     if totals.empty:
         return None
@@ -227,6 +247,7 @@ def group_summary(
         tokens_per_step=tokens_per_step(requests),
         n_requests=int(requests["request_id"].nunique()),
         n_steps=int(totals["drafts"].sum()),
+        al_per_request=al_spread(totals),
     )
 
 
@@ -303,6 +324,18 @@ def counters_from_steps(steps: pd.DataFrame, d: int) -> SpecCounters:
         num_accepted_tokens=int(accepted.sum()),
         num_accepted_tokens_per_pos=[int((accepted > k).sum()) for k in range(d)],
     )
+
+
+def counters_from_histograms(histograms: Sequence[Sequence[int]]) -> SpecCounters:
+    """Requests' accepted-draft histograms ([k]: steps accepting exactly k) pooled as counters: a
+    step that accepted k accepted at positions 0 .. k-1."""
+    pooled: list[int] = []
+    for histogram in histograms:
+        pooled += [0] * (len(histogram) - len(pooled))
+        for k, n in enumerate(histogram):
+            pooled[k] += int(n)
+    per_pos = [sum(pooled[k + 1 :]) for k in range(max(len(pooled) - 1, 0))]
+    return SpecCounters(sum(pooled), 0, sum(k * n for k, n in enumerate(pooled)), per_pos)
 
 
 def per_position_from_counters(counters: SpecCounters, d: int) -> list[float] | None:

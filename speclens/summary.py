@@ -35,6 +35,7 @@ from typing import Any, Callable
 
 from speclens.account import SpeedupAccount
 from speclens.costs import StepTiming
+from speclens.diagnostics import Diagnostic
 from speclens.errors import CorruptRecord, SpeclensError
 from speclens.files import write_json_atomic
 from speclens.generation import SpecCounters
@@ -121,6 +122,9 @@ class Numerics:
     # vLLM's model runner that computed every pass ("v1", "v2"; None where it cannot be seen: an
     # attached server, the fake): n-gram drafts differently on each (drafters/ngram.py).
     model_runner: str | None = None
+    # The GPU it computed on: name, count, driver, cuda, torch, attention_backend, cuda_graphs
+    # (runners/gpu_facts.py); None on a CPU or where it cannot be seen.
+    gpu: dict[str, Any] | None = None
 
     @classmethod
     def of(
@@ -130,8 +134,10 @@ class Numerics:
         batch_invariant: bool = False,
         cpu: str | None = None,
         model_runner: str | None = None,
+        gpu: dict[str, Any] | None = None,
     ) -> "Numerics":
-        return cls(dtype, threads, batch_invariant, batch_invariant or dtype in REPRODUCIBLE_DTYPES, cpu, model_runner)
+        reproducible = batch_invariant or dtype in REPRODUCIBLE_DTYPES
+        return cls(dtype, threads, batch_invariant, reproducible, cpu, model_runner, gpu)
 
 
 @dataclass
@@ -241,6 +247,10 @@ class RunSummary:
     reasoning: ReasoningSplit | None = field(default=None, metadata=OMITTED_WHEN_NONE)
     # On agent trajectories: the figures per assistant-turn index ("0", "1", ...).
     by_turn: dict[str, GroupFigures] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    # The spread of AL over the requests (speclens/metrics.py al_spread); by_domain holds each domain's.
+    al_per_request: dict[str, float] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    # What is odd about the run, with its evidence (speclens/diagnostics.py); [] where nothing is.
+    diagnostics: list[Diagnostic] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
 
     @property
     def label(self) -> str:
@@ -254,7 +264,13 @@ class RunSummary:
     def groups(self) -> dict[str, GroupFigures]:
         """`all` (this summary's own figures) and every domain."""
         overall = GroupFigures(
-            self.al, self.al_ci95, self.tokens_per_step, self.n_requests, self.n_steps, self.by_segment
+            self.al,
+            self.al_ci95,
+            self.tokens_per_step,
+            self.n_requests,
+            self.n_steps,
+            self.by_segment,
+            self.al_per_request,
         )
         return {WHOLE_RUN_GROUP: overall} | self.by_domain
 

@@ -97,3 +97,14 @@ def encoder_with(tmp_path):
         return ChatTokenizer(folder)
 
     return make
+
+
+def word_tokenizer(words: list[str]):
+    """A whitespace word-level fast tokenizer over `words` (the first is the unknown token)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token=words[0]))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token=words[0])

@@ -133,7 +133,18 @@ def test_summary_keys_and_types(tmp_path):
     assert set(on_disk["timing"]) >= {"load_s", "generate_s", "output_tokens_per_s"}
     assert set(on_disk["versions"]) == {"speclens", "vllm", "torch", "transformers"}
     assert set(on_disk["fingerprints"]) == {"target", "draft", "dataset"}
-    assert set(on_disk["by_domain"]["coding"]) == {"al", "al_ci95", "tokens_per_step", "n_requests", "n_steps"}
+    assert set(on_disk["by_domain"]["coding"]) == {
+        "al",
+        "al_ci95",
+        "tokens_per_step",
+        "n_requests",
+        "n_steps",
+        "al_per_request",
+    }
+    # one request in the domain: its spread is its own AL
+    assert on_disk["by_domain"]["coding"]["al_per_request"] == dict.fromkeys(
+        ("p10", "p50", "p90", "min", "max"), on_disk["by_domain"]["coding"]["al"]
+    ) | {"std": 0.0}
     assert (out / "stamp.json").is_file()
 
 

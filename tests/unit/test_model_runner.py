@@ -95,3 +95,22 @@ def test_the_result_table_and_the_reports_runs_table_name_the_runner_that_measur
     assert header[-1] == "model runner" and sorted(row[-1] for row in rows) == ["-", "v2"]
     run = next(r for r in find_runs(root) if r.summary.d == 2)
     assert "(vLLM model runner V2)" in result_table(run.summary)
+
+
+def test_the_gpu_selfcheck_compares_a_measured_ngram_run_with_its_runners_replayed_proposer(tmp_path):
+    import pandas as pd
+
+    from evals.selfcheck import replay_check
+    from reports.runs import find_runs
+    from tests.unit.test_curves import sweep
+
+    summary = find_runs(sweep(tmp_path, [("ngram", 2)]))[0].summary
+    summary.numerics.model_runner = "v2"
+    rows = [
+        {"domain": "all", "segment": "all", "d": 2, "proposer": "v1", "al": summary.al + 0.3},
+        {"domain": "all", "segment": "all", "d": 2, "proposer": "v2", "al": summary.al},
+    ]
+    check = replay_check("n-gram", summary, pd.DataFrame(rows))
+    assert check.passed and f"model runner v2: measured AL {summary.al:.4f}" in check.detail
+    summary.numerics.model_runner = "v1"  # the same run read as V1's: V1's proposer's point differs
+    assert not replay_check("n-gram", summary, pd.DataFrame(rows)).passed

@@ -166,13 +166,9 @@ WORDS = ["<unk>", "<think>", "</think>", "so", "the", "answer", "is", "42", "hel
 
 @pytest.fixture(scope="module")
 def think_tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from tests.unit.conftest import word_tokenizer
 
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.decoder = decoders.WordPiece()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>")
+    return word_tokenizer(WORDS)
 
 
 def ids(tokenizer, text: str) -> list[int]:
@@ -297,3 +293,32 @@ def test_wandb_gets_the_segment_figures(tmp_path):
     assert flat["al/thinking"] == pytest.approx(1 + 9 / 4) and flat["al/answer"] == pytest.approx(1 + 4 / 3)
     assert flat["share_of_output_tokens/thinking"] == pytest.approx(0.6)
     assert flat["al/coding/thinking"] == pytest.approx(3.0)
+
+
+def test_a_target_without_a_chat_template_is_refused_unless_one_is_named(think_tokenizer, tmp_path):
+    """Chat prompts sent untemplated measure AL on another input than the target serves: refused in
+    one line; target.chat_template names a Jinja file to use, or `plain` keeps the turns as text."""
+    from evals.compose import to_run_config
+    from evals.plan import check_chat_template_file, check_has_template
+    from runners.chat import ChatTokenizer
+    from tests.unit.conftest import compose_run, fake_overrides
+    from tests.unit.test_commands_fake import ROWS
+
+    think_tokenizer.chat_template = None
+    think_tokenizer.save_pretrained(str(tmp_path / "base"))
+    cfg = to_run_config(compose_run(*fake_overrides(tmp_path, ROWS)))
+    cfg.target.model = str(tmp_path / "base")
+    messages = [{"role": "user", "content": "hello"}]
+    with pytest.raises(ConfigError, match=r"has no chat template .* target\.chat_template=<file\.jinja>"):
+        check_has_template(cfg, ChatTokenizer(tmp_path / "base"))
+    template = tmp_path / "chat.jinja"
+    template.write_text(THINKING_TEMPLATE)
+    named = ChatTokenizer(tmp_path / "base", chat_template=str(template))
+    check_has_template(cfg, named)
+    assert named.chat_text(messages) == "user hello assistant" and named.source == str(template)
+    plain = ChatTokenizer(tmp_path / "base", chat_template="plain")
+    check_has_template(cfg, plain)
+    assert plain.chat_token_ids(messages) == think_tokenizer.encode("hello")
+    cfg.target.chat_template = str(tmp_path / "missing.jinja")
+    with pytest.raises(ConfigError, match=r"target\.chat_template=.*missing\.jinja: no such file"):
+        check_chat_template_file(cfg)

@@ -103,8 +103,16 @@ def models(model: str, owner: str) -> str:
     )
 
 
-def fake_sglang(model: str, chunks=(1, 4, 2), correct=4, verify=2, miscount=0) -> Scripted:
-    """Every request: the prefill token, then verification steps giving chunks[1:] tokens."""
+def fake_sglang(
+    model: str,
+    chunks=(1, 4, 2),
+    correct=4,
+    verify=2,
+    miscount=0,
+    histogram=("spec_correct_drafts_histogram", [0, 1, 0, 1]),
+) -> Scripted:
+    """Every request: the prefill token, then verification steps giving chunks[1:] tokens (one
+    accepting 1 draft, one 3: `histogram`, under the name SGLang gives it, or None)."""
     calls = {"verify": 0}
 
     def post(handler: _Handler, body: dict) -> None:
@@ -133,8 +141,7 @@ def fake_sglang(model: str, chunks=(1, 4, 2), correct=4, verify=2, miscount=0) -
             "spec_num_correct_drafts": correct,
             "spec_num_proposed_drafts": verify * D,
             "spec_verify_ct": verify,
-            "spec_correct_drafts_histogram": [0, 1, 0, 1],
-        }
+        } | (dict([histogram]) if histogram else {})
         with handler.server.lock:
             calls["verify"] += verify + miscount
         handler.events(events)
@@ -236,7 +243,10 @@ def test_sglang_reports_request_totals_checked_against_its_verify_counter(tmp_pa
     summary = attach(tmp_path, smollm2, server.url)
     # each request: 2 verification steps accepting 4 drafts in all -> AL 3; 7 tokens over 3 passes
     assert (summary.record_granularity, summary.al, summary.tokens_per_step) == ("request", 3.0, pytest.approx(7 / 3))
-    assert summary.per_position_acceptance is None and summary.vllm_counters.num_drafts == 8
+    assert summary.vllm_counters.num_drafts == 8
+    # each request's histogram (steps accepting 1 and 3 of D = 3): position k accepted in the steps
+    # that accepted more than k
+    assert summary.per_position_acceptance == [1.0, 0.5, 0.5]
     requests = read_parquet(tmp_path / "run" / "requests.parquet")
     assert list(requests.output_tokens) == [7] * 4 and list(requests.drafted_steps) == [2] * 4
     sent = server.bodies[-1]
@@ -244,6 +254,17 @@ def test_sglang_reports_request_totals_checked_against_its_verify_counter(tmp_pa
     assert sent["sampling_params"] == {"max_new_tokens": 128, "temperature": 0.0, "top_p": 1.0, "ignore_eos": False}
     with pytest.raises(MeasurementError, match=r"num_drafts: records 8 vs engine 12"):
         attach(tmp_path / "miscounted", smollm2, fake_sglang(str(smollm2), miscount=1).url)
+    # the name SGLang wrote before 0.5.23 (still written beside the canonical one) reads alike
+    older = attach(
+        tmp_path / "older", smollm2, fake_sglang(str(smollm2), histogram=("spec_accept_histogram", [0, 1, 0, 1])).url
+    )
+    assert older.per_position_acceptance == [1.0, 0.5, 0.5]
+    # no histogram, or one that does not add up to the request's own totals: per position is absent, not zeros
+    for name, histogram in (("none", None), ("off", ("spec_correct_drafts_histogram", [0, 2, 0, 0]))):
+        assert (
+            attach(tmp_path / name, smollm2, fake_sglang(str(smollm2), histogram=histogram).url).per_position_acceptance
+            is None
+        )
 
 
 def test_tensorrt_llm_gives_al_per_domain_from_counters_one_domain_at_a_time(tmp_path, smollm2):

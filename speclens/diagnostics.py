@@ -1,0 +1,204 @@
+"""What is odd about a run, said with the numbers it is drawn from (`summary.json` → `diagnostics`).
+
+Each diagnostic has a `code`, a `severity` (`warning`: the figure likely measures something else
+than the user meant; `info`: it holds, read it knowing this), a one-line `message` and the
+`evidence` behind it. Thresholds and why: docs/definitions.md#diagnostics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+# First-position acceptance below which a mechanism is most often set up wrong, per family: a head
+# or MTP layer trained for the target accepts its first draft token well over half the time
+# (EAGLE-3 papers and vLLM's own examples: 0.6-0.8); a standalone draft model of the same family
+# 0.4-0.7. A figure below these says "check the set-up" before it says "weak drafter".
+LOW_FIRST_POSITION = {
+    "eagle": 0.3,
+    "eagle3": 0.3,
+    "mtp": 0.3,
+    "dflash": 0.3,
+    "dspark": 0.3,
+    "medusa": 0.2,
+    "draft_model": 0.2,
+}
+LOW_FIRST_POSITION_CHECKS = (
+    "the head or draft built for another target (or another revision of it)",
+    "its vocabulary map (d2t/t2d) or aux hidden-state layers not the target's",
+    "a tokenizer or chat template that differs from the one the drafter saw in training",
+)
+# Model drafters whose drafts are sampled where verification samples (drafter.sample_method).
+SAMPLED_DRAFTERS = ("draft_model", "eagle", "eagle3", "mtp", "dflash", "dspark", "medusa")
+# A request loops where this share of its output's n-grams repeat an earlier one.
+LOOP_NGRAM = 8
+LOOP_SHARE = 0.5
+# n-gram and suffix: a warning where most decode steps proposed nothing.
+SPARSE_SHARE = 0.5
+LOOKUP_DRAFTERS = ("ngram", "suffix")
+# Truncation worth saying: this share of requests stopped by max_tokens.
+TRUNCATED_SHARE = 0.2
+
+
+@dataclass
+class Diagnostic:
+    code: str
+    severity: str
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunFacts:
+    """What the diagnostics read of a run: its records and settings."""
+
+    drafter: str
+    d: int | None
+    temperature: float
+    sample_method: str | None
+    max_tokens: int
+    chat_template: str | None
+    per_position_acceptance: list[float] | None
+    steps: pd.DataFrame
+    requests: pd.DataFrame
+    # Each request turn's output token ids, keyed as the records are (request_id, turn).
+    outputs: dict[tuple[str, int], Sequence[int]] = field(default_factory=dict)
+
+
+def diagnose(run: RunFacts) -> list[Diagnostic]:
+    if not run.d:
+        return []
+    found = [
+        low_first_position(run),
+        sample_mismatch(run),
+        repetition(run),
+        truncated(run),
+        untemplated(run),
+        sparse_drafting(run),
+    ]
+    return [d for d in found if d is not None]
+
+
+def low_first_position(run: RunFacts) -> Diagnostic | None:
+    floor = LOW_FIRST_POSITION.get(run.drafter)
+    if floor is None or not run.per_position_acceptance or run.temperature > 0:
+        return None
+    first = run.per_position_acceptance[0]
+    if first >= floor:
+        return None
+    return Diagnostic(
+        "low_first_position",
+        "warning",
+        f"the first draft position is accepted {first:.0%} of the time, far below what drafter={run.drafter} "
+        f"reaches when set up right (>= {floor:.0%}); most often: " + "; ".join(LOW_FIRST_POSITION_CHECKS),
+        {"first_position_acceptance": first, "threshold": floor},
+    )
+
+
+def sample_mismatch(run: RunFacts) -> Diagnostic | None:
+    if run.temperature <= 0 or run.drafter not in SAMPLED_DRAFTERS or run.sample_method not in (None, "greedy"):
+        return None
+    return Diagnostic(
+        "sample_mismatch",
+        "warning",
+        f"sampling.temperature={run.temperature:g} verifies by sampling, but the drafter drafts greedily "
+        "(drafter.sample_method=greedy): its proposals are rejected far more often than a sampling drafter's; "
+        "set drafter.sample_method=probabilistic to measure what a matched set-up accepts",
+        {"temperature": run.temperature, "sample_method": run.sample_method or "greedy"},
+    )
+
+
+def loops(tokens: Sequence[int], n: int = LOOP_NGRAM) -> bool:
+    """Whether most of an output's n-grams repeat one seen earlier in it."""
+    if len(tokens) < 2 * n:
+        return False
+    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+    seen: set[tuple[int, ...]] = set()
+    repeats = 0
+    for gram in grams:
+        repeats += gram in seen
+        seen.add(gram)
+    return repeats / len(grams) >= LOOP_SHARE
+
+
+def repetition(run: RunFacts) -> Diagnostic | None:
+    looping = {key for key, tokens in run.outputs.items() if loops(list(tokens))}
+    if not looping or run.steps.empty:
+        return None
+    keys = list(zip(run.steps.request_id, run.steps.turn))
+    in_loop = np.array([k in looping for k in keys])
+    accepted = run.steps.num_accepted.to_numpy()
+    rest = run.steps[~in_loop]
+    without = 1.0 + float(rest.num_accepted.sum()) / len(rest) if len(rest) else None
+    share_accepted = float(accepted[in_loop].sum()) / max(int(accepted.sum()), 1)
+    share = len(looping) / max(len(run.outputs), 1)
+    return Diagnostic(
+        "repetition",
+        "warning" if share_accepted >= 0.25 else "info",
+        f"{len(looping)} of {len(run.outputs)} outputs loop (most of their {LOOP_NGRAM}-grams repeat earlier ones); "
+        f"they hold {share_accepted:.0%} of the accepted tokens"
+        + (f", and AL without them is {without:.3f}" if without is not None else "")
+        + " (n-gram and suffix AL is often high because the target loops)",
+        {
+            "requests": len(looping),
+            "share_of_requests": share,
+            "share_of_accepted_tokens": share_accepted,
+            "al_without": without,
+            "looping": sorted(f"{r}#{t}" for r, t in looping),
+        },
+    )
+
+
+def truncated(run: RunFacts) -> Diagnostic | None:
+    requests = run.requests
+    if requests.empty or "output_tokens" not in requests:
+        return None
+    stopped = requests[requests.output_tokens >= run.max_tokens]
+    share = len(stopped) / len(requests)
+    if share < TRUNCATED_SHARE:
+        return None
+    # tokens their steps produced (one per target pass, plus the accepted drafts) past what was kept
+    produced = stopped.target_steps + stopped.num_accepted
+    cut = int((produced - stopped.output_tokens).clip(lower=0).sum()) if produced.notna().all() else None
+    return Diagnostic(
+        "truncated",
+        "info",
+        f"{share:.0%} of the requests stopped at sampling.max_tokens={run.max_tokens}"
+        + (f"; {cut} accepted tokens were cut at their ends (AL counts them, as vLLM's counters do)" if cut else "")
+        + "; a larger max_tokens measures the rest of those answers",
+        {"share_of_requests": share, "requests": len(stopped), "accepted_tokens_cut": cut},
+    )
+
+
+def untemplated(run: RunFacts) -> Diagnostic | None:
+    if run.chat_template != "plain":
+        return None
+    return Diagnostic(
+        "untemplated",
+        "warning",
+        "the chat prompts were sent as plain text (target.chat_template=plain): AL is measured on another input "
+        "than a chat-served target sees",
+        {"chat_template": "plain"},
+    )
+
+
+def sparse_drafting(run: RunFacts) -> Diagnostic | None:
+    requests = run.requests
+    if run.drafter not in LOOKUP_DRAFTERS or requests.empty or requests.target_steps.isna().any():
+        return None
+    decode_steps = int((requests.target_steps - 1).clip(lower=0).sum())
+    drafted = int(requests.drafted_steps.sum())
+    if not decode_steps:
+        return None
+    idle = 1 - drafted / decode_steps
+    if idle < SPARSE_SHARE:
+        return None
+    return Diagnostic(
+        "sparse_drafting",
+        "warning",
+        f"{idle:.0%} of the decode steps proposed nothing (drafter={run.drafter} found no match): its AL is over the "
+        f"{drafted} steps that drafted, so read it with tokens per step, which counts every step",
+        {"share_without_draft": idle, "decode_steps": decode_steps, "drafted_steps": drafted},
+    )

@@ -1,0 +1,95 @@
+"""Each diagnostic (speclens/diagnostics.py) on a planted case, and silence on a clean run."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from speclens.diagnostics import LOOP_NGRAM, RunFacts, diagnose, loops
+
+
+def facts(**changes) -> RunFacts:
+    """A clean run: eagle3 at D=3, greedy, two requests of 20 tokens, first position accepted 70%."""
+    steps = pd.DataFrame(
+        {
+            "request_id": ["a"] * 6 + ["b"] * 6,
+            "turn": [0] * 12,
+            "num_accepted": [2, 1, 3, 0, 2, 1] * 2,
+            "num_drafted": [3] * 12,
+        }
+    )
+    requests = pd.DataFrame(
+        {
+            "request_id": ["a", "b"],
+            "turn": [0, 0],
+            "output_tokens": [16, 16],
+            "target_steps": [7, 7],
+            "drafted_steps": [6, 6],
+            "num_accepted": [9, 9],
+        }
+    )
+    base = dict(
+        drafter="eagle3",
+        d=3,
+        temperature=0.0,
+        sample_method=None,
+        max_tokens=64,
+        chat_template=None,
+        per_position_acceptance=[0.7, 0.5, 0.2],
+        steps=steps,
+        requests=requests,
+        outputs={("a", 0): list(range(16)), ("b", 0): list(range(100, 116))},
+    )
+    return RunFacts(**(base | changes))
+
+
+def codes(run: RunFacts) -> list[str]:
+    return [d.code for d in diagnose(run)]
+
+
+def test_a_clean_run_says_nothing():
+    assert diagnose(facts()) == []
+
+
+def test_a_head_set_up_wrong_is_named_by_its_first_position():
+    (found,) = diagnose(facts(per_position_acceptance=[0.12, 0.02, 0.0]))
+    assert (found.code, found.severity) == ("low_first_position", "warning")
+    assert found.evidence == {"first_position_acceptance": 0.12, "threshold": 0.3}
+    assert "d2t" in found.message and "chat template" in found.message
+    assert codes(facts(drafter="ngram", per_position_acceptance=[0.12])) == []  # no threshold for lookups
+
+
+def test_sampled_verification_with_greedy_drafts_is_named():
+    assert codes(facts(temperature=0.7)) == ["sample_mismatch"]
+    assert codes(facts(temperature=0.7, sample_method="probabilistic")) == []
+
+
+def test_looping_outputs_are_named_with_the_al_without_them():
+    loop = [5, 6, 7, 8, 9, 10, 11, 12] * 4
+    assert loops(loop) and not loops(list(range(32))) and not loops(loop[: 2 * LOOP_NGRAM - 1])
+    (found,) = diagnose(facts(outputs={("a", 0): loop, ("b", 0): list(range(100, 132))}))
+    assert found.code == "repetition" and found.evidence["looping"] == ["a#0"]
+    assert found.evidence["share_of_requests"] == 0.5 and found.evidence["share_of_accepted_tokens"] == 0.5
+    assert found.evidence["al_without"] == pytest.approx(1 + 9 / 6)  # request b alone
+
+
+def test_truncated_answers_and_their_cut_tokens_are_counted():
+    # a ended at EOS after 12 tokens; b made 16 and kept max_tokens = 14
+    stopped = facts().requests.assign(output_tokens=[12, 14])
+    (found,) = diagnose(facts(max_tokens=14, requests=stopped))
+    assert found.code == "truncated" and found.evidence == {
+        "share_of_requests": 0.5,
+        "requests": 1,
+        "accepted_tokens_cut": 2,
+    }
+
+
+def test_plain_text_prompts_are_named():
+    assert codes(facts(chat_template="plain")) == ["untemplated"]
+
+
+def test_a_lookup_drafter_that_rarely_drafts_is_named():
+    idle = facts().requests.assign(target_steps=[20, 20], drafted_steps=[6, 6])
+    (found,) = diagnose(facts(drafter="ngram", per_position_acceptance=None, requests=idle))
+    assert found.code == "sparse_drafting" and found.evidence["share_without_draft"] == pytest.approx(1 - 12 / 38)
+    assert codes(facts(drafter="ngram", per_position_acceptance=None)) == []  # 12 of 12 decode steps drafted
