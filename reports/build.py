@@ -468,6 +468,21 @@ def account_section(runs: list[Run]) -> Section | None:
     return Section("Speedup account", text, tables=[(header, rows)], images=images, charts=waterfalls)
 
 
+def diagnostics_section(runs: list[Run]) -> Section | None:
+    """What is odd about each run (speclens/diagnostics.py), warnings first, under the answer."""
+    rows = [[run.summary.label, d.severity, d.code, d.message] for run in runs for d in run.summary.diagnostics or []]
+    if not rows:
+        return None
+    rows.sort(key=lambda row: (row[1] != "warning", row[0], row[2]))
+    return Section(
+        "Diagnostics",
+        text=[
+            "What is odd about the runs, with the check that explains it most often (docs/definitions.md#diagnostics)."
+        ],
+        tables=[(["run", "severity", "code", "what"], rows)],
+    )
+
+
 def runs_section(runs: list[Run]) -> Section:
     # vLLM's model runner (runners/model_runner.py; n-gram drafts differently on V1 and V2), where
     # a run recorded one
@@ -519,7 +534,8 @@ def build_sections(root: Path, gpu: Hardware | None = None) -> list[Section]:
         ranking: pd.DataFrame | SpeclensError = rank_runs(runs)
     except SpeclensError as exc:
         ranking = exc
-    sections = [decision_section(root, runs, ranking), al_section(root, runs)]
+    sections = [decision_section(root, runs, ranking)]
+    sections += [s for s in (diagnostics_section(runs),) if s] + [al_section(root, runs)]
     sections += [s for s in (ranking_section(runs, ranking), speedup_section(runs), account_section(runs)) if s]
     if gpu is not None:
         sections.append(gpu_section(runs, gpu))

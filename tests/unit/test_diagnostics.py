@@ -93,3 +93,34 @@ def test_a_lookup_drafter_that_rarely_drafts_is_named():
     (found,) = diagnose(facts(drafter="ngram", per_position_acceptance=None, requests=idle))
     assert found.code == "sparse_drafting" and found.evidence["share_without_draft"] == pytest.approx(1 - 12 / 38)
     assert codes(facts(drafter="ngram", per_position_acceptance=None)) == []  # 12 of 12 decode steps drafted
+
+
+def test_a_runs_diagnostics_reach_its_table_and_the_report_under_the_answer(tmp_path):
+    import json
+
+    from reports.build import build_sections
+    from reports.table import result_table
+    from tests.unit.test_curves import sweep
+
+    root = sweep(tmp_path, [("ngram", 1), ("ngram", 2)])
+    assert "Diagnostics" not in [s.title for s in build_sections(root)]  # clean fake runs: nothing to say
+    path = root / "drafter=ngram,d=2" / "summary.json"
+    summary = json.loads(path.read_text())
+    assert summary["diagnostics"] == []
+    summary["diagnostics"] = [
+        {
+            "code": "untemplated",
+            "severity": "warning",
+            "message": "the chat prompts were sent as plain text",
+            "evidence": {},
+        }
+    ]
+    path.write_text(json.dumps(summary))
+    titles = [s.title for s in build_sections(root)]
+    assert titles.index("Diagnostics") == 1  # right under the answer
+    (section,) = [s for s in build_sections(root) if s.title == "Diagnostics"]
+    assert section.tables[0][1] == [["ngram d=2", "warning", "untemplated", "the chat prompts were sent as plain text"]]
+    from reports.runs import find_runs
+
+    run = next(r for r in find_runs(root) if r.summary.d == 2)
+    assert "warning [untemplated]: the chat prompts were sent as plain text" in result_table(run.summary)
