@@ -127,9 +127,9 @@ def engine_numerics(plan: RunPlan, passes: list[Pass]) -> Numerics:
 
 
 def run_facts(
-    plan: RunPlan, summary: RunSummary, steps: pd.DataFrame, requests: pd.DataFrame, passes: list[Pass]
+    plan: RunPlan, summary: RunSummary, steps: pd.DataFrame, requests: pd.DataFrame, passes: list[Pass], stamp: dict
 ) -> RunFacts:
-    """What speclens/diagnostics.py reads of a run."""
+    """What speclens/diagnostics.py reads of a run (`stamp`: its stamp.json, for the draft's build)."""
     cfg = plan.config
     return RunFacts(
         drafter=plan.drafter.name,
@@ -142,6 +142,7 @@ def run_facts(
         steps=steps,
         requests=requests,
         outputs={(r.request_id, r.turn): r.output_token_ids for p in passes for r in p.results},
+        draft_budget=(stamp.get("draft_build") or {}).get("budget"),
     )
 
 
@@ -351,7 +352,7 @@ def _execute(
         reasoning=split,
         request_histograms=request_histograms(passes),
     )
-    summary.diagnostics = diagnose(run_facts(plan, summary, steps, requests, passes))
+    summary.diagnostics = diagnose(run_facts(plan, summary, steps, requests, passes, stamp))
     numerics = summary.numerics
     ran_on = {"model_runner": numerics.model_runner, "gpu": numerics.gpu} if numerics is not None else {}
     if any(ran_on.values()):

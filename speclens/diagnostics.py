@@ -65,6 +65,8 @@ class RunFacts:
     requests: pd.DataFrame
     # Each request turn's output token ids, keyed as the records are (request_id, turn).
     outputs: dict[tuple[str, int], Sequence[int]] = field(default_factory=dict)
+    # The draft's build record where speclens built it (speclens/drafter_build.py): its budget.
+    draft_budget: str | None = None
 
 
 def diagnose(run: RunFacts) -> list[Diagnostic]:
@@ -88,12 +90,22 @@ def low_first_position(run: RunFacts) -> Diagnostic | None:
     first = run.per_position_acceptance[0]
     if first >= floor:
         return None
+    evidence = {"first_position_acceptance": first, "threshold": floor}
+    if run.draft_budget not in (None, "full"):
+        # speclens's own small build: low by its training budget, not by a set-up fault
+        return Diagnostic(
+            "low_first_position",
+            "info",
+            f"the first draft position is accepted {first:.0%} of the time (a drafter set up right reaches "
+            f">= {floor:.0%}); this draft is speclens's `{run.draft_budget}` build, trained for minutes",
+            evidence | {"draft_budget": run.draft_budget},
+        )
     return Diagnostic(
         "low_first_position",
         "warning",
         f"the first draft position is accepted {first:.0%} of the time, far below what drafter={run.drafter} "
         f"reaches when set up right (>= {floor:.0%}); most often: " + "; ".join(LOW_FIRST_POSITION_CHECKS),
-        {"first_position_acceptance": first, "threshold": floor},
+        evidence,
     )
 
 

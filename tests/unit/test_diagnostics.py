@@ -124,3 +124,11 @@ def test_a_runs_diagnostics_reach_its_table_and_the_report_under_the_answer(tmp_
 
     run = next(r for r in find_runs(root) if r.summary.d == 2)
     assert "warning [untemplated]: the chat prompts were sent as plain text" in result_table(run.summary)
+
+
+def test_speclens_own_small_build_is_said_to_be_low_by_budget_not_set_up_wrong():
+    (found,) = diagnose(facts(per_position_acceptance=[0.13, 0.02, 0.0], draft_budget="reduced"))
+    assert (found.code, found.severity) == ("low_first_position", "info")
+    assert "`reduced` build" in found.message and found.evidence["draft_budget"] == "reduced"
+    (full,) = diagnose(facts(per_position_acceptance=[0.13, 0.02, 0.0], draft_budget="full"))
+    assert full.severity == "warning"
