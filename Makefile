@@ -108,7 +108,7 @@ TEST_TIMES = $(VENV)/test-times.json
 # embedded drafters' builds) and the single tests in collection order, integration before unit, so
 # the short unit tests fill the end on both cores. Measured on 2 cores, fresh clone and caches
 # (docs/extending.md): the unit and integration sessions one after the other, integration in one
-# process, 40 min 46 s; one session on two workers, 25 min 26 s with set-up (docs/reproducibility.md).
+# process, 40 min 46 s; one session on two workers, 24 min 35 s with set-up (docs/reproducibility.md).
 # `make test TEST_WORKERS=0` runs one process; one core (a taskset) does by itself.
 TEST_WORKERS ?= $(shell n=$$(nproc); [ $$n -gt 2 ] && n=2; [ $$n -lt 2 ] && n=0; echo $$n)
 XDIST = -n $(TEST_WORKERS) $(if $(filter-out 0,$(TEST_WORKERS)),--dist loadgroup)
@@ -128,7 +128,7 @@ unit: lint $(BROWSER)
 # A new user's machine, rehearsed: a fresh clone of HEAD with empty caches, `make test` pinned to
 # one core and on every core, then the records both wrote compared where equality is claimed
 # (.ci/fresh-check; on this machine kind, every core, at 83cf037: make demo 2 min 44 s, make test
-# 25 min 26 s with set-up; one core 49 min: docs/reproducibility.md).
+# 24 min 35 s with set-up at e6d6a81; one core 47 min: docs/reproducibility.md).
 fresh-check:
 	bash .ci/fresh-check
 
