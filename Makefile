@@ -127,7 +127,7 @@ unit: lint $(BROWSER)
 
 # A new user's machine, rehearsed: a fresh clone of HEAD with empty caches, `make test` pinned to
 # one core and on every core, then the records both wrote compared where equality is claimed
-# (.ci/fresh-check; on this machine kind, every core, at 83cf037: make demo 2 min 44 s, make test
+# (.ci/fresh-check; on this machine kind, every core: make demo 2 min 44 s at 83cf037, make test
 # 24 min 35 s with set-up at e6d6a81; one core 47 min: docs/reproducibility.md).
 fresh-check:
 	bash .ci/fresh-check
