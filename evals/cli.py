@@ -24,6 +24,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "curves": ("reports.curves", "AL-vs-D curves of a sweep dir"),
     "rank": ("reports.rank", "rank (mechanism, D) by speedup over plain decoding"),
     "compare": ("reports.compare", "AL differences between two run or sweep dirs, paired bootstrap CI"),
+    "explain": (
+        "reports.explain",
+        "why two runs' ALs differ (or a run's and a peer tool's): settings, prompts, outputs, parts",
+    ),
 }
 
 

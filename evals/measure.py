@@ -49,6 +49,7 @@ from speclens.run_files import (
     REQUESTS_FILE,
     STAMP_FILE,
     STEPS_FILE,
+    prompt_digest,
 )
 from speclens.summary import SUMMARY_FILE, Numerics, RunSummary
 
@@ -78,6 +79,8 @@ def write_outputs(passes: list[Pass], path: Path) -> None:
                 "turn": r.turn,
                 "token_ids": r.output_token_ids,
                 "text": r.output_text,
+                "finish_reason": r.finish_reason,
+                "prompt_digest": prompt_digest(r.prompt_token_ids) if r.prompt_token_ids else None,
             },
             ensure_ascii=False,
         )
@@ -143,6 +146,12 @@ def run_facts(
         requests=requests,
         outputs={(r.request_id, r.turn): r.output_token_ids for p in passes for r in p.results},
         draft_budget=(stamp.get("draft_build") or {}).get("budget"),
+        prompt_counts={
+            (r.request_id, r.turn): (r.prompt_tokens, r.server_prompt_tokens)
+            for p in passes
+            for r in p.results
+            if r.server_prompt_tokens is not None
+        },
     )
 
 

@@ -20,6 +20,7 @@ from speclens.lossless import (
     first_divergence,
     near_tie_bound,
 )
+from speclens.peer_figures import peer_figures
 from speclens.summary import (
     SUMMARY_VERSION,
     DomainPoint,
@@ -337,4 +338,8 @@ def build_summary(
         by_segment=metrics.by_segment(steps, requests, seed, d, per_step),
         by_turn=metrics.by_turn(steps, requests, seed) if pooled is None else None,
         reasoning=reasoning,
+        al_by_output_position=overall.al_by_output_position,
+        al_emitted=metrics.al_emitted(steps, requests) if per_step and d else None,
+        accepted_tokens_cut=int(metrics.accepted_cut(steps, requests).sum()) if per_step and d else None,
+        peer_figures=peer_figures(steps, requests) if pooled is None and d else None,
     )

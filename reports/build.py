@@ -308,6 +308,8 @@ def acceptance_sections(spec_runs: list[Run]) -> list[Section]:
         ("Per-position acceptance", charts.per_position_chart(spec_runs), figures.per_position),
         ("Acceptance histogram", charts.histogram_chart(spec_runs), figures.histogram),
         ("AL by context position", charts.al_by_position_chart(spec_runs), figures.al_by_position),
+        ("AL by output position", charts.al_by_output_position_chart(spec_runs), figures.al_by_output_position),
+        ("AL per request", charts.al_per_request_chart(spec_runs), figures.al_per_request),
     ):
         section = Section(title, charts=[chart])
         if isinstance(chart, charts.Chart):

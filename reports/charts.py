@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 
 from reports.runs import Run
 from speclens.account import CORRECTIONS, MODEL
 from speclens.costs import GAP_TOLERANCE
+from speclens.metrics import PositionBin
 
 AL_AXIS = "AL (accepted + 1 per drafted step)"
 PANEL_COLUMNS = 3
@@ -365,9 +366,39 @@ def position_label(start: int, end: int | None) -> str:
 
 def al_by_position_chart(runs: list[Run]) -> Chart | Missing:
     """AL of the steps starting in each context-length bin, bins labelled by their token ranges."""
+    return binned_al_chart(
+        runs,
+        "al_by_position",
+        "AL by context position",
+        lambda run: run.summary.al_by_position,
+        ("context", "context length at the step (tokens)"),
+        "tokens of context: longer prompts (dataset=long_context) would spread it",
+    )
+
+
+def al_by_output_position_chart(runs: list[Run]) -> Chart | Missing:
+    """AL of the steps by how many tokens the answer had at the step's start."""
+    return binned_al_chart(
+        runs,
+        "al_by_output_position",
+        "AL by output position",
+        lambda run: run.summary.al_by_output_position,
+        ("output", "generated tokens at the step"),
+        "generated tokens: a larger sampling.max_tokens would spread it",
+    )
+
+
+def binned_al_chart(
+    runs: list[Run],
+    key: str,
+    title: str,
+    bins_of: Callable[[Run], list[PositionBin] | None],
+    axis: tuple[str, str],
+    hint: str,
+) -> Chart | Missing:
     traces, labels = [], {}
     for run in runs:
-        bins = run.summary.al_by_position
+        bins = bins_of(run)
         if not bins or run.summary.d is None:
             continue
         x = [position_label(b.from_, b.to) for b in bins]
@@ -379,31 +410,53 @@ def al_by_position_chart(runs: list[Run]) -> Chart | Missing:
                 "x": x,
                 "y": [b.al for b in bins],
                 "customdata": [
-                    f"context {label} tokens: AL {b.al:.3f} over {b.n_steps} steps" for label, b in zip(x, bins)
+                    f"{axis[0]} {label} tokens: AL {b.al:.3f} over {b.n_steps} steps" for label, b in zip(x, bins)
                 ],
                 "hovertemplate": hover_template(),
             }
         )
     order = sorted(labels, key=labels.get)
     layout = base_layout(
-        "AL by context position",
+        title,
         barmode="group",
-        xaxis={
-            "type": "category",
-            "categoryorder": "array",
-            "categoryarray": order,
-            "title": {"text": "context length at the step (tokens)"},
-        },
+        xaxis={"type": "category", "categoryorder": "array", "categoryarray": order, "title": {"text": axis[1]}},
         yaxis={"title": {"text": "AL"}, "rangemode": "tozero"},
     )
-    chart = Chart("al_by_position", "AL by context position", {"data": coloured(traces), "layout": layout})
+    chart = Chart(key, title, {"data": coloured(traces), "layout": layout})
     if len(order) < 2:
-        return Missing(
-            chart.key,
-            chart.title,
-            f"every drafted step started at {order[0] if order else 'no'} "
-            "tokens of context: longer prompts (dataset=long_context) would spread it",
+        return Missing(chart.key, chart.title, f"every drafted step started at {order[0] if order else 'no'} {hint}")
+    return chart
+
+
+def al_per_request_chart(runs: list[Run]) -> Chart | Missing:
+    """The spread of the requests' own ALs per run: box p10-p90 around the median, whiskers min-max."""
+    traces = []
+    for run in runs:
+        spread = run.summary.al_per_request
+        if not spread or run.summary.d is None:
+            continue
+        traces.append(
+            {
+                "type": "box",
+                "name": run.summary.label,
+                "x": [run.summary.label],
+                "q1": [spread["p10"]],
+                "median": [spread["p50"]],
+                "q3": [spread["p90"]],
+                "lowerfence": [spread["min"]],
+                "upperfence": [spread["max"]],
+                "hoverinfo": "skip",
+            }
         )
+    layout = base_layout(
+        "AL per request",
+        showlegend=False,
+        xaxis={"type": "category", "title": {"text": "box: p10 to p90 around the median; whiskers: min to max"}},
+        yaxis={"title": {"text": "a request's own AL"}},
+    )
+    chart = Chart("al_per_request", "AL per request", {"data": coloured(traces), "layout": layout})
+    if not traces:
+        return Missing(chart.key, chart.title, "no run has drafted requests with a per-request AL")
     return chart
 
 

@@ -172,15 +172,46 @@ def histogram(runs: list[Run]) -> bytes:
 
 
 def al_by_position(runs: list[Run]) -> bytes:
+    return binned_al(runs, lambda run: run.summary.al_by_position, 256, "context length at the step", "context")
+
+
+def al_by_output_position(runs: list[Run]) -> bytes:
+    return binned_al(runs, lambda run: run.summary.al_by_output_position, 32, "generated tokens at the step", "output")
+
+
+def binned_al(runs: list[Run], bins_of, linthresh: int, axis: str, title: str) -> bytes:
     def plot(ax):
         for run in runs:
-            bins = run.summary.al_by_position
+            bins = bins_of(run)
             if bins and run.summary.d is not None:
                 ax.plot([b.from_ for b in bins], [b.al for b in bins], "o-", label=run.summary.label)
-        ax.set_xscale("symlog", linthresh=256)
-        ax.set_xlabel("context length at the step (tokens, bin start)")
+        ax.set_xscale("symlog", linthresh=linthresh)
+        ax.set_xlabel(f"{axis} (tokens, bin start)")
         ax.set_ylabel("AL")
-        ax.set_title("AL by context position")
+        ax.set_title(f"AL by {title} position")
+
+    return draw(plot)
+
+
+def al_per_request(runs: list[Run]) -> bytes:
+    """Each run's requests' ALs: box p10 to p90 around the median, whiskers min to max."""
+
+    def plot(ax):
+        stats = [
+            {
+                "label": run.summary.label,
+                "q1": s["p10"],
+                "med": s["p50"],
+                "q3": s["p90"],
+                "whislo": s["min"],
+                "whishi": s["max"],
+            }
+            for run in runs
+            if (s := run.summary.al_per_request) and run.summary.d is not None
+        ]
+        ax.bxp(stats, showfliers=False)
+        ax.set_ylabel("a request's own AL")
+        ax.set_title("AL per request (box p10-p90, whiskers min-max)")
 
     return draw(plot)
 

@@ -339,7 +339,8 @@ class _Flight:
         # (but were counted); an answer that ends on its own ends with EOS_TOKEN.
         n = min(self.generated, self.max_tokens)
         out = [output_token(i) for i in range(n)]
-        if not self.ignore_eos and not self.remaining and self.generated <= self.max_tokens:
+        stopped = not self.ignore_eos and not self.remaining and self.generated <= self.max_tokens
+        if stopped:
             out[-1] = EOS_TOKEN
         return TurnResult(
             request_id=self.request.request_id,
@@ -352,6 +353,7 @@ class _Flight:
             latency_s=self.latency_s,
             ttft_s=self.chunk_times[0],
             chunk_gaps_s=[b - a for a, b in zip(self.chunk_times, self.chunk_times[1:])],
+            finish_reason="stop" if stopped else "length",
         )
 
 

@@ -51,6 +51,8 @@ class Reply:
     text: str = ""
     # Why the server says the request ended (stop, length, abort, ...); None until it says.
     finish_reason: str | None = None
+    # The prompt tokens the server counted (its usage), where it says.
+    prompt_tokens: int | None = None
     started: float = 0.0
     finished: float = 0.0
 
@@ -141,6 +143,13 @@ def read_finish(choice: dict[str, Any], reply: Reply) -> None:
         reply.finish_reason = str(choice["finish_reason"])
 
 
+def read_usage(event: dict[str, Any], reply: Reply) -> None:
+    """The prompt tokens an OpenAI-style usage block counts (the stream's last event, with include_usage)."""
+    usage = event.get("usage")
+    if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+        reply.prompt_tokens = usage["prompt_tokens"]
+
+
 def top2_margins(choice: dict[str, Any]) -> list[float]:
     """Each token's top-2 log-probability margin from a completions choice's `logprobs`."""
     return [top2_margin((top or {}).values()) for top in (choice.get("logprobs") or {}).get("top_logprobs") or []]
@@ -161,6 +170,7 @@ class Vllm:
     def read(self, event: dict[str, Any], reply: Reply) -> list[int]:
         if event.get("metrics"):
             reply.stats = event["metrics"].get("speculative_decoding")
+        read_usage(event, reply)
         tokens = []
         for choice in event.get("choices") or []:
             reply.margins += top2_margins(choice)
@@ -222,6 +232,8 @@ class Sglang:
         meta = event.get("meta_info") or {}
         if "spec_verify_ct" in meta:
             reply.stats = meta
+        if isinstance(meta.get("prompt_tokens"), int):
+            reply.prompt_tokens = meta["prompt_tokens"]
         reason = meta.get("finish_reason")  # {"type": "length", "length": n} on the finished request's chunk
         if reason:
             reply.finish_reason = str(reason.get("type") if isinstance(reason, dict) else reason)
@@ -286,6 +298,7 @@ class Trtllm:
         return completions_body(model, prompt, sampling)
 
     def read(self, event: dict[str, Any], reply: Reply) -> list[int]:
+        read_usage(event, reply)
         tokens = []
         for choice in event.get("choices") or []:
             reply.text += choice.get("text") or ""

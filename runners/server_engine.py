@@ -321,6 +321,8 @@ class ServerEngine:
             [b - a for a, b in zip(times, times[1:])],
             acceptance.totals,
             reply.margins or None,
+            finish_reason=reply.finish_reason,
+            server_prompt_tokens=reply.prompt_tokens,
         )
 
     def log_file(self) -> Path | None:

@@ -160,6 +160,7 @@ class VllmEngine:
                 new_tokens += len(delta)
                 if out.finished:
                     state.latency_s = now - state.started
+                    state.finish_reason = out.outputs[0].finish_reason
                     in_flight -= 1
             if progress and new_tokens:
                 progress(new_tokens)
@@ -320,6 +321,7 @@ class _Tracked:
         self.latency_s = 0.0
         self.chunk_times: list[float] = []
         self.top2_margins: list[float] = []
+        self.finish_reason: str | None = None
 
     def observe_step(self, delta: list[int], logprobs: Any = None) -> None:
         """Called for each engine step that produced tokens for this request (`logprobs`: each new
@@ -356,4 +358,5 @@ class _Tracked:
             ttft_s=self.chunk_times[0] - self.started if self.chunk_times else None,
             chunk_gaps_s=[b - a for a, b in zip(self.chunk_times, self.chunk_times[1:])],
             top2_margins=self.top2_margins or None,
+            finish_reason=self.finish_reason,
         )

@@ -12,6 +12,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from speclens.metrics import TURN_KEY, accepted_cut
+
 # First-position acceptance below which a mechanism is most often set up wrong, per family: a head
 # or MTP layer trained for the target accepts its first draft token well over half the time
 # (EAGLE-3 papers and vLLM's own examples: 0.6-0.8); a standalone draft model of the same family
@@ -67,6 +69,9 @@ class RunFacts:
     outputs: dict[tuple[str, int], Sequence[int]] = field(default_factory=dict)
     # The draft's build record where speclens built it (speclens/drafter_build.py): its budget.
     draft_budget: str | None = None
+    # Server mode: each request turn's prompt tokens by speclens's rendering and by the server's
+    # usage, where the server counted them.
+    prompt_counts: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
 
 
 def diagnose(run: RunFacts) -> list[Diagnostic]:
@@ -79,6 +84,7 @@ def diagnose(run: RunFacts) -> list[Diagnostic]:
         truncated(run),
         untemplated(run),
         sparse_drafting(run),
+        prompt_drift(run),
     ]
     return [d for d in found if d is not None]
 
@@ -171,9 +177,11 @@ def truncated(run: RunFacts) -> Diagnostic | None:
     share = len(stopped) / len(requests)
     if share < TRUNCATED_SHARE:
         return None
-    # tokens their steps produced (one per target pass, plus the accepted drafts) past what was kept
-    produced = stopped.target_steps + stopped.num_accepted
-    cut = int((produced - stopped.output_tokens).clip(lower=0).sum()) if produced.notna().all() else None
+    cut = None
+    if not run.steps.empty and {"position", "batch_size"} <= set(run.steps.columns):
+        # the accepted drafts their last steps verified past what the outputs kept (metrics.py, as AL counts them)
+        turns = pd.MultiIndex.from_frame(stopped[TURN_KEY])
+        cut = int(accepted_cut(run.steps, requests).reindex(turns).fillna(0).sum())
     return Diagnostic(
         "truncated",
         "info",
@@ -213,4 +221,28 @@ def sparse_drafting(run: RunFacts) -> Diagnostic | None:
         f"{idle:.0%} of the decode steps proposed nothing (drafter={run.drafter} found no match): its AL is over the "
         f"{drafted} steps that drafted, so read it with tokens per step, which counts every step",
         {"share_without_draft": idle, "decode_steps": decode_steps, "drafted_steps": drafted},
+    )
+
+
+def prompt_drift(run: RunFacts) -> Diagnostic | None:
+    drifted = {key: counts for key, counts in run.prompt_counts.items() if counts[0] != counts[1]}
+    if not drifted:
+        return None
+    differences = [server - ours for ours, server in drifted.values()]
+    examples = [
+        {"request": f"{r}#{t}", "speclens": ours, "server": server}
+        for (r, t), (ours, server) in sorted(drifted.items())[:5]
+    ]
+    return Diagnostic(
+        "prompt_drift",
+        "warning",
+        f"the server counted other prompt lengths than speclens sent for {len(drifted)} of {len(run.prompt_counts)} "
+        f"requests ({min(differences):+d} to {max(differences):+d} tokens): it renders or tokenizes the prompts "
+        "itself (a chat endpoint, its own template, an added BOS), so AL is measured on other inputs than speclens's",
+        {
+            "requests": len(drifted),
+            "share_of_requests": len(drifted) / len(run.prompt_counts),
+            "mean_difference": sum(differences) / len(differences),
+            "examples": examples,
+        },
     )

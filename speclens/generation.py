@@ -103,6 +103,10 @@ class TurnResult:
     prompt_token_ids: tuple[int, ...] = ()
     # Where its thinking ends (set after the pass where reasoning.* is configured; evals/reasoning.py).
     boundary: Boundary | None = None
+    # Why it ended: "stop" (EOS or a stop string), "length" (max_tokens); None where the engine did not say.
+    finish_reason: str | None = None
+    # The prompt tokens a server says it received (its usage), where it says; None in-process.
+    server_prompt_tokens: int | None = None
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,17 @@ OMITTED_WHEN_NONE = {"omit_when_none": True}
 
 
 @dataclass
+class PositionBin:
+    """AL of the drafted steps whose position at their start (context length, or generated-token
+    index) is in [from, to) (`to` None: open-ended)."""
+
+    from_: int
+    to: int | None
+    n_steps: int
+    al: float
+
+
+@dataclass
 class SegmentFigures:
     """Acceptance within one segment (thinking or answer) of a group's outputs."""
 
@@ -66,6 +77,8 @@ class GroupFigures:
     by_segment: dict[str, SegmentFigures] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
     # The spread of AL over its requests (each request's own AL): p10, p50, p90, min, max, std.
     al_per_request: dict[str, float] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    # AL by generated-token index at each step's start (al_by_output_position).
+    al_by_output_position: list[PositionBin] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
 
 
 def al_spread(totals: pd.DataFrame) -> dict[str, float] | None:
@@ -82,16 +95,6 @@ def al_spread(totals: pd.DataFrame) -> dict[str, float] | None:
         "max": float(als.max()),
         "std": float(als.std()),
     }
-
-
-@dataclass
-class PositionBin:
-    """AL of the drafted steps starting at a context length in [from, to) (`to` None: open-ended)."""
-
-    from_: int
-    to: int | None
-    n_steps: int
-    al: float
 
 
 def per_request(steps: pd.DataFrame, requests: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -210,20 +213,73 @@ def acceptance_histogram(steps: pd.DataFrame, d: int) -> list[int]:
 
 # Context-length bins for AL by position (acceptance decays over long contexts).
 POSITION_EDGES = (0, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+# Generated-token index bins for AL by output position (acceptance moves as an answer goes on).
+OUTPUT_POSITION_EDGES = (0, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+# What a step's row is keyed by in the requests frame: its operating point, request and turn.
+TURN_KEY = ["batch_size", "request_id", "turn"]
 
 
 def al_by_position(steps: pd.DataFrame) -> list[PositionBin]:
     """AL of the drafted steps whose context length at the step's start falls in each bin
     [from, to) of POSITION_EDGES (`to` None: open-ended); empty bins left out."""
-    edges = np.array(POSITION_EDGES)
-    bins = np.searchsorted(edges, steps["position"].to_numpy(), side="right") - 1
-    accepted = steps["num_accepted"].to_numpy()
+    return _binned_al(steps["position"].to_numpy(), steps["num_accepted"].to_numpy(), POSITION_EDGES)
+
+
+def al_by_output_position(steps: pd.DataFrame, requests: pd.DataFrame) -> list[PositionBin]:
+    """AL of the drafted steps by how many tokens their turn had generated at the step's start, in
+    the bins of OUTPUT_POSITION_EDGES; empty bins left out."""
+    if steps.empty or not set(TURN_KEY) <= set(steps.columns) & set(requests.columns):
+        return []  # records without their turns (a replay's): no generated-token index to bin by
+    return _binned_al(output_positions(steps, requests), steps["num_accepted"].to_numpy(), OUTPUT_POSITION_EDGES)
+
+
+def output_positions(steps: pd.DataFrame, requests: pd.DataFrame) -> np.ndarray:
+    """Each drafted step's generated-token index at its start: its context length less its turn's prompt."""
+    prompts = steps[TURN_KEY].merge(requests[TURN_KEY + ["prompt_tokens"]], on=TURN_KEY, how="left")
+    if prompts["prompt_tokens"].isna().any():
+        raise MeasurementError("a step record has no request row for its request and turn: the records disagree")
+    return steps["position"].to_numpy() - prompts["prompt_tokens"].to_numpy(dtype=np.int64)
+
+
+def _binned_al(positions: np.ndarray, accepted: np.ndarray, edges: Sequence[int]) -> list[PositionBin]:
+    bounds = np.array(edges)
+    bins = np.searchsorted(bounds, positions, side="right") - 1
     out = []
     for b in np.unique(bins):
         mask = bins == b
-        upper = int(edges[b + 1]) if b + 1 < len(edges) else None
-        out.append(PositionBin(int(edges[b]), upper, int(mask.sum()), float(1.0 + accepted[mask].mean())))
+        upper = int(bounds[b + 1]) if b + 1 < len(bounds) else None
+        out.append(PositionBin(int(bounds[b]), upper, int(mask.sum()), float(1.0 + accepted[mask].mean())))
     return out
+
+
+def last_steps(steps: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
+    """Each turn's last drafted step (TURN_KEY, num_accepted) and `kept`: the output tokens from its
+    start on (more than num_accepted + 1 where undrafted steps came after it)."""
+    last = steps.loc[steps.groupby(TURN_KEY, sort=False)["position"].idxmax()]
+    rows = last[TURN_KEY + ["position", "num_accepted"]].merge(
+        requests[TURN_KEY + ["prompt_tokens", "output_tokens"]], on=TURN_KEY, how="left"
+    )
+    rows["kept"] = rows["output_tokens"] - (rows["position"] - rows["prompt_tokens"])
+    return rows[TURN_KEY + ["num_accepted", "kept"]]
+
+
+def accepted_cut(steps: pd.DataFrame, requests: pd.DataFrame) -> pd.Series:
+    """Per turn (TURN_KEY): accepted draft tokens its last drafted step verified but the output did
+    not keep, cut by max_tokens or the end of sequence. vLLM's counters (and AL) count them."""
+    if steps.empty:
+        return pd.Series(dtype="int64")
+    rows = last_steps(steps, requests)
+    # the output keeps the step's accepted drafts first, then its bonus token
+    cut = (rows["num_accepted"] - rows["kept"]).clip(lower=0, upper=rows["num_accepted"])
+    return pd.Series(cut.to_numpy(dtype=np.int64), index=pd.MultiIndex.from_frame(rows[TURN_KEY]))
+
+
+def al_emitted(steps: pd.DataFrame, requests: pd.DataFrame) -> float | None:
+    """AL over the tokens the outputs kept: AL less the accepted tokens cut at the end (accepted_cut)."""
+    if steps.empty:
+        return None
+    accepted = int(steps["num_accepted"].sum()) - int(accepted_cut(steps, requests).sum())
+    return 1.0 + accepted / len(steps)
 
 
 def group_summary(
@@ -248,6 +304,7 @@ def group_summary(
         n_requests=int(requests["request_id"].nunique()),
         n_steps=int(totals["drafts"].sum()),
         al_per_request=al_spread(totals),
+        al_by_output_position=al_by_output_position(steps, requests) or None,
     )
 
 

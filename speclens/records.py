@@ -52,6 +52,8 @@ REQUEST_COLUMNS = [
     "al",
     "latency_s",
 ]
+# Where the engine says why each turn ended, requests also carry `finish_reason` ("stop": EOS or a
+# stop string, "length": max_tokens; null where it did not say), since records version 3.
 # With a reasoning boundary: each turn's output tokens on either side of it, and its target
 # passes by segment (speclens/segments.py: a pass belongs where its first token is).
 SEGMENT_REQUEST_COLUMNS = ["thinking_tokens", "answer_tokens", "thinking_target_steps", "answer_target_steps"]
@@ -145,6 +147,8 @@ def request_frame(
         {c: "Int64" if c in nullable else "int64" for c in ints} | {"al": "float64", "latency_s": "float64"}
     )
     _add_agent_turns(frame, prompts)
+    if any(r.finish_reason is not None for r in results):
+        frame["finish_reason"] = pd.Series([r.finish_reason for r in results], dtype="object")
     if _segmented(results):
         columns = pd.DataFrame([_segment_columns(r) for r in results], columns=SEGMENT_REQUEST_COLUMNS, dtype="int64")
         if granularity != RecordGranularity.step:  # no step positions: passes by segment unknown

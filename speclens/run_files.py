@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from speclens.errors import CorruptRecord
 
@@ -63,3 +64,10 @@ def read_outputs(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CorruptRecord(f"{path} is unreadable ({exc})") from None
+
+
+def prompt_digest(prompt_token_ids: Sequence[int]) -> str:
+    """A short digest of a prompt's token ids (outputs.jsonl `prompt_digest`): two runs sent the
+    same tokens after templating where their digests agree."""
+    data = ",".join(map(str, prompt_token_ids)).encode()
+    return hashlib.sha256(data).hexdigest()[:16]

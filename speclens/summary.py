@@ -41,6 +41,7 @@ from speclens.files import write_json_atomic
 from speclens.generation import SpecCounters
 from speclens.latency import Latency
 from speclens.metrics import OMITTED_WHEN_NONE, GroupFigures, PositionBin, SegmentFigures
+from speclens.peer_figures import PeerFigures
 
 SUMMARY_FILE = "summary.json"
 # The group of every request, beside the domains in by_domain, curves.csv and the tables: no prompt
@@ -251,6 +252,14 @@ class RunSummary:
     al_per_request: dict[str, float] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
     # What is odd about the run, with its evidence (speclens/diagnostics.py); [] where nothing is.
     diagnostics: list[Diagnostic] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    # AL by generated-token index at each step's start (speclens/metrics.py); by_domain holds each domain's.
+    al_by_output_position: list[PositionBin] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    # AL over the tokens the outputs kept, and the accepted tokens AL counts (as vLLM's counters do)
+    # that max_tokens or the end of sequence cut (step records only).
+    al_emitted: float | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    accepted_tokens_cut: int | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    # Other tools' figures, each by its own formula over these records (speclens/peer_figures.py).
+    peer_figures: PeerFigures | None = field(default=None, metadata=OMITTED_WHEN_NONE)
 
     @property
     def label(self) -> str:
@@ -271,6 +280,7 @@ class RunSummary:
             self.n_steps,
             self.by_segment,
             self.al_per_request,
+            self.al_by_output_position,
         )
         return {WHOLE_RUN_GROUP: overall} | self.by_domain
 

@@ -64,6 +64,14 @@ def test_report_scale_summarises_and_ranks_synthetic_records():
     assert figure(r"([\d]+) curve points", out) == 4 * 4 * 9  # drafters x D x (all + 8 domains)
 
 
+def test_explain_time_attributes_a_max_tokens_difference_to_the_tokens_past_it():
+    out = benchmark("explain_time.py", "--requests", "40")
+    assert "two runs of 40 requests: 40 outputs parted" in out
+    difference, total = figure(r"difference ([-+\d.]+)", out), figure(r"parts sum ([-+\d.]+)", out)
+    assert difference < 0 and total == difference
+    assert "the difference comes from max_tokens 64 vs 256: 100% of it is in tokens past 64" in out
+
+
 def test_reproducibility_finds_the_float32_server_equal_to_in_process():
     # float32 only: the claim it checks (bf16 on an AVX2 CPU runs a fallback many times slower)
     out = benchmark(

@@ -127,6 +127,10 @@ def test_summary_keys_and_types(tmp_path):
         "timing": dict,
         "versions": dict,
         "fingerprints": dict,
+        "al_emitted": float,
+        "accepted_tokens_cut": int,
+        "al_by_output_position": list,
+        "peer_figures": dict,
     }
     for key, kind in expected.items():
         assert isinstance(on_disk[key], kind), key
@@ -140,6 +144,7 @@ def test_summary_keys_and_types(tmp_path):
         "n_requests",
         "n_steps",
         "al_per_request",
+        "al_by_output_position",
     }
     # one request in the domain: its spread is its own AL
     assert on_disk["by_domain"]["coding"]["al_per_request"] == dict.fromkeys(

@@ -10,18 +10,23 @@ from speclens.diagnostics import LOOP_NGRAM, RunFacts, diagnose, loops
 
 def facts(**changes) -> RunFacts:
     """A clean run: eagle3 at D=3, greedy, two requests of 20 tokens, first position accepted 70%."""
+    # each step starts where the one before left off (prompts of 10 tokens, then the prefill's token)
     steps = pd.DataFrame(
         {
+            "batch_size": [1] * 12,
             "request_id": ["a"] * 6 + ["b"] * 6,
             "turn": [0] * 12,
-            "num_accepted": [2, 1, 3, 0, 2, 1] * 2,
+            "position": [11, 14, 16, 20, 21, 24] + [11, 14, 16, 20, 21, 23],
+            "num_accepted": [2, 1, 3, 0, 2, 1] + [2, 1, 3, 0, 1, 2],
             "num_drafted": [3] * 12,
         }
     )
     requests = pd.DataFrame(
         {
+            "batch_size": [1, 1],
             "request_id": ["a", "b"],
             "turn": [0, 0],
+            "prompt_tokens": [10, 10],
             "output_tokens": [16, 16],
             "target_steps": [7, 7],
             "drafted_steps": [6, 6],
@@ -74,13 +79,14 @@ def test_looping_outputs_are_named_with_the_al_without_them():
 
 
 def test_truncated_answers_and_their_cut_tokens_are_counted():
-    # a ended at EOS after 12 tokens; b made 16 and kept max_tokens = 14
+    # a ended at EOS after 12 tokens; b kept max_tokens = 14 of the 16 its steps made: its last
+    # step (from token 13) accepted 2 drafts and kept one of them
     stopped = facts().requests.assign(output_tokens=[12, 14])
     (found,) = diagnose(facts(max_tokens=14, requests=stopped))
     assert found.code == "truncated" and found.evidence == {
         "share_of_requests": 0.5,
         "requests": 1,
-        "accepted_tokens_cut": 2,
+        "accepted_tokens_cut": 1,
     }
 
 
@@ -132,3 +138,13 @@ def test_speclens_own_small_build_is_said_to_be_low_by_budget_not_set_up_wrong()
     assert "`reduced` build" in found.message and found.evidence["draft_budget"] == "reduced"
     (full,) = diagnose(facts(per_position_acceptance=[0.13, 0.02, 0.0], draft_budget="full"))
     assert full.severity == "warning"
+
+
+def test_prompt_counts_a_server_reports_otherwise_are_named():
+    counts = {("a", 0): (40, 40), ("b", 0): (52, 53)}  # the server added one token (a BOS) to b
+    (found,) = diagnose(facts(prompt_counts=counts))
+    assert found.code == "prompt_drift" and found.severity == "warning"
+    assert found.evidence["requests"] == 1 and found.evidence["share_of_requests"] == 0.5
+    assert found.evidence["examples"] == [{"request": "b#0", "speclens": 52, "server": 53}]
+    assert "+1 to +1 tokens" in found.message
+    assert codes(facts(prompt_counts={("a", 0): (40, 40)})) == []

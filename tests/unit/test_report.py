@@ -27,6 +27,8 @@ SECTIONS = (
     "Per-position acceptance",
     "Acceptance histogram",
     "AL by context position",
+    "AL by output position",
+    "AL per request",
     "Runs",
     "Drafters",
     "Run stamp",
@@ -68,8 +70,13 @@ def test_report_has_every_section_and_its_markdown_twin(tmp_path):
     assert len(html) > 3_000_000 and "Plotly.newPlot" in html
     # the markdown twin keeps static images, beside it
     images = re.findall(r"!\[[^\]]*\]\((report_[^)]+\.png)\)", md)
-    # AL vs D for `all` and `coding`, measured vs predicted, 4 waterfalls, throughput, per position, histogram
-    assert len(images) == 10 and all((root / f).stat().st_size > 5000 for f in images)
+    # AL vs D for `all` and `coding`, measured vs predicted, 4 waterfalls, throughput, per position, histogram,
+    # AL per request
+    assert (
+        len(images) == 11
+        and "report_al_per_request.png" in images
+        and all((root / f).stat().st_size > 5000 for f in images)
+    )
     # the ranking's measured speedup and the guideline verdict appear in both
     assert "guideline 2 suggests D=15" in html and "guideline 2 suggests D=15" in md
 
@@ -83,10 +90,15 @@ def test_the_sweeps_report_opens_offline_answer_first_every_chart_drawn_nothing_
     assert page["first-section"] == "what-to-serve", shot
     assert int(page["scroll-width"]) <= int(page["inner-width"]) == 1280, f"overflows: {page} ({shot})"
     # AL vs D (2 D), measured vs predicted, 4 speedup-account waterfalls (2 runs x 2 B), throughput vs
-    # interactivity, per-position acceptance, the histogram; AL by context position has one bin: not drawn
-    assert page["charts"] == page["charts-rendered"] == "9", f"{page} ({shot})"
+    # interactivity, per-position acceptance, the histogram, AL per request; AL by context and by output
+    # position have one bin each: not drawn
+    assert page["charts"] == page["charts-rendered"] == "10", f"{page} ({shot})"
     assert (
         "AL by context position: not drawn (every drafted step started at 0–255 tokens"
+        in (root / "report.html").read_text()
+    )
+    assert (
+        "AL by output position: not drawn (every drafted step started at 0–31 generated tokens"
         in (root / "report.html").read_text()
     )
 
@@ -97,8 +109,9 @@ def test_a_single_unranked_run_opens_with_its_headline_and_the_command_that_rank
     page = opened(html_file)
     assert page["errors"] == "" and page["first-section"] == "headline-al"
     assert int(page["scroll-width"]) <= int(page["inner-width"])
-    # one run at one D: AL per domain as bars (all, coding); per position and histogram; no speedup chart
-    assert page["charts"] == page["charts-rendered"] == "3", page
+    # one run at one D: AL per domain as bars (all, coding); per position, histogram, AL per request; no
+    # speedup chart
+    assert page["charts"] == page["charts-rendered"] == "4", page
     md = md_file.read_text()
     lo, hi = summary["al_ci95"]
     shown = f"{summary['al']:.{al_digits([lo, hi])}f} [{lo:.3f}, {hi:.3f}]"  # the decimals its CI justifies

@@ -252,6 +252,10 @@ def test_sglang_reports_request_totals_checked_against_its_verify_counter(tmp_pa
     sent = server.bodies[-1]
     assert sent["stream"] and all(isinstance(t, int) for t in sent["input_ids"])
     assert sent["sampling_params"] == {"max_new_tokens": 128, "temperature": 0.0, "top_p": 1.0, "ignore_eos": False}
+    # the stand-in says every prompt was 5 tokens: speclens sent longer ones
+    (drift,) = [d for d in summary.diagnostics if d.code == "prompt_drift"]
+    assert drift.evidence["requests"] == 4 and {e["server"] for e in drift.evidence["examples"]} == {5}
+    assert all(e["speclens"] > 5 for e in drift.evidence["examples"]) and drift.evidence["mean_difference"] < 0
     with pytest.raises(MeasurementError, match=r"num_drafts: records 8 vs engine 12"):
         attach(tmp_path / "miscounted", smollm2, fake_sglang(str(smollm2), miscount=1).url)
     # the name SGLang wrote before 0.5.23 (still written beside the canonical one) reads alike
