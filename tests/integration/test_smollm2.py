@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from reports.explain import explain
+from speclens.run_files import read_outputs
 from tests.integration.conftest import measure, requests_of, steps_of
 
 D = 3
@@ -38,6 +43,32 @@ def test_ngram_on_the_sample_set_reports_every_domain_and_is_lossless(smollm2_ng
     assert summary["speedup"] > 0
 
 
+def test_the_outputs_say_why_they_ended_and_the_figures_beside_al_follow_from_the_counters(smollm2_ngram):
+    out, summary = smollm2_ngram.out, smollm2_ngram.summary
+    eos = json.loads((Path(json.loads((out / "stamp.json").read_text())["target_dir"]) / "config.json").read_text())[
+        "eos_token_id"
+    ]
+    rows = read_outputs(out / "outputs.jsonl")
+    assert {r["finish_reason"] for r in rows} <= {"stop", "length"} and len(rows) > 9
+    for r in rows:  # vLLM keeps the EOS it stopped at; max_tokens=64 cuts the rest
+        assert r["token_ids"][-1] == eos if r["finish_reason"] == "stop" else len(r["token_ids"]) == 64
+        assert len(r["prompt_digest"]) == 16
+    requests = requests_of(out)
+    assert sorted(requests.finish_reason) == sorted(r["finish_reason"] for r in rows)
+    counters = summary["vllm_counters"]
+    al = 1 + counters["num_accepted_tokens"] / counters["num_drafts"]
+    peers = summary["peer_figures"]
+    assert peers["vllm_bench_serve"]["spec_decode_acceptance_length"] == pytest.approx(al)
+    assert peers["aiperf"]["spec_decode_token_weighted_acceptance_length"] == pytest.approx(al)
+    # every token a turn's passes made past its output was an accepted draft or the last step's bonus
+    made_past = int((requests.target_steps + requests.num_accepted - requests.output_tokens).sum())
+    cut = summary["accepted_tokens_cut"]
+    assert made_past - len(requests) <= cut <= made_past
+    assert summary["al_emitted"] == pytest.approx(1 + (counters["num_accepted_tokens"] - cut) / counters["num_drafts"])
+    # specdec_bench's figure counts the prefill and the undrafted steps: below AL on n-gram's sparse drafts
+    assert 1 < peers["specdec_bench"]["Average_AL"] < summary["al"]
+
+
 def test_ngram_over_a_2k_long_context_set_reports_its_domain(tmp_path):
     out = tmp_path / "long"
     summary = measure(
@@ -60,7 +91,7 @@ def test_ngram_over_a_2k_long_context_set_reports_its_domain(tmp_path):
     assert (steps_of(out).position > 2000).all()
 
 
-def test_a_default_run_shows_its_progress_and_table_and_keeps_vllms_output_in_engine_log(tmp_path):
+def test_a_default_run_shows_its_progress_and_table_and_keeps_vllms_output_in_engine_log(tmp_path, smollm2_ngram):
     import os
     import subprocess
     import sys
@@ -92,3 +123,9 @@ def test_a_default_run_shows_its_progress_and_table_and_keeps_vllms_output_in_en
     for noise in ("WARNING", "INFO", "FutureWarning", "Traceback", "Triton"):
         assert noise not in shown, f"{noise!r} reached the terminal:\n{shown[-2000:]}"
     assert "vllm" in (out / "engine.log").read_text().lower()
+    # reports.explain on this run and the shared one (float32, more prompts and tokens): parts that sum
+    report = explain(out, smollm2_ngram.out)
+    assert report["difference"] == pytest.approx(report["al_b"] - report["al_a"])
+    assert sum(report["parts"].values()) == pytest.approx(report["difference"], abs=1e-12)
+    assert report["prompts"]["only_in_a"] == 0 and report["prompts"]["only_in_b"] > 0
+    assert {"config.sampling.max_tokens", "numerics.dtype"} <= set(report["settings_differ"])
