@@ -48,7 +48,16 @@ def summary_figures(summary: RunSummary) -> dict[str, Any]:
         "speedup": summary.speedup,
         "lossless_identical": summary.lossless.identical if summary.lossless else None,
         "output_tokens_per_s": summary.timing.output_tokens_per_s,
+        "al_emitted": summary.al_emitted,
+        "diagnostics": ",".join(d.code for d in summary.diagnostics or []),
     }
+    for key, value in (summary.al_per_request or {}).items():
+        flat[f"al_per_request/{key}"] = value
+    peers = summary.peer_figures
+    if peers is not None and peers.specdec_bench is not None:
+        flat["peer/specdec_bench/Average_AL"] = peers.specdec_bench.Average_AL
+    if peers is not None and peers.aiperf is not None:
+        flat["peer/aiperf/spec_decode_acceptance_length"] = peers.aiperf.spec_decode_acceptance_length
     for domain, figures in summary.by_domain.items():
         flat[f"al/{domain}"] = figures.al
         flat[f"tokens_per_step/{domain}"] = figures.tokens_per_step
@@ -99,6 +108,9 @@ def _tables(summary: RunSummary) -> dict[str, pd.DataFrame]:
         for p in summary.operating_points
     ]
     bins = [{"from": b.from_, "to": b.to, "n_steps": b.n_steps, "al": b.al} for b in summary.al_by_position]
+    output_bins = [
+        {"from": b.from_, "to": b.to, "n_steps": b.n_steps, "al": b.al} for b in summary.al_by_output_position or []
+    ]
     return {
         "per_domain": pd.DataFrame(domains),
         "per_position_acceptance": pd.DataFrame(
@@ -106,6 +118,7 @@ def _tables(summary: RunSummary) -> dict[str, pd.DataFrame]:
         ),
         "acceptance_histogram": pd.DataFrame({"accepted": range(len(histogram)), "steps": histogram}),
         "al_by_position": pd.DataFrame(bins, columns=["from", "to", "n_steps", "al"]),
+        "al_by_output_position": pd.DataFrame(output_bins, columns=["from", "to", "n_steps", "al"]),
         "operating_points": pd.DataFrame(points),
     }
 
@@ -176,6 +189,10 @@ def log_run(out_dir: Path, summary: RunSummary, stamp: dict[str, Any], logger: A
         if "al_by_position" in tables:
             plots["plot/al_by_position"] = wandb.plot.line(
                 tables["al_by_position"], "from", "al", title="AL by context position"
+            )
+        if "al_by_output_position" in tables:
+            plots["plot/al_by_output_position"] = wandb.plot.line(
+                tables["al_by_output_position"], "from", "al", title="AL by output position"
             )
         run.log({f"table/{k}": t for k, t in tables.items()} | plots)
     finally:

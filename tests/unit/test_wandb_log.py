@@ -47,6 +47,13 @@ def test_a_run_logs_its_figures_tables_and_tags_without_secrets(tmp_path):
     by_position = _table(out, run, "table/al_by_position")
     assert [row[3] for row in by_position["data"]] == pytest.approx([b["al"] for b in summary["al_by_position"]])
     assert {"plot/per_position_acceptance_table.path", "plot/al_by_position_table.path"} <= set(run.history)
+    by_output = _table(out, run, "table/al_by_output_position")
+    assert [row[3] for row in by_output["data"]] == pytest.approx([b["al"] for b in summary["al_by_output_position"]])
+    assert run.summary["al_emitted"] == pytest.approx(summary["al_emitted"])
+    assert run.summary["al_per_request/p90"] == pytest.approx(summary["al_per_request"]["p90"])
+    assert run.summary["peer/specdec_bench/Average_AL"] == pytest.approx(
+        summary["peer_figures"]["specdec_bench"]["Average_AL"]
+    )
     assert run.config["drafter"] == "ngram" and run.config["config"]["d"] == 2 and run.config["runner"] == "fake"
     assert run.config["config"]["engine"]["extra_args"]["hf_token"] == "***redacted***"
     # nowhere in the run dir: not in the wandb files, stamp.json or any log
