@@ -27,14 +27,14 @@ install: $(INSTALLED)
 # machine kind keeps the CPU torch wheel) are handed to it.
 #
 # A machine whose `nvidia-smi -L` lists a GPU gets the `gpu` extra instead (vLLM's CUDA build and
-# its CUDA torch, arctic-inference built against them; no CPU constraints file and no removal of
+# its CUDA torch, arctic-inference built against them; .ci/gpu-constraints.txt and no removal of
 # the CUDA torchvision/torchaudio, which match that torch), and `make test` runs the gpu-marked
 # tests too. `make ... DEVICE=cpu` (or gpu) overrides the detection.
 DEVICE      ?= $(if $(shell nvidia-smi -L 2>/dev/null | grep -m1 '^GPU'),gpu,cpu)
 UV_VERSION  := 0.13.8
 UV_HOME     := $(or $(SPECLENS_CACHE),$(HOME)/.cache/speclens)/tools/uv-$(UV_VERSION)
 UV          ?= $(UV_HOME)/bin/uv
-CONSTRAINTS ?= $(if $(filter cpu,$(DEVICE)),.ci/cpu-constraints.txt)
+CONSTRAINTS ?= .ci/$(DEVICE)-constraints.txt
 EXTRAS      := $(DEVICE),test,launchers,wandb,drafters
 CUDA_ONLY   := $(if $(filter cpu,$(DEVICE)),torchvision torchaudio torchcodec)
 # (on CPU only: a CPU torch wheel there would satisfy vLLM's CUDA build's torch pin as well)
