@@ -186,7 +186,11 @@ def truncated(run: RunFacts) -> Diagnostic | None:
         "truncated",
         "info",
         f"{share:.0%} of the requests stopped at sampling.max_tokens={run.max_tokens}"
-        + (f"; {cut} accepted tokens were cut at their ends (AL counts them, as vLLM's counters do)" if cut else "")
+        + (
+            f"; {cut} accepted {'tokens were' if cut > 1 else 'token was'} cut at their ends (AL counts them, as vLLM's counters do)"
+            if cut
+            else ""
+        )
         + "; a larger max_tokens measures the rest of those answers",
         {"share_of_requests": share, "requests": len(stopped), "accepted_tokens_cut": cut},
     )
