@@ -242,16 +242,16 @@ def compare_outputs(a: Side, b: Side, shared: list[tuple[str, int]]) -> Outputs:
     return out
 
 
-def tally(side: Side, keys: list[tuple[str, int]], frm: dict | None = None, before: bool | None = None) -> Tally:
-    """The side's accepted tokens and drafted steps over these turns; with `frm` (turn -> parting
-    index), only its steps starting before (before=True) or from (False) the parting."""
+def tally(side: Side, keys: list[tuple[str, int]], parted_at: dict | None = None, before: bool = True) -> Tally:
+    """The side's accepted tokens and drafted steps over these turns; with `parted_at` (turn -> the
+    output index where the two runs part), only its steps starting before it (`before`) or from it."""
     if not keys:
         return Tally()
-    if frm is None:
+    if parted_at is None:
         rows = side.tallies.reindex(pd.MultiIndex.from_tuples(keys, names=KEY)).dropna()
         return Tally(int(rows["accepted"].sum()), int(rows["drafts"].sum()))
     steps = side.steps
-    at = pd.Series(frm, dtype="int64")
+    at = pd.Series(parted_at, dtype="int64")
     at.index = at.index.set_names(KEY)
     starts = steps.set_index(KEY).join(at.rename("at"), how="inner")
     chosen = starts[(starts["output_position"] < starts["at"]) == before]

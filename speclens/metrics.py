@@ -10,6 +10,10 @@ reports only counters (`domain`), AL comes from the counters of the requests it 
 - tokens per target step: output tokens / target forward passes, counting the
   prefill step and undrafted steps.
 - per-position acceptance: steps with more than k accepted / drafted steps.
+- AL over emitted tokens (`al_emitted`): AL without the accepted drafts that max_tokens or the end
+  of sequence cut from a turn's last step (vLLM's counters, and AL, count them).
+- AL by position and by output position: AL of the steps starting in bins of context length, and
+  of generated-token index.
 - per segment (thinking, answer; speclens/segments.py for which step and token is where): the same
   figures over each segment's steps, its share of the output tokens.
 """
