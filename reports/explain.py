@@ -442,6 +442,8 @@ def part_rows(report: dict[str, Any]) -> list[list[str]]:
 
 def prompt_lines(report: dict[str, Any]) -> list[str]:
     prompts, outputs = report["prompts"], report["outputs"]
+    if report["b"]["tool"] != "speclens" and not prompts["shared"]:
+        return [f"prompts and outputs: not matched ({report['b']['tool']}'s export names its requests its own way)"]
     same = prompts["same_token_ids"]
     lines = [
         f"prompts: {prompts['shared']} shared, {prompts['only_in_a']} only in A, {prompts['only_in_b']} only in B",

@@ -150,6 +150,12 @@ def test_a_peers_figure_splits_into_definition_and_measurement(tmp_path):
     assert report["peer_formula_on_a"] == pytest.approx(on_a)
     assert report["parts"] == pytest.approx({explain.DEFINITION: on_a - AL, explain.MEASUREMENT: 2.0 - on_a})
     assert report["conclusion"].startswith("the difference is one of definitions")
+    assert report["prompts"]["shared"] == 2  # its question ids are the prompt set's
+    unmatched = explain.explain(a, PEERS / "profile_export.jsonl")
+    assert unmatched["parts"][explain.MEASUREMENT] == pytest.approx(2.875 - unmatched["peer_formula_on_a"])
+    assert explain.prompt_lines(unmatched) == [
+        "prompts and outputs: not matched (aiperf's export names its requests its own way)"
+    ]
 
 
 def test_bad_input_is_one_line_naming_the_file_and_field(tmp_path, capsys):
