@@ -26,7 +26,7 @@ from speclens.errors import ArgumentParser, SpeclensError, guarded
 from speclens.files import write_json_atomic, write_text_atomic
 from speclens.metrics import output_positions
 from speclens.peer_exports import PeerExport, read_peer_export
-from speclens.peer_figures import PEER_FORMULAS, peer_figures
+from speclens.peer_figures import PEER_FORMULAS, peer_figures, specdec_bench_requests
 from speclens.reading import Run, read_run
 from speclens.summary import SUMMARY_FILE
 
@@ -395,9 +395,30 @@ def peer_parts(a: Side, b: Side) -> dict[str, Any]:
     assert a.run is not None and b.peer is not None
     figures = peer_figures(a.run.steps, a.run.requests)
     on_a = None if figures is None else PEER_FORMULAS[b.peer.tool](figures)
-    if on_a is None or a.al is None or b.al is None:
-        return {"parts": {}, "peer_formula_on_a": on_a}
-    return {"parts": {DEFINITION: on_a - a.al, MEASUREMENT: b.al - on_a}, "peer_formula_on_a": on_a}
+    out: dict[str, Any] = {"parts": {}, "peer_formula_on_a": on_a}
+    if b.peer.tool == "specdec_bench":
+        out["per_request"] = per_request_figures(a, b.peer)
+    if on_a is not None and a.al is not None and b.al is not None:
+        out["parts"] = {DEFINITION: on_a - a.al, MEASUREMENT: b.al - on_a}
+    return out
+
+
+def per_request_figures(a: Side, peer: PeerExport, most: int = 5) -> dict[str, Any] | None:
+    """Where the peer's per-request figures name speclens's request ids: each against its formula on A's
+    records, the largest differences first."""
+    assert a.run is not None
+    ours = specdec_bench_requests(a.run.steps, a.run.requests)
+    theirs = {t.request_id: t.al for t in peer.turns if t.al is not None}
+    shared = sorted(set(theirs) & set(ours.index)) if ours is not None else []
+    if not shared:
+        return None
+    rows = [{"request": r, "speclens_records": float(ours.at[r, "al"]), "peer": theirs[r]} for r in shared]
+    rows.sort(key=lambda row: -abs(row["peer"] - row["speclens_records"]))
+    return {
+        "matched": len(shared),
+        "mean_difference": float(np.mean([row["peer"] - row["speclens_records"] for row in rows])),
+        "largest_differences": rows[:most],
+    }
 
 
 def check_targets(a: Side, b: Side, allowed: bool) -> None:
@@ -462,6 +483,14 @@ def prompt_lines(report: dict[str, Any]) -> list[str]:
         )
         + (f", {outputs['not_recorded']} not recorded on a side" if outputs["not_recorded"] else ""),
     ]
+    per_request = report.get("per_request")
+    if per_request:
+        first = per_request["largest_differences"][0]
+        lines.append(
+            f"per request ({per_request['matched']} matched by id): the peer's figure minus its formula on A's records "
+            f"{per_request['mean_difference']:+.4f} on average, most at {first['request']} "
+            f"({first['peer']:.4f} vs {first['speclens_records']:.4f})"
+        )
     if outputs["parted_at"]:
         at = np.array(list(outputs["parted_at"].values()))
         lines.append(

@@ -64,7 +64,8 @@ def last_chunk_tokens(steps: pd.DataFrame, requests: pd.DataFrame) -> pd.Series:
     return out
 
 
-def specdec_bench(steps: pd.DataFrame, requests: pd.DataFrame) -> SpecdecBench | None:
+def specdec_bench_requests(steps: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame | None:
+    """specdec_bench's per-request figure (its `Request_AL`), by request id, with the category."""
     if requests.empty or requests["target_steps"].isna().any():
         return None
     turns = requests.set_index(TURN_KEY)
@@ -88,6 +89,13 @@ def specdec_bench(steps: pd.DataFrame, requests: pd.DataFrame) -> SpecdecBench |
     if per_request.empty:
         return None
     per_request["al"] = per_request["tokens"] / per_request["chunks"]
+    return per_request[["category", "al"]]
+
+
+def specdec_bench(steps: pd.DataFrame, requests: pd.DataFrame) -> SpecdecBench | None:
+    per_request = specdec_bench_requests(steps, requests)
+    if per_request is None:
+        return None
     categories = per_request.groupby("category")["al"].mean()
     return SpecdecBench(float(per_request["al"].mean()), {str(k): float(v) for k, v in categories.items()})
 

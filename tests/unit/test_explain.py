@@ -151,6 +151,15 @@ def test_a_peers_figure_splits_into_definition_and_measurement(tmp_path):
     assert report["parts"] == pytest.approx({explain.DEFINITION: on_a - AL, explain.MEASUREMENT: 2.0 - on_a})
     assert report["conclusion"].startswith("the difference is one of definitions")
     assert report["prompts"]["shared"] == 2  # its question ids are the prompt set's
+    # Request_AL q1 1.75, q2 2.25 against the formula on A's records: q1 13/7, q2 9/4
+    assert report["per_request"]["matched"] == 2
+    assert report["per_request"]["largest_differences"][0] == {
+        "request": "q1",
+        "speclens_records": pytest.approx(13 / 7),
+        "peer": 1.75,
+    }
+    assert report["per_request"]["mean_difference"] == pytest.approx((1.75 - 13 / 7) / 2)
+    assert "per request (2 matched by id)" in explain.markdown(report)
     unmatched = explain.explain(a, PEERS / "profile_export.jsonl")
     assert unmatched["parts"][explain.MEASUREMENT] == pytest.approx(2.875 - unmatched["peer_formula_on_a"])
     assert explain.prompt_lines(unmatched) == [
