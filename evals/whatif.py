@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -37,18 +37,19 @@ from speclens.draft_cost import MECHANISMS, drafter_shape, needs_draft_config
 from speclens.errors import ConfigError, guarded
 from speclens.files import write_json_atomic
 from speclens.gpus import GPUS, gpu_named
+from speclens.measured_ops import AiconfiguratorOps
 from speclens.model_facts import text_config
-from speclens.model_shape import shape_of
+from speclens.model_shape import ModelShape, shape_of
 from speclens.records import read_parquet
 from speclens.run_files import REQUESTS_FILE
-from speclens.step_cost import Efficiency, Hardware, check_tp
+from speclens.step_cost import Efficiency, Hardware, check_tp, measurable
 from speclens.whatif import DEFAULT_BATCH_SIZES, Drafting, best, mean_context, predict, schedule, serve_at_slo
 
 WHATIF_FILE = "whatif.json"
 DEFAULT_CONTEXT_LEN = 4096
 KEYS = ("gpu", "tp", "weights", "batch_sizes", "context_len", "d", "al", "acceptance", "drafter", "domain", "out")
-KEYS += ("target.model", "drafter.model", "calibrate", "slo.tokens_per_s_per_user", "cost_model")
-TEXT_KEYS = ("target.model", "drafter.model", "out", "gpu", "calibrate", "cost_model")  # taken as written
+KEYS += ("target.model", "drafter.model", "calibrate", "slo.tokens_per_s_per_user", "cost_model", "engine")
+TEXT_KEYS = ("target.model", "drafter.model", "out", "gpu", "calibrate", "cost_model", "engine")  # taken as written
 
 
 def setting_value(text: str) -> Any:
@@ -214,13 +215,26 @@ def calibration_points(folder: Path) -> tuple[list[Measured], str]:
     return points, runs[0].stamp["target_dir"]
 
 
+COST_MODELS = ("roofline", "aiconfigurator")
+
+
+def cost_label(hw: Hardware, calibrated: bool, target: ModelShape) -> str:
+    if calibrated:
+        return "roofline, calibrated"
+    if hw.ops is None:
+        return "roofline"
+    if not measurable(target):
+        return f"roofline ({hw.ops.label} hold no MoE or MLA GEMMs: the target's stay on the roofline)"
+    return f"{hw.ops.label}: the target's GEMMs and all-reduces; attention and drafting: roofline"
+
+
 def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
     source, options, arch, gpu_fields, eff_fields = parse(argv)
-    if options.get("cost_model", "roofline") != "roofline":
-        raise ConfigError(
-            f"cost_model={options['cost_model']}: this speclens has the roofline model only "
-            "(aiconfigurator's measured tables are not wired in yet; docs/whatif.md)."
-        )
+    cost_model = str(options.get("cost_model", "roofline"))
+    if cost_model not in COST_MODELS:
+        raise ConfigError(f"cost_model={cost_model}: choose one of {', '.join(COST_MODELS)}.")
+    if cost_model == "aiconfigurator" and "calibrate" in options:
+        raise ConfigError("cost_model=aiconfigurator predicts for a GPU of its tables; calibrate= fits this machine.")
     calibration = None
     if "calibrate" in options:
         if options.get("gpu", "measured") != "measured":
@@ -232,6 +246,8 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
             options["target.model"] = measured_target
     else:
         hw = _hardware(options, gpu_fields, eff_fields)  # checked before any config is read
+        if cost_model == "aiconfigurator":
+            hw = replace(hw, ops=AiconfiguratorOps(str(options["gpu"]), str(options.get("engine", "vllm"))))
     target_config, acceptance, draft_configs = resolve_inputs(source, options, arch)
     target = shape_of(target_config, "target.model")
     fitted = None
@@ -272,7 +288,7 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
             "active_params": target.active_params(),
             "total_params": target.total_params(),
         },
-        "cost_model": "roofline" if fitted is None else "roofline, calibrated",
+        "cost_model": cost_label(hw, fitted is not None, target),
         "calibration": None
         if fitted is None
         else {

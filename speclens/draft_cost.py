@@ -70,6 +70,7 @@ def draft_ms(
     """T_draft(B, D) in milliseconds (0 for D = 0)."""
     if d == 0:
         return 0.0
+    hw = replace(hw, ops=None)  # drafting stays on speclens's own model, measured tables or not
     if mechanism in LOOKUP:
         return batch * hw.eff.lookup_us_per_request / 1e3
     overhead = hw.eff.draft_pass_overhead_ms

@@ -24,10 +24,11 @@ where each comes from, and how far they carry on published figures); `eff.<field
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from speclens.errors import ConfigError
 from speclens.gpus import Gpu
+from speclens.measured_ops import MeasuredOps
 from speclens.model_shape import ModelShape
 
 TILE_ROWS = 128
@@ -90,6 +91,8 @@ class Hardware:
     # GPU attention kernels pad each KV head's query rows to 128-row tiles; None: kernels that
     # compute the real rows and read the KV cache once (a CPU's, as a calibration finds them)
     tile_rows: int | None = TILE_ROWS
+    # cost_model=aiconfigurator: the target's GEMMs and all-reduces as measured (speclens/measured_ops.py)
+    ops: MeasuredOps | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.weights not in WEIGHT_BYTES:
@@ -131,7 +134,33 @@ def weight_bytes(shape: ModelShape, tokens: int, weights: str) -> float:
 def gemm_term(shape: ModelShape, tokens: int, hw: Hardware) -> tuple[float, str]:
     memory = hw.mem_ms(weight_bytes(shape, tokens, hw.weights) / hw.tp)
     compute = hw.compute_ms(2.0 * shape.active_params() * tokens / hw.tp)
-    return (memory, "weights") if memory >= compute else (compute, "compute")
+    bound = "weights" if memory >= compute else "compute"
+    if hw.ops is not None and measurable(shape):
+        return measured_gemms_ms(shape, tokens, hw), bound  # the time measured, the bound the roofline's
+    return max(memory, compute), bound
+
+
+def measurable(shape: ModelShape) -> bool:
+    """Dense GQA targets: their GEMMs are four per layer and the LM head (MoE routing and MLA's
+    projections stay on the roofline)."""
+    return not shape.experts and not shape.mla
+
+
+def gemm_shapes(shape: ModelShape, tp: int) -> list[tuple[int, int, int]]:
+    """(n, k, count) of the target's GEMMs per forward, each GPU's share under tensor parallelism."""
+    q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    return [
+        ((q + 2 * kv) // tp, shape.hidden, shape.layers),  # QKV
+        (shape.hidden, q // tp, shape.layers),  # O
+        (2 * shape.intermediate // tp, shape.hidden, shape.layers),  # gate and up
+        (shape.hidden, shape.intermediate // tp, shape.layers),  # down
+        (shape.vocab // tp, shape.hidden, 1),  # LM head
+    ]
+
+
+def measured_gemms_ms(shape: ModelShape, tokens: int, hw: Hardware) -> float:
+    assert hw.ops is not None
+    return sum(count * hw.ops.gemm_ms(tokens, n, k, hw.weights) for n, k, count in gemm_shapes(shape, hw.tp))
 
 
 def attention_tiles(g: int, queries_per_request: int, tile_rows: int = TILE_ROWS) -> int:
@@ -162,6 +191,8 @@ def attention_term(shape: ModelShape, batch: int, queries: int, context: int, hw
 def communication_term(shape: ModelShape, tokens: int, hw: Hardware) -> float:
     if hw.tp == 1:
         return 0.0
+    if hw.ops is not None:
+        return 2 * shape.layers * hw.ops.allreduce_ms(tokens * shape.hidden, hw.tp)
     payload = tokens * shape.hidden * ACTIVATION_BYTES
     one_direction = hw.eff.link * hw.gpu.link_gb_s / 2 * 1e9
     per_call_ms = hw.eff.allreduce_us / 1e3 + 2 * (hw.tp - 1) / hw.tp * payload / one_direction * 1e3

@@ -134,6 +134,63 @@ def test_tensor_parallel_all_reduces_two_per_layer_over_one_direction_of_the_lin
     assert communication_term(shape, 10, hardware(tp=1, allreduce_us=5.0)) == 0.0
 
 
+class TableOps:
+    """Measured tables as a stand-in: a GEMM costs m·n·k ps, an all-reduce 1 µs per 1,000 elements."""
+
+    label = "stand-in tables"
+
+    def __init__(self):
+        self.gemms: list[tuple[int, int, int, str]] = []
+
+    def gemm_ms(self, m, n, k, weights):
+        self.gemms.append((m, n, k, weights))
+        return m * n * k * 1e-9
+
+    def allreduce_ms(self, elements, tp):
+        return elements * 1e-6
+
+
+def test_measured_tables_replace_the_target_gemms_and_all_reduces_and_nothing_else():
+    shape = shape_of({**SMALL, "num_hidden_layers": 2})
+    ops = TableOps()
+    hw = replace(hardware(tp=2), ops=ops)
+    ms, bound = gemm_term(shape, 4, hw)
+    # each GPU's share of QKV (1024 + 2·256 outputs), O, gate-up, down per layer, then the LM head
+    assert ops.gemms == [
+        (4, 768, 1024, "bf16"),
+        (4, 1024, 512, "bf16"),
+        (4, 4096, 1024, "bf16"),
+        (4, 1024, 2048, "bf16"),
+        (4, 500, 1024, "bf16"),
+    ]
+    per_layer = 4 * (768 * 1024 + 1024 * 512 + 4096 * 1024 + 1024 * 2048) * 1e-9
+    assert (
+        ms == pytest.approx(2 * per_layer + 4 * 500 * 1024 * 1e-9) and bound == gemm_term(shape, 4, hardware(tp=2))[1]
+    )
+    assert communication_term(shape, 4, hw) == pytest.approx(2 * 2 * 4 * 1024 * 1e-6)
+    # attention and drafting stay on the roofline; a MoE target's GEMMs too
+    assert attention_term(shape, 4, 2, 512, hw) == attention_term(shape, 4, 2, 512, hardware(tp=2))
+    head = head_shape("eagle3", shape, None)
+    assert draft_ms("eagle3", 3, 4, 512, shape, head, hw) == draft_ms("eagle3", 3, 4, 512, shape, head, hardware(tp=2))
+    moe = shape_of({**SMALL, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 512})
+    assert gemm_term(moe, 4, replace(hardware(), ops=TableOps())) == gemm_term(moe, 4, hardware())
+
+
+def test_cost_model_aiconfigurator_without_its_extra_says_how_to_get_it(tmp_path, capsys, monkeypatch):
+    import sys
+
+    from evals.whatif import main
+
+    monkeypatch.setitem(sys.modules, "aiconfigurator_core", None)  # not installed, whatever this machine has
+    target = write_config(tmp_path / "target", SMALL)
+    args = [f"target.model={target}", "gpu=h200_sxm", "drafter=ngram", "al=2.0", "d=3", "cost_model=aiconfigurator"]
+    assert main([*args, f"out={tmp_path / 'out'}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "speclens: error: cost_model=aiconfigurator needs aiconfigurator-core: pip install 'speclens[whatif]' (aiconfigurator-core 0.12)."
+    ]
+
+
 def test_drafting_costs_follow_each_mechanisms_architecture():
     target = shape_of({**SMALL, "num_hidden_layers": 8})
     hw = hardware(lookup_us_per_request=20.0)
@@ -218,7 +275,11 @@ def test_arch_overrides_apply_before_anything_is_derived(tmp_path):
         (["gpu=h200_sxm", "d=4"], "acceptance is known for 3 positions; D=4 needs 4."),
         (["gpu=h200_sxm", "arch.vocab_size=null"], "has no vocab_size, which the step-cost model needs."),
         (["gpu=h200_sxm", "drafter=medusa"], "drafter=medusa: no draft-cost model for it"),
-        (["gpu=h200_sxm", "cost_model=aiconfigurator"], "cost_model=aiconfigurator: this speclens has the roofline"),
+        (["gpu=h200_sxm", "cost_model=genz"], "cost_model=genz: choose one of roofline, aiconfigurator."),
+        (
+            ["gpu=custom", "gpu.bf16_tflops=1", "gpu.hbm_tb_s=1", "gpu.memory_gb=1", "cost_model=aiconfigurator"],
+            "cost_model=aiconfigurator has no measured tables for gpu=custom",
+        ),
         (["gpu=h200_sxm", "drafter=draft_model"], "drafter=draft_model: give drafter.model=<folder or hub id>"),
     ],
 )
