@@ -371,7 +371,7 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(result, out / WHATIF_FILE)
     gpu = result["gpu"]["name"]
-    print(f"speclens whatif: {gpu}, tp={result['tp']}, weights={result['weights']} ({result['cost_model']} model)")
+    print(f"speclens whatif: {gpu}, tp={result['tp']}, weights={result['weights']}; cost model: {result['cost_model']}")
     if result["model"]["arch_overrides"]:
         print("arch overrides: " + ", ".join(f"{k}={v}" for k, v in result["model"]["arch_overrides"].items()))
     if result["calibration"] is not None:
