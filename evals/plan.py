@@ -256,6 +256,25 @@ def first_messages(prompt: Prompt) -> list[dict[str, Any]]:
     return list(prompt.messages) if prompt.messages is not None else [{"role": "user", "content": prompt.turns[0]}]
 
 
+def check_remote_code(cfg: RunConfig, config: dict[str, Any], key: str, ref: str) -> None:
+    """A checkpoint whose model type only its own code defines (config.json `auto_map`, a
+    `model_type` transformers does not know) loads only with trust_remote_code, which runs that
+    code: said before any engine starts, rather than as vLLM's traceback."""
+    auto_map = config.get("auto_map")
+    if not auto_map or cfg.engine.extra_args.get("trust_remote_code"):
+        return
+    from transformers import CONFIG_MAPPING
+
+    if config.get("model_type") in CONFIG_MAPPING:
+        return  # transformers (and vLLM) define it: the shipped code is not needed
+    modules = sorted({str(v).split(".")[0] + ".py" for v in auto_map.values()}) if isinstance(auto_map, dict) else []
+    raise ConfigError(
+        f"{key}={ref} is a model_type={config.get('model_type')!r} that only its own code defines "
+        f"({', '.join(modules) or 'its auto_map'}); vLLM loads it with engine.extra_args.trust_remote_code=true, "
+        "which runs that code: set it if you trust the checkpoint."
+    )
+
+
 def check_chat_template_file(cfg: RunConfig) -> None:
     chosen = cfg.target.chat_template
     if chosen and chosen != PLAIN and not Path(chosen).is_file():
@@ -355,12 +374,16 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     check_logger(cfg)
     drafter = make_drafter(cfg.drafter)
     target_dir = resolve_target(cfg)
-    target = ModelFacts.from_config(str(target_dir), checkpoints.read_config(target_dir, "target.model"))
+    target_config = checkpoints.read_config(target_dir, "target.model")
+    check_remote_code(cfg, target_config, "target.model", cfg.target.model)
+    target = ModelFacts.from_config(str(target_dir), target_config)
     fitted = fit_engine_defaults(cfg, target)
     draft_dir = resolve_draft(cfg, drafter)
     draft = None
     if draft_dir is not None:
-        draft = ModelFacts.from_config(str(draft_dir), checkpoints.read_config(draft_dir, "drafter.model"))
+        draft_config = checkpoints.read_config(draft_dir, "drafter.model")
+        check_remote_code(cfg, draft_config, "drafter.model", str(cfg.drafter.model))
+        draft = ModelFacts.from_config(str(draft_dir), draft_config)
     check_context_window(cfg, target)
     drafter.validate(cfg.d, target, draft)
     runner = runner_of(cfg)

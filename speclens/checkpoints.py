@@ -14,11 +14,23 @@ from speclens.files import write_text_atomic
 
 # Files that define what a checkpoint computes; their contents go into its fingerprint (a chat
 # template in chat_template.jinja decides what the target is asked).
-FINGERPRINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".json", ".model", ".txt", ".gguf", ".jinja", ".tiktoken")
+FINGERPRINT_SUFFIXES = (
+    ".safetensors",
+    ".bin",
+    ".pt",
+    ".json",
+    ".model",
+    ".txt",
+    ".gguf",
+    ".jinja",
+    ".tiktoken",
+    ".py",  # a checkpoint's own modelling code (config.json auto_map), run with trust_remote_code
+)
 # What vLLM and transformers load from a hub checkpoint: configs and tokenizer files (chat templates
-# kept in chat_template.jinja, tiktoken vocabularies), and one set of weights: safetensors where
-# the repository has them, else PyTorch's .bin/.pt (vLLM's own example EAGLE-3 head ships those).
-HUB_FILES = ("*.json", "*.model", "*.txt", "*.jinja", "*.tiktoken")
+# kept in chat_template.jinja, tiktoken vocabularies), the checkpoint's own code (auto_map's .py
+# modules), and one set of weights: safetensors where the repository has them, else PyTorch's
+# .bin/.pt (vLLM's own example EAGLE-3 head ships those).
+HUB_FILES = ("*.json", "*.model", "*.txt", "*.jinja", "*.tiktoken", "*.py")
 HUB_WEIGHTS = (("*.safetensors",), ("*.bin", "*.pt"))
 
 

@@ -9,7 +9,7 @@ from speclens.checkpoints import fingerprint, hub_patterns
 
 def test_one_set_of_weights_and_every_tokenizer_and_template_file_are_downloaded():
     both = ["config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json", "chat_template.jinja"]
-    assert hub_patterns(both) == ["*.json", "*.model", "*.txt", "*.jinja", "*.tiktoken", "*.safetensors"]
+    assert hub_patterns(both) == ["*.json", "*.model", "*.txt", "*.jinja", "*.tiktoken", "*.py", "*.safetensors"]
     # vLLM's example EAGLE-3 head for Llama-3.1-8B: PyTorch weights only
     head = ["config.json", "pytorch_model.bin"]
     assert hub_patterns(head)[-2:] == ["*.bin", "*.pt"] and "*.safetensors" not in hub_patterns(head)
@@ -19,6 +19,7 @@ def test_one_set_of_weights_and_every_tokenizer_and_template_file_are_downloaded
         "*.txt",
         "*.jinja",
         "*.tiktoken",
+        "*.py",
     ]
     assert hub_patterns(None)[-3:] == ["*.safetensors", "*.bin", "*.pt"]  # not listed (offline): the cache decides
     assert hub_patterns(both, config_only=True) == ["config.json"]
@@ -33,6 +34,11 @@ def test_a_fine_tune_that_changes_only_the_chat_template_changes_the_fingerprint
     before = fingerprint(target)
     (target / "chat_template.jinja").write_text("<|user|>{{ messages[0]['content'] }}")
     assert fingerprint(target) != before
+    # its own modelling code (trust_remote_code) is part of what it computes too
+    (target / "modeling_x.py").write_text("SCALE = 1\n")
+    with_code = fingerprint(target)
+    (target / "modeling_x.py").write_text("SCALE = 2\n")
+    assert fingerprint(target) != with_code != before
 
 
 # Resolved in a child process: huggingface_hub reads HF_ENDPOINT when it is imported.
@@ -94,3 +100,28 @@ def test_hub_checkpoints_come_down_as_published_from_a_hub_standin(tmp_path):
     # the downloaded target renders prompts with its template
     chat = ChatTokenizer(got_target)
     assert chat.has_template and chat.chat_text([{"role": "user", "content": "hello"}]) == "user hello assistant"
+
+
+def test_a_checkpoint_only_its_own_code_defines_is_refused_until_its_code_is_trusted(tmp_path):
+    import pytest
+
+    from evals.compose import to_run_config
+    from evals.plan import make_plan as plan_of
+    from speclens.errors import ConfigError
+    from tests.unit.conftest import compose_run, fake_overrides
+    from tests.unit.test_commands_fake import ROWS
+
+    def make_plan(cfg):
+        return plan_of(to_run_config(cfg))
+
+    custom = {"model_type": "speclens_toy", "auto_map": {"AutoModelForCausalLM": "modeling_toy.ToyForCausalLM"}}
+    overrides = fake_overrides(tmp_path, ROWS, **custom)
+    with pytest.raises(
+        ConfigError, match=r"model_type='speclens_toy' that only its own code defines \(modeling_toy.py\)"
+    ):
+        make_plan(compose_run(*overrides))
+    trusted = make_plan(compose_run(*overrides, "+engine.extra_args.trust_remote_code=true"))
+    assert trusted.config.engine.extra_args["trust_remote_code"] is True
+    # a model type transformers knows needs none of its shipped code
+    known = fake_overrides(tmp_path / "known", ROWS, model_type="llama", auto_map={"AutoConfig": "configuration_x.X"})
+    assert make_plan(compose_run(*known)).config.target.model == str(tmp_path / "known" / "target")
