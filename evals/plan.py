@@ -260,12 +260,14 @@ def check_remote_code(cfg: RunConfig, config: dict[str, Any], key: str, ref: str
     """A checkpoint whose model type only its own code defines (config.json `auto_map`, a
     `model_type` transformers does not know) loads only with trust_remote_code, which runs that
     code: said before any engine starts, rather than as vLLM's traceback."""
-    auto_map = config.get("auto_map")
-    if not auto_map or cfg.engine.extra_args.get("trust_remote_code"):
+    auto_map, model_type = config.get("auto_map"), config.get("model_type")
+    if not auto_map or not model_type or cfg.engine.extra_args.get("trust_remote_code"):
         return
+    if config.get("speculators_config") is not None:
+        return  # a speculators head (its config.py beside it): vLLM reads the format itself
     from transformers import CONFIG_MAPPING
 
-    if config.get("model_type") in CONFIG_MAPPING:
+    if model_type in CONFIG_MAPPING:
         return  # transformers (and vLLM) define it: the shipped code is not needed
     modules = sorted({str(v).split(".")[0] + ".py" for v in auto_map.values()}) if isinstance(auto_map, dict) else []
     raise ConfigError(

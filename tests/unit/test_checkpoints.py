@@ -125,3 +125,6 @@ def test_a_checkpoint_only_its_own_code_defines_is_refused_until_its_code_is_tru
     # a model type transformers knows needs none of its shipped code
     known = fake_overrides(tmp_path / "known", ROWS, model_type="llama", auto_map={"AutoConfig": "configuration_x.X"})
     assert make_plan(compose_run(*known)).config.target.model == str(tmp_path / "known" / "target")
+    # a speculators head (an EAGLE-3 head as speclens builds it): auto_map to its config.py, no model_type
+    head = {"auto_map": {"": "config.Eagle3SpeculatorConfig"}, "speculators_config": {"algorithm": "eagle3"}}
+    assert make_plan(compose_run(*fake_overrides(tmp_path / "head", ROWS, **head))).config.target.model
