@@ -26,7 +26,7 @@ from speclens.errors import ArgumentParser, SpeclensError, guarded
 from speclens.files import write_json_atomic, write_text_atomic
 from speclens.metrics import output_positions
 from speclens.peer_exports import PeerExport, read_peer_export
-from speclens.peer_figures import PEER_FORMULAS, peer_figures, specdec_bench_requests
+from speclens.peer_figures import PEER_FORMULAS, drafted_turns, peer_figures, specdec_bench_requests
 from speclens.reading import Run, read_run
 from speclens.summary import SUMMARY_FILE
 
@@ -156,7 +156,7 @@ def speclens_side(path: Path) -> Side:
         index=pd.MultiIndex.from_frame(outputs[KEY]) if not outputs.empty else None,
     )
     steps, requests = run.steps, run.requests
-    tallies = steps_or_totals(steps, requests, run.summary.record_granularity)
+    tallies = steps_or_totals(steps, requests)
     step_rows = None
     if not steps.empty:
         step_rows = pd.DataFrame(
@@ -170,14 +170,13 @@ def speclens_side(path: Path) -> Side:
     return Side(path, "speclens", run.summary.al, run_settings(run), turns, tallies, step_rows, run=run)
 
 
-def steps_or_totals(steps: pd.DataFrame, requests: pd.DataFrame, granularity: str) -> pd.DataFrame | None:
-    """Accepted tokens and drafted steps per turn, over every batch size the run measured."""
-    if not steps.empty:
-        return steps.groupby(KEY).agg(accepted=("num_accepted", "sum"), drafts=("num_accepted", "size"))
-    if granularity == "request" and requests["drafted_steps"].notna().all():
-        grouped = requests.groupby(KEY)[["num_accepted", "drafted_steps"]].sum()
-        return grouped.set_axis(["accepted", "drafts"], axis=1).astype("int64")
-    return None
+def steps_or_totals(steps: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame | None:
+    """Accepted tokens and drafted steps per turn, over every batch size the run measured (None:
+    counters only, no per-request acceptance)."""
+    turns = drafted_turns(steps, requests)
+    if turns.empty:
+        return None
+    return turns.groupby(KEY)[["accepted", "drafts"]].sum()
 
 
 def peer_side(path: Path) -> Side:
