@@ -12,11 +12,17 @@ it offers (`runner.engine`):
   (`spec_accept_histogram` before; [k]: verification steps that accepted exactly k drafts) ->
   per-position acceptance. No per-step arrays exist (in order, per step). Counters (with
   `--enable-metrics`): `sglang:spec_verify_calls_total` (verification steps only).
-- trtllm: `/v1/completions` streamed; responses carry only `avg_decoded_tokens_per_iter`, so
-  acceptance comes from counters, one domain at a time. Counters (`return_perf_metrics: true`):
-  Prometheus `/prometheus/metrics`, the per-position `trtllm_spec_decode_drafted_tokens_total` and
-  `..._accepted_tokens_total{token_position=}`, which are fed per finished request (the
-  per-iteration totals beside them sample only the latest iteration, so they are not used).
+- trtllm: `/v1/completions` streamed. Released servers' responses carry only
+  `avg_decoded_tokens_per_iter`, so acceptance comes from counters, one domain at a time. A server
+  with TensorRT-LLM PR #19311 (PyTorch backend) puts a `speculative_decoding` object on each
+  finished choice: `num_spec_steps` (verification steps), `total_accepted_draft_tokens`,
+  `total_draft_tokens`, `acceptance_histogram` ([j]: steps that accepted exactly j drafts, D + 1
+  long) and `num_spec_tokens` (D; null under a draft-length schedule) -> request totals and
+  per-position acceptance (`TrtllmPerRequest`, chosen when the probe request's reply carries it).
+  Counters (`return_perf_metrics: true`): Prometheus `/prometheus/metrics`, the per-position
+  `trtllm_spec_decode_drafted_tokens_total` and `..._accepted_tokens_total{token_position=}`, which
+  are fed per finished request (the per-iteration totals beside them sample only the latest
+  iteration, so they are not used).
 """
 
 from __future__ import annotations
@@ -278,8 +284,15 @@ SGLANG_HISTOGRAM = ("spec_correct_drafts_histogram", "spec_accept_histogram")
 
 def sglang_histogram(stats: dict[str, Any], verify: int, accepted: int) -> tuple[int, ...] | None:
     """The request's histogram where SGLang gives one that adds up to its own totals, else None."""
-    found = next((stats[k] for k in SGLANG_HISTOGRAM if isinstance(stats.get(k), list)), None)
-    if not found or not all(isinstance(n, int) and n >= 0 for n in found):
+    return checked_histogram(
+        next((stats[k] for k in SGLANG_HISTOGRAM if isinstance(stats.get(k), list)), None), verify, accepted
+    )
+
+
+def checked_histogram(found: Any, verify: int, accepted: int) -> tuple[int, ...] | None:
+    """A histogram of accepted drafts per verification step where it adds up to the request's own
+    totals (its steps, its accepted drafts), else None."""
+    if not isinstance(found, list) or not found or not all(isinstance(n, int) and n >= 0 for n in found):
         return None
     if sum(found) != verify or sum(k * n for k, n in enumerate(found)) != accepted:
         return None  # not this request's steps: the totals stand alone
@@ -304,6 +317,8 @@ class Trtllm:
             reply.text += choice.get("text") or ""
             read_finish(choice, reply)
             tokens += choice.get("token_ids") or []
+            if isinstance(choice.get("speculative_decoding"), dict):  # PR #19311: on the finished choice
+                reply.stats = choice["speculative_decoding"]
         return tokens
 
     def has_stats(self, stats: dict[str, Any] | None) -> bool:
@@ -339,6 +354,43 @@ class Trtllm:
         return None  # trtllm-serve says its draft length nowhere a client can read
 
 
+class TrtllmPerRequest(Trtllm):
+    """trtllm-serve that reports each request's acceptance on its choice (TensorRT-LLM PR #19311,
+    PyTorch backend): request totals and their histogram, checked against the counters."""
+
+    granularity = RecordGranularity.request
+    missing_stats = (
+        "it reported them when speclens attached (TensorRT-LLM PR #19311); was it restarted without "
+        "return_perf_metrics: true, or on the C++ backend, which has none?"
+    )
+
+    def has_stats(self, stats: dict[str, Any] | None) -> bool:
+        return trtllm_reports_per_request(stats)
+
+    def acceptance(self, prompt_tokens: int, reply: Reply) -> Acceptance:
+        verify = int(reply.stats["num_spec_steps"])
+        accepted = int(reply.stats["total_accepted_draft_tokens"])
+        # As SGLang's: the prefill gives the first token, every later step verifies drafts.
+        return Acceptance(
+            [],
+            1 + verify,
+            RequestTotals(
+                verify, accepted, checked_histogram(reply.stats.get("acceptance_histogram"), verify, accepted)
+            ),
+        )
+
+    def served_d(self, reply: Reply, server: Getter) -> int | None:
+        return reply.stats.get("num_spec_tokens")  # null under a draft-length schedule
+
+
+def trtllm_reports_per_request(stats: dict[str, Any] | None) -> bool:
+    """A choice's `speculative_decoding` with the request's totals (TensorRT-LLM PR #19311)."""
+    return stats is not None and all(
+        isinstance(stats.get(k), int) for k in ("num_spec_steps", "total_accepted_draft_tokens")
+    )
+
+
+TRTLLM_PER_REQUEST = TrtllmPerRequest()
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (Vllm(), Sglang(), Trtllm())}
 # /v1/models `owned_by` of each engine's model cards.
 OWNED_BY = {"vllm": "vllm", "sglang": "sglang", "tensorrt_llm": "trtllm", "trtllm": "trtllm"}

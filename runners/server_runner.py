@@ -34,13 +34,22 @@ from typing import Any, Iterator
 from runners.engine import Engine, EngineFactory
 from runners.model_runner import check_requested
 from runners.parent_watch import launch
-from runners.server_dialects import DIALECTS, OWNED_BY, Dialect, Reply
+from runners.server_dialects import (
+    DIALECTS,
+    OWNED_BY,
+    TRTLLM_PER_REQUEST,
+    Dialect,
+    Reply,
+    Trtllm,
+    trtllm_reports_per_request,
+)
 from runners.server_engine import Arrivals, Endpoint, ServerEngine
 from runners.server_records import prometheus_samples
 from runners.vllm_runner import check_batch_invariance, engine_args
 from speclens.config import Choice, RunConfig
 from speclens.console import console
 from speclens.errors import ConfigError, MeasurementError
+from speclens.generation import RecordGranularity
 from speclens.redact import redact_url
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -270,14 +279,51 @@ def dialect_of(cfg: RunConfig, endpoint: Endpoint, key: str) -> Dialect:
     /get_server_info); vLLM where nothing tells."""
     kind = ServerKind.of(cfg.runner.engine, "runner.engine")
     if kind != ServerKind.auto:
-        return DIALECTS[kind.value]
+        return _refined(DIALECTS[kind.value], endpoint)
     owner = str((_served(endpoint, key).get(endpoint.model) or {}).get("owned_by", "")).lower()
     if owner in OWNED_BY:
-        return DIALECTS[OWNED_BY[owner]]
+        return _refined(DIALECTS[OWNED_BY[owner]], endpoint)
     with contextlib.suppress(OSError):
         if endpoint.get("/get_server_info", timeout=ATTACH_TIMEOUT_S)[0] == 200:
             return DIALECTS["sglang"]
     return DIALECTS["vllm"]
+
+
+# Per server (URL, model): whether a speculating trtllm-serve reports each request's acceptance.
+_TRTLLM_PER_REQUEST: dict[tuple[str, str], bool] = {}
+
+
+def _refined(dialect: Dialect, endpoint: Endpoint) -> Dialect:
+    """TensorRT-LLM's per-request dialect where the server's replies carry it (PR #19311), found
+    once per server by a probe request; its counters-only dialect otherwise."""
+    if dialect.name != "trtllm":
+        return dialect
+    key = (endpoint.url, endpoint.model)
+    if key not in _TRTLLM_PER_REQUEST:
+        status, text = endpoint.get(dialect.metrics_path, timeout=ATTACH_TIMEOUT_S)
+        speculating = status == 200 and dialect.serves_speculation(text)
+        _TRTLLM_PER_REQUEST[key] = speculating and trtllm_reports_per_request(_probe(endpoint, dialect).stats)
+    return TRTLLM_PER_REQUEST if _TRTLLM_PER_REQUEST[key] else dialect
+
+
+def _probe(endpoint: Endpoint, dialect: Dialect) -> Reply:
+    """A short greedy request on a repetitive prompt, as the server streams it back."""
+    body = (
+        {"text": PROBE_TEXT, "sampling_params": {"max_new_tokens": 24, "temperature": 0}, "stream": True}
+        if dialect.name == "sglang"
+        else {
+            "model": endpoint.model,
+            "prompt": PROBE_TEXT,
+            "max_tokens": 24,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    )
+    reply = Reply()
+    for event in endpoint.stream(dialect.path, body):
+        dialect.read(event, reply)
+    return reply
 
 
 def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
@@ -491,25 +537,13 @@ def _check_speculates(cfg: RunConfig, endpoint: Endpoint, dialect: Dialect) -> N
         if status != 200 or not dialect.serves_speculation(metrics_text):
             raise ConfigError(
                 f"runner.url={url} (TensorRT-LLM) shows no speculative counters at "
-                f"{dialect.metrics_path}: {dialect.missing_stats}, with a speculative_config."
+                f"{dialect.metrics_path}: {Trtllm.missing_stats}, with a speculative_config."
             )
         served_d = _label_value(metrics_text, "trtllm_speculative_config_info", "max_draft_len")
+        if dialect.granularity == RecordGranularity.request:  # a schedule's null D leaves the label's
+            served_d = dialect.served_d(_probe(endpoint, dialect), endpoint) or served_d
     else:
-        body = (
-            {
-                "model": endpoint.model,
-                "prompt": PROBE_TEXT,
-                "max_tokens": 24,
-                "temperature": 0,
-                "stream": True,
-                "stream_options": {"include_usage": True},
-            }
-            if dialect.name == "vllm"
-            else {"text": PROBE_TEXT, "sampling_params": {"max_new_tokens": 24, "temperature": 0}, "stream": True}
-        )
-        reply = Reply()
-        for event in endpoint.stream(dialect.path, body):
-            dialect.read(event, reply)
+        reply = _probe(endpoint, dialect)
         if not dialect.has_stats(reply.stats):
             if not (status == 200 and dialect.serves_speculation(metrics_text)) and dialect.name == "vllm":
                 raise ConfigError(

@@ -116,6 +116,7 @@ def test_a_real_tensorrt_llm_server_gives_al_per_domain(tmp_path):
     ]
     with serving(command, port, tmp_path / "trtllm.log") as url:
         summary = measure(tmp_path / "run", "runner=server", f"runner.url={url}", "runner.engine=trtllm", *SETTINGS)
-    assert summary["record_granularity"] == "domain" and summary["al"] >= 1
+    # released builds report counters only; one with PR #19311 each request's totals on its choice
+    assert summary["record_granularity"] in ("domain", "request") and summary["al"] >= 1
     assert all(group["al"] is not None for group in summary["by_domain"].values())
     assert summary["vllm_counters"]["num_drafts"] == sum(g["n_steps"] for g in summary["by_domain"].values())

@@ -11,7 +11,11 @@ scripted stand-ins whose bodies are shaped as each engine's source writes them:
   tensorrt_llm/metrics/collector.py @ 050f80def8df236e326949c8bd9dee10fd896a83): completion chunks
   carry `choices[].text` and `avg_decoded_tokens_per_iter` only; `/prometheus/metrics` has
   `trtllm_spec_decode_drafted_tokens_total` / `..._accepted_tokens_total{token_position=}` and
-  `trtllm_speculative_config_info`; model cards are `owned_by: "tensorrt_llm"`.
+  `trtllm_speculative_config_info`; model cards are `owned_by: "tensorrt_llm"`. With PR #19311
+  (open; its shape as its author's AIPerf adapter, ai-dynamo/aiperf PR #1433, reads it) the finished
+  choice also carries `speculative_decoding`: `acceptance_rate`, `total_accepted_draft_tokens`,
+  `total_draft_tokens`, `num_spec_steps`, `acceptance_histogram` (dense, D + 1 long),
+  `num_spec_tokens` (null under a draft-length schedule).
 """
 
 from __future__ import annotations
@@ -168,18 +172,23 @@ def fake_sglang(
 ACCEPTS = {"coding": 3, "writing": 1}
 
 
-def fake_trtllm(model: str, domain_of_prompt) -> Scripted:
+def fake_trtllm(model: str, domain_of_prompt, per_request: dict | None = None, miscount: int = 0) -> Scripted:
+    """Counters only; with `per_request` (fields over the defaults, None to leave one out), each
+    finished choice carries PR #19311's `speculative_decoding`, and the stream's text is as many
+    tokens as its steps gave (the prefill's, then 1 + a per step)."""
     drafted, accepted = [0] * D, [0] * D
 
     def post(handler: _Handler, body: dict) -> None:
-        assert handler.path == "/v1/completions" and isinstance(body["prompt"], list)
-        a = ACCEPTS[domain_of_prompt(body["prompt"])]
+        assert handler.path == "/v1/completions"
+        a = ACCEPTS[domain_of_prompt(body["prompt"])] if isinstance(body["prompt"], list) else D  # the probe: text
         with handler.server.lock:
-            for _ in range(2):
+            for _ in range(2 + miscount):
                 for k in range(D):
                     drafted[k] += 1
                     accepted[k] += k < a
         words = [" one", " two", " three", " four"]
+        if per_request is not None:
+            words = [" one", " two", " three", " four", " five", " six", " seven", " eight", " nine"][: 1 + 2 * (1 + a)]
         handler.events(
             [
                 {
@@ -196,6 +205,11 @@ def fake_trtllm(model: str, domain_of_prompt) -> Scripted:
                             "stop_reason": None,
                             "avg_decoded_tokens_per_iter": 1.0 + a,
                         }
+                        | (
+                            {"speculative_decoding": trtllm_stats(a, per_request)}
+                            if per_request is not None and w == words[-1]
+                            else {}
+                        )
                     ],
                 }
                 for w in words
@@ -216,6 +230,21 @@ def fake_trtllm(model: str, domain_of_prompt) -> Scripted:
         return "\n".join(lines) + "\n"
 
     return Scripted({"/health": "", "/v1/models": models(model, "tensorrt_llm"), "/prometheus/metrics": metrics}, post)
+
+
+def trtllm_stats(a: int, fields: dict) -> dict:
+    """PR #19311's `speculative_decoding` for a request of 2 verification steps accepting `a` each."""
+    histogram = [0] * (D + 1)
+    histogram[a] = 2
+    stats = {
+        "acceptance_rate": a / D,
+        "total_accepted_draft_tokens": 2 * a,
+        "total_draft_tokens": 2 * D,
+        "num_spec_steps": 2,
+        "acceptance_histogram": histogram,
+        "num_spec_tokens": D,
+    }
+    return stats | fields
 
 
 def attach(tmp_path, smollm2, url: str, *overrides: str):
@@ -287,6 +316,38 @@ def test_tensorrt_llm_gives_al_per_domain_from_counters_one_domain_at_a_time(tmp
     assert summary.per_position_acceptance == [1.0, 0.5, 0.5] and summary.al_ci95 is None
     # the text-only stream re-encoded: " one two three four" is four tokens of SmolLM2's vocabulary
     assert list(read_parquet(tmp_path / "run" / "requests.parquet").output_tokens) == [4] * 4
+
+
+def test_tensorrt_llm_with_per_request_acceptance_gives_request_totals_checked_against_its_counters(tmp_path, smollm2):
+    from runners.chat import ChatTokenizer
+
+    tokenizer = ChatTokenizer(smollm2)
+    domain_of = {
+        tuple(tokenizer.chat_token_ids([{"role": "user", "content": r["turns"][0]}])): "coding" if i % 2 else "writing"
+        for i, r in enumerate(ROWS)
+    }
+
+    def trtllm(**kwargs) -> str:
+        return fake_trtllm(str(smollm2), lambda prompt: domain_of.get(tuple(prompt), "writing"), **kwargs).url
+
+    summary = attach(tmp_path, smollm2, trtllm(per_request={}))
+    assert summary.record_granularity == "request"
+    # coding: 2 steps accepting 3 -> AL 4; writing: 2 steps accepting 1 -> AL 2; all domains in one pass
+    assert (summary.by_domain["coding"].al, summary.by_domain["writing"].al, summary.al) == (4.0, 2.0, 3.0)
+    # the histograms: position 0 accepted in all 8 steps, 1 and 2 in the coding requests' 4
+    assert summary.per_position_acceptance == [1.0, 0.5, 0.5]
+    requests = read_parquet(tmp_path / "run" / "requests.parquet")
+    assert sorted(requests.output_tokens) == [5, 5, 9, 9] and list(requests.drafted_steps) == [2] * 4
+    assert summary.vllm_counters.num_drafts == 8 and summary.vllm_counters.num_accepted_tokens == 16
+    with pytest.raises(MeasurementError, match=r"num_drafts: records 8 vs engine 12"):
+        attach(tmp_path / "miscounted", smollm2, trtllm(per_request={}, miscount=1))
+    # a histogram that does not add up to the request's totals: per position is absent, not zeros
+    off = attach(tmp_path / "off", smollm2, trtllm(per_request={"acceptance_histogram": [0, 0, 0, 2]}))
+    assert off.per_position_acceptance is None and off.al == 3.0
+    # the D it reports, else (null under a schedule) its config label's, must be the run's
+    for name, fields in (("said", {}), ("schedule", {"num_spec_tokens": None})):
+        with pytest.raises(ConfigError, match=r"drafts num_spec_tokens=3 per step but d=5"):
+            attach(tmp_path / name, smollm2, trtllm(per_request=fields), "d=5")
 
 
 def test_the_engine_is_detected_and_a_server_that_does_not_report_is_refused(tmp_path, smollm2):
