@@ -41,7 +41,8 @@ class Fit:
 
     def hardware(self, weights: str = "bf16", tp: int = 1) -> Hardware:
         gpu = Gpu("measured", self.tflops, self.tflops, self.hbm_tb_s, memory_gb=math.inf, nvlink_gb_s=None)
-        eff = Efficiency(mem=1.0, compute=1.0, overhead_ms=self.overhead_ms)
+        # three parameters fitted; a cost per token would be the compute term's to carry
+        eff = Efficiency(mem=1.0, compute=1.0, overhead_ms=self.overhead_ms, token_us=0.0)
         return Hardware(gpu, tp=tp, weights=weights, eff=eff, tile_rows=self.tile_rows)
 
     def predict(self, shape: ModelShape, point: Measured, weights: str = "bf16") -> float:

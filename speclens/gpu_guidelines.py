@@ -39,9 +39,11 @@ def free_verification_limit(
 def verify_knees(shape: ModelShape, hw: Hardware, batch: int, context: int, max_d: int) -> list[int]:
     """Guidelines 2 and 3: each D after which T_verif(B·(1+D)) steps up (D = 1 … max_d): where
     the cost rises by more than it rose the step before (a tile boundary, or the GEMMs turning
-    compute-bound), however small the step is beside a fixed overhead."""
+    compute-bound), however small the step is beside the overheads. The per-token overhead is
+    left out of the rises: it grows by the same amount at every D, so it has no knee."""
     costs = [verify_step(shape, batch, d, context, hw).total_ms for d in range(max_d + 2)]
-    rises = [b - a for a, b in zip(costs, costs[1:])]
+    per_d = hw.eff.token_us * batch / 1e3
+    rises = [b - a - per_d for a, b in zip(costs, costs[1:])]
     return [d for d in range(1, max_d + 1) if rises[d] > KNEE * rises[d - 1] + 1e-9 * costs[d]]
 
 

@@ -11,7 +11,10 @@ of context, on one of TP GPUs (tensor parallel):
   PV). While G·q stays inside one tile, more drafts cost nothing here (guidelines 2 and 3);
 - **communication**: two all-reduces of B·q hidden vectors per layer across the TP GPUs (ring: 2 ·
   (TP − 1)/TP of the bytes over one direction of the link), each with a fixed latency;
-- **overhead**: a fixed cost per forward pass (scheduling, launches, sampling).
+- **overhead**: a fixed cost per forward pass (scheduling, launches), and a cost per token the
+  target processes (input preparation, sampling, the small kernels outside GEMMs and attention
+  whose work grows with the tokens): a step of B·q tokens is never free, where the roofline
+  terms alone stay flat until the GEMMs turn compute-bound.
 
 Each of the first two is max(bytes / (η_mem · bandwidth), FLOPs / (η_compute · peak)); the step is
 their sum with the other two, and its `bound` names the largest term (`weights`, `kv`, `compute`,
@@ -44,6 +47,7 @@ class Efficiency:
     link: float = 0.80  # share of one direction of the link an all-reduce reaches
     allreduce_us: float = 8.0  # fixed latency of one all-reduce call
     overhead_ms: float = 1.2  # per target forward pass (scheduling, launches, sampling)
+    token_us: float = 15.0  # per token a target forward processes, outside its GEMMs and attention
     draft_pass_overhead_ms: float = 0.4  # per serial pass of a drafter
     lookup_us_per_request: float = 10.0  # n-gram / suffix lookup on the host, per request and step
 
@@ -210,7 +214,8 @@ def forward(shape: ModelShape, batch: int, queries: int, context: int, hw: Hardw
 def verify_step(shape: ModelShape, batch: int, d: int, context: int, hw: Hardware) -> Terms:
     """T_verif(B·(1+D)): the target's forward over each request's last token and its D drafts
     (d = 0: a plain decoding step, T_verif(B))."""
-    return forward(shape, batch, 1 + d, context, hw, hw.eff.overhead_ms)
+    overhead = hw.eff.overhead_ms + hw.eff.token_us * batch * (1 + d) / 1e3
+    return forward(shape, batch, 1 + d, context, hw, overhead)
 
 
 def memory_needed_gb(shape: ModelShape, batch: int, context: int, d: int, hw: Hardware) -> float:

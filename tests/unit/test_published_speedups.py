@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 from speclens.draft_cost import drafter_shape
 from speclens.gpus import gpu_named
 from speclens.model_shape import shape_of
-from speclens.step_cost import Hardware
+from speclens.step_cost import Hardware, verify_step
 from speclens.whatif import Drafting, point
 
 DATA = json.loads((Path(__file__).resolve().parents[1] / "data" / "published_speedups.json").read_text())
@@ -35,13 +36,13 @@ def test_every_case_names_its_source_and_states_what_the_model_needs():
 
 def test_the_defaults_predict_the_published_speedups_within_the_stated_error():
     errors = {c["id"]: predicted(c) / c["speedup"] - 1 for c in DATA["cases"]}
-    # docs/whatif.md: median |error| 19.7 % over the 23 cases, one set of defaults for all
-    assert statistics.median(abs(e) for e in errors.values()) < 0.20
+    # docs/whatif.md: median |error| 19.3 % over the 23 cases, one set of defaults for all
+    assert statistics.median(abs(e) for e in errors.values()) < 0.195
     # where it is off, in the direction the docs explain: TensorRT-LLM's DeepSeek-R1 MTP steps carry
     # more fixed cost than the model (under-predicted); vLLM's EAGLE-3 of mid-2025 drafted slower (over)
     assert all(errors[f"deepseek-r1-mtp-d{d}"] < -0.15 for d in range(1, 6))
     assert all(errors[f"llama-3.1-8b-eagle3-k{d}"] > 0.15 for d in range(2, 8))
-    assert all(abs(errors[f"llama-3.1-8b-eagle1-k{d}"]) < 0.10 for d in range(2, 8))
+    assert all(abs(errors[f"llama-3.1-8b-eagle1-k{d}"]) < 0.11 for d in range(2, 8))
 
 
 def test_the_best_published_d_is_within_one_of_the_predicted_best():
@@ -58,3 +59,33 @@ def test_the_best_published_d_is_within_one_of_the_predicted_best():
         picks.append((published, model))
     # (published, predicted): DeepSeek-R1 MTP, EAGLE-1 and EAGLE-3 on Llama-3.1-8B, EAGLE-1 on Llama-3-8B
     assert picks == [(3, 2), (3, 2), (4, 5), (2, 2)]
+
+
+def test_the_cost_of_verifying_a_batch_follows_vllms_fitted_step():
+    """T_verif(B·(1+D)) / T_verif(B) against SpecDecode-Bench's fit of vLLM's step on an H100, at the
+    batch sizes it was fitted on: the per-token overhead is what makes verification cost anything
+    below the GEMMs' compute-bound knee (its default comes from this fit: the shape, not the level)."""
+    (fit,) = DATA["step_fits"]
+    target = shape_of(DATA["models"][fit["target"]], fit["target"])
+    forward = fit["forward_s"]
+
+    def fitted_ms(b: int, q: int, context: int) -> float:
+        seconds = forward["fixed"] + b * q * forward["per_batched_token"] + b * context * forward["per_cached_token"]
+        return (seconds + fit["per_step_s"]) * 1e3
+
+    def errors(hw: Hardware) -> list[float]:
+        return [
+            verify_step(target, b, d, context, hw).total_ms
+            / verify_step(target, b, 0, context, hw).total_ms
+            / (fitted_ms(b, 1 + d, context) / fitted_ms(b, 1, context))
+            - 1
+            for b in fit["batch_sizes"]
+            for d in (3, 5)
+            for context in (512, 2048)
+        ]
+
+    hw = Hardware(gpu_named(fit["gpu"]), tp=fit["tp"], weights=fit["weights"])
+    # docs/whatif.md: median 2.9 %; without the per-token term verification reads as free up to 256 tokens
+    assert statistics.median(abs(e) for e in errors(hw)) < 0.035
+    roofline_only = replace(hw, eff=replace(hw.eff, token_us=0.0))
+    assert statistics.median(abs(e) for e in errors(roofline_only)) > 0.10

@@ -37,7 +37,10 @@ SMALL = {
 SMALL_PARAMS = 1024 * 1024 * 2 + 2 * 1024 * 256 + 3 * 1024 * 4096 + 1000 * 1024
 # A made-up GPU: 1 TB/s, 1,000 TFLOPS (an H100's ratio of FLOPs to bytes is 295, a 128-row
 # attention tile's 128), every efficiency 1, no overhead.
-IDEAL = Efficiency(mem=1.0, compute=1.0, link=1.0, allreduce_us=0.0, overhead_ms=0.0, draft_pass_overhead_ms=0.0)
+# The roofline alone: no overheads, fixed or per token.
+IDEAL = Efficiency(
+    mem=1.0, compute=1.0, link=1.0, allreduce_us=0.0, overhead_ms=0.0, token_us=0.0, draft_pass_overhead_ms=0.0
+)
 
 
 def hardware(tp: int = 1, **eff) -> Hardware:
@@ -73,6 +76,12 @@ def test_verification_is_flat_in_d_inside_one_tile_and_steps_up_where_it_crosses
     # D = 32: a second tile, the KV cache read twice
     one_tile = attention_term(shape, 1, 1, 8192, hw)[0]
     assert verify_step(shape, 1, 32, 8192, hw).total_ms == pytest.approx(plain + one_tile)
+    # the per-token overhead adds 15 µs for every one of the B·(1+D) tokens, inside a tile or across one
+    per_token = hardware(overhead_ms=0.1, token_us=15.0)
+    for b, d in ((1, 0), (1, 7), (3, 31), (1, 32), (4, 40)):
+        assert verify_step(shape, b, d, 8192, per_token).total_ms == pytest.approx(
+            verify_step(shape, b, d, 8192, hw).total_ms + 0.015 * b * (1 + d)
+        )
 
 
 def test_more_query_heads_per_kv_head_move_guideline_2s_knee_to_a_smaller_d():
