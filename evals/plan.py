@@ -392,6 +392,8 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     runner.check_support(cfg, drafter.speculative)
     if runner_name(cfg.runner) != "fake":  # the fake engine's token ids need no tokenizer
         checkpoints.check_tokenizer(target_dir, "target.model")
+        if draft_dir is not None and getattr(cfg.runner, "url", None) is None:  # an attached server holds its own
+            checkpoints.check_weights_present(draft_dir, "drafter.model")
     check_chat_template_file(cfg)
     encoder = runner.encoder(cfg, target_dir)
     check_has_template(cfg, encoder)

@@ -137,6 +137,19 @@ def check_tokenizer(path: Path, key: str) -> None:
         )
 
 
+# The weight files vLLM's loaders read from a checkpoint folder.
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")
+
+
+def check_weights_present(path: Path, key: str) -> None:
+    """The checkpoint folder holds weights (a config.json alone fails in vLLM's loader)."""
+    if not any(file.is_file() for name in WEIGHT_FILES for file in path.glob(name)):
+        raise ConfigError(
+            f"{key}={path}: the folder holds no weights (no .safetensors, .bin or .pt file beside its "
+            "config.json); download or export the checkpoint whole, weights included."
+        )
+
+
 def fingerprint(path: Path) -> str:
     """sha256 over the names and contents of the checkpoint's files.
 

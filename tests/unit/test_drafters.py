@@ -422,3 +422,19 @@ def test_truncated_weights_are_refused_before_vllm_naming_the_drafter_and_how_to
         check_weights("eagle3", folder)
     (folder / "model.safetensors").write_bytes(whole[:5])
     assert safetensors_problem(folder) == "model.safetensors has 5 bytes, not even a header"
+
+
+def test_a_head_folder_without_weights_is_refused_before_an_engine_loads_it(tmp_path, engines_started):
+    from speclens.checkpoints import check_weights_present
+
+    target = write_checkpoint(tmp_path / "target")
+    (target / "tokenizer.json").write_text("{}")  # present: what is checked before the weights
+    head = write_checkpoint(tmp_path / "head", architectures=["LlamaForCausalLMEagle3"])
+    # the fake engine loads no weights; vLLM's loader fails on a config.json alone
+    with pytest.raises(
+        ConfigError, match=rf"^drafter\.model={head}: the folder holds no weights \(no \.safetensors, \.bin or \.pt"
+    ):
+        attempt(tmp_path, "runner=vllm", f"target.model={target}", "drafter=eagle3", f"drafter.model={head}", "d=3")
+    assert engines_started == []
+    (head / "pytorch_model.bin").write_bytes(b"\0" * 8)  # a head published as .bin only (vLLM's example) has weights
+    check_weights_present(head, "drafter.model")
