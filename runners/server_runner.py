@@ -49,7 +49,6 @@ from runners.vllm_runner import check_batch_invariance, engine_args
 from speclens.config import Choice, RunConfig
 from speclens.console import console
 from speclens.errors import ConfigError, MeasurementError
-from speclens.generation import RecordGranularity
 from speclens.redact import redact_url
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -289,8 +288,9 @@ def dialect_of(cfg: RunConfig, endpoint: Endpoint, key: str) -> Dialect:
     return DIALECTS["vllm"]
 
 
-# Per server (URL, model): whether a speculating trtllm-serve reports each request's acceptance.
-_TRTLLM_PER_REQUEST: dict[tuple[str, str], bool] = {}
+# Per server (URL, model): a speculating trtllm-serve's probe reply where it reports each
+# request's acceptance, else None.
+_TRTLLM_PROBES: dict[tuple[str, str], Reply | None] = {}
 
 
 def _refined(dialect: Dialect, endpoint: Endpoint) -> Dialect:
@@ -298,12 +298,16 @@ def _refined(dialect: Dialect, endpoint: Endpoint) -> Dialect:
     once per server by a probe request; its counters-only dialect otherwise."""
     if dialect.name != "trtllm":
         return dialect
+    return TRTLLM_PER_REQUEST if _trtllm_probe(endpoint, dialect) is not None else dialect
+
+
+def _trtllm_probe(endpoint: Endpoint, dialect: Dialect) -> Reply | None:
     key = (endpoint.url, endpoint.model)
-    if key not in _TRTLLM_PER_REQUEST:
+    if key not in _TRTLLM_PROBES:
         status, text = endpoint.get(dialect.metrics_path, timeout=ATTACH_TIMEOUT_S)
-        speculating = status == 200 and dialect.serves_speculation(text)
-        _TRTLLM_PER_REQUEST[key] = speculating and trtllm_reports_per_request(_probe(endpoint, dialect).stats)
-    return TRTLLM_PER_REQUEST if _TRTLLM_PER_REQUEST[key] else dialect
+        reply = _probe(endpoint, dialect) if status == 200 and dialect.serves_speculation(text) else None
+        _TRTLLM_PROBES[key] = reply if reply is not None and trtllm_reports_per_request(reply.stats) else None
+    return _TRTLLM_PROBES[key]
 
 
 def _probe(endpoint: Endpoint, dialect: Dialect) -> Reply:
@@ -540,8 +544,9 @@ def _check_speculates(cfg: RunConfig, endpoint: Endpoint, dialect: Dialect) -> N
                 f"{dialect.metrics_path}: {Trtllm.missing_stats}, with a speculative_config."
             )
         served_d = _label_value(metrics_text, "trtllm_speculative_config_info", "max_draft_len")
-        if dialect.granularity == RecordGranularity.request:  # a schedule's null D leaves the label's
-            served_d = dialect.served_d(_probe(endpoint, dialect), endpoint) or served_d
+        probe = _trtllm_probe(endpoint, dialect)
+        if probe is not None:  # per request: its own D, where it says (null under a schedule)
+            served_d = dialect.served_d(probe, endpoint) or served_d
     else:
         reply = _probe(endpoint, dialect)
         if not dialect.has_stats(reply.stats):
