@@ -7,7 +7,9 @@ Architecture: `target.model=<folder or hub id>` (default: the run's target), `dr
 (default: the run's draft; EAGLE heads without one are taken as one target-shaped layer),
 `arch.<config field>=<value>` applied to the target's config before anything is derived.
 Hardware: `gpu=<name>` (`--list-gpus`) or `gpu=custom gpu.bf16_tflops=… gpu.hbm_tb_s=… gpu.memory_gb=…
-[gpu.fp8_tflops=… gpu.nvlink_gb_s=…]`, `tp=N`, `weights=bf16|fp8`, `eff.<field>=…` (speclens/step_cost.py).
+[gpu.fp8_tflops=… gpu.nvlink_gb_s=…]`, `tp=N`, `weights=bf16|fp8`, `expert_weights=bf16|fp8|nvfp4|mxfp4`
+(a MoE target's experts; default: the checkpoint's quantization_config, else weights=), `eff.<field>=…`
+(speclens/step_cost.py).
 `slo.tokens_per_s_per_user=N` answers in one line what to serve, and up to which B, for N tokens/s
 per user. Operating points: `batch_sizes=[…]` (default 1 … 256), `context_len=` one or a list (default 4096),
 `d=` one or a list (default every D with acceptance). `calibrate=<run or sweep dir measured with
@@ -49,7 +51,8 @@ WHATIF_FILE = "whatif.json"
 DEFAULT_CONTEXT_LEN = 4096
 KEYS = ("gpu", "tp", "weights", "batch_sizes", "context_len", "d", "al", "acceptance", "drafter", "domain", "out")
 KEYS += ("target.model", "drafter.model", "calibrate", "slo.tokens_per_s_per_user", "cost_model", "engine")
-TEXT_KEYS = ("target.model", "drafter.model", "out", "gpu", "calibrate", "cost_model", "engine")  # taken as written
+KEYS += ("expert_weights",)
+TEXT_KEYS = ("target.model", "drafter.model", "out", "gpu", "calibrate", "cost_model", "engine", "expert_weights")
 
 
 def setting_value(text: str) -> Any:
@@ -182,6 +185,7 @@ def _hardware(options: dict[str, Any], gpu_fields: dict[str, Any], eff_fields: d
         tp=ints(options.get("tp", 1), "tp")[0],
         weights=str(options.get("weights", "bf16")),
         eff=Efficiency(**eff_fields),
+        expert_weights=options.get("expert_weights"),
     )
 
 
@@ -278,6 +282,7 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
         "gpu": asdict(hw.gpu),
         "tp": hw.tp,
         "weights": hw.weights,
+        "expert_weights": (hw.expert_weights or target.expert_weights or hw.weights) if target.experts else None,
         "efficiency": asdict(hw.eff),
         "model": {
             "arch_overrides": arch,
@@ -371,7 +376,10 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(result, out / WHATIF_FILE)
     gpu = result["gpu"]["name"]
-    print(f"speclens whatif: {gpu}, tp={result['tp']}, weights={result['weights']}; cost model: {result['cost_model']}")
+    experts = f", experts {result['expert_weights']}" if result["expert_weights"] else ""
+    print(
+        f"speclens whatif: {gpu}, tp={result['tp']}, weights={result['weights']}{experts}; cost model: {result['cost_model']}"
+    )
     if result["model"]["arch_overrides"]:
         print("arch overrides: " + ", ".join(f"{k}={v}" for k, v in result["model"]["arch_overrides"].items()))
     if result["calibration"] is not None:

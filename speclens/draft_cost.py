@@ -38,8 +38,8 @@ def head_shape(mechanism: str, target: ModelShape, config: dict[str, Any] | None
         head = shape_of(config, "drafter.model")
         vocab = config.get("draft_vocab_size") or head.vocab
     else:
-        head = replace(target, layers=1, experts=0, experts_per_token=0, expert_intermediate=0, shared_intermediate=0)
-        head = replace(head, dense_layers=0, tied_embeddings=False, extra_params=0)
+        head = target.one_layer(experts=0, experts_per_token=0, expert_intermediate=0, shared_intermediate=0)
+        head = replace(head, tied_embeddings=False, extra_params=0, expert_weights=None)
         vocab = EAGLE3_DRAFT_VOCAB if mechanism == "eagle3" else target.vocab
     fusion = (3 if mechanism == "eagle3" else 2) * target.hidden * head.hidden
     return replace(head, vocab=vocab, extra_params=fusion)
@@ -55,7 +55,7 @@ def drafter_shape(mechanism: str, target: ModelShape, config: dict[str, Any] | N
 def mtp_shape(target: ModelShape) -> ModelShape:
     """One target-shaped layer (MoE where the target has experts, as its last layers are), its 2h → h
     projection, the LM head."""
-    return replace(target, layers=1, dense_layers=0, extra_params=2 * target.hidden * target.hidden)
+    return target.one_layer(extra_params=2 * target.hidden * target.hidden)
 
 
 def draft_ms(

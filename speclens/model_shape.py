@@ -3,12 +3,16 @@ attention (GQA or MLA) and its experts (dense or mixture-of-experts), in one pla
 
 Field names follow Hugging Face's configs: Llama/Qwen/Mistral (dense, GQA), Mixtral and GPT-OSS
 (num_local_experts), Qwen-MoE (num_experts, moe_intermediate_size, shared experts), DeepSeek-V2/V3
-(n_routed_experts, n_shared_experts, first_k_dense_replace, MLA's kv_lora_rank).
+(n_routed_experts, n_shared_experts, first_k_dense_replace, MLA's kv_lora_rank), Llama-4 (MoE every
+interleave_moe_layer_step-th layer, with a shared expert; the other layers' MLP intermediate_size_mlp
+wide). Sliding-window layers (layer_types, as GPT-OSS and Gemma name them) read at most
+sliding_window cached tokens. Experts a checkpoint stores in 4 bits (quantization_config: MXFP4,
+NVFP4) are read at that width.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from speclens.errors import ConfigError
@@ -35,6 +39,9 @@ class ModelShape:
     mla: bool = False
     attention_params: int = 0  # per layer
     extra_params: int = 0  # read once per pass beside the layers (an EAGLE-3 head's fusion layer)
+    sliding_layers: int = 0  # layers whose attention reads at most `sliding_window` cached tokens
+    sliding_window: int = 0
+    expert_weights: str | None = None  # the experts' stored format where the checkpoint sets it apart (mxfp4, nvfp4)
 
     @property
     def g(self) -> int:
@@ -64,10 +71,18 @@ class ModelShape:
         embedding = 0 if self.tied_embeddings else self.vocab * self.hidden
         return self.dense_params() + self.moe_layers * self.experts * self.expert_params + embedding
 
-    def kv_bytes_per_token(self, kv_dtype_bytes: int = 2) -> int:
-        """The KV cache one token holds, over every layer (MLA: the latent, no separate V)."""
+    def kv_bytes_per_layer_token(self, kv_dtype_bytes: int = 2) -> int:
+        """The KV cache one token holds in one layer (MLA: the latent, no separate V)."""
         per_layer = self.head_dim if self.mla else 2 * self.kv_heads * self.head_dim
-        return self.layers * per_layer * kv_dtype_bytes
+        return per_layer * kv_dtype_bytes
+
+    def attended_tokens(self, context: int) -> int:
+        """Cached tokens one request's attention reads over every layer, at `context` tokens of context."""
+        return (self.layers - self.sliding_layers) * context + self.sliding_layers * min(context, self.sliding_window)
+
+    def one_layer(self, **fields: Any) -> ModelShape:
+        """One full-attention layer of this shape (a drafter's), with `fields` replaced."""
+        return replace(self, layers=1, dense_layers=0, sliding_layers=0, sliding_window=0, **fields)
 
 
 def _int(text: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
@@ -77,6 +92,28 @@ def _int(text: dict[str, Any], key: str, where: str, default: int | None = None)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigError(f"{where}'s config.json: {key}={value!r} is not a whole number >= 0.")
     return value
+
+
+def sliding(text: dict[str, Any], where: str) -> dict[str, int]:
+    """The sliding-window layers `layer_types` names, and their window (none without layer_types)."""
+    kinds = text.get("layer_types") or []
+    count = sum(1 for kind in kinds if kind == "sliding_attention")
+    if not count:
+        return {}
+    if len(kinds) != text["num_hidden_layers"]:
+        raise ConfigError(f"{where}'s config.json: layer_types names {len(kinds)} layers, not num_hidden_layers.")
+    return {"sliding_layers": count, "sliding_window": _int(text, "sliding_window", where)}
+
+
+def expert_format(config: dict[str, Any]) -> str | None:
+    """The experts' stored format where quantization_config gives one apart from the rest: GPT-OSS's
+    MXFP4, NVIDIA Model Optimizer's NVFP4 (both quantize the experts, not attention)."""
+    quant = config.get("quantization_config") or text_config(config).get("quantization_config") or {}
+    if str(quant.get("quant_method", "")).lower() == "mxfp4":
+        return "mxfp4"
+    if str(quant.get("quant_algo", "")).upper() == "NVFP4":
+        return "nvfp4"
+    return None
 
 
 def shape_of(config: dict[str, Any], where: str = "the target") -> ModelShape:
@@ -97,6 +134,13 @@ def shape_of(config: dict[str, Any], where: str = "the target") -> ModelShape:
     shared = (text.get("n_shared_experts") or 0) * expert_intermediate
     shared += text.get("shared_expert_intermediate_size") or 0
     dense_layers = (text.get("first_k_dense_replace") or 0) if experts else 0
+    step = text.get("interleave_moe_layer_step")
+    if experts and step:  # Llama-4: every step-th layer is MoE, with one shared expert as wide as one routed
+        dense_layers = text["num_hidden_layers"] - text["num_hidden_layers"] // _int(
+            text, "interleave_moe_layer_step", where
+        )
+        shared += expert_intermediate
+        intermediate = _int(text, "intermediate_size_mlp", where, default=intermediate)
     common = {
         "layers": text["num_hidden_layers"],
         "hidden": hidden,
@@ -109,6 +153,8 @@ def shape_of(config: dict[str, Any], where: str = "the target") -> ModelShape:
         "expert_intermediate": expert_intermediate,
         "shared_intermediate": shared,
         "dense_layers": dense_layers,
+        "expert_weights": expert_format(config) if experts else None,
+        **sliding(text, where),
     }
     kv_lora = text.get("kv_lora_rank")
     if kv_lora:  # MLA (DeepSeek-V2/V3, Kimi-K2)

@@ -37,7 +37,8 @@ from speclens.model_shape import ModelShape
 TILE_ROWS = 128
 KV_BYTES = 2  # bf16 KV cache
 ACTIVATION_BYTES = 2  # bf16 all-reduce payloads
-WEIGHT_BYTES = {"bf16": 2, "fp8": 1}
+WEIGHT_BYTES = {"bf16": 2, "fp8": 1, "nvfp4": 0.5625, "mxfp4": 0.53125}  # FP4: 4 bits + a scale per 16 / 32
+DENSE_WEIGHTS = ("bf16", "fp8")  # `weights=`: attention, dense MLPs, embeddings (FP4 only for experts)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class Efficiency:
     token_us: float = 15.0  # per token a target forward processes, outside its GEMMs and attention
     draft_pass_overhead_ms: float = 0.4  # per serial pass of a drafter
     lookup_us_per_request: float = 10.0  # n-gram / suffix lookup on the host, per request and step
+    moe_layer_us: float = 20.0  # per MoE layer and forward: routing, permutation, grouped-GEMM launch
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -92,6 +94,8 @@ class Hardware:
     tp: int = 1
     weights: str = "bf16"
     eff: Efficiency = Efficiency()
+    # the experts' format (any of WEIGHT_BYTES); None: the checkpoint's (ModelShape.expert_weights), else `weights`
+    expert_weights: str | None = None
     # GPU attention kernels pad each KV head's query rows to 128-row tiles; None: kernels that
     # compute the real rows and read the KV cache once (a CPU's, as a calibration finds them)
     tile_rows: int | None = TILE_ROWS
@@ -99,8 +103,10 @@ class Hardware:
     ops: MeasuredOps | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        if self.weights not in WEIGHT_BYTES:
-            raise ConfigError(f"weights={self.weights}: choose one of {', '.join(WEIGHT_BYTES)}.")
+        if self.weights not in DENSE_WEIGHTS:
+            raise ConfigError(f"weights={self.weights}: choose one of {', '.join(DENSE_WEIGHTS)}.")
+        if self.expert_weights is not None and self.expert_weights not in WEIGHT_BYTES:
+            raise ConfigError(f"expert_weights={self.expert_weights}: choose one of {', '.join(WEIGHT_BYTES)}.")
         if self.tp < 1:
             raise ConfigError(f"tp={self.tp}: at least 1.")
         self.gpu.peak_tflops(self.weights)  # no FP8 on the GPU: refused here
@@ -128,15 +134,20 @@ def experts_touched(experts: int, per_token: int, tokens: int) -> float:
     return experts * (1.0 - (1.0 - per_token / experts) ** tokens)
 
 
-def weight_bytes(shape: ModelShape, tokens: int, weights: str) -> float:
+def expert_bytes(shape: ModelShape, hw: Hardware) -> float:
+    """Bytes per expert weight: `expert_weights=` where given, else the checkpoint's, else `weights=`."""
+    return WEIGHT_BYTES[hw.expert_weights or shape.expert_weights or hw.weights]
+
+
+def weight_bytes(shape: ModelShape, tokens: int, hw: Hardware) -> float:
     """The weight bytes one forward of `tokens` tokens reads (all GPUs together)."""
     touched = experts_touched(shape.experts, shape.experts_per_token, tokens)
-    params = shape.dense_params() + shape.moe_layers * touched * shape.expert_params
-    return params * WEIGHT_BYTES[weights]
+    experts = shape.moe_layers * touched * shape.expert_params
+    return shape.dense_params() * WEIGHT_BYTES[hw.weights] + experts * expert_bytes(shape, hw)
 
 
 def gemm_term(shape: ModelShape, tokens: int, hw: Hardware) -> tuple[float, str]:
-    memory = hw.mem_ms(weight_bytes(shape, tokens, hw.weights) / hw.tp)
+    memory = hw.mem_ms(weight_bytes(shape, tokens, hw) / hw.tp)
     compute = hw.compute_ms(2.0 * shape.active_params() * tokens / hw.tp)
     bound = "weights" if memory >= compute else "compute"
     if hw.ops is not None and measurable(shape):
@@ -186,8 +197,9 @@ def attention_term(shape: ModelShape, batch: int, queries: int, context: int, hw
     else:
         tiles = attention_tiles(g, queries, hw.tile_rows)
         reads, rows = tiles, tiles * hw.tile_rows
-    nbytes = shape.layers * batch * kv_heads * reads * context * per_token
-    flops = shape.layers * batch * kv_heads * 4.0 * rows * context * shape.head_dim
+    attended = shape.attended_tokens(context)  # over every layer; sliding-window layers read their window
+    nbytes = batch * kv_heads * reads * attended * per_token
+    flops = batch * kv_heads * 4.0 * rows * attended * shape.head_dim
     memory, compute = hw.mem_ms(nbytes), hw.compute_ms(flops, hw.gpu.bf16_tflops)
     return (memory, "kv") if memory >= compute else (compute, "compute")
 
@@ -208,6 +220,7 @@ def forward(shape: ModelShape, batch: int, queries: int, context: int, hw: Hardw
     tokens = batch * queries
     gemm, gemm_bound = gemm_term(shape, tokens, hw)
     attention, attention_bound = attention_term(shape, batch, queries, context, hw)
+    overhead_ms += shape.moe_layers * hw.eff.moe_layer_us / 1e3
     return Terms(gemm, gemm_bound, attention, attention_bound, communication_term(shape, tokens, hw), overhead_ms)
 
 
@@ -220,7 +233,8 @@ def verify_step(shape: ModelShape, batch: int, d: int, context: int, hw: Hardwar
 
 def memory_needed_gb(shape: ModelShape, batch: int, context: int, d: int, hw: Hardware) -> float:
     """Weights and KV cache per GPU for `batch` requests of `context` tokens (+ D draft slots)."""
-    weights = shape.total_params() * WEIGHT_BYTES[hw.weights] / hw.tp
+    experts = shape.moe_layers * shape.experts * shape.expert_params
+    weights = ((shape.total_params() - experts) * WEIGHT_BYTES[hw.weights] + experts * expert_bytes(shape, hw)) / hw.tp
     kv_share = 1 if shape.mla else hw.tp  # MLA's latent is replicated across TP ranks
-    kv = shape.kv_bytes_per_token(KV_BYTES) * batch * (context + d) / kv_share
+    kv = shape.kv_bytes_per_layer_token(KV_BYTES) * shape.attended_tokens(context + d) * batch / kv_share
     return (weights + kv) / 1e9

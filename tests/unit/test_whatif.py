@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from speclens.draft_cost import draft_ms, head_shape
+from speclens.errors import ConfigError
 from speclens.gpus import gpu_named
 from speclens.model_shape import shape_of
 from speclens.step_cost import (
@@ -19,7 +20,9 @@ from speclens.step_cost import (
     communication_term,
     experts_touched,
     gemm_term,
+    memory_needed_gb,
     verify_step,
+    weight_bytes,
 )
 from speclens.whatif import Drafting, best, point, schedule
 
@@ -117,6 +120,52 @@ def test_moe_weights_read_grow_with_the_experts_the_tokens_route_to():
     assert many - one == pytest.approx((experts_touched(8, 2, 64) - 2) * expert * 2 / 1e12 * 1e3)
 
 
+def test_llama4_interleaves_moe_layers_with_dense_ones_and_a_shared_expert():
+    llama4 = {**SMALL, "num_hidden_layers": 4, "intermediate_size_mlp": 8192, "num_local_experts": 8}
+    shape = shape_of({**llama4, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2})
+    assert (shape.moe_layers, shape.dense_layers, shape.intermediate) == (2, 2, 8192)
+    expert = 3 * 1024 * 4096  # routed and shared experts are intermediate_size wide
+    attention = 1024 * 1024 * 2 + 2 * 1024 * 256
+    dense_mlp = 3 * 1024 * 8192
+    per_moe_layer = expert + 1024 * 8  # the shared expert and the router
+    assert shape.dense_params() == 4 * attention + 2 * dense_mlp + 2 * per_moe_layer + 1000 * 1024
+    assert shape.active_params() == shape.dense_params() + 2 * expert  # one routed expert per token
+    every = shape_of({**llama4, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1})
+    assert (every.moe_layers, every.dense_layers) == (4, 0)
+
+
+def test_sliding_window_layers_read_at_most_their_window():
+    layers = {**SMALL, "num_hidden_layers": 2, "sliding_window": 128}
+    shape = shape_of({**layers, "layer_types": ["sliding_attention", "full_attention"]})
+    assert (shape.sliding_layers, shape.sliding_window) == (1, 128)
+    assert shape.attended_tokens(1000) == 1000 + 128 and shape.attended_tokens(100) == 200
+    per_token = 2 * 2 * 128 * 2  # K and V of 2 KV heads, bf16
+    assert attention_term(shape, 1, 1, 1000, hardware())[0] == pytest.approx(1128 * per_token / 1e12 * 1e3)
+    # without layer_types every layer attends to the whole context (Qwen2's unused sliding_window)
+    assert shape_of(layers).attended_tokens(1000) == 2000
+    kv = memory_needed_gb(shape, 4, 1000, 0, hardware()) - memory_needed_gb(shape, 4, 0, 0, hardware())
+    assert kv == pytest.approx(4 * 1128 * per_token / 1e9)
+    with pytest.raises(ConfigError, match="layer_types names 1 layers"):
+        shape_of({**layers, "layer_types": ["sliding_attention"]})
+
+
+def test_experts_a_checkpoint_stores_in_four_bits_are_read_at_that_width():
+    moe = {**SMALL, "num_local_experts": 8, "num_experts_per_tok": 2}
+    mxfp4 = shape_of({**moe, "quantization_config": {"quant_method": "mxfp4"}})
+    nvfp4 = shape_of({**moe, "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"}})
+    assert (mxfp4.expert_weights, nvfp4.expert_weights, shape_of(moe).expert_weights) == ("mxfp4", "nvfp4", None)
+    expert = 3 * 1024 * 4096
+    dense = shape_of(moe).dense_params()
+    # one token: two experts at 4 bits and a scale per 32 (MXFP4), the rest at the weights= width
+    assert weight_bytes(mxfp4, 1, hardware()) == pytest.approx(dense * 2 + 2 * expert * 0.53125)
+    fp8 = replace(hardware(), gpu=replace(hardware().gpu, fp8_tflops=2000.0), weights="fp8")
+    assert weight_bytes(mxfp4, 1, fp8) == pytest.approx(dense + 2 * expert * 0.53125)
+    # expert_weights= overrides the checkpoint's: NVFP4's scale per 16
+    assert weight_bytes(mxfp4, 1, replace(fp8, expert_weights="nvfp4")) == pytest.approx(dense + 2 * expert * 0.5625)
+    with pytest.raises(ConfigError, match="weights=mxfp4: choose one of bf16, fp8"):
+        replace(hardware(), weights="mxfp4")
+
+
 def test_mla_reads_one_latent_per_token_for_every_head():
     mla = shape_of(
         {
@@ -129,7 +178,7 @@ def test_mla_reads_one_latent_per_token_for_every_head():
         }
     )
     assert (mla.mla, mla.kv_heads, mla.head_dim, mla.g) == (True, 1, 576, 16)
-    assert mla.kv_bytes_per_token() == 576 * 2
+    assert mla.kv_bytes_per_layer_token() == 576 * 2
     # 16 heads in one tile up to 1 + D = 8
     assert attention_term(mla, 1, 8, 1000, hardware())[0] == pytest.approx(1000 * 576 * 2 / 1e12 * 1e3)
     assert attention_term(mla, 1, 9, 1000, hardware())[0] == pytest.approx(2 * 1000 * 576 * 2 / 1e12 * 1e3)
@@ -290,6 +339,7 @@ def test_arch_overrides_apply_before_anything_is_derived(tmp_path):
             "cost_model=aiconfigurator has no measured tables for gpu=custom",
         ),
         (["gpu=h200_sxm", "drafter=draft_model"], "drafter=draft_model: give drafter.model=<folder or hub id>"),
+        (["gpu=h200_sxm", "expert_weights=int4"], "expert_weights=int4: choose one of bf16, fp8, nvfp4, mxfp4."),
     ],
 )
 def test_bad_input_is_one_line_before_anything_is_computed(tmp_path, capsys, args, message):
