@@ -3,9 +3,13 @@ architecture (the step-cost model's terms, speclens/step_cost.py):
 
 - ngram, suffix: a lookup on the host per request (no GPU pass);
 - eagle, eagle3: D serial passes of the head (its decoder layer(s) and its LM head over the draft
-  vocabulary) at B tokens, the fusion layer of EAGLE-3 read with them;
-- draft_model: D serial decode steps of the draft model at B tokens;
-- mtp: D serial passes of one target-shaped layer and the LM head at B tokens;
+  vocabulary), the fusion layer of EAGLE-3 read with them;
+- draft_model: D serial decode steps of the draft model;
+- mtp: D serial passes of one target-shaped layer and the LM head;
+
+  each serial drafter's first pass runs over the B·(1+D) tokens the target just verified (their
+  hidden states and KV entries; vLLM's proposer, `llm_base_proposer.propose`, as SGLang's draft
+  extend), the D − 1 others at B tokens;
 - dflash, dspark: one pass of the draft model over B·D tokens (parallel drafting).
 """
 
@@ -78,8 +82,9 @@ def draft_ms(
         shape = mtp_shape(target) if mechanism == "mtp" else draft
         if shape is None:
             raise ConfigError(f"drafter={mechanism}: give drafter.model=<folder or hub id> for its config.json.")
+        first: Terms = forward(shape, batch, 1 + d, context, hw, overhead)
         one: Terms = forward(shape, batch, 1, context, hw, overhead)
-        return d * one.total_ms
+        return first.total_ms + (d - 1) * one.total_ms
     if mechanism in PARALLEL:
         if draft is None:
             raise ConfigError(f"drafter={mechanism}: give drafter.model=<folder or hub id> for its config.json.")

@@ -19,6 +19,7 @@ from speclens.step_cost import (
     attention_term,
     communication_term,
     experts_touched,
+    forward,
     gemm_term,
     memory_needed_gb,
     verify_step,
@@ -255,8 +256,13 @@ def test_drafting_costs_follow_each_mechanisms_architecture():
     assert draft_ms("ngram", 3, 8, 512, target, None, hw) == pytest.approx(8 * 20e-3)
     head = head_shape("eagle3", target, None)
     assert (head.layers, head.vocab, head.extra_params) == (1, 32000, 3 * 1024 * 1024)
-    one_pass = draft_ms("eagle3", 1, 8, 512, target, head, hw)
-    assert draft_ms("eagle3", 4, 8, 512, target, head, hw) == pytest.approx(4 * one_pass)  # serial passes
+    one_pass = forward(head, 8, 1, 512, hw, 0.0).total_ms
+    # serial passes: the first over the B·(1+D) verified tokens, three more at B
+    first = forward(head, 8, 5, 512, hw, 0.0).total_ms
+    assert draft_ms("eagle3", 4, 8, 512, target, head, hw) == pytest.approx(first + 3 * one_pass)
+    assert draft_ms("eagle3", 1, 8, 512, target, head, hw) == pytest.approx(forward(head, 8, 2, 512, hw, 0.0).total_ms)
+    # at B = 512 the first pass's 2,560 tokens turn the head's GEMMs compute-bound: more than a pass at B
+    assert draft_ms("eagle3", 4, 512, 512, target, head, hw) > 4 * forward(head, 512, 1, 512, hw, 0.0).total_ms
     draft = shape_of({**SMALL, "num_hidden_layers": 2})
     parallel = draft_ms("dflash", 4, 8, 512, target, draft, hw)
     assert parallel < 4 * draft_ms("draft_model", 1, 8, 512, target, draft, hw)  # one pass over B·D tokens
