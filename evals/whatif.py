@@ -45,7 +45,16 @@ from speclens.model_shape import ModelShape, shape_of
 from speclens.records import read_parquet
 from speclens.run_files import REQUESTS_FILE
 from speclens.step_cost import Efficiency, Hardware, check_tp, measurable
-from speclens.whatif import DEFAULT_BATCH_SIZES, Drafting, best, mean_context, predict, schedule, serve_at_slo
+from speclens.whatif import (
+    DEFAULT_BATCH_SIZES,
+    MEMORY_HEADROOM,
+    Drafting,
+    best,
+    mean_context,
+    predict,
+    schedule,
+    serve_at_slo,
+)
 
 WHATIF_FILE = "whatif.json"
 DEFAULT_CONTEXT_LEN = 4096
@@ -278,6 +287,13 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
     if 0 in batch_sizes or 0 in context_lens:
         raise ConfigError("batch_sizes and context_len are whole numbers >= 1.")
     points = predict(draftings, target, hw, batch_sizes, context_lens, ds)
+    if not any(p["fits"] for p in points):
+        least = min(points, key=lambda p: p["memory_gb"])
+        raise ConfigError(
+            f"nothing fits {hw.gpu.name}: the target needs {least['memory_gb']:.3g} GB a GPU at its smallest point "
+            f"(B={least['batch_size']}, context {least['context_len']}), over {MEMORY_HEADROOM:.0%} of "
+            f"{hw.gpu.memory_gb:.3g} GB; give a larger tp= or smaller weights= / expert_weights=."
+        )
     result = {
         "gpu": asdict(hw.gpu),
         "tp": hw.tp,

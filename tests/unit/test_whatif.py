@@ -346,6 +346,10 @@ def test_arch_overrides_apply_before_anything_is_derived(tmp_path):
         ),
         (["gpu=h200_sxm", "drafter=draft_model"], "drafter=draft_model: give drafter.model=<folder or hub id>"),
         (["gpu=h200_sxm", "expert_weights=int4"], "expert_weights=int4: choose one of bf16, fp8, nvfp4, mxfp4."),
+        (  # 17.25M bf16 weights (the untied embedding with them) and 4,097 tokens' KV cache at D = 1
+            ["gpu=custom", "gpu.bf16_tflops=1", "gpu.hbm_tb_s=1", "gpu.memory_gb=0.01"],
+            "nothing fits custom: the target needs 0.0387 GB a GPU at its smallest point (B=1, context 4096), over 90% of 0.01 GB",
+        ),
     ],
 )
 def test_bad_input_is_one_line_before_anything_is_computed(tmp_path, capsys, args, message):
