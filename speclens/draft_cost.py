@@ -37,7 +37,9 @@ def needs_draft_config(mechanism: str) -> bool:
 
 def head_shape(mechanism: str, target: ModelShape, config: dict[str, Any] | None) -> ModelShape:
     """An EAGLE head's shape: from its config.json, else one target-shaped dense layer (EAGLE-3:
-    over a 32,000-token draft vocabulary, with its 3h → h fusion layer)."""
+    over a 32,000-token draft vocabulary). Read with it: EAGLE's 2h → h fusion layer; EAGLE-3's
+    3h → h one and its first layer's QKV, which takes the token's embedding beside the fused
+    hidden state (2h in: vLLM's llama_eagle3.py)."""
     if config is not None:
         head = shape_of(config, "drafter.model")
         vocab = config.get("draft_vocab_size") or head.vocab
@@ -46,6 +48,8 @@ def head_shape(mechanism: str, target: ModelShape, config: dict[str, Any] | None
         head = replace(head, tied_embeddings=False, extra_params=0, expert_weights=None)
         vocab = EAGLE3_DRAFT_VOCAB if mechanism == "eagle3" else target.vocab
     fusion = (3 if mechanism == "eagle3" else 2) * target.hidden * head.hidden
+    if mechanism == "eagle3":
+        fusion += head.hidden * (head.heads + 2 * head.kv_heads) * head.head_dim
     return replace(head, vocab=vocab, extra_params=fusion)
 
 

@@ -255,7 +255,8 @@ def test_drafting_costs_follow_each_mechanisms_architecture():
     hw = hardware(lookup_us_per_request=20.0)
     assert draft_ms("ngram", 3, 8, 512, target, None, hw) == pytest.approx(8 * 20e-3)
     head = head_shape("eagle3", target, None)
-    assert (head.layers, head.vocab, head.extra_params) == (1, 32000, 3 * 1024 * 1024)
+    # the 3h → h fusion layer and the QKV's second h of input: 8 query and 2 KV heads of 128
+    assert (head.layers, head.vocab, head.extra_params) == (1, 32000, 3 * 1024 * 1024 + 1024 * 12 * 128)
     one_pass = forward(head, 8, 1, 512, hw, 0.0).total_ms
     # serial passes: the first over the B·(1+D) verified tokens, three more at B
     first = forward(head, 8, 5, 512, hw, 0.0).total_ms
