@@ -1,0 +1,99 @@
+"""The step-cost model's error on every published speedup in tests/data/published_speedups.json,
+with the roofline's defaults and, where aiconfigurator-core is installed (`speclens[whatif]`), with
+its measured GEMM and all-reduce tables for each case's engine. Prints one row per case and the
+medians docs/whatif.md quotes (all cases, B = 1, B > 1, the median of each source's median).
+
+    python benchmarks/published_speedups.py [--no-aiconfigurator]
+
+Pure arithmetic on a CPU (the tables need no GPU); tests/unit/test_published_speedups.py keeps the
+roofline's figures from getting worse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from speclens.draft_cost import drafter_shape  # noqa: E402
+from speclens.errors import ConfigError  # noqa: E402
+from speclens.gpus import gpu_named  # noqa: E402
+from speclens.measured_ops import AiconfiguratorOps  # noqa: E402
+from speclens.model_shape import shape_of  # noqa: E402
+from speclens.step_cost import Hardware  # noqa: E402
+from speclens.whatif import Drafting, point  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "published_speedups.json"
+
+
+def engine_of(case: dict) -> str:
+    engine = case["engine"].lower()
+    return "trtllm" if "tensorrt" in engine else "sglang" if "sglang" in engine else "vllm"
+
+
+def error(case: dict, models: dict, hw: Hardware) -> float:
+    target = shape_of(models[case["target"]], case["target"])
+    draft = drafter_shape(case["drafter"], target, models.get(case.get("draft", "")))
+    drafting = Drafting(case["drafter"], {case["d"]: case["al"]}, draft)
+    predicted = point(drafting, case["d"], case["batch_size"], case["context_len"], target, hw)["speedup"]
+    return predicted / case["speedup"] - 1
+
+
+def medians(cases: list[dict], errors: dict[str, float]) -> str:
+    def med(chosen: list[dict]) -> float:
+        return statistics.median(abs(errors[c["id"]]) for c in chosen)
+
+    sources: dict[str, list[dict]] = {}
+    for case in cases:
+        sources.setdefault(case["source"], []).append(case)
+    per_source = statistics.median(med(group) for group in sources.values())
+    at_one = [c for c in cases if c["batch_size"] == 1]
+    batched = [c for c in cases if c["batch_size"] > 1]
+    return (
+        f"{med(cases):.1%} over {len(cases)}, {med(at_one):.1%} over {len(at_one)} at B = 1, "
+        f"{med(batched):.1%} over {len(batched)} at B > 1; median of the {len(sources)} sources' medians {per_source:.1%}"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-aiconfigurator", action="store_true", help="the roofline only")
+    args = parser.parse_args()
+    data = json.loads(DATA.read_text())
+    cases, models = data["cases"], data["models"]
+    roofline: dict[str, float] = {}
+    measured: dict[str, float] = {}
+    tables: dict[tuple[str, str], AiconfiguratorOps] = {}
+    use_tables = not args.no_aiconfigurator
+    print(f"{'case':32} {'engine':7} {'B':>3} {'D':>2} {'published':>9} {'roofline':>9} {'tables':>8}")
+    for case in cases:
+        hw = Hardware(gpu_named(case["gpu"]), case["tp"], case["weights"], expert_weights=case.get("expert_weights"))
+        roofline[case["id"]] = error(case, models, hw)
+        shown = "-"
+        if use_tables:
+            key = (case["gpu"], engine_of(case))
+            try:
+                tables.setdefault(key, AiconfiguratorOps(*key))
+            except ConfigError as exc:  # no aiconfigurator-core: the roofline alone
+                print(f"speclens: {exc}", file=sys.stderr)
+                use_tables = False
+            else:
+                measured[case["id"]] = error(case, models, replace(hw, ops=tables[key]))
+                shown = f"{measured[case['id']]:+.1%}"
+        print(
+            f"{case['id']:32} {engine_of(case):7} {case['batch_size']:>3} {case['d']:>2} "
+            f"x{case['speedup']:>8.2f} {roofline[case['id']]:>+9.1%} {shown:>8}"
+        )
+    print(f"median |error|, roofline: {medians(cases, roofline)}")
+    if use_tables:
+        print(f"median |error|, aiconfigurator's tables: {medians(cases, measured)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
