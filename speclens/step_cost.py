@@ -5,16 +5,18 @@ A verification step of B requests with q = 1 + D query tokens each, every reques
 of context, on one of TP GPUs (tensor parallel):
 
 - **GEMMs**: the weights read once per step (MoE: the experts B·q tokens route to, uniformly, in
-  expectation) against 2 · active parameters · B·q FLOPs;
+  expectation, at the experts' stored width) against 2 · active parameters · B·q FLOPs;
 - **attention**: per request and KV head, its query rows G·q padded to 128-row tiles; each tile
-  reads the request's L cached tokens of that head and does 4 · 128 · L · head_dim FLOPs (QKᵀ and
-  PV). While G·q stays inside one tile, more drafts cost nothing here (guidelines 2 and 3);
+  reads the request's L cached tokens of that head (a sliding-window layer: at most its window)
+  and does 4 · 128 · L · head_dim FLOPs (QKᵀ and PV). While G·q stays inside one tile, more drafts
+  cost nothing here (guidelines 2 and 3);
 - **communication**: two all-reduces of B·q hidden vectors per layer across the TP GPUs (ring: 2 ·
   (TP − 1)/TP of the bytes over one direction of the link), each with a fixed latency;
-- **overhead**: a fixed cost per forward pass (scheduling, launches), and a cost per token the
-  target processes (input preparation, sampling, the small kernels outside GEMMs and attention
-  whose work grows with the tokens): a step of B·q tokens is never free, where the roofline
-  terms alone stay flat until the GEMMs turn compute-bound.
+- **overhead**: a fixed cost per forward pass (scheduling, launches), one per MoE layer (routing,
+  token permutation, the grouped expert GEMMs' launch, beyond their weight reads), and a cost per
+  token the target processes (input preparation, sampling, the small kernels outside GEMMs and
+  attention whose work grows with the tokens): a step of B·q tokens is never free, where the
+  roofline terms alone stay flat until the GEMMs turn compute-bound.
 
 Each of the first two is max(bytes / (η_mem · bandwidth), FLOPs / (η_compute · peak)); the step is
 their sum with the other two, and its `bound` names the largest term (`weights`, `kv`, `compute`,
