@@ -68,8 +68,9 @@ def main() -> int:
     cases, models = data["cases"], data["models"]
     roofline: dict[str, float] = {}
     measured: dict[str, float] = {}
-    tables: dict[tuple[str, str], AiconfiguratorOps] = {}
+    tables: dict[tuple[str, str], AiconfiguratorOps | None] = {}  # None: no tables for that pair
     use_tables = not args.no_aiconfigurator
+    said: set[str] = set()
     print(f"{'case':32} {'engine':7} {'B':>3} {'D':>2} {'published':>9} {'roofline':>9} {'tables':>8}")
     for case in cases:
         hw = Hardware(gpu_named(case["gpu"]), case["tp"], case["weights"], expert_weights=case.get("expert_weights"))
@@ -77,12 +78,15 @@ def main() -> int:
         shown = "-"
         if use_tables:
             key = (case["gpu"], engine_of(case))
-            try:
-                tables.setdefault(key, AiconfiguratorOps(*key))
-            except ConfigError as exc:  # no aiconfigurator-core: the roofline alone
-                print(f"speclens: {exc}", file=sys.stderr)
-                use_tables = False
-            else:
+            if key not in tables:
+                try:
+                    tables[key] = AiconfiguratorOps(*key)
+                except ConfigError as exc:  # not installed, or no tables for this GPU and engine
+                    if str(exc) not in said:
+                        print(f"speclens: {exc}", file=sys.stderr)
+                        said.add(str(exc))
+                    tables[key] = None
+            if tables[key] is not None:
                 measured[case["id"]] = error(case, models, replace(hw, ops=tables[key]))
                 shown = f"{measured[case['id']]:+.1%}"
         print(
@@ -90,8 +94,13 @@ def main() -> int:
             f"x{case['speedup']:>8.2f} {roofline[case['id']]:>+9.1%} {shown:>8}"
         )
     print(f"median |error|, roofline: {medians(cases, roofline)}")
-    if use_tables:
-        print(f"median |error|, aiconfigurator's tables: {medians(cases, measured)}")
+    if measured:
+        left = len(cases) - len(measured)
+        print(
+            f"median |error|, aiconfigurator's tables: {medians([c for c in cases if c['id'] in measured], measured)}"
+        )
+        if left:
+            print(f"({left} cases without tables, left out of that median)")
     return 0
 
 

@@ -1,5 +1,5 @@
 """`python -m evals.guidelines target=<name> | target.model=<path> [drafter.model=<path>]
-[gpu=<name> [tp=N] [weights=bf16|fp8] [batch_sizes=[…]] [context_len=N]]`: the draft-length
+[gpu=<name> [tp=N] [weights=bf16|fp8] [expert_weights=…] [batch_sizes=[…]] [context_len=N]]`: the draft-length
 guidelines (speclens/guidelines.py) computed from the target's (and the draft's) config; with
 gpu=, also for that GPU from the step-cost model (speclens/gpu_guidelines.py)."""
 
@@ -16,7 +16,7 @@ from speclens.guidelines import Guidelines
 from speclens.guidelines import __doc__ as guidelines_doc
 from speclens.model_facts import text_config
 
-GPU_KEYS = ("gpu", "tp", "weights", "batch_sizes", "context_len")
+GPU_KEYS = ("gpu", "tp", "weights", "expert_weights", "batch_sizes", "context_len")
 
 
 def _split_args(argv: list[str]) -> tuple[list[str], str | None, dict[str, str]]:

@@ -268,7 +268,7 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
         weights = str(options.get("weights", "bf16"))
         fitted = calibrate.fit(target, calibration, weights)
         calibrated = calibrate.errors(target, calibration, weights, everything=fitted)
-        hw = fitted.hardware(weights, tp=ints(options.get("tp", 1), "tp")[0])
+        hw = fitted.hardware(weights, ints(options.get("tp", 1), "tp")[0], options.get("expert_weights"))
     check_tp(target, hw.tp)
     ds = ints(options["d"], "d") if "d" in options else None
     draftings = []

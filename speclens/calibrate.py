@@ -39,11 +39,12 @@ class Fit:
     overhead_ms: float
     tile_rows: int | None = TILE_ROWS  # the attention kernels' tiles the fit found closer (None: none)
 
-    def hardware(self, weights: str = "bf16", tp: int = 1) -> Hardware:
+    def hardware(self, weights: str = "bf16", tp: int = 1, expert_weights: str | None = None) -> Hardware:
         gpu = Gpu("measured", self.tflops, self.tflops, self.hbm_tb_s, memory_gb=math.inf, nvlink_gb_s=None)
-        # three parameters fitted; a cost per token would be the compute term's to carry
-        eff = Efficiency(mem=1.0, compute=1.0, overhead_ms=self.overhead_ms, token_us=0.0)
-        return Hardware(gpu, tp=tp, weights=weights, eff=eff, tile_rows=self.tile_rows)
+        # three parameters fitted: a cost per token would be the compute term's to carry, one per
+        # MoE layer the fitted overhead's
+        eff = Efficiency(mem=1.0, compute=1.0, overhead_ms=self.overhead_ms, token_us=0.0, moe_layer_us=0.0)
+        return Hardware(gpu, tp=tp, weights=weights, eff=eff, tile_rows=self.tile_rows, expert_weights=expert_weights)
 
     def predict(self, shape: ModelShape, point: Measured, weights: str = "bf16") -> float:
         return verify_step(shape, point.batch_size, point.d, point.context, self.hardware(weights)).total_ms

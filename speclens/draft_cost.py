@@ -49,7 +49,7 @@ def head_shape(mechanism: str, target: ModelShape, config: dict[str, Any] | None
         vocab = EAGLE3_DRAFT_VOCAB if mechanism == "eagle3" else target.vocab
     fusion = (3 if mechanism == "eagle3" else 2) * target.hidden * head.hidden
     if mechanism == "eagle3":
-        fusion += head.hidden * (head.heads + 2 * head.kv_heads) * head.head_dim
+        fusion += head.hidden * head.qkv_width
     return replace(head, vocab=vocab, extra_params=fusion)
 
 

@@ -5,9 +5,9 @@ Field names follow Hugging Face's configs: Llama/Qwen/Mistral (dense, GQA), Mixt
 (num_local_experts), Qwen-MoE (num_experts, moe_intermediate_size, shared experts), DeepSeek-V2/V3
 (n_routed_experts, n_shared_experts, first_k_dense_replace, MLA's kv_lora_rank), Llama-4 (MoE every
 interleave_moe_layer_step-th layer, with a shared expert; the other layers' MLP intermediate_size_mlp
-wide). Sliding-window layers (layer_types, as GPT-OSS and Gemma name them) read at most
-sliding_window cached tokens. Experts a checkpoint stores in 4 bits (quantization_config: MXFP4,
-NVFP4) are read at that width.
+wide; its chunked-attention layers). Sliding-window layers (layer_types, as GPT-OSS and Gemma name
+them) read at most sliding_window cached tokens. Experts GPT-OSS stores in MXFP4
+(quantization_config) are read at that width.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ class ModelShape:
     mla: bool = False
     attention_params: int = 0  # per layer
     extra_params: int = 0  # read once per pass beside the layers (an EAGLE-3 head's fusion layer)
+    qkv_width: int = 0  # the outputs of the attention projections that read the hidden state (GQA: Q, K, V)
     sliding_layers: int = 0  # layers whose attention reads at most `sliding_window` cached tokens
     sliding_window: int = 0
     expert_weights: str | None = None  # the experts' stored format where the checkpoint sets it apart (mxfp4, nvfp4)
@@ -94,26 +95,34 @@ def _int(text: dict[str, Any], key: str, where: str, default: int | None = None)
     return value
 
 
-def sliding(text: dict[str, Any], where: str) -> dict[str, int]:
-    """The sliding-window layers `layer_types` names, and their window (none without layer_types)."""
+def windowed(text: dict[str, Any], where: str) -> dict[str, int]:
+    """The layers whose attention reads a window of the context, and the window: sliding-window
+    layers `layer_types` names (GPT-OSS, Gemma), or Llama-4's chunked layers (every RoPE layer,
+    `no_rope_layers`, over `attention_chunk_size` tokens; taken at a whole chunk, their most)."""
+    layers = text["num_hidden_layers"]
+    if text.get("attention_chunk_size") and "interleave_moe_layer_step" in text:
+        flags = text.get("no_rope_layers") or [
+            int((i + 1) % (text.get("no_rope_layer_interval") or 4) != 0) for i in range(layers)
+        ]
+        return {"sliding_layers": sum(1 for f in flags if f), "sliding_window": text["attention_chunk_size"]}
     kinds = text.get("layer_types") or []
     count = sum(1 for kind in kinds if kind == "sliding_attention")
     if not count:
         return {}
-    if len(kinds) != text["num_hidden_layers"]:
+    if len(kinds) != layers:
         raise ConfigError(f"{where}'s config.json: layer_types names {len(kinds)} layers, not num_hidden_layers.")
     return {"sliding_layers": count, "sliding_window": _int(text, "sliding_window", where)}
 
 
-def expert_format(config: dict[str, Any]) -> str | None:
-    """The experts' stored format where quantization_config gives one apart from the rest: GPT-OSS's
-    MXFP4, NVIDIA Model Optimizer's NVFP4 (both quantize the experts, not attention)."""
-    quant = config.get("quantization_config") or text_config(config).get("quantization_config") or {}
-    if str(quant.get("quant_method", "")).lower() == "mxfp4":
-        return "mxfp4"
-    if str(quant.get("quant_algo", "")).upper() == "NVFP4":
-        return "nvfp4"
-    return None
+def expert_format(config: dict[str, Any], where: str) -> str | None:
+    """The experts' stored format where the checkpoint sets them apart: GPT-OSS's MXFP4
+    (quantization_config; vLLM's MXFP4 method quantizes the experts only, attention stays bf16).
+    NVFP4 checkpoints (NVIDIA Model Optimizer) quantize attention too, which weights= cannot say:
+    give expert_weights=nvfp4 for their experts."""
+    quant = text_config(config).get("quantization_config") or config.get("quantization_config") or {}
+    if not isinstance(quant, dict):
+        raise ConfigError(f"{where}'s config.json: quantization_config={quant!r} is not a JSON object.")
+    return "mxfp4" if str(quant.get("quant_method", "")).lower() == "mxfp4" else None
 
 
 def shape_of(config: dict[str, Any], where: str = "the target") -> ModelShape:
@@ -153,8 +162,8 @@ def shape_of(config: dict[str, Any], where: str = "the target") -> ModelShape:
         "expert_intermediate": expert_intermediate,
         "shared_intermediate": shared,
         "dense_layers": dense_layers,
-        "expert_weights": expert_format(config) if experts else None,
-        **sliding(text, where),
+        "expert_weights": expert_format(config, where) if experts else None,
+        **windowed(text, where),
     }
     kv_lora = text.get("kv_lora_rank")
     if kv_lora:  # MLA (DeepSeek-V2/V3, Kimi-K2)
@@ -163,7 +172,10 @@ def shape_of(config: dict[str, Any], where: str = "the target") -> ModelShape:
         q_lora = text.get("q_lora_rank") or 0
         q_in = hidden * q_lora + q_lora * heads * (nope + rope) if q_lora else hidden * heads * (nope + rope)
         attention = q_in + hidden * (kv_lora + rope) + kv_lora * heads * (nope + v_dim) + heads * v_dim * hidden
-        return ModelShape(**common, kv_heads=1, head_dim=kv_lora + rope, mla=True, attention_params=attention)
+        qkv = (q_lora or heads * (nope + rope)) + kv_lora + rope  # q (or its LoRA) and the latent with its rope
+        return ModelShape(
+            **common, kv_heads=1, head_dim=kv_lora + rope, mla=True, attention_params=attention, qkv_width=qkv
+        )
     kv_heads = text.get("num_key_value_heads") or heads
     if heads % kv_heads:
         raise ConfigError(
@@ -171,4 +183,5 @@ def shape_of(config: dict[str, Any], where: str = "the target") -> ModelShape:
         )
     head_dim = text.get("head_dim") or hidden // heads
     attention = hidden * heads * head_dim * 2 + 2 * hidden * kv_heads * head_dim
-    return ModelShape(**common, kv_heads=kv_heads, head_dim=head_dim, attention_params=attention)
+    qkv = (heads + 2 * kv_heads) * head_dim
+    return ModelShape(**common, kv_heads=kv_heads, head_dim=head_dim, attention_params=attention, qkv_width=qkv)

@@ -7,7 +7,7 @@ of context, on one of TP GPUs (tensor parallel):
 - **GEMMs**: the weights read once per step (MoE: the experts B·q tokens route to, uniformly, in
   expectation, at the experts' stored width) against 2 · active parameters · B·q FLOPs;
 - **attention**: per request and KV head, its query rows G·q padded to 128-row tiles; each tile
-  reads the request's L cached tokens of that head (a sliding-window layer: at most its window)
+  reads the request's L cached tokens of that head (a windowed layer: at most its window)
   and does 4 · 128 · L · head_dim FLOPs (QKᵀ and PV). While G·q stays inside one tile, more drafts
   cost nothing here (guidelines 2 and 3);
 - **communication**: two all-reduces of B·q hidden vectors per layer across the TP GPUs (ring: 2 ·

@@ -4,7 +4,7 @@ and `evals.whatif` end to end (acceptance in, whatif.json out, bad input in one 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -41,10 +41,8 @@ SMALL = {
 SMALL_PARAMS = 1024 * 1024 * 2 + 2 * 1024 * 256 + 3 * 1024 * 4096 + 1000 * 1024
 # A made-up GPU: 1 TB/s, 1,000 TFLOPS (an H100's ratio of FLOPs to bytes is 295, a 128-row
 # attention tile's 128), every efficiency 1, no overhead.
-# The roofline alone: no overheads, fixed or per token.
-IDEAL = Efficiency(
-    mem=1.0, compute=1.0, link=1.0, allreduce_us=0.0, overhead_ms=0.0, token_us=0.0, draft_pass_overhead_ms=0.0
-)
+# The roofline alone: no overheads (fixed, per token, per MoE layer, per draft pass or lookup).
+IDEAL = Efficiency(**{f.name: 0.0 for f in fields(Efficiency)} | {"mem": 1.0, "compute": 1.0, "link": 1.0})
 
 
 def hardware(tp: int = 1, **eff) -> Hardware:
@@ -124,7 +122,7 @@ def test_moe_weights_read_grow_with_the_experts_the_tokens_route_to():
 def test_llama4_interleaves_moe_layers_with_dense_ones_and_a_shared_expert():
     llama4 = {**SMALL, "num_hidden_layers": 4, "intermediate_size_mlp": 8192, "num_local_experts": 8}
     shape = shape_of({**llama4, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2})
-    assert (shape.moe_layers, shape.dense_layers, shape.intermediate) == (2, 2, 8192)
+    assert (shape.moe_layers, shape.dense_layers, shape.intermediate, shape.shared_intermediate) == (2, 2, 8192, 4096)
     expert = 3 * 1024 * 4096  # routed and shared experts are intermediate_size wide
     attention = 1024 * 1024 * 2 + 2 * 1024 * 256
     dense_mlp = 3 * 1024 * 8192
@@ -132,7 +130,24 @@ def test_llama4_interleaves_moe_layers_with_dense_ones_and_a_shared_expert():
     assert shape.dense_params() == 4 * attention + 2 * dense_mlp + 2 * per_moe_layer + 1000 * 1024
     assert shape.active_params() == shape.dense_params() + 2 * expert  # one routed expert per token
     every = shape_of({**llama4, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1})
-    assert (every.moe_layers, every.dense_layers) == (4, 0)
+    assert (every.moe_layers, every.dense_layers, every.shared_intermediate) == (4, 0, 4096)
+    # its RoPE layers attend within chunks: three of every four (no_rope_layers' default)
+    chunked = shape_of({**llama4, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "attention_chunk_size": 64})
+    assert (chunked.sliding_layers, chunked.sliding_window) == (3, 64)
+    assert chunked.attended_tokens(1000) == 1000 + 3 * 64
+    given = {"attention_chunk_size": 64, "no_rope_layers": [1, 0, 0, 1]}
+    assert shape_of({**llama4, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, **given}).sliding_layers == 2
+
+
+def test_each_moe_layer_costs_a_fixed_time_per_forward_beside_its_weight_reads():
+    moe = shape_of({**SMALL, "num_hidden_layers": 4, "num_local_experts": 8, "num_experts_per_tok": 2})
+    dense = shape_of({**SMALL, "num_hidden_layers": 4})
+    hw = hardware(moe_layer_us=25.0)
+    assert forward(moe, 1, 1, 512, hw, 0.1).overhead_ms == pytest.approx(0.1 + 4 * 0.025)
+    assert forward(dense, 1, 1, 512, hw, 0.1).overhead_ms == pytest.approx(0.1)
+    deepseek_like = shape_of({**SMALL, "num_hidden_layers": 4, "num_local_experts": 8, "num_experts_per_tok": 2})
+    deepseek_like = replace(deepseek_like, dense_layers=1)  # first_k_dense_replace: its dense layers cost none
+    assert forward(deepseek_like, 1, 1, 512, hw, 0.0).overhead_ms == pytest.approx(3 * 0.025)
 
 
 def test_sliding_window_layers_read_at_most_their_window():
@@ -153,8 +168,9 @@ def test_sliding_window_layers_read_at_most_their_window():
 def test_experts_a_checkpoint_stores_in_four_bits_are_read_at_that_width():
     moe = {**SMALL, "num_local_experts": 8, "num_experts_per_tok": 2}
     mxfp4 = shape_of({**moe, "quantization_config": {"quant_method": "mxfp4"}})
-    nvfp4 = shape_of({**moe, "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"}})
-    assert (mxfp4.expert_weights, nvfp4.expert_weights, shape_of(moe).expert_weights) == ("mxfp4", "nvfp4", None)
+    assert (mxfp4.expert_weights, shape_of(moe).expert_weights) == ("mxfp4", None)
+    # NVIDIA's NVFP4 checkpoints quantize attention too: not taken for the experts alone
+    assert shape_of({**moe, "quantization_config": {"quant_algo": "NVFP4"}}).expert_weights is None
     expert = 3 * 1024 * 4096
     dense = shape_of(moe).dense_params()
     # one token: two experts at 4 bits and a scale per 32 (MXFP4), the rest at the weights= width
@@ -163,8 +179,13 @@ def test_experts_a_checkpoint_stores_in_four_bits_are_read_at_that_width():
     assert weight_bytes(mxfp4, 1, fp8) == pytest.approx(dense + 2 * expert * 0.53125)
     # expert_weights= overrides the checkpoint's: NVFP4's scale per 16
     assert weight_bytes(mxfp4, 1, replace(fp8, expert_weights="nvfp4")) == pytest.approx(dense + 2 * expert * 0.5625)
+    # every expert held, at its width, with the rest and the untied embedding at 2 bytes
+    held = (mxfp4.total_params() - 8 * expert) * 2 + 8 * expert * 0.53125
+    assert memory_needed_gb(mxfp4, 1, 0, 0, hardware()) == pytest.approx(held / 1e9)
     with pytest.raises(ConfigError, match="weights=mxfp4: choose one of bf16, fp8"):
         replace(hardware(), weights="mxfp4")
+    with pytest.raises(ConfigError, match="quantization_config='mxfp4' is not a JSON object"):
+        shape_of({**moe, "quantization_config": "mxfp4"})
 
 
 def test_mla_reads_one_latent_per_token_for_every_head():
@@ -180,6 +201,8 @@ def test_mla_reads_one_latent_per_token_for_every_head():
     )
     assert (mla.mla, mla.kv_heads, mla.head_dim, mla.g) == (True, 1, 576, 16)
     assert mla.kv_bytes_per_layer_token() == 576 * 2
+    # an EAGLE-3 head of its shape reads its first projections' 2h-wide input: the query's 16·192 and the latent's 576
+    assert head_shape("eagle3", mla, None).extra_params == 3 * 1024 * 1024 + 1024 * (16 * 192 + 576)
     # 16 heads in one tile up to 1 + D = 8
     assert attention_term(mla, 1, 8, 1000, hardware())[0] == pytest.approx(1000 * 576 * 2 / 1e12 * 1e3)
     assert attention_term(mla, 1, 9, 1000, hardware())[0] == pytest.approx(2 * 1000 * 576 * 2 / 1e12 * 1e3)
