@@ -54,20 +54,23 @@ def test_the_defaults_predict_the_published_speedups_within_the_stated_error():
     assert errors["qwen3-30b-a3b-eagle3-b1"] > 0.3 and errors["gpt-oss-120b-eagle3-b64"] > 0.2
 
 
-def test_the_best_published_d_is_within_one_of_the_predicted_best():
+def test_the_predicted_best_d_is_within_one_of_the_published_best_and_costs_under_2_percent():
     sweeps: dict[tuple, list[dict]] = {}
     for case in DATA["cases"]:
         key = (case["source"], case["target"], case["drafter"], case["batch_size"])
         sweeps.setdefault(key, []).append(case)
-    picks = []
+    picks, regrets = [], []
     for cases in sweeps.values():
         if len(cases) < 2:
             continue
-        published = max(cases, key=lambda c: c["speedup"])["d"]
-        model = max(cases, key=predicted)["d"]
-        picks.append((published, model))
+        published = max(cases, key=lambda c: c["speedup"])
+        model = max(cases, key=predicted)
+        picks.append((published["d"], model["d"]))
+        regrets.append(1 - model["speedup"] / published["speedup"])  # the published speedup lost by the pick
     # (published, predicted): DeepSeek-R1 MTP, EAGLE-1 and EAGLE-3 on Llama-3.1-8B, EAGLE-1 on Llama-3-8B
     assert picks == [(3, 2), (3, 2), (4, 5), (2, 2)]
+    # docs/whatif.md: serving the predicted D loses 1.3 %, 1.8 %, 1.9 % and 0 % of the best published speedup
+    assert max(regrets) < 0.02 and regrets[-1] == 0
 
 
 def test_the_cost_of_verifying_a_batch_follows_vllms_fitted_step():
