@@ -44,7 +44,7 @@ from speclens.model_facts import text_config
 from speclens.model_shape import ModelShape, shape_of
 from speclens.records import read_parquet
 from speclens.run_files import REQUESTS_FILE
-from speclens.step_cost import Efficiency, Hardware, check_tp, measurable
+from speclens.step_cost import Efficiency, Hardware, check_tp, expert_format, measurable
 from speclens.whatif import (
     DEFAULT_BATCH_SIZES,
     MEMORY_HEADROOM,
@@ -298,7 +298,7 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
         "gpu": asdict(hw.gpu),
         "tp": hw.tp,
         "weights": hw.weights,
-        "expert_weights": (hw.expert_weights or target.expert_weights or hw.weights) if target.experts else None,
+        "expert_weights": expert_format(target, hw) if target.experts else None,
         "efficiency": asdict(hw.eff),
         "model": {
             "arch_overrides": arch,

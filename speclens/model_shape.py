@@ -114,7 +114,7 @@ def windowed(text: dict[str, Any], where: str) -> dict[str, int]:
     return {"sliding_layers": count, "sliding_window": _int(text, "sliding_window", where)}
 
 
-def expert_format(config: dict[str, Any], where: str) -> str | None:
+def checkpoint_expert_format(config: dict[str, Any], where: str) -> str | None:
     """The experts' stored format where the checkpoint sets them apart: GPT-OSS's MXFP4
     (quantization_config; vLLM's MXFP4 method quantizes the experts only, attention stays bf16).
     NVFP4 checkpoints (NVIDIA Model Optimizer) quantize attention too, which weights= cannot say:
@@ -143,11 +143,9 @@ def shape_of(config: dict[str, Any], where: str = "the target") -> ModelShape:
     shared = (text.get("n_shared_experts") or 0) * expert_intermediate
     shared += text.get("shared_expert_intermediate_size") or 0
     dense_layers = (text.get("first_k_dense_replace") or 0) if experts else 0
-    step = text.get("interleave_moe_layer_step")
+    step = _int(text, "interleave_moe_layer_step", where, default=0)
     if experts and step:  # Llama-4: every step-th layer is MoE, with one shared expert as wide as one routed
-        dense_layers = text["num_hidden_layers"] - text["num_hidden_layers"] // _int(
-            text, "interleave_moe_layer_step", where
-        )
+        dense_layers = text["num_hidden_layers"] - text["num_hidden_layers"] // step
         shared += expert_intermediate
         intermediate = _int(text, "intermediate_size_mlp", where, default=intermediate)
     common = {
@@ -162,7 +160,7 @@ def shape_of(config: dict[str, Any], where: str = "the target") -> ModelShape:
         "expert_intermediate": expert_intermediate,
         "shared_intermediate": shared,
         "dense_layers": dense_layers,
-        "expert_weights": expert_format(config, where) if experts else None,
+        "expert_weights": checkpoint_expert_format(config, where) if experts else None,
         **windowed(text, where),
     }
     kv_lora = text.get("kv_lora_rank")

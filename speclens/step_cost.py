@@ -136,9 +136,13 @@ def experts_touched(experts: int, per_token: int, tokens: int) -> float:
     return experts * (1.0 - (1.0 - per_token / experts) ** tokens)
 
 
+def expert_format(shape: ModelShape, hw: Hardware) -> str:
+    """The experts' format: `expert_weights=` where given, else the checkpoint's, else `weights=`."""
+    return hw.expert_weights or shape.expert_weights or hw.weights
+
+
 def expert_bytes(shape: ModelShape, hw: Hardware) -> float:
-    """Bytes per expert weight: `expert_weights=` where given, else the checkpoint's, else `weights=`."""
-    return WEIGHT_BYTES[hw.expert_weights or shape.expert_weights or hw.weights]
+    return WEIGHT_BYTES[expert_format(shape, hw)]
 
 
 def weight_bytes(shape: ModelShape, tokens: int, hw: Hardware) -> float:
