@@ -21,7 +21,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from drafters import REGISTRY as DRAFTERS
 from drafters import drafter_name
-from evals.datasets import DATASETS, dataset_name
+from evals.datasets import DATASETS, dataset_name, declared_lengths
 from runners.registry import RUNNERS
 from speclens.assets import cache_dir
 from speclens.config import (
@@ -143,6 +143,8 @@ def check_bounds(cfg: RunConfig) -> None:
             f"request_rate={rate}: must be a finite number of requests per second >= {MIN_REQUEST_RATE} "
             f"(one request per {1 / MIN_REQUEST_RATE:g} s; slower arrivals take hours)."
         )
+    if isinstance(cfg, RunConfig):
+        declared_lengths(cfg.dataset)  # lists of lengths, tiers or splits: each value checked
 
 
 def to_run_config(cfg: DictConfig) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from itertools import groupby
 from pathlib import Path
 from typing import Any, Callable
 
@@ -15,6 +16,7 @@ from speclens.costs import PassMode
 from speclens.generation import (
     COUNTER_NAMES,
     EngineStep,
+    Prompt,
     RecordGranularity,
     SamplingSpec,
     SpecCounters,
@@ -101,8 +103,9 @@ def run_passes(
             domain_counters = None
             if engine.record_granularity == RecordGranularity.domain and spec is not None:
                 domain_counters = _by_domain(engine, plan, show, batch_size, results)
+                engine_steps = engine.step_log()[steps_before:]
             else:
-                results += run_conversations(engine, plan.prompts, plan.sampling, show, batch_size)
+                engine_steps = _by_length(engine, plan, show, batch_size, results, steps_before)
             counters = engine.counters()
             passes.append(
                 Pass(
@@ -112,7 +115,7 @@ def run_passes(
                     counters.since(counted_before) if counters is not None else None,
                     load_s,
                     time.perf_counter() - began,
-                    engine.step_log()[steps_before:],
+                    engine_steps,
                     engine.record_granularity,
                     engine.counted,
                     domain_counters,
@@ -148,6 +151,31 @@ def warm_up(engine: Engine, sampling: SamplingSpec) -> tuple[float, SpecCounters
     engine.generate([request], replace(sampling, max_tokens=min(WARMUP_TOKENS, sampling.max_tokens)))
     engine.forget_finished()
     return time.perf_counter() - start, engine.counters() or SpecCounters(), len(engine.step_log())
+
+
+def length_groups(prompts: list[Prompt]) -> list[tuple[int | None, list[Prompt]]]:
+    """The prompts of each length bucket, shortest first (one group, None, where they state no length)."""
+    ordered = sorted(prompts, key=lambda p: -1 if p.input_tokens is None else p.input_tokens)
+    return [(length, list(group)) for length, group in groupby(ordered, key=lambda p: p.input_tokens)]
+
+
+def _by_length(
+    engine: Engine,
+    plan: RunPlan,
+    show: ProgressFn | None,
+    batch_size: int,
+    results: list[TurnResult],
+    steps_before: int,
+) -> list[EngineStep]:
+    """Each length bucket's prompts on their own (up to B in flight, never two lengths in one step), so
+    that each length's step costs and throughput are its own; the engine steps from `steps_before`
+    on, each tagged with the length it ran."""
+    tagged: list[EngineStep] = []
+    for length, prompts in length_groups(plan.prompts):
+        results += run_conversations(engine, prompts, plan.sampling, show, batch_size)
+        steps = engine.step_log()[steps_before + len(tagged) :]
+        tagged += [replace(step, input_tokens=length) for step in steps]
+    return tagged
 
 
 def _by_domain(

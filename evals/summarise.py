@@ -9,7 +9,7 @@ import pandas as pd
 from evals.stamp import Provenance
 from speclens import costs, metrics
 from speclens.account import SpeedupAccount, speedup_account
-from speclens.generation import RecordGranularity, SpecCounters, TurnResult
+from speclens.generation import EngineStep, RecordGranularity, SpecCounters, TurnResult
 from speclens.latency import Latency, latency_of
 from speclens.lossless import (
     DIVERGENCE,
@@ -23,8 +23,10 @@ from speclens.lossless import (
 from speclens.peer_figures import peer_figures
 from speclens.summary import (
     SUMMARY_VERSION,
+    ContextWindow,
     DomainPoint,
     Fingerprints,
+    LengthPoint,
     LosslessCheck,
     Mismatch,
     Numerics,
@@ -44,9 +46,12 @@ class MeasuredPass(Protocol):
     batch_size: int
     elapsed_s: float
     results: list[TurnResult]
+    # Its engine steps, each with the length bucket it ran (EngineStep.input_tokens).
+    engine_steps: list[EngineStep]
     warmup_s: float
     # Domain granularity: each domain's counter deltas, the domain's only acceptance record.
     domain_counters: dict[str, SpecCounters] | None
+    record_granularity: RecordGranularity
 
     @property
     def output_tokens(self) -> int: ...
@@ -139,6 +144,50 @@ def _domain_point(
     return DomainPoint(**vars(figures), predicted_speedup=predicted, predicted_speedup_range=predicted_range)
 
 
+def _length_point(
+    length: int,
+    steps: pd.DataFrame,
+    requests: pd.DataFrame,
+    engine_steps: pd.DataFrame,
+    spec: MeasuredPass,
+    base: MeasuredPass | None,
+    b: int,
+    d: int | None,
+    seed: int,
+    per_step: bool,
+) -> LengthPoint:
+    """One length bucket at batch size `b`: its acceptance, and its own steps' costs, throughput and
+    (with a baseline) speedup: the pass ran this length's prompts on their own."""
+    at_length = (
+        engine_steps[engine_steps["input_tokens"] == length] if "input_tokens" in engine_steps.columns else engine_steps
+    )
+    point_costs = costs.operating_point_costs(at_length, b, d)
+    figures = metrics.length_figures(steps, requests, seed, length, d, per_step)
+    predicted, predicted_range = costs.predicted_speedup(
+        figures.tokens_per_step, point_costs.t_verif, point_costs.t_step
+    )
+    ids = set(requests["request_id"])
+    spec_rate = _length_rate(spec, ids, length)
+    base_rate = _length_rate(base, ids, length) if base is not None else None
+    return LengthPoint(
+        **vars(figures),
+        predicted_speedup=predicted,
+        predicted_speedup_range=predicted_range,
+        output_tokens_per_s=spec_rate,
+        baseline_output_tokens_per_s=base_rate,
+        speedup=spec_rate / base_rate if spec_rate and base_rate else None,
+        **vars(point_costs),
+    )
+
+
+def _length_rate(p: MeasuredPass, request_ids: set[str], length: int) -> float | None:
+    """Output tokens/s of one length's requests in a pass, over that length's engine steps (the pass
+    ran it on its own); None where the engine shows no steps (a server)."""
+    seconds = sum(s.wall_s for s in p.engine_steps if s.input_tokens == length)
+    tokens = sum(len(r.output_token_ids) for r in p.results if r.request_id in request_ids)
+    return tokens / seconds if seconds > 0 else None
+
+
 def _corrected(point: DomainPoint, account: SpeedupAccount | None) -> None:
     """The domain's prediction times the corrections its operating point measured."""
     if account is None or point.predicted_speedup is None:
@@ -200,6 +249,13 @@ def operating_points(
             domain: _domain_point(domain_steps, group, seed, point_costs, domain_counters.get(domain))
             for domain, group, domain_steps in metrics.split_by_domain(at_b_steps, at_b_requests)
         }
+        per_step = p.record_granularity == RecordGranularity.step
+        by_length = {
+            metrics.length_label(length): _length_point(
+                length, length_steps, group, engine_steps, p, base, b, d, seed, per_step
+            )
+            for length, group, length_steps in metrics.split_by_length(at_b_steps, at_b_requests)
+        }
         for point in [overall, *by_domain.values()]:
             _corrected(point, account)
         points.append(
@@ -222,6 +278,7 @@ def operating_points(
                 by_domain=by_domain,
                 latency=latency,
                 speedup_account=account,
+                by_length=by_length or None,
             )
         )
     return points
@@ -287,6 +344,7 @@ def build_summary(
     numerics: Numerics | None = None,
     reasoning: ReasoningSplit | None = None,
     request_histograms: list[tuple[int, ...]] | None = None,
+    context_window: ContextWindow | None = None,
 ) -> RunSummary:
     """The run's summary.json. `request_histograms`: at request granularity, each request's
     accepted-draft histogram where the engine gave one for every request (per-position acceptance
@@ -342,4 +400,6 @@ def build_summary(
         al_emitted=metrics.al_emitted(steps, requests) if per_step and d else None,
         accepted_tokens_cut=int(metrics.accepted_cut(steps, requests).sum()) if per_step and d else None,
         peer_figures=peer_figures(steps, requests) if pooled is None and d else None,
+        by_length=metrics.by_length(steps, requests, seed, d, per_step),
+        context_window=context_window,
     )

@@ -28,6 +28,9 @@ class Prompt:
     tools: tuple[dict[str, Any], ...] | None = None
     # ... and which assistant turn of the trajectory it is (0: the first).
     agent_turn: int | None = None
+    # The prompt set's stated input length, where it states one (dataset=long_context's
+    # input_tokens, SPEED-Bench's throughput_<N>k): the request's length bucket (docs/definitions.md).
+    input_tokens: int | None = None
 
     @property
     def n_turns(self) -> int:
@@ -118,6 +121,9 @@ class EngineStep:
     # Tokens the target processed: prefill (chunks), decode tokens and draft tokens to verify.
     num_tokens: int
     num_draft_tokens: int
+    # The length bucket of the requests the step ran (evals/passes.py runs one length at a time
+    # where the prompts state several); None where the prompts state none.
+    input_tokens: int | None = None
 
 
 # SpecCounters' fields, each a counter an engine may keep.

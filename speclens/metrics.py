@@ -16,6 +16,9 @@ reports only counters (`domain`), AL comes from the counters of the requests it 
   of generated-token index.
 - per segment (thinking, answer; speclens/segments.py for which step and token is where): the same
   figures over each segment's steps, its share of the output tokens.
+- per length bucket (`by_length`): the same figures over the requests whose prompt set states
+  that input length (dataset=long_context's input_tokens, SPEED-Bench's throughput splits), with
+  per-position acceptance, and intervals on AL, tokens per step and each position's rate.
 """
 
 from __future__ import annotations
@@ -83,6 +86,12 @@ class GroupFigures:
     al_per_request: dict[str, float] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
     # AL by generated-token index at each step's start (al_by_output_position).
     al_by_output_position: list[PositionBin] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    # A length bucket's (by_length): its input length, and beside AL's interval those of tokens per
+    # step and of each position's acceptance rate (the same bootstrap over requests).
+    input_tokens: int | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    tokens_per_step_ci95: list[float] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    per_position_acceptance: list[float] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    per_position_ci95: list[list[float]] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
 
 
 def al_spread(totals: pd.DataFrame) -> dict[str, float] | None:
@@ -326,6 +335,83 @@ def by_domain(
         figures = group_summary(domain_steps, group, seed, counters[domain] if counters else None)
         figures.by_segment = by_segment(domain_steps, group, seed, d, per_step)
         out[domain] = figures
+    return out
+
+
+def length_label(tokens: int) -> str:
+    """A length bucket's name: 32000 -> '32k'; lengths that are not whole thousands stay as numbers."""
+    return f"{tokens // 1000}k" if tokens % 1000 == 0 else str(tokens)
+
+
+def split_by_length(steps: pd.DataFrame, requests: pd.DataFrame) -> list[tuple[int, pd.DataFrame, pd.DataFrame]]:
+    """(input length, its requests, its steps) for every length bucket of `requests`, shortest
+    first; [] where the records carry no lengths."""
+    if "input_tokens" not in requests.columns or requests["input_tokens"].isna().all():
+        return []
+    steps_of = dict(tuple(steps.groupby("input_tokens", sort=False))) if "input_tokens" in steps.columns else {}
+    empty = steps.iloc[0:0]
+    return [
+        (int(length), group, steps_of.get(length, empty))
+        for length, group in requests.dropna(subset=["input_tokens"]).groupby("input_tokens", sort=True)
+    ]
+
+
+def length_figures(
+    steps: pd.DataFrame, requests: pd.DataFrame, seed: int, length: int, d: int | None, per_step: bool = True
+) -> GroupFigures:
+    """One length bucket's figures: the group's, with per-position acceptance (step records) and the
+    intervals of tokens per step and of each position's rate."""
+    figures = group_summary(steps, requests, seed)
+    figures.input_tokens = length
+    figures.tokens_per_step_ci95 = _ratio_ci95(requests, "output_tokens", "target_steps", seed)
+    if d and per_step and not steps.empty:
+        figures.per_position_acceptance = per_position_acceptance(steps, d)
+        figures.per_position_ci95 = _per_position_ci95(steps, d, seed)
+    return figures
+
+
+def by_length(
+    steps: pd.DataFrame, requests: pd.DataFrame, seed: int, d: int | None, per_step: bool = True
+) -> dict[str, GroupFigures] | None:
+    """Each length bucket's figures keyed by its label ('1k', '32k'); None where the records carry no lengths."""
+    buckets = split_by_length(steps, requests)
+    if not buckets:
+        return None
+    return {
+        length_label(length): length_figures(group_steps, group, seed, length, d, per_step)
+        for length, group, group_steps in buckets
+    }
+
+
+def _ratio_ci95(requests: pd.DataFrame, numerator: str, denominator: str, seed: int) -> list[float] | None:
+    """95% bootstrap interval over requests (conversations) of a pooled ratio of two request columns."""
+    if requests[denominator].isna().any():
+        return None
+    totals = requests.groupby("request_id", sort=True)[[numerator, denominator]].sum()
+    if len(totals) < MIN_REQUESTS_FOR_CI:
+        return None
+    top, bottom = totals[numerator].to_numpy(dtype=float), totals[denominator].to_numpy(dtype=float)
+    idx = resample_indices(seed, BOOTSTRAP_SAMPLES, len(totals))
+    sums = bottom[idx].sum(axis=1)
+    ratios = top[idx].sum(axis=1) / np.where(sums > 0, sums, np.nan)
+    lo, hi = np.nanpercentile(ratios, [2.5, 97.5])
+    return [float(lo), float(hi)]
+
+
+def _per_position_ci95(steps: pd.DataFrame, d: int, seed: int) -> list[list[float]] | None:
+    """Each position's 95% bootstrap interval over requests (steps accepting more than k / drafted steps)."""
+    codes, ids = pd.factorize(steps["request_id"], sort=True)
+    if len(ids) < MIN_REQUESTS_FOR_CI:
+        return None
+    accepted = steps["num_accepted"].to_numpy()
+    drafts = np.bincount(codes, minlength=len(ids)).astype(float)
+    idx = resample_indices(seed, BOOTSTRAP_SAMPLES, len(ids))
+    resampled_drafts = drafts[idx].sum(axis=1)
+    out = []
+    for k in range(d):
+        beyond = np.bincount(codes, weights=(accepted > k).astype(float), minlength=len(ids))
+        lo, hi = np.percentile(beyond[idx].sum(axis=1) / resampled_drafts, [2.5, 97.5])
+        out.append([float(lo), float(hi)])
     return out
 
 

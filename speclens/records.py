@@ -24,7 +24,9 @@ from speclens.segments import passes_by_segment, step_segment
 # 3: where a reasoning boundary is configured, steps carry their `segment` and requests
 #    SEGMENT_REQUEST_COLUMNS; on agent trajectories, steps and requests carry `agent_turn`, the
 #    assistant turn of the trajectory the request cut before (both absent otherwise).
-RECORDS_VERSION = 3
+# 4: where the prompts state their lengths (dataset=long_context, SPEED-Bench's throughput splits),
+#    steps, requests and engine steps carry `input_tokens`, the length bucket (absent otherwise).
+RECORDS_VERSION = 4
 SCHEMA_KEY = b"speclens_schema_version"
 
 STEP_COLUMNS = [
@@ -88,10 +90,12 @@ def step_frame(results: Sequence[TurnResult], prompts: Mapping[str, Prompt], bat
 
 
 def _add_agent_turns(frame: pd.DataFrame, prompts: Mapping[str, Prompt]) -> None:
-    """`agent_turn` of each row's request, where the prompts are cut points of agent trajectories."""
-    if any(p.agent_turn is not None for p in prompts.values()):
-        frame["agent_turn"] = [prompts[rid].agent_turn for rid in frame["request_id"]]
-        frame["agent_turn"] = frame["agent_turn"].astype("Int64")
+    """`agent_turn` of each row's request, where the prompts are cut points of agent trajectories;
+    `input_tokens`, its length bucket, where the prompts state their lengths."""
+    for column in ("agent_turn", "input_tokens"):
+        if any(getattr(p, column) is not None for p in prompts.values()):
+            frame[column] = [getattr(prompts[rid], column) for rid in frame["request_id"]]
+            frame[column] = frame[column].astype("Int64")
 
 
 def _segmented(results: Sequence[TurnResult]) -> bool:
@@ -163,14 +167,18 @@ ENGINE_STEP_COLUMNS = ["mode", "batch_size", "step", "wall_s", "num_requests", "
 
 
 def engine_step_frame(steps: Sequence[EngineStep], mode: str, batch_size: int) -> pd.DataFrame:
-    """One row per engine step of one pass, in order (all turns)."""
+    """One row per engine step of one pass, in order (all turns); with `input_tokens` (the length
+    bucket it ran) where the pass ran one length at a time."""
     rows = [
         (str(mode), batch_size, i, s.wall_s, s.num_requests, s.num_tokens, s.num_draft_tokens)
         for i, s in enumerate(steps)
     ]
     frame = pd.DataFrame(rows, columns=ENGINE_STEP_COLUMNS)
     ints = [c for c in ENGINE_STEP_COLUMNS if c not in ("mode", "wall_s")]
-    return frame.astype({c: "int64" for c in ints} | {"wall_s": "float64", "mode": "object"})
+    frame = frame.astype({c: "int64" for c in ints} | {"wall_s": "float64", "mode": "object"})
+    if any(s.input_tokens is not None for s in steps):
+        frame["input_tokens"] = pd.Series([s.input_tokens for s in steps], dtype="Int64")
+    return frame
 
 
 def write_parquet(frame: pd.DataFrame, path: Path) -> None:

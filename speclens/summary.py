@@ -21,6 +21,10 @@ Schema versions of summary.json:
    every domain, and `reasoning` (how the boundary was found, how many outputs closed thinking);
    both absent otherwise. On agent trajectories (dataset=agentic): `by_turn`, the figures per
    assistant-turn index of the trajectories; absent otherwise.
+9  `context_window` (the target's own window, the engine's max_model_len and any context
+   extension it ran with); where the prompts state their lengths (long context, SPEED-Bench's
+   throughput splits), `by_length` overall and under every operating point, each length with its
+   own throughput, step costs and speedup (the pass runs one length at a time); absent otherwise.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ SUMMARY_FILE = "summary.json"
 # set's category may take its name (evals/datasets/base.py check_group_names).
 WHOLE_RUN_GROUP = "all"
 RESERVED_GROUP_NAMES = frozenset({WHOLE_RUN_GROUP})
-SUMMARY_VERSION = 8
+SUMMARY_VERSION = 9
 REPLAY_FILE = "replay.json"
 # replay.json: 1 had no version field (summary and stamp only); 2 carries `schema_version`, the
 # config fingerprint and the runner.
@@ -64,6 +68,44 @@ class DomainPoint(GroupFigures):
     # The prediction times the operating point's measured corrections (speclens/account.py).
     predicted_corrected: float | None = None
     predicted_corrected_range: list[float] | None = None
+
+
+@dataclass
+class LengthPoint(DomainPoint):
+    """A length bucket at one operating point: its acceptance (GroupFigures' length fields), and
+    what its own steps measured, since a pass runs one length at a time: throughput, the step
+    costs (speclens/costs.py) and, with a baseline, the measured speedup."""
+
+    output_tokens_per_s: float | None = None
+    baseline_output_tokens_per_s: float | None = None
+    speedup: float | None = None
+    t_verif: StepTiming | None = None
+    t_step: StepTiming | None = None
+    t_verif_spec: StepTiming | None = None
+    t_draft_ms: float | None = None
+
+
+@dataclass
+class ContextWindow:
+    """The window the target ran with. `native`: its checkpoint's own (max_position_embeddings);
+    `window`: the one it ran with, larger than `native` only under a context extension the user
+    named (`extension`, e.g. "yarn x4.0 from 8192"), which every figure measured past `native`
+    depends on; `max_model_len`: the engine's limit within it."""
+
+    native: int | None
+    window: int | None
+    max_model_len: int
+    extension: str | None = None
+
+    @property
+    def extended(self) -> bool:
+        return self.extension is not None
+
+    def label(self) -> str:
+        """One line for tables and reports, e.g. "window 32768 (extended: yarn x4.0 from 8192)"."""
+        if self.extension is None:
+            return f"window {self.window or self.max_model_len}"
+        return f"window {self.window} (extended: {self.extension})"
 
 
 @dataclass
@@ -185,6 +227,8 @@ class OperatingPoint(DomainPoint):
     by_domain: dict[str, DomainPoint] = field(default_factory=dict)
     latency: Latency | None = None
     speedup_account: SpeedupAccount | None = None
+    # Each length bucket (prompts that state their length), keyed by its label ("1k", "32k").
+    by_length: dict[str, LengthPoint] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
 
 
 @dataclass
@@ -260,6 +304,10 @@ class RunSummary:
     accepted_tokens_cut: int | None = field(default=None, metadata=OMITTED_WHEN_NONE)
     # Other tools' figures, each by its own formula over these records (speclens/peer_figures.py).
     peer_figures: PeerFigures | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    # The figures per length bucket ("1k", "32k"), where the prompts state their lengths.
+    by_length: dict[str, GroupFigures] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    # The window the target ran with, and the context extension where one was named.
+    context_window: ContextWindow | None = field(default=None, metadata=OMITTED_WHEN_NONE)
 
     @property
     def label(self) -> str:
@@ -404,6 +452,10 @@ def _summary_7_to_8(data: dict[str, Any]) -> dict[str, Any]:
     return data  # no reasoning boundary could be configured: no by_segment, no reasoning
 
 
+def _summary_8_to_9(data: dict[str, Any]) -> dict[str, Any]:
+    return data  # no length buckets, and the window was not recorded: no by_length, no context_window
+
+
 # version -> the step from that version to the next.
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     1: _summary_1_to_2,
@@ -413,6 +465,7 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     5: _summary_5_to_6,
     6: _summary_6_to_7,
     7: _summary_7_to_8,
+    8: _summary_8_to_9,
 }
 
 

@@ -39,6 +39,17 @@ def filter_categories(prompts: list[Prompt], categories: list[str] | None, sourc
     return [p for p in prompts if p.category in set(categories)]
 
 
+def select_per_length(prompts: list[Prompt], num_requests: int | None, seed: int) -> list[Prompt]:
+    """`select` within each length bucket where the prompts state several lengths (num_requests is
+    then per length), else over all of them."""
+    lengths = sorted({p.input_tokens for p in prompts if p.input_tokens is not None})
+    if len(lengths) < 2:
+        return select(prompts, num_requests, seed)
+    unbucketed = [p for p in prompts if p.input_tokens is None]
+    chosen = [q for n in lengths for q in select([p for p in prompts if p.input_tokens == n], num_requests, seed)]
+    return chosen + select(unbucketed, num_requests, seed) if unbucketed else chosen
+
+
 def select(prompts: list[Prompt], num_requests: int | None, seed: int) -> list[Prompt]:
     """A deterministic subset of `num_requests` prompts, stratified across source categories.
 
@@ -70,10 +81,16 @@ def select(prompts: list[Prompt], num_requests: int | None, seed: int) -> list[P
 # Prompt fields added after prompt sets were first fingerprinted: left out while unset, so a set
 # that does not use them keeps the fingerprint its runs were stored under.
 ADDED_FIELDS = ("messages", "tools", "agent_turn")
+# Prompt fields that restate what the fingerprint holds already (the length bucket is in the domain,
+# `<tier>@<length>`): left out, so sets measured before they existed keep their fingerprint.
+DERIVED_FIELDS = ("input_tokens",)
 
 
 def fingerprint(prompts: list[Prompt]) -> str:
     """sha256 of exactly what is sent, so two runs can tell whether they saw the same prompts."""
-    rows = [{k: v for k, v in asdict(p).items() if not (k in ADDED_FIELDS and v is None)} for p in prompts]
+    rows = [
+        {k: v for k, v in asdict(p).items() if not (k in ADDED_FIELDS and v is None) and k not in DERIVED_FIELDS}
+        for p in prompts
+    ]
     blob = json.dumps(rows, sort_keys=True, ensure_ascii=False)
     return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()

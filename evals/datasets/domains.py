@@ -7,6 +7,8 @@ source's own category.
 
 from __future__ import annotations
 
+from speclens.metrics import length_label
+
 # Source category (lower case) -> domain. Categories not listed are their own domain.
 SHARED_DOMAINS = {
     "humaneval": "coding",
@@ -19,11 +21,6 @@ SHARED_DOMAINS = {
 
 def domain_of(category: str) -> str:
     return SHARED_DOMAINS.get(category.strip().lower(), category)
-
-
-def length_label(tokens: int) -> str:
-    """32000 -> '32k'; lengths that are not whole thousands stay as numbers."""
-    return f"{tokens // 1000}k" if tokens % 1000 == 0 else str(tokens)
 
 
 def long_context_domain(tier: str, tokens: int) -> str:

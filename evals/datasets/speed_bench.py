@@ -49,7 +49,9 @@ class SpeedBenchConfig(DatasetConfig):
     """From the hub (nvidia/SPEED-Bench, needs `datasets` and hub access) or dataset.path=<file or
     folder> with prepared rows (parquet/jsonl; `turns` or `messages`)."""
 
-    config: SpeedBenchSplit = SpeedBenchSplit.qualitative
+    # One config, or a list of throughput splits (one length bucket each), e.g.
+    # [throughput_1k,throughput_32k] with dataset.path a folder holding both.
+    config: Any = "qualitative"
     # Hub split to read when loading from the hub.
     split: str = "test"
 
@@ -83,7 +85,7 @@ def _data_file(folder: Path, config: str) -> Path:
     return found[0]
 
 
-def _rows_from_hub(cfg: SpeedBenchConfig) -> list[dict[str, Any]]:
+def _rows_from_hub(cfg: SpeedBenchConfig, split: str) -> list[dict[str, Any]]:
     # optional: only SPEED-Bench read from the hub needs `datasets`.
     try:
         from datasets import load_dataset
@@ -92,13 +94,10 @@ def _rows_from_hub(cfg: SpeedBenchConfig) -> list[dict[str, Any]]:
             "dataset=speed_bench without dataset.path reads the hub and needs `pip install datasets`."
         ) from None
     try:
-        return [
-            dict(r)
-            for r in load_dataset(HUB_ID, SpeedBenchSplit.of(cfg.config, "dataset.config").value, split=cfg.split)
-        ]
+        return [dict(r) for r in load_dataset(HUB_ID, split, split=cfg.split)]
     except Exception as exc:
         raise ConfigError(
-            f"dataset=speed_bench: {HUB_ID} ({cfg.config}, split {cfg.split}) could not be read from the hub "
+            f"dataset=speed_bench: {HUB_ID} ({split}, split {cfg.split}) could not be read from the hub "
             f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); without hub access, "
             "prepare a local copy and set dataset.path=<file or folder>."
         ) from None
@@ -128,7 +127,7 @@ def _plain(value: Any) -> Any:
 
 
 def prompts_from_rows(rows: list[dict[str, Any]], config: str, source: str) -> list[Prompt]:
-    length = re.fullmatch(r"throughput_(\d+)k", config)
+    length = split_length(config)
     prompts, placeholders = [], {}
     for i, row in enumerate(rows, start=1):
         turns = turns_of(row, f"{source}: row {i}")
@@ -138,9 +137,9 @@ def prompts_from_rows(rows: list[dict[str, Any]], config: str, source: str) -> l
         if any(PLACEHOLDER in t for t in turns):
             placeholders[category] = placeholders.get(category, 0) + 1
             continue
-        domain = long_context_domain(category, int(length.group(1)) * 1000) if length else domain_of(category)
+        domain = long_context_domain(category, length) if length else domain_of(category)
         request_id = str(next((row[k] for k in ("question_id", "id") if row.get(k) is not None), i))
-        prompts.append(Prompt(request_id, domain, category, tuple(turns)))
+        prompts.append(Prompt(request_id, domain, category, tuple(turns), input_tokens=length))
     check_unique(prompts, source, "question_id")
     if placeholders:
         counts = ", ".join(f"{c}: {n}" for c, n in sorted(placeholders.items()))
@@ -151,8 +150,39 @@ def prompts_from_rows(rows: list[dict[str, Any]], config: str, source: str) -> l
     return prompts
 
 
+def splits_of(value: Any) -> list[str]:
+    """dataset.config as a list of SPEED-Bench configs: one, or several throughput splits, each once."""
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    shown = "[" + ",".join(map(str, values)) + "]"
+    if not values:
+        raise ConfigError("dataset.config=[]: give a SPEED-Bench config, e.g. throughput_8k.")
+    splits = [SpeedBenchSplit.of(v, "dataset.config").value for v in values]
+    if len(splits) > 1 and SpeedBenchSplit.qualitative.value in splits:
+        raise ConfigError(
+            f"dataset.config={shown}: only throughput splits combine (one length bucket each); run qualitative on its own."
+        )
+    if len(set(splits)) != len(splits):
+        raise ConfigError(f"dataset.config={shown}: give each split once.")
+    return splits
+
+
+def split_length(split: str) -> int | None:
+    """A throughput split's prompt length (throughput_8k -> 8000); None for qualitative."""
+    length = re.fullmatch(r"throughput_(\d+)k", split)
+    return int(length.group(1)) * 1000 if length else None
+
+
+def declared_lengths(cfg: SpeedBenchConfig) -> list[int]:
+    """The throughput splits' lengths (SPEED-Bench counts them in o200k_base tokens: a target's own
+    tokenizer may give more or fewer)."""
+    return [n for n in map(split_length, splits_of(cfg.config)) if n is not None]
+
+
 def load(cfg: SpeedBenchConfig, encoder: ChatEncoder) -> list[Prompt]:
-    split = SpeedBenchSplit.of(cfg.config, "dataset.config").value
+    return [p for split in splits_of(cfg.config) for p in _load_split(cfg, split)]
+
+
+def _load_split(cfg: SpeedBenchConfig, split: str) -> list[Prompt]:
     if cfg.path:
         path = Path(cfg.path).expanduser()
         if not path.exists():
@@ -160,7 +190,7 @@ def load(cfg: SpeedBenchConfig, encoder: ChatEncoder) -> list[Prompt]:
         file = _data_file(path, split) if path.is_dir() else path
         rows, source = _read_file(file), str(file)
     else:
-        rows, source = _rows_from_hub(cfg), f"{HUB_ID}:{split}"
+        rows, source = _rows_from_hub(cfg, split), f"{HUB_ID}:{split}"
     prompts = prompts_from_rows(rows, split, source)
     if not prompts:
         raise ConfigError(f"{source}: no rows.")

@@ -141,7 +141,7 @@ def one_line_error(proc: subprocess.CompletedProcess) -> str:
         (
             "evals.run",
             ["dataset=long_context", "dataset.tier=lowentropy"],
-            "dataset.tier: Invalid value 'lowentropy', expected one of [low_entropy, mixed, high_entropy]",
+            "dataset.tier='lowentropy' is unknown; choose one of low_entropy, mixed, high_entropy.",
         ),
         ("evals.run", ["drafter=eagle4"], "drafter=eagle4 is unknown; choose one of "),
         (

@@ -64,7 +64,7 @@ def test_bad_settings_are_named(encoder):
         load(LongContextConfig(tier="medium"), encoder)
     with pytest.raises(ConfigError, match="dataset.count_with='gpt2' is unknown"):
         load(LongContextConfig(count_with="gpt2"), encoder)
-    with pytest.raises(ConfigError, match="dataset.input_tokens=10: must be >= 64"):
+    with pytest.raises(ConfigError, match="dataset.input_tokens=10: 10 is below 64; each length must be >= 64"):
         load(LongContextConfig(input_tokens=10), encoder)
 
 
