@@ -360,6 +360,7 @@ def _execute(
         numerics=engine_numerics(plan, passes + baseline + verify),
         reasoning=split,
         request_histograms=request_histograms(passes),
+        context_window=plan.context_window,
     )
     summary.diagnostics = diagnose(run_facts(plan, summary, steps, requests, passes, stamp))
     numerics = summary.numerics

@@ -9,14 +9,14 @@ from __future__ import annotations
 import functools
 import importlib.util
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from drafters import Drafter, make_drafter
-from evals import embedded_target
+from evals import capacity, embedded_target
 from evals.conversation import conversation_token_ids
-from evals.datasets import dataset_name, load_prompts
+from evals.datasets import dataset_name, declared_lengths, load_prompts
 from evals.datasets.base import fingerprint as dataset_fingerprint
 from evals.embedded_drafters import EMBEDDED_DRAFTERS, ensure_drafter
 from evals.reasoning import Segmenter, check_template_kwargs, make_segmenter
@@ -35,6 +35,7 @@ from speclens.generation import Prompt, SamplingSpec
 from speclens.machine import cpu_label, native_bf16
 from speclens.model_facts import ModelFacts
 from speclens.schedule import read_schedule
+from speclens.summary import ContextWindow
 
 
 def _embedded_targets() -> dict[str, tuple[Callable[[], Path], Callable[[], Path]]]:
@@ -61,6 +62,8 @@ class RunPlan:
     segmenter: Segmenter | None = None
     # Prompts dropped as too long (dataset.drop_too_long), per category.
     dropped_too_long: dict[str, int] = field(default_factory=dict)
+    # The window the target runs with, and the context extension where one is named.
+    context_window: ContextWindow | None = None
 
     @property
     def dataset_name(self) -> str:
@@ -100,12 +103,13 @@ def saved_dtype(target: ModelFacts) -> str:
     return str(saved) if saved else DEFAULT_DTYPE
 
 
-def fit_engine_defaults(cfg: RunConfig, target: ModelFacts) -> dict[str, dict[str, Any]]:
+def fit_engine_defaults(cfg: RunConfig, target: ModelFacts, window: int | None = None) -> dict[str, dict[str, Any]]:
     """engine.max_model_len and engine.dtype, where the user set none, fitted to the target (in
-    `cfg`); what was fitted, the default it replaces, and why."""
+    `cfg`; `window`: the one it runs with, where a context extension changes its own); what was
+    fitted, the default it replaces, and why."""
     fitted: dict[str, dict[str, Any]] = {}
     if cfg.engine.max_model_len is None:
-        window, default = target.max_position_embeddings, cfg.engine.default_max_model_len
+        window, default = window or target.max_position_embeddings, cfg.engine.default_max_model_len
         value = min(default, window) if window else default
         cfg.engine.max_model_len = value
         fitted["engine.max_model_len"] = {
@@ -242,12 +246,13 @@ def check_logger(cfg: RunConfig) -> None:
         raise ConfigError("logger=wandb needs the wandb package: pip install -e '.[wandb]' (make install has it).")
 
 
-def check_context_window(cfg: RunConfig, target: ModelFacts) -> None:
-    window = target.max_position_embeddings
-    if window is not None and cfg.engine.max_model_len > window:
+def check_context_window(cfg: RunConfig, window: ContextWindow) -> None:
+    if window.window is not None and cfg.engine.max_model_len > window.window:
+        where = f"({window.extension})" if window.extension else f"(max_position_embeddings={window.window})"
+        fix = "" if window.extension else " or extend it with '+engine.rope_scaling={rope_type:yarn,factor:<n>}'"
         raise ConfigError(
             f"engine.max_model_len={cfg.engine.max_model_len} is above target.model's context window "
-            f"(max_position_embeddings={window}); set engine.max_model_len <= {window}."
+            f"{where}; set engine.max_model_len <= {window.window}{fix}."
         )
 
 
@@ -298,18 +303,27 @@ def check_has_template(cfg: RunConfig, encoder: Any) -> None:
     )
 
 
-def check_prompt_lengths(prompts: list[Prompt], encoder: Any, cfg: RunConfig) -> tuple[list[Prompt], dict[str, int]]:
-    """Every turn's prompt (earlier answers counted at max_tokens) plus its answer must fit; with
-    dataset.drop_too_long (agent trajectories) the prompts that do not are dropped instead, counted
-    per category. The prompts kept, and the dropped counts."""
-    limit = cfg.engine.max_model_len
-    max_tokens = cfg.sampling.max_tokens
+def prompt_needs(prompts: list[Prompt], encoder: Any, max_tokens: int) -> dict[str, int]:
+    """The tokens each request needs: its longest turn's prompt (earlier answers counted at
+    max_tokens) plus its answer. Every prompt is rendered once here, before any engine starts: a
+    template error is a refusal."""
     needed = {}
-    for p in prompts:  # every prompt rendered once before any engine starts: a template error is a refusal
+    for p in prompts:
         try:
             needed[p.request_id] = max(len(ids) for ids in conversation_token_ids(encoder, p, max_tokens)) + max_tokens
         except TemplateFailed as exc:
             raise TemplateFailed(f"request {p.request_id!r} ({p.category}): {exc}") from None
+    return needed
+
+
+def check_prompt_lengths(
+    prompts: list[Prompt], needed: dict[str, int], cfg: RunConfig
+) -> tuple[list[Prompt], dict[str, int]]:
+    """Every request's need (prompt_needs) must fit engine.max_model_len; with
+    dataset.drop_too_long (agent trajectories) the prompts that do not are dropped instead, counted
+    per category. The prompts kept, and the dropped counts."""
+    limit = cfg.engine.max_model_len
+    max_tokens = cfg.sampling.max_tokens
     too_long = {rid: n for rid, n in needed.items() if n > limit}
     if too_long and getattr(cfg.dataset, "drop_too_long", False):
         dropped: dict[str, int] = {}
@@ -379,14 +393,17 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     target_config = checkpoints.read_config(target_dir, "target.model")
     check_remote_code(cfg, target_config, "target.model", cfg.target.model)
     target = ModelFacts.from_config(str(target_dir), target_config)
-    fitted = fit_engine_defaults(cfg, target)
+    max_model_len_set = cfg.engine.max_model_len is not None
+    capacity.resolve_rope_scaling(cfg, target)
+    window = capacity.context_window(cfg, target)
+    fitted = fit_engine_defaults(cfg, target, window.window)
     draft_dir = resolve_draft(cfg, drafter)
     draft = None
     if draft_dir is not None:
         draft_config = checkpoints.read_config(draft_dir, "drafter.model")
         check_remote_code(cfg, draft_config, "drafter.model", str(cfg.drafter.model))
         draft = ModelFacts.from_config(str(draft_dir), draft_config)
-    check_context_window(cfg, target)
+    check_context_window(cfg, window)
     drafter.validate(cfg.d, target, draft)
     runner = runner_of(cfg)
     runner.check_support(cfg, drafter.speculative)
@@ -398,11 +415,26 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     encoder = runner.encoder(cfg, target_dir)
     check_has_template(cfg, encoder)
     segmenter = make_segmenter(cfg.reasoning, encoder)
+    capacity.check_declared_lengths(cfg, window, declared_lengths(cfg.dataset), max_model_len_set)
     prompts = load_prompts(cfg.dataset, cfg.seed, encoder)
     check_template_kwargs(cfg, encoder, first_messages(prompts[0]) if prompts else [])
-    prompts, dropped = check_prompt_lengths(prompts, encoder, cfg)
+    needs = prompt_needs(prompts, encoder, cfg.sampling.max_tokens)
+    attached = getattr(cfg.runner, "url", None) is not None  # its window is the server's own
+    if needs and not attached:
+        capacity.fit_max_model_len(cfg, fitted, max(needs.values()), window.window)
+    prompts, dropped = check_prompt_lengths(prompts, needs, cfg)
     sampling = SamplingSpec(cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.max_tokens, cfg.seed)
     batch_sizes = resolve_batch_sizes(cfg, len(prompts))
+    capacity.check_kv_cache(
+        cfg,
+        fitted,
+        None if attached else engine_device(cfg),
+        capacity.kv_bytes_per_token(cfg, target, draft),
+        [needs[p.request_id] for p in prompts],
+        max(batch_sizes),
+        cfg.d + 1 if drafter.speculative else 0,
+        (target_dir, draft_dir),
+    )
     return RunPlan(
         cfg,
         target_dir,
@@ -417,7 +449,16 @@ def make_plan(cfg: RunConfig) -> RunPlan:
         fitted,
         segmenter,
         dropped,
+        replace(window, max_model_len=cfg.engine.max_model_len),
     )
+
+
+def engine_device(cfg: RunConfig) -> str | None:
+    """Where the run's engine keeps its KV cache: "cpu" (vLLM's CPU build here), "gpu", or None
+    where no engine of this machine's runs (the fake engine)."""
+    if runner_name(cfg.runner) not in ("vllm", "server") or importlib.util.find_spec("vllm") is None:
+        return None
+    return "cpu" if _cpu_build() else "gpu"
 
 
 def resolve_schedule(cfg: RunConfig, drafter: Drafter) -> list[list[int]] | None:

@@ -58,6 +58,9 @@ def result_table(summary: RunSummary) -> str:
     title = f"speclens: drafter={summary.drafter}" + (f" d={d}" if d else "") + f" on {summary.dataset}"
     if summary.schedule:
         title += f", draft-length schedule {summary.schedule}"
+    window = summary.context_window
+    if window is not None and (window.extended or summary.by_length):
+        title += f", {window.label()}"
     out = [title, text_table(header, rows)]
     spread = summary.groups()["all"].al_per_request if "all" in summary.groups() else None
     if spread:
@@ -67,6 +70,8 @@ def result_table(summary: RunSummary) -> str:
         )
     if summary.by_segment:
         out.append(segment_table(summary))
+    if summary.by_length:
+        out.append(length_table(summary))
     if summary.by_turn:
         turns = sorted(summary.by_turn.items(), key=lambda kv: int(kv[0]))
         out.append(
@@ -96,6 +101,36 @@ def result_table(summary: RunSummary) -> str:
         out.append(numerics)
     out += [f"{d.severity} [{d.code}]: {d.message}" for d in summary.diagnostics or []]
     return "\n".join(out)
+
+
+def length_table(summary: RunSummary) -> str:
+    """AL and tokens per step per length bucket, with their CIs and the throughput each length's
+    own steps measured; lengths past the target's own window are marked as measured under its
+    extension."""
+    window = summary.context_window
+    native = window.native if window is not None and window.extended else None
+    single = summary.operating_points[0].by_length if len(summary.operating_points) == 1 else None
+    header = ("length", "requests", "steps", "AL", "AL 95% CI", "tokens/step", "tokens/step 95% CI", "output tok/s")
+    rows = []
+    for label, g in (summary.by_length or {}).items():
+        past = native is not None and g.input_tokens is not None and g.input_tokens > native
+        point = (single or {}).get(label)
+        rows.append(
+            (
+                label + (" *" if past else ""),
+                str(g.n_requests),
+                str(g.n_steps),
+                cell(g.al),
+                _ci(g.al_ci95),
+                cell(g.tokens_per_step),
+                _ci(g.tokens_per_step_ci95),
+                cell(point.output_tokens_per_s, 1) if point is not None else "-",
+            )
+        )
+    lines = [text_table(header, rows)]
+    if any(r[0].endswith(" *") for r in rows):
+        lines.append(f"* past the target's own window ({native} tokens): measured with {window.extension}")
+    return "\n".join(lines)
 
 
 def segment_table(summary: RunSummary) -> str:

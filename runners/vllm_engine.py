@@ -36,7 +36,9 @@ from speclens.lossless import top2_margin
 COUNTER_PREFIX = "vllm:spec_decode_"
 
 
-def set_process_env(cpu_kvcache_space_gib: int, batch_invariant: bool = False, model_runner: str | None = None) -> None:
+def set_process_env(
+    cpu_kvcache_space_gib: int | None, batch_invariant: bool = False, model_runner: str | None = None
+) -> None:
     """Environment vLLM reads at import and start-up; call before anything imports vllm."""
     if batch_invariant:  # engine.batch_invariant; refused on CPU before this (vllm_runner.check_support)
         os.environ["VLLM_BATCH_INVARIANT"] = "1"
@@ -44,8 +46,10 @@ def set_process_env(cpu_kvcache_space_gib: int, batch_invariant: bool = False, m
         os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if model_runner == "v2" else "0"
     # In-process engine core: required to reach the scheduler between steps.
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    # engine.cpu_kvcache_space_gib wins over the environment, so stamp.json records what ran.
-    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kvcache_space_gib)
+    # engine.cpu_kvcache_space_gib (the plan fits it from the environment's where unset) wins over
+    # the environment, so stamp.json records what ran; None: not fitted yet (before the plan).
+    if cpu_kvcache_space_gib is not None:
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kvcache_space_gib)
     # vLLM's INFO lines would bury the progress bar; VLLM_LOGGING_LEVEL=INFO brings them back.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
@@ -59,7 +63,7 @@ class VllmEngine:
         model: str,
         speculative_config: dict[str, Any] | None,
         engine_args: dict[str, Any],
-        cpu_kvcache_space_gib: int = 4,
+        cpu_kvcache_space_gib: int | None = 4,
         batch_invariant: bool = False,
         chat_template_kwargs: dict[str, Any] | None = None,
         model_runner: str | None = None,

@@ -34,7 +34,17 @@ def engine_args(engine: EngineConfig, seed: int) -> dict[str, Any]:
     }
     if engine.max_num_batched_tokens is not None:
         args["max_num_batched_tokens"] = engine.max_num_batched_tokens
+    if engine.rope_scaling:
+        args["hf_overrides"] = window_overrides(engine.rope_scaling)
     return args | dict(engine.extra_args)
+
+
+def window_overrides(rope_scaling: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's hf_overrides for a YaRN-extended window (engine.rope_scaling, completed by the plan):
+    vLLM reads YaRN's max_position_embeddings as already scaled, and caps the window at the
+    tokenizer's model_max_length unless the config's own model_max_length allows it."""
+    window = int(rope_scaling["original_max_position_embeddings"] * rope_scaling["factor"])
+    return {"rope_parameters": dict(rope_scaling), "max_position_embeddings": window, "model_max_length": window}
 
 
 def engine_factory(cfg: RunConfig, d: int | None) -> EngineFactory:

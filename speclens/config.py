@@ -78,7 +78,8 @@ DEFAULT_DTYPE = "bfloat16"
 
 @dataclass
 class EngineConfig:
-    # null: the smaller of default_max_model_len and the target's context window.
+    # null: the smaller of default_max_model_len and the target's context window, raised to the
+    # longest prompt with its answer where that is longer (evals/capacity.py).
     max_model_len: int | None = None
     # The window fitted where max_model_len is null (engine=gpu: 8192).
     default_max_model_len: int = DEFAULT_MAX_MODEL_LEN
@@ -89,8 +90,9 @@ class EngineConfig:
     max_num_batched_tokens: int | None = None
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
-    # VLLM_CPU_KVCACHE_SPACE in GiB (CPU builds only; start-up fails without it).
-    cpu_kvcache_space_gib: int = 4
+    # VLLM_CPU_KVCACHE_SPACE in GiB (CPU builds only; start-up fails without it). null: the
+    # environment's VLLM_CPU_KVCACHE_SPACE, else fitted to what the prompts need (at least 4).
+    cpu_kvcache_space_gib: int | None = None
     gpu_memory_utilization: float = 0.9
     # vLLM's batch-invariant kernels (VLLM_BATCH_INVARIANT=1, GPU attention backends that have
     # them): greedy bf16 outputs then do not move with batch shapes, so the lossless check and the
@@ -99,6 +101,10 @@ class EngineConfig:
     # vLLM's model runner for every pass of a run: auto (V2 where vLLM would choose it: Triton is
     # present and every pass's method runs on it; else V1), v1 or v2 (runners/model_runner.py).
     model_runner: str = "auto"
+    # A context extension beyond the target's own window, e.g. {rope_type: yarn, factor: 4.0}
+    # (YaRN, through vLLM's hf_overrides; speclens fills in the target's rope_theta and window).
+    # Every figure measured with it says so (summary.json's context_window). {}: the own window.
+    rope_scaling: dict[str, Any] = field(default_factory=dict)
     # Any other vLLM engine argument, passed through unchanged.
     extra_args: dict[str, Any] = field(default_factory=dict)
 
@@ -208,6 +214,7 @@ FINGERPRINTED_WHEN_SET: dict[str, Any] = {
     "engine.default_max_model_len": DEFAULT_MAX_MODEL_LEN,
     "reasoning": {"parser": None, "end": None, "start": None},
     "chat_template_kwargs": {},
+    "engine.rope_scaling": {},
 }
 
 

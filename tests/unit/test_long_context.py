@@ -8,10 +8,8 @@ import pytest
 
 from evals.datasets.long_context import LongContextConfig, load, o200k_counter
 from evals.embedded_target import ensure_smollm2
-from evals.run import run
 from runners.chat import ChatTokenizer
 from speclens.errors import ConfigError
-from tests.unit.conftest import compose_run
 
 # The real cache (the unit tests' autouse fixture points SPECLENS_CACHE elsewhere).
 REAL_CACHE = os.environ.get("SPECLENS_CACHE")
@@ -66,24 +64,3 @@ def test_bad_settings_are_named(encoder):
         load(LongContextConfig(count_with="gpt2"), encoder)
     with pytest.raises(ConfigError, match="dataset.input_tokens=10: 10 is below 64; each length must be >= 64"):
         load(LongContextConfig(input_tokens=10), encoder)
-
-
-def test_a_set_longer_than_max_model_len_is_refused_with_the_numbers(tmp_path, smollm2, monkeypatch):
-    cfg = compose_run(
-        "target=custom",
-        f"target.model={smollm2}",
-        "dataset=long_context",
-        "dataset.input_tokens=5000",
-        "dataset.num_requests=1",
-        "engine.max_model_len=4096",
-        "sampling.max_tokens=100",
-    )
-
-    def never_called(*args, **kwargs):
-        raise AssertionError("an engine was started")
-
-    monkeypatch.setattr("runners.vllm_engine.VllmEngine.__init__", never_called)
-    with pytest.raises(
-        ConfigError, match=r"1 of 1 prompts do not fit engine.max_model_len=4096: the longest needs 5100 tokens"
-    ):
-        run(cfg, tmp_path, progress=lambda label: None)

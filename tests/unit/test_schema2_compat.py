@@ -147,6 +147,7 @@ def test_the_reader_migrates_every_earlier_summary_and_refuses_a_newer_one(schem
 def test_a_run_measured_by_the_schema2_release_is_recognised_as_the_same_configuration(schema2):
     """The skip-on-rerun fingerprint is unchanged by the reshape (components are named by their
     registry key now, not by a config `name`): a sweep resumed by today's code skips those jobs."""
+    from evals.capacity import check_kv_cache
     from evals.compose import compose_config, run_fingerprint, to_run_config
     from evals.plan import fit_engine_defaults
     from speclens.model_facts import ModelFacts
@@ -168,12 +169,18 @@ def test_a_run_measured_by_the_schema2_release_is_recognised_as_the_same_configu
             ]
         )
         stored = read_summary(schema2 / "baseline" / f"drafter={drafter},d={d}").config_fingerprint
-        # their fake target named no context window and no dtype: the fitted defaults are the old ones
+        # their fake target named no context window and no dtype, and the fake engine holds no KV
+        # cache: the fitted defaults are the old ones
         run_config = to_run_config(cfg)
         fitted = fit_engine_defaults(
             run_config, ModelFacts.from_config("target", {"vocab_size": 100, "hidden_size": 16})
         )
-        assert {k: f["value"] for k, f in fitted.items()} == {"engine.max_model_len": 4096, "engine.dtype": "bfloat16"}
+        check_kv_cache(run_config, fitted, None, None, [100], 2, 0, ())
+        assert {k: f["value"] for k, f in fitted.items()} == {
+            "engine.max_model_len": 4096,
+            "engine.dtype": "bfloat16",
+            "engine.cpu_kvcache_space_gib": 4,
+        }
         assert run_fingerprint(cfg, run_config, fitted) == stored
 
 
