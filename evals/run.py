@@ -42,16 +42,42 @@ register_configs()
 
 
 class TqdmProgress:
-    """Output tokens generated so far, on stderr, while the engine runs."""
+    """Prompt tokens prefilled (of the pass's total, with the rate and the time left) and output
+    tokens generated so far, on stderr, while the engine runs; each bar appears with its first tokens."""
 
     def __init__(self, label: str) -> None:
-        self.bar = tqdm(desc=f"{label} generation", unit="tok", file=console(), dynamic_ncols=True, mininterval=1.0)
+        self.label = label
+        self.bar: tqdm | None = None
+        self.prefill_bar: tqdm | None = None
+
+    def _bar(self, what: str, total: int | None = None) -> tqdm:
+        return tqdm(
+            desc=f"{self.label} {what}",
+            total=total,
+            unit="tok",
+            unit_scale=True,
+            file=console(),
+            dynamic_ncols=True,
+            mininterval=1.0,
+        )
 
     def __call__(self, tokens: int) -> None:
+        if self.bar is None:
+            self.bar = self._bar("generation")
         self.bar.update(tokens)
 
+    def prefill(self, tokens: int, added_total: int) -> None:
+        if self.prefill_bar is None:
+            self.prefill_bar = self._bar("prefill", total=0)
+        if added_total:
+            self.prefill_bar.total += added_total
+            self.prefill_bar.refresh()
+        self.prefill_bar.update(tokens)
+
     def close(self) -> None:
-        self.bar.close()
+        for bar in (self.prefill_bar, self.bar):
+            if bar is not None:
+                bar.close()
 
 
 def check_lossless(summary: RunSummary, out_dir: Path) -> None:

@@ -16,7 +16,9 @@ from speclens.generation import (
     TurnResult,
 )
 
-# Called with the number of new output tokens after each engine step.
+# Called with the number of new output tokens after each engine step. A progress object may also
+# have `prefill(new_tokens, added_total)`: the prompt tokens prefilled in the step, and the prompt
+# tokens that joined the pass's total since the last call (engines that see their scheduler call it).
 ProgressFn = Callable[[int], None]
 
 

@@ -136,6 +136,11 @@ class VllmEngine:
             output_kind=RequestOutputKind.DELTA,
         )
         tracked: dict[str, _Tracked] = {}
+        # A progress that shows prefill (evals/run.py TqdmProgress) is told each step's prefilled
+        # prompt tokens, and first this call's total: a 32K prompt takes minutes before its first token.
+        prefill = getattr(progress, "prefill", None)
+        planned = sum(len(req.prompt_token_ids) for req in requests) if prefill else 0
+        prefilled = 0
         pending = [(f"{i}:{req.key}", req) for i, req in enumerate(requests)]
         pending.reverse()
         limit = max_concurrency or len(pending)
@@ -145,7 +150,7 @@ class VllmEngine:
             nonlocal in_flight
             external, req = pending.pop()
             internal = self.engine.add_request(external, {"prompt_token_ids": list(req.prompt_token_ids)}, params)
-            tracked[external] = _Tracked(req, self.scheduler.requests[internal].spec_decode_metrics)
+            tracked[external] = _Tracked(req, self.scheduler.requests[internal])
             in_flight += 1
 
         while pending and in_flight < limit:
@@ -166,6 +171,11 @@ class VllmEngine:
                     state.latency_s = now - state.started
                     state.finish_reason = out.outputs[0].finish_reason
                     in_flight -= 1
+            if prefill:
+                done = sum(state.prefilled() for state in tracked.values())
+                if done > prefilled or planned:
+                    prefill(done - prefilled, planned)
+                prefilled, planned = done, 0
             if progress and new_tokens:
                 progress(new_tokens)
             # A finished request's slot goes to the next one: the batch stays at the limit.
@@ -313,10 +323,11 @@ def release_cached_device_memory() -> None:
 class _Tracked:
     """One request's progress through the step loop."""
 
-    def __init__(self, request: TurnRequest, spec_metrics: Any) -> None:
+    def __init__(self, request: TurnRequest, scheduled: Any) -> None:
         self.request = request
-        # vLLM's per-request accumulator; the same object outlives the request's removal.
-        self.spec_metrics = spec_metrics
+        # vLLM's scheduler request and its spec-decode accumulator; both outlive its removal.
+        self.scheduled = scheduled
+        self.spec_metrics = scheduled.spec_decode_metrics
         self.seen_drafted = 0
         self.output: list[int] = []
         self.steps: list[DraftedStep] = []
@@ -326,6 +337,10 @@ class _Tracked:
         self.chunk_times: list[float] = []
         self.top2_margins: list[float] = []
         self.finish_reason: str | None = None
+
+    def prefilled(self) -> int:
+        """Prompt tokens the engine has computed so far (chunked prefill takes a long one in parts)."""
+        return min(self.scheduled.num_computed_tokens, self.scheduled.num_prompt_tokens)
 
     def observe_step(self, delta: list[int], logprobs: Any = None) -> None:
         """Called for each engine step that produced tokens for this request (`logprobs`: each new

@@ -21,14 +21,19 @@ from evals.run import run  # noqa: E402
 from speclens.records import read_parquet  # noqa: E402
 from tests.integration.shared_runs import LEDGER, SHARED_RUNS, configuration_key, current_test, shared_dir  # noqa: E402
 
+# The engine keys every measured run starts from; an override of the same key replaces it.
+MEASURE_DEFAULTS = {"engine.cpu_kvcache_space_gib": "1", "engine.max_model_len": "1024"}
 
-def measure(out_dir: Path, *overrides: str, repeat: str | None = None) -> dict:
+
+def measure(out_dir: Path, *overrides: str, repeat: str | None = None, progress=lambda label: None) -> dict:
     """Run `evals.run` in-process with the real vLLM engine; returns summary.json's content. A
     configuration another test measured already fails the test (shared_runs.py) unless `repeat`
     says why measuring it again is the point."""
-    cfg = compose_config(["engine.cpu_kvcache_space_gib=1", "engine.max_model_len=1024", *overrides])
+    given = {o.split("=", 1)[0] for o in overrides}
+    defaults = [f"{k}={v}" for k, v in MEASURE_DEFAULTS.items() if k not in given]
+    cfg = compose_config([*defaults, *overrides])
     LEDGER.record(configuration_key(cfg), current_test(), repeat)
-    return run(cfg, out_dir, progress=lambda label: None).to_dict()
+    return run(cfg, out_dir, progress=progress).to_dict()
 
 
 def shared_root(tmp_path_factory) -> Path:
