@@ -134,6 +134,7 @@ def run_facts(
 ) -> RunFacts:
     """What speclens/diagnostics.py reads of a run (`stamp`: its stamp.json, for the draft's build)."""
     cfg = plan.config
+    window = summary.context_window
     return RunFacts(
         drafter=plan.drafter.name,
         d=plan.d,
@@ -152,6 +153,9 @@ def run_facts(
             for r in p.results
             if r.server_prompt_tokens is not None
         },
+        by_length=summary.by_length,
+        native_window=window.native if window is not None else None,
+        context_extension=window.extension if window is not None else None,
     )
 
 

@@ -6,6 +6,10 @@ dir (out=<dir>, default outputs/nightly/<night>, night=<label> defaulting to tod
 compares each (drafter, D, domain) with the baseline dir (reports.compare: paired bootstrap over
 prompts), appends the night to the history store (parquet, one row per drafter, D, domain and
 night; default <baseline's parent>/history.parquet) and redraws its trend plot beside it.
+Where the prompts state their input lengths, each length is its own group (a `<tier>@<length>`
+domain, or `all@<length>` for a length spread over several domains: reports.compare), never
+averaged with another length; a group past the target's own window names the context extension
+it was measured under (`context_extension`).
 
 Exit status: 1 when any (drafter, domain) AL fell by more than `threshold` (AL units; the
 suite's value unless threshold=<x> is given) with its CI below zero, each named; 0 otherwise.
@@ -30,13 +34,16 @@ from evals.compose import compose_config, to_run_config
 from evals.plan import RunPlan, make_plan
 from evals.run import TqdmProgress, run
 from reports import figures
-from reports.charts import trend_chart
-from reports.compare import terminal_table, write_comparison
+from reports.charts import extension_over, trend_chart
+from reports.compare import lengths_named, own_length_groups, terminal_table, write_comparison
+from reports.curves import group_lengths, length_group
 from reports.page import Section, render_page
-from reports.runs import find_runs
+from reports.runs import Run, find_runs
 from runners.registry import runner_of
 from speclens.errors import ConfigError, guarded
 from speclens.files import check_folder, exclusive, write_atomic
+from speclens.metrics import GroupFigures, length_label
+from speclens.summary import RunSummary
 
 NIGHTLY_KEYS = ("baseline", "history", "threshold", "suite", "night", "out")
 TREND_FILE = "trend.png"
@@ -60,6 +67,7 @@ HISTORY_COLUMNS = [
     "diff_ci95_hi",
     "significant",
     "regressed",
+    "context_extension",
 ]
 
 
@@ -199,11 +207,27 @@ def check_baseline(baseline: Path, plans: list[RunPlan]) -> None:
         for key, value in mine.items():
             theirs = {r.get(key) for r in runs}
             if value not in theirs:
-                what = "other prompts" if key == "fingerprints.dataset" else f"{key} in {sorted(map(str, theirs))}"
+                what = (
+                    other_prompts(runs, plan)
+                    if key == "fingerprints.dataset"
+                    else f"{key} in {sorted(map(str, theirs))}"
+                )
                 raise ConfigError(
                     f"baseline={baseline} was measured with {what}; this night's {key} is {value}. "
                     "Compare nights over the same prompts, sampling and seed."
                 )
+
+
+def other_prompts(baseline_runs: list[Run], plan: RunPlan) -> str:
+    """What differs in a baseline measured over other prompts: their input lengths where those differ."""
+    theirs = {label: g.input_tokens for run in baseline_runs for label, g in (run.summary.by_length or {}).items()}
+    mine = {length_label(p.input_tokens): p.input_tokens for p in plan.prompts if p.input_tokens is not None}
+    if theirs.keys() == mine.keys():
+        return "other prompts"
+    return (
+        f"other prompts, at input lengths {lengths_named(theirs)} (this night's: {lengths_named(mine)}; each length "
+        "is compared with itself only)"
+    )
 
 
 def run_suite(args: NightlyArgs) -> None:
@@ -230,7 +254,8 @@ def night_rows(args: NightlyArgs, comparison: pd.DataFrame | None) -> pd.DataFra
         s = measured.summary
         if s.d is None:
             continue
-        for domain, group in s.groups().items():
+        lengths = s.by_length or {}
+        for domain, group in night_groups(s).items():
             rows.append(
                 {
                     "night": args.night,
@@ -243,16 +268,24 @@ def night_rows(args: NightlyArgs, comparison: pd.DataFrame | None) -> pd.DataFra
                     "domain": domain,
                     "n_requests": group.n_requests,
                     "al": group.al,
+                    "context_extension": extension_over(s.context_window, group_lengths(domain, lengths)) or "",
                 }
             )
     frame = pd.DataFrame(rows)
     if comparison is not None and not frame.empty:
         # the history's rows are of whole outputs; the comparison's segments are in compare.csv
-        diff = comparison[comparison.segment == "all"].drop(columns=["candidate_al", "n_requests", "segment"])
+        own = ["candidate_al", "n_requests", "segment", "input_tokens", "context_extension"]
+        diff = comparison[comparison.segment == "all"].drop(columns=own)
         frame = frame.merge(diff, on=["drafter", "d", "domain"], how="left")
         frame["baseline_dir"] = str(args.baseline.resolve()) if args.baseline else None
         frame["regressed"] = regressed(frame, args.threshold)
     return frame.reindex(columns=HISTORY_COLUMNS)
+
+
+def night_groups(summary: RunSummary) -> dict[str, GroupFigures]:
+    """`all`, every domain, and each length spread over several domains (as reports.compare has them)."""
+    lengths = summary.by_length or {}
+    return summary.groups() | {length_group(label): lengths[label] for label in own_length_groups(summary)}
 
 
 def regressed(table: pd.DataFrame, threshold: float) -> pd.Series:
@@ -320,7 +353,8 @@ def nightly(args: NightlyArgs) -> int:
         print(
             f"speclens nightly: REGRESSION drafter={r.drafter} d={r.d} domain={r.domain}: AL {r.baseline_al:.3f} -> "
             f"{r.al:.3f} ({r.al_diff:+.3f}, 95% CI [{r.diff_ci95_lo:+.3f}, {r.diff_ci95_hi:+.3f}], threshold "
-            f"{args.threshold})",
+            f"{args.threshold})"
+            + (f"; measured past the target's own window, with {r.context_extension}" if r.context_extension else ""),
             file=sys.stderr,
         )
     if bad.empty:

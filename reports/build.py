@@ -5,10 +5,11 @@ speedup and range, ties said as ties, the exact --speculative-config and the sch
 runs can be ranked; otherwise the headline AL per drafter and D with its CI and the one command
 that would make them rankable. Then the evidence, in the order a reader checks it: AL per domain
 (or against D), the ranking with the speedup model's check and account, throughput against
-interactivity, acceptance detail (per position, histogram, by context position), thinking vs
-answer and agent turns where measured, the runs, the drafters' facts and the run stamp. Each chart
-is chosen from its data (reports/charts.py); the markdown twin has the same text and tables and
-static PNGs (reports/figures.py) beside it.
+interactivity, acceptance detail (per position, histogram, by context position), AL by context
+length where the prompts state their lengths (lengths past the target's own window marked with the
+context extension they were measured under), thinking vs answer and agent turns where measured, the
+runs, the drafters' facts and the run stamp. Each chart is chosen from its data (reports/charts.py);
+the markdown twin has the same text and tables and static PNGs (reports/figures.py) beside it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pandas as pd
 from drafters.facts_table import HEADER as DRAFTER_HEADER
 from drafters.facts_table import comparison_rows
 from reports import charts, figures
-from reports.curves import WHOLE_OUTPUT, collect, safe_name
+from reports.curves import WHOLE_OUTPUT, collect, is_length_group, safe_name
 from reports.gpu_prediction import gpu_section
 from reports.page import Section, render_page
 from reports.rank import display_columns, display_rows, guideline_notes
@@ -194,6 +195,8 @@ def al_section(root: Path, runs: list[Run]) -> Section:
         curves = collect(root)
     except SpeclensError as exc:
         return Section("AL per domain", text=[f"No curves: {exc}"])
+    # each length's own group is drawn against length (length_section), not as one more domain
+    curves = curves[~curves.domain.map(is_length_group)]
     whole = curves[curves.segment == WHOLE_OUTPUT]
     chart = charts.al_chart(curves, runs)
     several_d = isinstance(chart, charts.Chart) and chart.title == "AL vs D per domain"
@@ -378,6 +381,101 @@ def turn_section(runs: list[Run]) -> Section | None:
     )
 
 
+def length_section(runs: list[Run]) -> Section | None:
+    """AL and tokens per step against the prompts' input length, per drafter and D, with each
+    length's table; lengths past the target's own window are marked with the extension they were
+    measured under. None where no run's prompts state their lengths."""
+    measured = [run for run in runs if charts.length_figures(run)]
+    if not measured:
+        return None
+    al_chart = charts.length_chart(measured, "al")
+    section = Section(
+        "AL by context length",
+        text=[
+            "Each length bucket's requests on their own (a pass runs one length at a time); 95% CI over requests. "
+            "Where AL falls with length, speculation buys less on long prompts: choose D per length "
+            "(`python -m reports.rank` ranks each length)."
+        ],
+        charts=[al_chart, charts.length_chart(measured, "tokens_per_step")],
+        tables=[length_table(measured)],
+    )
+    section.text += window_notes(measured)
+    if isinstance(al_chart, charts.Chart):
+        section.images.append(("al_by_length", figures.al_vs_length(measured)))
+    points = length_point_table(measured)
+    if points is not None:
+        section.tables.append(points)
+    return section
+
+
+def window_notes(runs: list[Run]) -> list[str]:
+    """The window each run ran with, and what was measured past the target's own window."""
+    notes = []
+    for label in sorted({run.summary.context_window.label() for run in runs if run.summary.context_window}):
+        notes.append(f"Context: {label}.")
+    extended = sorted(
+        {(w.native, w.extension) for run in runs if (w := run.summary.context_window) is not None and w.extended}
+    )
+    for native, extension in extended:
+        notes.append(
+            f"Lengths past the target's own window ({native:,} tokens) were measured with a context extension "
+            f"({extension}): marked `extended` in the table and as open diamonds in the charts; they measure the "
+            "extended target, not the checkpoint as shipped."
+        )
+    return notes
+
+
+def window_cell(run: Run, input_tokens: int | None) -> str:
+    extension = charts.extension_at(run.summary.context_window, input_tokens)
+    return "native" if extension is None else f"extended: {extension}"
+
+
+def length_table(runs: list[Run]) -> tuple[list[str], list[list[str]]]:
+    header = ["run", "length", "input tokens", "requests", "steps", "AL", "95% CI", "tokens/step", "95% CI", "window"]
+    rows = [
+        [
+            run.summary.label,
+            label,
+            f"{g.input_tokens:,}" if g.input_tokens is not None else "-",
+            str(g.n_requests),
+            str(g.n_steps),
+            cell(g.al, 3),
+            _ci_cell(g.al_ci95),
+            cell(g.tokens_per_step, 3),
+            _ci_cell(g.tokens_per_step_ci95),
+            window_cell(run, g.input_tokens),
+        ]
+        for run in runs
+        for label, g in charts.length_figures(run)
+    ]
+    return header, rows
+
+
+def length_point_table(runs: list[Run]) -> tuple[list[str], list[list[str]]] | None:
+    """Each length's throughput and measured speedup at each batch size (a pass runs one length at a
+    time, so its own steps time it); None where no operating point measured either."""
+    rows = []
+    for run in runs:
+        for point in run.summary.operating_points:
+            for label, p in sorted((point.by_length or {}).items(), key=lambda kv: kv[1].input_tokens or 0):
+                if p.output_tokens_per_s is None and p.speedup is None:
+                    continue
+                rows.append(
+                    [
+                        run.summary.label,
+                        str(point.batch_size),
+                        label,
+                        cell(p.al, 3),
+                        cell(p.output_tokens_per_s, 1),
+                        cell(p.speedup, 3),
+                        window_cell(run, p.input_tokens),
+                    ]
+                )
+    if not rows:
+        return None
+    return ["run", "B", "length", "AL", "output tok/s", "speedup", "window"], rows
+
+
 def _ci_cell(ci: list[float] | None) -> str:
     return "-" if ci is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
 
@@ -543,7 +641,7 @@ def build_sections(root: Path, gpu: Hardware | None = None) -> list[Section]:
         sections.append(gpu_section(runs, gpu))
     sections += [throughput_section(runs, ranking)] + [s for s in (latency_section(runs),) if s]
     sections += acceptance_sections(spec_runs)
-    sections += [s for s in (segment_section(spec_runs), turn_section(spec_runs)) if s]
+    sections += [s for s in (length_section(spec_runs), segment_section(spec_runs), turn_section(spec_runs)) if s]
     sections.append(runs_section(runs))
     sections.append(
         Section(

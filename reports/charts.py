@@ -7,7 +7,9 @@ dicts, drawn in the page by plotly.js), each chosen from the shape of its data:
   positions; AL by context position → bars labelled by their token ranges;
 - predicted vs measured speedup, each operating point's speedup account as a waterfall, and the
   throughput-interactivity Pareto front across runs;
-- AL per segment (thinking, answer) and AL by agent turn.
+- AL per segment (thinking, answer) and AL by agent turn;
+- AL and tokens per step against the prompts' input length (log scale), one line per drafter and
+  D; lengths measured past the target's own window, under a context extension, are marked and named.
 
 A chart with fewer than two points is never drawn: a `Missing` says in one line what would fill it.
 """
@@ -16,14 +18,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import pandas as pd
 
 from reports.runs import Run
 from speclens.account import CORRECTIONS, MODEL
 from speclens.costs import GAP_TOLERANCE
-from speclens.metrics import PositionBin
+from speclens.metrics import GroupFigures, PositionBin, length_label
+from speclens.summary import ContextWindow
 
 AL_AXIS = "AL (accepted + 1 per drafted step)"
 PANEL_COLUMNS = 3
@@ -658,6 +661,116 @@ def turn_chart(runs: list[Run]) -> Chart | Missing:
     return drawn(chart, "one assistant turn per trajectory: nothing to follow across turns")
 
 
+# -- context length -------------------------------------------------------------------------------
+
+
+def extension_at(window: ContextWindow | None, input_tokens: int | None) -> str | None:
+    """The context extension figures at this input length were measured under: the run's, where the
+    length is past the target's own window (as the run's result table marks it); else None."""
+    if window is None or not window.extended or input_tokens is None or window.native is None:
+        return None
+    return window.extension if input_tokens > window.native else None
+
+
+def extension_over(window: ContextWindow | None, lengths: Iterable[int]) -> str | None:
+    """The context extension a group of prompts of these input lengths was measured under in part
+    or whole: the extension's name, followed by the lengths past the target's own window where
+    they are not all of them ("yarn x4 from 8192 at 32k"); None where none is past it."""
+    lengths = sorted(set(lengths))
+    past = [tokens for tokens in lengths if extension_at(window, tokens) is not None]
+    if not past:
+        return None
+    return window.extension + ("" if past == lengths else " at " + ", ".join(length_label(t) for t in past))
+
+
+def length_figures(run: Run) -> list[tuple[str, GroupFigures]]:
+    """A speculative run's length buckets that have an AL, shortest first."""
+    if run.summary.d is None:
+        return []
+    found = [(label, g) for label, g in (run.summary.by_length or {}).items() if g.al is not None]
+    return sorted(found, key=lambda item: item[1].input_tokens or 0)
+
+
+def length_series_names(runs: list[Run]) -> dict[int, str]:
+    """Each run's line name: its drafter and D, with the temperature where runs differ in it."""
+    several = len({run.temperature for run in runs}) > 1
+    return {id(run): run.summary.label + (f" T={run.temperature:g}" if several else "") for run in runs}
+
+
+# The two figures drawn against length: (key, title, value, its CI, its name in hover text, y-axis title).
+LENGTH_FIGURES = {
+    "al": ("al_by_length", "AL by context length", "al", "al_ci95", "AL", AL_AXIS),
+    "tokens_per_step": (
+        "tokens_per_step_by_length",
+        "Tokens per step by context length",
+        "tokens_per_step",
+        "tokens_per_step_ci95",
+        "tokens/step",
+        "tokens per target step",
+    ),
+}
+EXTENDED_SYMBOL = "diamond-open"
+
+
+def length_chart(runs: list[Run], figure: str = "al") -> Chart | Missing:
+    """AL (or tokens per step) against the input length, one line per drafter and D with 95% CI
+    whiskers; points past the target's own window (measured under its context extension) drawn
+    as open diamonds, the extension named in their hover and the native window as a dashed line."""
+    key, title, value, ci_name, shown, axis = LENGTH_FIGURES[figure]
+    names = length_series_names(runs)
+    traces, natives, values, ticks = [], set(), [], {}
+    for run in runs:
+        window = run.summary.context_window
+        points, symbols = Points(names[id(run)]), []
+        for label, g in length_figures(run):
+            y = getattr(g, value)
+            if y is None or g.input_tokens is None:
+                continue
+            extension = extension_at(window, g.input_tokens)
+            ci = getattr(g, ci_name)
+            hover = f"{label} ({g.input_tokens:,} input tokens): {shown} {y:.3f}<br>{ci_text(ci)}"
+            hover += f"<br>n = {g.n_requests} requests, {g.n_steps} drafted steps"
+            if extension is not None:
+                hover += f"<br>extended: past the native window ({window.native:,}), measured with {extension}"
+                natives.add(window.native)
+            points.add(g.input_tokens, y, ci, hover)
+            ticks[g.input_tokens] = label
+            symbols.append(EXTENDED_SYMBOL if extension is not None else "circle")
+            values += [y, *(ci or [])]
+        if points.x:
+            traces.append(points.trace("scatter", mode="lines+markers", marker={"symbol": symbols, "size": 9}))
+    layout = base_layout(
+        title + " (95% CI over requests" + ("; open diamonds: extended context)" if natives else ")"),
+        xaxis={
+            "type": "log",
+            "tickvals": sorted(ticks),
+            "ticktext": [ticks[t] for t in sorted(ticks)],
+            "title": {"text": "input tokens (log scale)"},
+        },
+        yaxis={"title": {"text": axis}},
+    )
+    chart = drawn(
+        Chart(key, title, {"data": coloured(traces), "layout": layout}),
+        "one length measured: several (dataset.input_tokens=[1000,8000,32000]) draw it against length",
+    )
+    if isinstance(chart, Chart):  # the window's line is no measured point: added once the chart is drawn
+        chart.figure["data"] += [native_window_trace(n, min(values), max(values)) for n in sorted(natives)]
+    return chart
+
+
+def native_window_trace(native: int, low: float, high: float) -> dict[str, Any]:
+    """A dashed vertical line at the target's own window: lengths right of it ran extended."""
+    return {
+        "type": "scatter",
+        "mode": "lines",
+        "name": f"native window {native:,} (right of it: extended)",
+        "x": [native, native],
+        "y": [low, high],
+        "line": {"dash": "dash", "color": "#444", "width": 1},
+        "hoverinfo": "skip",
+    }
+
+
 # -- comparisons and history --------------------------------------------------------------------
 
 
@@ -667,7 +780,11 @@ def forest_chart(table: pd.DataFrame) -> Chart | Missing:
     whole = table[table.segment == "all"].sort_values(["drafter", "d", "domain"], key=lambda c: c.map(str))
     if whole.empty:
         return Missing("forest", "AL differences", "no (drafter, D) measured on both sides")
-    rows = [f"{r.drafter} d={r.d} · {r.domain}" for r in whole.itertuples()]
+    # a group past the target's own window was measured under a context extension: said on its row
+    rows = [
+        f"{r.drafter} d={r.d} · {r.domain}" + (" (extended)" if getattr(r, "context_extension", "") else "")
+        for r in whole.itertuples()
+    ]
     traces = []
     for label, significant, colour in (("significant", True, "#c0392b"), ("not significant", False, "#8a8a8a")):
         part = [(row, r) for row, r in zip(rows, whole.itertuples()) if bool(r.significant) == significant]
@@ -692,6 +809,7 @@ def forest_chart(table: pd.DataFrame) -> Chart | Missing:
                 "customdata": [
                     f"{row}: baseline {r.baseline_al:.3f} → candidate {r.candidate_al:.3f}<br>difference "
                     f"{r.al_diff:+.3f}, {ci_text([r.diff_ci95_lo, r.diff_ci95_hi], signed=True, missing=NO_PAIRED_CI)}, {r.n_requests} prompts"
+                    + (f"<br>measured with {r.context_extension}" if getattr(r, "context_extension", "") else "")
                     for row, r in part
                 ],
                 "hovertemplate": "%{customdata}<extra></extra>",

@@ -8,6 +8,13 @@ so prompt-to-prompt variation cancels out of the difference. A difference is sig
 its 95% CI excludes zero; over fewer than two prompts it has no CI and is never significant.
 Writes compare.csv, compare.md and compare.html (the differences as a forest plot, significant
 ones highlighted) into the candidate dir.
+
+Where the prompts state their input lengths (dataset=long_context, SPEED-Bench's throughput
+splits), every length is compared on its own: the prompt sets' `<tier>@<length>` domains carry it,
+and a length spread over several domains gets its own row, domain `all@<length>` (the lengths are
+the prompts', so one side's records give them where the other's predate lengths; a note says so).
+A row of one length past the target's own window names the context extension it was measured
+under (`context_extension`).
 """
 
 from __future__ import annotations
@@ -18,15 +25,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from reports.charts import forest_chart
+from reports.charts import extension_over, forest_chart
+from reports.curves import length_group
 from reports.page import Section, render_page
 from reports.runs import CONSISTENT_KEYS, Run, check_consistent, find_runs
 from reports.table import cell, markdown_table, text_table
 from speclens.errors import ArgumentParser, SpeclensError, guarded
-from speclens.metrics import BOOTSTRAP_SAMPLES, MIN_REQUESTS_FOR_CI, per_request, resample_indices
+from speclens.metrics import BOOTSTRAP_SAMPLES, MIN_REQUESTS_FOR_CI, length_label, per_request, resample_indices
 from speclens.records import read_parquet
 from speclens.run_files import REQUESTS_FILE, STEPS_FILE
 from speclens.segments import SEGMENTS
+from speclens.summary import WHOLE_RUN_GROUP, RunSummary
 
 COMPARE_COLUMNS = [
     "drafter",
@@ -40,6 +49,8 @@ COMPARE_COLUMNS = [
     "diff_ci95_hi",
     "significant",
     "segment",
+    "input_tokens",
+    "context_extension",
 ]
 # The target may differ between the two sides; nothing else that shapes acceptance may.
 PAIRED_KEYS = tuple(k for k in CONSISTENT_KEYS if k != "fingerprints.target") + ("config.chat_template_kwargs",)
@@ -122,39 +133,153 @@ def _check_same_setting(base: Run, cand: Run) -> None:
             )
 
 
+def own_length_groups(summary: RunSummary) -> list[str]:
+    """The length labels that need a row of their own: each length whose prompts are neither the
+    whole run's (one length) nor one `<tier>@<length>` domain's (that row already is the length's)."""
+    own = []
+    for label, g in (summary.by_length or {}).items():
+        whole = g.n_requests == summary.n_requests
+        one_domain = any(
+            domain.endswith(f"@{label}") and figures.n_requests == g.n_requests
+            for domain, figures in summary.by_domain.items()
+        )
+        if not whole and not one_domain:
+            own.append(label)
+    return own
+
+
+def _lengths(requests: pd.DataFrame) -> pd.Series:
+    """Each prompt's input length (request_id -> tokens); empty where the records carry none."""
+    if "input_tokens" not in requests.columns:
+        return pd.Series(dtype="int64")
+    known = requests.dropna(subset=["input_tokens"])
+    return known.groupby("request_id")["input_tokens"].first().astype("int64")
+
+
+def prompt_lengths(
+    base: Run, cand: Run, base_requests: pd.DataFrame, cand_requests: pd.DataFrame
+) -> tuple[pd.Series, Run | None, str | None]:
+    """The prompts' input lengths, the run whose records gave them (None: neither side's records
+    carry lengths) and a note where only one side's do (records from before lengths were kept)."""
+    b, c = _lengths(base_requests), _lengths(cand_requests)
+    if b.empty and c.empty:
+        return b, None, None
+    if b.empty or c.empty:
+        (given, by), (other, without) = ((c, cand), ("baseline", base)) if b.empty else ((b, base), ("candidate", cand))
+        note = (
+            f"input lengths from {by.path}'s records: the {other}'s ({without.path}) carry none (measured before "
+            "speclens kept them); the prompts are the same, so each length is compared on both sides"
+        )
+        return given, by, note
+    both = b.index.intersection(c.index)
+    if not b[both].equals(c[both]):
+        differs = next(r for r in both if b[r] != c[r])
+        raise SpeclensError(
+            f"{base.path} and {cand.path} give prompt {differs} different input lengths ({b[differs]} vs {c[differs]}); "
+            "compare runs over the same prompts."
+        )
+    return c, cand, None
+
+
+def comparison_groups(
+    requests: pd.DataFrame, lengths: pd.Series, lengths_of: Run | None
+) -> list[tuple[str, list[str]]]:
+    """(group, its request ids): `all`, every domain, and each length that needs its own row."""
+    domains = requests.groupby("domain")["request_id"].unique()
+    groups = [(WHOLE_RUN_GROUP, sorted(set(requests.request_id)))]
+    groups += [(domain, sorted(ids)) for domain, ids in domains.items()]
+    if lengths_of is not None:
+        labels = lengths.map(length_label)
+        for label in own_length_groups(lengths_of.summary):
+            groups.append((length_group(label), sorted(labels.index[labels == label])))
+    return groups
+
+
+def group_extension(base: Run, cand: Run, lengths: list[int]) -> str:
+    """The context extension a group of prompts of these lengths was measured under on each side
+    (reports/charts.py extension_over): one name where both agree, both sides' where they differ,
+    "" where none is past its target's window."""
+    on_base = extension_over(base.summary.context_window, lengths)
+    on_cand = extension_over(cand.summary.context_window, lengths)
+    if on_base == on_cand:
+        return on_base or ""
+    return f"baseline {on_base or 'native window'}, candidate {on_cand or 'native window'}"
+
+
+def run_lengths(runs: dict[tuple[str, int], Run]) -> dict[str, int]:
+    """The input lengths the runs' prompts state, label -> tokens."""
+    return {label: g.input_tokens for run in runs.values() for label, g in (run.summary.by_length or {}).items()}
+
+
+def lengths_named(lengths: dict[str, int]) -> str:
+    """Length labels for a message, shortest first: "300, 1k, 32k", or "none"."""
+    if not lengths:
+        return "none (its prompts state no input lengths)"
+    return ", ".join(sorted(lengths, key=lambda label: lengths[label] or 0))
+
+
+def _check_same_lengths(baseline_dir: Path, base_runs: dict, candidate_dir: Path, cand_runs: dict) -> None:
+    """Runs over prompts of other input lengths are refused naming the lengths of each side; the
+    same prompts with lengths on one side only (records from before lengths were kept) are compared."""
+    base_lengths, cand_lengths = run_lengths(base_runs), run_lengths(cand_runs)
+    same_prompts = {r.get("fingerprints.dataset") for r in base_runs.values()} == {
+        r.get("fingerprints.dataset") for r in cand_runs.values()
+    }
+    if base_lengths.keys() == cand_lengths.keys() or same_prompts:
+        return
+    raise SpeclensError(
+        f"{baseline_dir} was measured at input lengths {lengths_named(base_lengths)} and {candidate_dir} at "
+        f"{lengths_named(cand_lengths)}: each length is compared with itself only; measure both over the same "
+        "prompts and lengths (dataset=, dataset.input_tokens=)."
+    )
+
+
+def compare_pair(key: tuple[str, int], base: Run, cand: Run, seed: int) -> tuple[list[dict], str | None]:
+    """One (drafter, D)'s rows: every group, and each segment where both sides split thinking from
+    the answer; and the note on where the input lengths came from, if any."""
+    _check_same_setting(base, cand)
+    b_req, c_req = read_parquet(base.path / REQUESTS_FILE), read_parquet(cand.path / REQUESTS_FILE)
+    _check_same_prompts(base, cand, b_req, c_req)
+    lengths, lengths_of, note = prompt_lengths(base, cand, b_req, c_req)
+    b_steps, c_steps = read_parquet(base.path / STEPS_FILE), read_parquet(cand.path / STEPS_FILE)
+    # With a reasoning boundary on both sides, each segment is compared too (its steps on each side).
+    segments = ["all"] + (list(SEGMENTS) if "segment" in b_steps.columns and "segment" in c_steps.columns else [])
+    rows = []
+    for domain, ids in comparison_groups(b_req, lengths, lengths_of):
+        b_part = b_steps if domain == WHOLE_RUN_GROUP else b_steps[b_steps.request_id.isin(ids)]
+        c_part = c_steps if domain == WHOLE_RUN_GROUP else c_steps[c_steps.request_id.isin(ids)]
+        known = lengths.reindex(ids)
+        tokens = int(known.iloc[0]) if known.notna().all() and known.nunique() == 1 else None
+        group_lengths = [int(t) for t in known.dropna().unique()]
+        where = {"input_tokens": tokens, "context_extension": group_extension(base, cand, group_lengths)}
+        for segment in segments:
+            b_seg = b_part if segment == "all" else b_part[b_part.segment == segment]
+            c_seg = c_part if segment == "all" else c_part[c_part.segment == segment]
+            figures = paired_al_difference(b_seg, c_seg, ids, seed)
+            group = {"drafter": key[0], "d": key[1], "domain": domain, "n_requests": len(ids), "segment": segment}
+            rows.append(group | figures | where)
+    return rows, note
+
+
 def compare(baseline_dir: Path, candidate_dir: Path, seed: int = 0) -> tuple[pd.DataFrame, list[str]]:
     """The comparison table and notes on runs found on one side only."""
     if baseline_dir.resolve() == candidate_dir.resolve():
         raise SpeclensError(f"{baseline_dir} is given as both baseline and candidate; compare two different dirs.")
     base_runs, cand_runs = _speculative_runs(baseline_dir), _speculative_runs(candidate_dir)
+    _check_same_lengths(baseline_dir, base_runs, candidate_dir, cand_runs)
     check_consistent(list(base_runs.values()) + list(cand_runs.values()), PAIRED_KEYS)
-    rows = []
+    rows, length_notes = [], set()
     for key in sorted(base_runs.keys() & cand_runs.keys()):
-        base, cand = base_runs[key], cand_runs[key]
-        _check_same_setting(base, cand)
-        b_req, c_req = read_parquet(base.path / REQUESTS_FILE), read_parquet(cand.path / REQUESTS_FILE)
-        _check_same_prompts(base, cand, b_req, c_req)
-        b_steps, c_steps = read_parquet(base.path / STEPS_FILE), read_parquet(cand.path / STEPS_FILE)
-        domains = b_req.groupby("domain")["request_id"].unique()
-        groups = [("all", sorted(set(b_req.request_id)))] + [(dom, sorted(ids)) for dom, ids in domains.items()]
-        # With a reasoning boundary on both sides, each segment is compared too (its steps on each side).
-        segments = ["all"] + (list(SEGMENTS) if "segment" in b_steps.columns and "segment" in c_steps.columns else [])
-        for domain, ids in groups:
-            b_part = b_steps[b_steps.domain == domain] if domain != "all" else b_steps
-            c_part = c_steps[c_steps.domain == domain] if domain != "all" else c_steps
-            for segment in segments:
-                b_seg = b_part if segment == "all" else b_part[b_part.segment == segment]
-                c_seg = c_part if segment == "all" else c_part[c_part.segment == segment]
-                figures = paired_al_difference(b_seg, c_seg, ids, seed)
-                rows.append(
-                    {"drafter": key[0], "d": key[1], "domain": domain, "n_requests": len(ids), "segment": segment}
-                    | figures
-                )
+        pair_rows, note = compare_pair(key, base_runs[key], cand_runs[key], seed)
+        rows += pair_rows
+        length_notes |= {note} if note else set()
     notes = [f"only in the baseline: drafter={k[0]} d={k[1]}" for k in sorted(base_runs.keys() - cand_runs.keys())]
     notes += [f"only in the candidate: drafter={k[0]} d={k[1]}" for k in sorted(cand_runs.keys() - base_runs.keys())]
     if not rows:
         raise SpeclensError(f"no (drafter, d) was measured on both sides; {'; '.join(notes)}.")
-    return pd.DataFrame(rows, columns=COMPARE_COLUMNS), notes
+    notes += sorted(length_notes)
+    table = pd.DataFrame(rows, columns=COMPARE_COLUMNS).astype({"input_tokens": "Int64"})
+    return table, notes
 
 
 def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
@@ -162,6 +287,9 @@ def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     segmented = (table.segment != "all").any()
     if segmented:
         header.insert(3, "segment")
+    extended = (table.context_extension != "").any()
+    if extended:
+        header.append("context extension")
     rows = []
     for r in table.itertuples():
         ci = "-" if pd.isna(r.diff_ci95_lo) else f"[{r.diff_ci95_lo:+.3f}, {r.diff_ci95_hi:+.3f}]"
@@ -177,6 +305,7 @@ def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
                 cell(r.al_diff, 3, signed=True),
                 ci,
                 "yes" if r.significant else "no",
+                *([r.context_extension or "-"] if extended else []),
             ]
         )
     return header, rows

@@ -8,6 +8,15 @@ line per drafter, CI band, measured points marked). Runs at several sampling tem
 several chat_template_kwargs (thinking on, off), are one more axis: their lines are labelled by it,
 and curve_temperature_<domain>.png draws AL against temperature per drafter and D. Runs with a
 reasoning boundary add rows per segment (thinking, answer) and curve_segments_<domain>.png.
+
+Runs whose prompts state their lengths (summary.json's `by_length`: dataset=long_context,
+SPEED-Bench's throughput splits) add each length's own curve, domain `all@<length>` (e.g.
+`all@32k`, beside the prompt sets' `<tier>@<length>` domains), so lengths are never pooled into one
+point; `input_tokens` holds the length of every row of one length (those rows and `<tier>@<length>`
+domains; empty otherwise), and `context_extension` names the extension a row was measured under
+where its length is past the target's own window, followed by those lengths where only some of
+its prompts are ("yarn x4 from 8192 at 32k" on `all`); empty otherwise. curve_lengths.png draws AL
+against D per drafter and length.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import pandas as pd
 
 from drafters import REGISTRY
 from reports import figures
+from reports.charts import extension_over
 from reports.runs import (
     CONSISTENT_ACROSS_TEMPERATURES,
     Replay,
@@ -33,7 +43,7 @@ from reports.runs import (
 from speclens.errors import ArgumentParser, SpeclensError, guarded
 from speclens.files import check_folder
 from speclens.metrics import GroupFigures, SegmentFigures
-from speclens.summary import RunSummary
+from speclens.summary import WHOLE_RUN_GROUP, RunSummary
 
 CURVE_COLUMNS = [
     "drafter",
@@ -48,10 +58,14 @@ CURVE_COLUMNS = [
     "segment",
     "chat_template_kwargs",
     "proposer",
+    "input_tokens",
+    "context_extension",
 ]
 # One point of one curve.
 CURVE_KEY = ["drafter", "d", "domain", "segment", "temperature", "chat_template_kwargs", "proposer"]
 WHOLE_OUTPUT = "all"
+# A length's own group: every prompt of that length, whatever its domain (`all@32k`).
+LENGTH_GROUP_PREFIX = f"{WHOLE_RUN_GROUP}@"
 # Where several sources give the same (drafter, d, domain), the first of these wins.
 SOURCE_ORDER = {"measured": 0, "replayed": 1, "estimated": 2}
 
@@ -66,6 +80,8 @@ def curve_row(
     segment: str = WHOLE_OUTPUT,
     template: str = "",
     proposer: str = "",
+    input_tokens: int | None = None,
+    extension: str = "",
 ) -> dict:
     """One curve point from a group's (or a segment's) figures."""
     lo, hi = figures.al_ci95 or [None, None]
@@ -82,6 +98,8 @@ def curve_row(
         "segment": segment,
         "chat_template_kwargs": template,
         "proposer": proposer,
+        "input_tokens": input_tokens,
+        "context_extension": extension,
     }
 
 
@@ -101,16 +119,53 @@ def measured_proposer(summary: RunSummary) -> str:
     return recorded or ("v1" if summary.runner == "vllm" else "")
 
 
+def length_group(label: str) -> str:
+    """The group of every prompt of one length: `all@32k`."""
+    return LENGTH_GROUP_PREFIX + label
+
+
+def is_length_group(domain: str) -> bool:
+    return domain.startswith(LENGTH_GROUP_PREFIX)
+
+
+def length_of(domain: str, by_length: dict[str, GroupFigures]) -> int | None:
+    """The input length every prompt of `domain` has: a length group's, or a `<tier>@<length>`
+    domain's where `<length>` is one of the run's own length buckets; else None."""
+    label = domain.rpartition("@")[2] if "@" in domain else None
+    figures = by_length.get(label) if label is not None else None
+    return figures.input_tokens if figures is not None else None
+
+
+def group_lengths(domain: str, by_length: dict[str, GroupFigures]) -> list[int]:
+    """The input lengths of a group's prompts: every length for `all`, the one length of a length
+    group or a `<tier>@<length>` domain; [] where they are not known."""
+    if domain == WHOLE_RUN_GROUP:
+        return [g.input_tokens for g in by_length.values() if g.input_tokens is not None]
+    tokens = length_of(domain, by_length)
+    return [] if tokens is None else [tokens]
+
+
+def measured_groups(summary: RunSummary) -> dict[str, GroupFigures]:
+    """`all`, every domain, and each length's own group where the prompts state their lengths."""
+    lengths = {length_group(label): g for label, g in (summary.by_length or {}).items()}
+    return summary.groups() | lengths
+
+
 def measured_rows(run: Run) -> list[dict]:
     s = run.summary
     proposer = measured_proposer(s)
     rows = []
-    for domain, g in s.groups().items():
+    for domain, g in measured_groups(s).items():
+        lengths = s.by_length or {}
+        extension = extension_over(s.context_window, group_lengths(domain, lengths)) or ""
+        point = dict(input_tokens=length_of(domain, lengths), extension=extension)
         rows.append(
-            curve_row(s.drafter, s.d, domain, g, "measured", run.temperature, template=run.template, proposer=proposer)
+            curve_row(
+                s.drafter, s.d, domain, g, "measured", run.temperature, WHOLE_OUTPUT, run.template, proposer, **point
+            )
         )
         rows += [
-            curve_row(s.drafter, s.d, domain, f, "measured", run.temperature, segment, run.template, proposer)
+            curve_row(s.drafter, s.d, domain, f, "measured", run.temperature, segment, run.template, proposer, **point)
             for segment, f in (g.by_segment or {}).items()
         ]
     return rows
@@ -145,7 +200,8 @@ def collect(root: Path, exclude: Collection[Path] = ()) -> pd.DataFrame:
         ["drafter", "domain", "segment", "temperature", "chat_template_kwargs", "d", "_rank"]
     )
     curves = curves.drop_duplicates(CURVE_KEY).drop(columns="_rank")
-    return curves.astype({"d": "int64"}).reset_index(drop=True)
+    curves["context_extension"] = curves["context_extension"].fillna("")
+    return curves.astype({"d": "int64", "input_tokens": "Int64"}).reset_index(drop=True)
 
 
 def _replay_rows(replay: Replay) -> pd.DataFrame:
@@ -154,6 +210,8 @@ def _replay_rows(replay: Replay) -> pd.DataFrame:
         frame["segment"] = WHOLE_OUTPUT
     if "proposer" not in frame.columns:  # replayed before both n-gram proposers were: V1's function
         frame["proposer"] = ["v1" if len(_proposers(d)) > 1 else "" for d in frame.drafter]
+    if "input_tokens" not in frame.columns:  # replayed before curves carried lengths
+        frame["input_tokens"], frame["context_extension"] = None, ""
     return frame.assign(temperature=replay.temperature, chat_template_kwargs=replay.template)[CURVE_COLUMNS]
 
 
@@ -178,7 +236,10 @@ def write_curves(root: Path, out_dir: Path | None = None, exclude: Collection[Pa
     curves.to_parquet(out_dir / "curves.parquet", index=False)
     curves.to_csv(out_dir / "curves.csv", index=False)
     whole = curves[curves.segment == WHOLE_OUTPUT]
-    for domain in sorted(curves.domain.unique()):
+    lengths = whole[whole.domain.map(is_length_group)]
+    if not lengths.empty:
+        (out_dir / "curve_lengths.png").write_bytes(figures.al_vs_d_by_length(lengths))
+    for domain in sorted(d for d in curves.domain.unique() if not is_length_group(d)):
         (out_dir / f"curve_{safe_name(domain)}.png").write_bytes(figures.al_vs_d(whole, domain))
         if curves.temperature.nunique() > 1:
             (out_dir / f"curve_temperature_{safe_name(domain)}.png").write_bytes(

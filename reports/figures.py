@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from reports.charts import speedup_points
+from reports.charts import extension_at, length_figures, length_series_names, speedup_points
 from reports.runs import Run
 from speclens.costs import GAP_TOLERANCE
 
@@ -235,6 +235,81 @@ def al_vs_turn(runs: list[Run]) -> bytes:
         ax.set_title("AL by agent turn")
 
     return draw(plot)
+
+
+def al_vs_d_by_length(curves: pd.DataFrame) -> bytes:
+    """AL against D, one line per drafter (and mode) and input length, from the length groups'
+    curve rows (domain `all@<length>`); lengths measured under a context extension dashed and named."""
+    from matplotlib.ticker import MaxNLocator
+
+    keys = _series(curves, ["drafter"])
+
+    def plot(ax):
+        for key, g in curves.sort_values("input_tokens").groupby([*keys, "input_tokens"], sort=True):
+            g = g.sort_values("d")
+            extension = g.context_extension.iloc[0]
+            label = f"{_series_label(key[:-1], keys)} {g.domain.iloc[0].partition('@')[2]}"
+            label += f" (extended: {extension})" if extension else ""
+            (line,) = ax.plot(g.d, g.al, marker="o", linestyle="--" if extension else "-", label=label)
+            ax.fill_between(g.d, g.al_ci95_lo, g.al_ci95_hi, color=line.get_color(), alpha=0.15, linewidth=0)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("draft length D")
+        ax.set_ylabel("AL (accepted + 1 per drafted step)")
+        ax.set_title("AL vs D per input length (95% CI bands)")
+
+    return draw(plot, size=(6.4, 4.2), dpi=110)
+
+
+def al_vs_length(runs: list[Run]) -> bytes:
+    """AL against the prompts' input length (log scale), one line per drafter and D with 95% CI
+    whiskers; points past the target's own window (a context extension) as open diamonds, the
+    native window dashed."""
+
+    from matplotlib.ticker import NullFormatter
+
+    names = length_series_names(runs)
+
+    def plot(ax):
+        natives, ticks = set(), {}
+        for run in runs:
+            found = [(label, g) for label, g in length_figures(run) if g.input_tokens is not None]
+            if not found:
+                continue
+            ticks |= {g.input_tokens: label for label, g in found}
+            x = [g.input_tokens for _, g in found]
+            y = [g.al for _, g in found]
+            ci = [g.al_ci95 or [g.al, g.al] for _, g in found]
+            err = [[v - c[0] for v, c in zip(y, ci)], [c[1] - v for v, c in zip(y, ci)]]
+            (line,) = ax.plot(x, y, "-", label=names[id(run)])
+            ax.errorbar(x, y, yerr=err, fmt="none", ecolor=line.get_color(), capsize=3)
+            window = run.summary.context_window
+            for tokens, value in zip(x, y):
+                extended = extension_at(window, tokens) is not None
+                ax.plot(
+                    tokens,
+                    value,
+                    "D" if extended else "o",
+                    color=line.get_color(),
+                    fillstyle="none" if extended else "full",
+                )
+                if extended:
+                    natives.add((window.native, window.extension))
+        for native, extension in sorted(natives):
+            ax.axvline(
+                native,
+                color="#444",
+                linestyle="--",
+                linewidth=1,
+                label=f"native window {native:,} (right: {extension})",
+            )
+        ax.set_xscale("log")
+        ax.set_xticks(sorted(ticks), [ticks[t] for t in sorted(ticks)])
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("input tokens (log scale)")
+        ax.set_ylabel("AL (accepted + 1 per drafted step)")
+        ax.set_title("AL by context length (whiskers: 95% CI; open diamonds: extended)")
+
+    return draw(plot, size=(6.4, 4.2), dpi=110)
 
 
 def speedups(runs: list[Run]) -> bytes | None:

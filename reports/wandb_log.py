@@ -213,7 +213,9 @@ def log_sweep(sweep_dir: Path, curves: pd.DataFrame, ranking: pd.DataFrame | Non
         tags=[f"sweep={group}"[:MAX_TAG]] + list(logger.tags),
     )
     try:
-        logged: dict[str, Any] = {"table/al_vs_d": wandb.Table(dataframe=curves)}
+        # nullable integer columns (curves' input_tokens) as floats: wandb's JSON takes no pd.NA
+        nullable = {c: "float64" for c in curves.columns if isinstance(curves[c].dtype, pd.Int64Dtype)}
+        logged: dict[str, Any] = {"table/al_vs_d": wandb.Table(dataframe=curves.astype(nullable))}
         for domain, g in curves.groupby("domain", sort=True):
             series = [(drafter, s.sort_values("d")) for drafter, s in g.groupby("drafter", sort=True)]
             logged[f"plot/al_vs_d/{domain}"] = wandb.plot.line_series(

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from speclens.metrics import TURN_KEY, accepted_cut
+from speclens.metrics import TURN_KEY, GroupFigures, accepted_cut
 
 # First-position acceptance below which a mechanism is most often set up wrong, per family: a head
 # or MTP layer trained for the target accepts its first draft token well over half the time
@@ -72,6 +72,11 @@ class RunFacts:
     # Server mode: each request turn's prompt tokens by speclens's rendering and by the server's
     # usage, where the server counted them.
     prompt_counts: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    # Where the prompts state their lengths: each length bucket's figures (summary.json's by_length),
+    # and the target's own window with the context extension the run was measured under, if any.
+    by_length: dict[str, GroupFigures] | None = None
+    native_window: int | None = None
+    context_extension: str | None = None
 
 
 def diagnose(run: RunFacts) -> list[Diagnostic]:
@@ -85,6 +90,7 @@ def diagnose(run: RunFacts) -> list[Diagnostic]:
         untemplated(run),
         sparse_drafting(run),
         prompt_drift(run),
+        long_context_decay(run),
     ]
     return [d for d in found if d is not None]
 
@@ -250,3 +256,52 @@ def prompt_drift(run: RunFacts) -> Diagnostic | None:
             "examples": examples,
         },
     )
+
+
+def long_context_decay(run: RunFacts) -> Diagnostic | None:
+    """AL that falls with the input length beyond its CI (vLLM #47602: MTP a net loss at long
+    context): a longer length's 95% CI entirely below a shorter one's; the widest such drop is named."""
+    lengths = sorted(
+        ((label, g) for label, g in (run.by_length or {}).items() if g.al_ci95 and g.input_tokens is not None),
+        key=lambda item: item[1].input_tokens,
+    )
+    falls = [
+        (short, long)
+        for i, short in enumerate(lengths)
+        for long in lengths[i + 1 :]
+        if long[1].al_ci95[1] < short[1].al_ci95[0]
+    ]
+    if not falls:
+        return None
+    (short_label, short), (long_label, long) = max(falls, key=lambda pair: pair[0][1].al - pair[1][1].al)
+    extended = run.context_extension is not None and run.native_window is not None
+    past = extended and long.input_tokens > run.native_window
+    return Diagnostic(
+        "long_context_decay",
+        "warning",
+        f"AL falls with context length: {long.al:.3f} {_ci(long.al_ci95)} at {long_label} input tokens against "
+        f"{short.al:.3f} {_ci(short.al_ci95)} at {short_label} (95% CIs apart)"
+        + (
+            f"; {long_label} was measured past the target's own window ({run.native_window} tokens), with "
+            f"{run.context_extension}"
+            if past
+            else ""
+        )
+        + "; speculation buys less at long context, and the run's pooled AL overstates what long prompts get: "
+        "choose D per length (`python -m reports.rank <dir>` ranks each length)",
+        {
+            "shorter": short_label,
+            "longer": long_label,
+            "al_shorter": short.al,
+            "al_shorter_ci95": short.al_ci95,
+            "al_longer": long.al,
+            "al_longer_ci95": long.al_ci95,
+            "falls": [[s, lo] for (s, _), (lo, _) in falls],
+            "al_by_length": {label: g.al for label, g in lengths},
+        }
+        | ({"context_extension": run.context_extension} if past else {}),
+    )
+
+
+def _ci(ci: Sequence[float]) -> str:
+    return f"[{ci[0]:.3f}, {ci[1]:.3f}]"

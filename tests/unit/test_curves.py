@@ -49,6 +49,8 @@ def test_curves_from_a_sweep_match_the_golden_file(tmp_path):
         "segment",
         "chat_template_kwargs",
         "proposer",
+        "input_tokens",
+        "context_extension",
     ]
     assert set(curves.segment) == {"all"} and set(curves.chat_template_kwargs) == {""}
     assert set(curves.proposer) == {""}  # the fake engine shows no model runner
