@@ -12,7 +12,12 @@ Hardware: `gpu=<name>` (`--list-gpus`) or `gpu=custom gpu.bf16_tflops=… gpu.hb
 (speclens/step_cost.py).
 `slo.tokens_per_s_per_user=N` answers in one line what to serve, and up to which B, for N tokens/s
 per user. Operating points: `batch_sizes=[…]` (default 1 … 256), `context_len=` one or a list (default 4096),
-`d=` one or a list (default every D with acceptance). `calibrate=<run or sweep dir measured with
+`d=` one or a list (default every D with acceptance). A run or sweep measured at several prompt
+lengths (long context) gives acceptance per length: each point takes the AL measured at the length
+nearest its context_len (of two equally near, the shorter), named in the point as `al_measured_at`;
+context_len defaults to the measured lengths, and whatif.json's `by_length` states guidelines 2 and
+3 at each measured length with the share of the step attention takes there and the best D per B
+(all predicted). `calibrate=<run or sweep dir measured with
 baseline=true>` fits the model to that machine's step costs and predicts for it (gpu=measured),
 printing each point's error, fitted and held out. Writes whatif.json to `out=` (default: the run
 or sweep dir, else outputs/whatif/<date>/<time>/) and prints the best (drafter, D) per B.
@@ -38,8 +43,10 @@ from speclens.calibrate import Measured
 from speclens.draft_cost import MECHANISMS, drafter_shape, needs_draft_config
 from speclens.errors import ConfigError, guarded
 from speclens.files import write_json_atomic
+from speclens.gpu_guidelines import at_length
 from speclens.gpus import GPUS, gpu_named
 from speclens.measured_ops import AiconfiguratorOps
+from speclens.metrics import length_label
 from speclens.model_facts import text_config
 from speclens.model_shape import ModelShape, shape_of
 from speclens.records import read_parquet
@@ -50,6 +57,7 @@ from speclens.whatif import (
     MEMORY_HEADROOM,
     Drafting,
     best,
+    best_label,
     mean_context,
     predict,
     schedule,
@@ -122,7 +130,7 @@ def measured_acceptance(source: Path, domain: str) -> dict[str, list[float]]:
         raise ConfigError(f"{source}: holds no {PROFILE_FILE} (a run or sweep dir speclens wrote, with a drafter).")
     chosen: dict[str, dict[str, Any]] = {}
     for p in read_profiles(folder):
-        if p["domain"] != domain or p.get("segment", "all") != "all":
+        if p["domain"] != domain or p.get("segment", "all") != "all" or "input_tokens" in p:
             continue
         if p["drafter"] not in chosen or p["d"] > chosen[p["drafter"]]["d"]:
             chosen[p["drafter"]] = p
@@ -130,6 +138,30 @@ def measured_acceptance(source: Path, domain: str) -> dict[str, list[float]]:
         domains = sorted({p["domain"] for p in read_profiles(folder)})
         raise ConfigError(f"{source}: no acceptance profile for domain={domain}; it has {', '.join(domains)}.")
     return {drafter: p["marginal"] for drafter, p in chosen.items()}
+
+
+# Per drafter, per length bucket's input tokens: the marginal per-position acceptance measured there.
+LengthAcceptance = dict[str, dict[int, list[float]]]
+
+
+def measured_length_acceptance(source: Path, domain: str) -> LengthAcceptance:
+    """Per drafter and length bucket, the marginal acceptance of its longest D measured at that
+    length, from the length profiles of all prompts (reports/profile.py); {} where the source has
+    none, or a domain other than all is asked for (a long-context domain is one length already)."""
+    folder = source.parent if source.name == PROFILE_FILE else source
+    if domain != "all" or not (folder / PROFILE_FILE).is_file():
+        return {}
+    chosen: dict[tuple[str, int], dict[str, Any]] = {}
+    for p in read_profiles(folder):
+        if "input_tokens" not in p or p.get("segment", "all") != "all":
+            continue
+        key = (p["drafter"], int(p["input_tokens"]))
+        if key not in chosen or p["d"] > chosen[key]["d"]:
+            chosen[key] = p
+    out: LengthAcceptance = {}
+    for (drafter, tokens), p in sorted(chosen.items()):
+        out.setdefault(drafter, {})[tokens] = p["marginal"]
+    return out
 
 
 def given_acceptance(options: dict[str, Any]) -> dict[str, list[float] | float]:
@@ -148,12 +180,15 @@ def given_acceptance(options: dict[str, Any]) -> dict[str, list[float] | float]:
 
 
 def resolve_inputs(source: Path | None, options: dict[str, Any], arch: dict[str, Any]):
-    """The target's config (arch.* applied), and per drafter its acceptance and draft config."""
+    """The target's config (arch.* applied), and per drafter its acceptance, its acceptance per
+    length bucket where measured, and its draft config."""
     stamps = _stamps(source) if source is not None and source.is_dir() else []
+    by_length: LengthAcceptance = {}
     if "al" in options or "acceptance" in options:
         acceptance = given_acceptance(options)
     elif source is not None:
         acceptance = measured_acceptance(source, options.get("domain", "all"))
+        by_length = measured_length_acceptance(source, options.get("domain", "all"))
     else:
         raise ConfigError(
             "no acceptance: give a run or sweep dir, or drafter=<name> with al=<AL> d=<D> or acceptance=[…]."
@@ -179,7 +214,7 @@ def resolve_inputs(source: Path | None, options: dict[str, Any], arch: dict[str,
         if ref is None and needs_draft_config(drafter):
             raise ConfigError(f"drafter={drafter}: give drafter.model=<folder or hub id> for its config.json.")
         draft_configs[drafter] = _read_config(ref, "drafter.model") if ref else None
-    return target_config, acceptance, draft_configs
+    return target_config, acceptance, by_length, draft_configs
 
 
 def _hardware(options: dict[str, Any], gpu_fields: dict[str, Any], eff_fields: dict[str, Any]) -> Hardware:
@@ -261,7 +296,7 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
         hw = _hardware(options, gpu_fields, eff_fields)  # checked before any config is read
         if cost_model == "aiconfigurator":
             hw = replace(hw, ops=AiconfiguratorOps(str(options["gpu"]), str(options.get("engine", "vllm"))))
-    target_config, acceptance, draft_configs = resolve_inputs(source, options, arch)
+    target_config, acceptance, by_length, draft_configs = resolve_inputs(source, options, arch)
     target = shape_of(target_config, "target.model")
     fitted = None
     if calibration is not None:  # the machine measured, in place of a GPU of the table
@@ -273,17 +308,13 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
     ds = ints(options["d"], "d") if "d" in options else None
     draftings = []
     for drafter, rates in acceptance.items():
-        if isinstance(rates, float):  # al= at one d
-            al_by_d = {ds[0]: rates}
-        else:
-            wanted = ds if ds is not None else list(range(1, len(rates) + 1))
-            al_by_d = {d: al_at(rates, d) for d in wanted if d > 0}
         draft = drafter_shape(drafter, target, draft_configs[drafter])
         if draft is not None:
             check_tp(draft, hw.tp, "the draft")
-        draftings.append(Drafting(drafter, al_by_d, draft))
+        draftings.append(drafting_of(drafter, rates, by_length.get(drafter, {}), ds, draft))
+    measured_lengths = sorted({length for d in draftings for length in d.al_by_length or {}})
     batch_sizes = ints(options.get("batch_sizes", DEFAULT_BATCH_SIZES), "batch_sizes")
-    context_lens = ints(options.get("context_len", DEFAULT_CONTEXT_LEN), "context_len")
+    context_lens = ints(options.get("context_len", measured_lengths or DEFAULT_CONTEXT_LEN), "context_len")
     if 0 in batch_sizes or 0 in context_lens:
         raise ConfigError("batch_sizes and context_len are whole numbers >= 1.")
     points = predict(draftings, target, hw, batch_sizes, context_lens, ds)
@@ -327,6 +358,10 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
             str(c): {d.drafter: schedule(points, d.drafter, c) for d in draftings} for c in context_lens
         },
     }
+    if measured_lengths:
+        result["by_length"] = [
+            length_section(length, draftings, target, hw, batch_sizes, ds) for length in measured_lengths
+        ]
     if "slo.tokens_per_s_per_user" in options:
         wanted = options["slo.tokens_per_s_per_user"]
         if isinstance(wanted, bool) or not isinstance(wanted, (int, float)) or wanted <= 0:
@@ -339,8 +374,80 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
     return result, out
 
 
+def drafting_of(
+    drafter: str, rates: list[float] | float, by_length: dict[int, list[float]], ds: list[int] | None, draft
+) -> Drafting:
+    """A drafter's AL by D (and per measured length where it has lengths) at the asked D (default:
+    every D its acceptance covers, at every length)."""
+    if isinstance(rates, float):  # al= at one d
+        return Drafting(drafter, {ds[0]: rates}, draft)
+    covered = min([len(rates), *(len(r) for r in by_length.values())])
+    wanted = [d for d in (ds if ds is not None else range(1, covered + 1)) if d > 0]
+    al_by_d = {d: al_at(rates, d) for d in wanted}
+    if not by_length:
+        return Drafting(drafter, al_by_d, draft)
+    al_by_length = {tokens: {d: al_at(r, d) for d in wanted} for tokens, r in by_length.items()}
+    labels = {tokens: length_label(tokens) for tokens in by_length}
+    return Drafting(drafter, al_by_d, draft, al_by_length, labels)
+
+
+PREDICTED = "predicted by the step-cost model from the acceptance measured at this length"
+
+
+def length_section(
+    length: int, draftings: list[Drafting], target: ModelShape, hw: Hardware, batch_sizes: list[int], ds
+) -> dict[str, Any]:
+    """At one measured length: the AL measured there, guidelines 2 and 3 with the share of the step
+    attention takes, and the best (drafter, D) per B, all but the AL predicted."""
+    guidelines = at_length(target, hw, length, batch_sizes)
+    points = predict(draftings, target, hw, batch_sizes, [length], ds)
+    return {
+        "length": length_label(length),
+        "context_len": length,
+        "source": PREDICTED,
+        "al_measured": {
+            d.drafter: {str(k): al for k, al in sorted(d.al_by_length[length].items())}
+            for d in draftings
+            if d.al_by_length and length in d.al_by_length
+        },
+        "g": guidelines.g,
+        "guideline_2_d": guidelines.starting_d,
+        "guideline_3_ds": guidelines.tile_aligned,
+        "by_batch_size": [asdict(b) for b in guidelines.by_batch],
+        "best": best(points),
+    }
+
+
+def length_lines(result: dict[str, Any]) -> list[str]:
+    """Per measured length: guidelines 2 and 3, the attention share and the best D, one block each."""
+    out = []
+    for section in result.get("by_length") or []:
+        al = "; ".join(
+            f"{drafter} " + ", ".join(f"D={d}: {v:.2f}" for d, v in by_d.items())
+            for drafter, by_d in section["al_measured"].items()
+        )
+        out.append(
+            f"at {section['length']} ({section['context_len']} tokens; AL measured there: {al}): guideline 2 "
+            f"D={section['guideline_2_d']} (G={section['g']}), guideline 3 D in {section['guideline_3_ds'][:4]}; "
+            "predicted:"
+        )
+        best_at = {b["batch_size"]: b for b in section["best"]}
+        for b in section["by_batch_size"]:
+            knees = ", ".join(map(str, b["knees"][:4])) or "none up to D=64"
+            chosen = best_at.get(b["batch_size"])
+            what = best_label(chosen)
+            out.append(
+                f"  B={b['batch_size']}: attention {b['attention_share_plain']:.0%} of T_verif(B), "
+                f"{b['attention_share_at_starting_d']:.0%} at D={section['guideline_2_d']}; T_verif steps up after "
+                f"D = {knees}; best {what}"
+            )
+    return out
+
+
 def table(result: dict[str, Any]) -> str:
-    """The best per (B, context length); where plain decoding wins, its own step."""
+    """The best per (B, context length), predicted; where plain decoding wins, its own step. With
+    acceptance per length, the length whose AL each row took."""
+    by_length = any("al_measured_at" in p for p in result["points"])
     rows = []
     for b in result["best"]:
         here = [
@@ -354,8 +461,10 @@ def table(result: dict[str, Any]) -> str:
         what = "plain" if b["drafter"] == "none" else f"{b['drafter']} d={b['d']}"
         rows.append([str(b["batch_size"]), str(b["context_len"]), what, f"{al:.2f}", f"{t_plain:.2f}"])
         rows[-1] += [f"{t_step:.2f}", f"{b['speedup']:.2f}", bound]
+        if by_length:
+            rows[-1].append("-" if chosen is None else chosen.get("al_measured_at", "-"))
     header = ["B", "context", "best", "AL", "T_verif(B) ms", "T_step ms", "speedup", "bound"]
-    return text_table(header, rows)
+    return text_table(header + (["AL measured at"] if by_length else []), rows)
 
 
 def slo_line(result: dict[str, Any]) -> str | None:
@@ -412,6 +521,8 @@ def main(argv: list[str]) -> int:
                 f"fit {p['error']:+.1%}, held out {held}"
             )
     print(table(result))
+    for line in length_lines(result):
+        print(line)
     left_out = sum(not p["fits"] for p in result["points"])
     if left_out:
         print(f"{left_out} points left out: weights and KV cache above 90% of the GPU's memory")

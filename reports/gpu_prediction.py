@@ -1,10 +1,14 @@
 """The report's answer for another machine (`reports.build DIR --gpu=<name>`): for each measured
 run and batch size, the speedup the step-cost model predicts on that GPU from the acceptance
-measured here (speclens/whatif.py), beside the speedup measured here."""
+measured here (speclens/whatif.py), beside the speedup measured here. A run measured at several
+prompt lengths gets one row per length at each batch size, from that length's own AL and mean
+context, rather than one from a context pooled over lengths."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pandas as pd
 
 from reports.page import Section
 from reports.runs import Run
@@ -15,6 +19,7 @@ from speclens.model_shape import shape_of
 from speclens.records import read_parquet
 from speclens.run_files import REQUESTS_FILE
 from speclens.step_cost import Hardware, check_tp
+from speclens.summary import OperatingPoint
 from speclens.whatif import Drafting, mean_context, point
 
 HEADER = ["drafter", "D", "B", "context", "AL (measured)", "speedup here", "predicted speedup", "bound"]
@@ -43,17 +48,31 @@ def prediction_rows(runs: list[Run], hw: Hardware) -> tuple[list[list[str]], lis
             notes.append(f"{run.path.name}: not predicted ({exc}).")
             continue
         requests = read_parquet(run.path / REQUESTS_FILE)
-        drafting = Drafting(summary.drafter, {summary.d: summary.al}, draft)
         for op in summary.operating_points:
             mine = requests[requests.batch_size == op.batch_size]
-            context = mean_context(mine.prompt_tokens, mine.output_tokens)
-            p = point(drafting, summary.d, op.batch_size, context, target, hw)
-            here = "-" if op.speedup is None else f"x{op.speedup:.2f}"
-            rows.append(
-                [summary.mechanism, str(summary.d), str(op.batch_size), str(context), f"{summary.al:.2f}", here]
-                + [f"x{p['speedup']:.2f}", p["bound"]]
-            )
+            for al, speedup, group in _groups(summary.al, op, mine):
+                context = mean_context(group.prompt_tokens, group.output_tokens)
+                p = point(
+                    Drafting(summary.drafter, {summary.d: al}, draft), summary.d, op.batch_size, context, target, hw
+                )
+                here = "-" if speedup is None else f"x{speedup:.2f}"
+                rows.append(
+                    [summary.mechanism, str(summary.d), str(op.batch_size), str(context), f"{al:.2f}", here]
+                    + [f"x{p['speedup']:.2f}", p["bound"]]
+                )
     return rows, notes
+
+
+def _groups(al: float, op: OperatingPoint, requests: pd.DataFrame) -> list[tuple[float, float | None, pd.DataFrame]]:
+    """(AL, speedup measured here, requests) of the operating point: each length bucket's where it
+    has them (with AL), else all its requests with the run's AL."""
+    if not op.by_length or "input_tokens" not in requests.columns:
+        return [(al, op.speedup, requests)]
+    return [
+        (length.al, length.speedup, requests[requests.input_tokens == length.input_tokens])
+        for length in op.by_length.values()
+        if length.al is not None and (requests.input_tokens == length.input_tokens).any()
+    ]
 
 
 def gpu_section(runs: list[Run], hw: Hardware) -> Section:

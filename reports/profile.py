@@ -12,6 +12,13 @@ handed to tools reading that layout (`marginal_accept_rates` for vLLM's syntheti
 `conditional_accept_rates` for Dynamo's mocker).
 
 Checked on writing: 1 + Σ marginal = AL and the marginal never increases.
+
+Where the prompts state their lengths (long context), a run also has one profile per length
+bucket over all its prompts of that length (`domain` all, with `length` and `input_tokens`), and a
+ranked sweep's file gains `num_speculative_tokens_by_context`: the (B, context) -> D table of the
+serve.json beside it, one row per mechanism and length bucket with the contexts it serves and its
+`num_speculative_tokens_per_batch_size` (reports/serve.py `context_table`). Files without lengths
+are as before (schema version 1: readers of it ignore the added key).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from typing import Any
 
 import pandas as pd
 
+from reports.serve import SERVE_FILE, context_table
 from runners.zero_cost_proposer import CLASS_PATH
 from speclens import metrics
 from speclens.errors import CorruptRecord
@@ -98,11 +106,25 @@ def run_profiles(run_dir: Path, summary: RunSummary) -> list[dict[str, Any]]:
         if segmented
         for segment, part in group.groupby("segment", sort=True)
     ]
-    return [
+    profiles = [
         p
         for domain, segment, group in parts
         if (p := profile(summary.mechanism, summary.d, domain, group, segment)) is not None
     ]
+    return profiles + length_profiles(summary, steps)
+
+
+def length_profiles(summary: RunSummary, steps: pd.DataFrame) -> list[dict[str, Any]]:
+    """One profile per length bucket of the steps (all their prompts of that length), shortest
+    first; [] where the records carry no lengths."""
+    if "input_tokens" not in steps.columns:
+        return []
+    out = []
+    for tokens, group in steps.dropna(subset=["input_tokens"]).groupby("input_tokens", sort=True):
+        found = profile(summary.mechanism, summary.d, "all", group)
+        if found is not None:
+            out.append(found | {"length": metrics.length_label(int(tokens)), "input_tokens": int(tokens)})
+    return out
 
 
 # What every profile entry holds (a run's file is checked for them before a sweep gathers it).
@@ -130,7 +152,25 @@ def read_profiles(run_dir: Path) -> list[dict[str, Any]]:
     return profiles
 
 
+CONTEXT_TABLE_KEY = "num_speculative_tokens_by_context"
+
+
+def context_table_beside(out_dir: Path) -> list[dict[str, Any]]:
+    """The (B, context) -> D table of the serve.json in `out_dir` ([] without one, or without lengths)."""
+    try:
+        plan = json.loads((out_dir / SERVE_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return []
+    return context_table(plan) if isinstance(plan, dict) else []
+
+
 def write_profiles(profiles: list[dict[str, Any]], out_dir: Path) -> Path:
+    """speculation_profile.json in `out_dir`, with the table of the serve.json there where it has one
+    (a sweep's ranking is written before its profiles are gathered)."""
     path = out_dir / PROFILE_FILE
-    write_json_atomic({"schema_version": PROFILE_VERSION, "profiles": profiles}, path)
+    data: dict[str, Any] = {"schema_version": PROFILE_VERSION, "profiles": profiles}
+    table = context_table_beside(out_dir)
+    if table:
+        data[CONTEXT_TABLE_KEY] = table
+    write_json_atomic(data, path)
     return path

@@ -3,7 +3,10 @@ and operating point by speedup over plain decoding (guideline 5; computed in rep
 with the guidelines set against the measured best D.
 
 Writes ranking.csv, ranking.md, serve.json (what to deploy: reports/serve.py) and pareto.png into
---out (default: the first dir given), and prints the ranking's tables.
+--out (default: the first dir given), and prints the ranking's tables. Runs with length buckets
+(long context) are also ranked per length and batch size: ranking_by_length.csv, a section of
+ranking.md, serve.json's `by_length`, and the (B, context) -> D table in the
+speculation_profile.json written beside them (reports/profile.py).
 """
 
 from __future__ import annotations
@@ -16,12 +19,22 @@ from typing import Collection
 import pandas as pd
 
 from reports import figures
-from reports.ranking import find_all_runs, mode_label, pareto_front, rank_runs, tables
+from reports.profile import read_profiles, write_profiles
+from reports.ranking import (
+    LENGTH_TABLE,
+    find_all_runs,
+    has_lengths,
+    length_ranking_rows,
+    mode_label,
+    pareto_front,
+    rank_runs,
+    tables,
+)
 from reports.runs import Run
 from reports.serve import SERVE_FILE, serve_markdown, serve_plan
 from reports.table import cell, markdown_table, text_table
 from speclens import costs
-from speclens.errors import ArgumentParser, guarded
+from speclens.errors import ArgumentParser, CorruptRecord, guarded
 from speclens.files import check_folder, write_json_atomic
 from speclens.guidelines import Guidelines, low_latency_speedup
 from speclens.text import markdown_safe
@@ -187,6 +200,80 @@ def terminal_table(ranking: pd.DataFrame) -> str:
     return "\n".join(out)
 
 
+# -- per length bucket ---------------------------------------------------------------------------
+
+LENGTH_RANKING_FILE = "ranking_by_length.csv"
+LENGTH_DISPLAY = [
+    ("rank", "rank", 0),
+    ("drafter", "drafter", 0),
+    ("d", "D", 0),
+    ("speedup", "speedup", 2),
+    ("speedup_source", "source", 0),
+    ("al", "AL", 2),
+    ("tokens_per_step", "tokens/step", 2),
+    ("t_verif_ms", "T_verif(B) ms", 1),
+    ("t_verif_spec_ms", "T_verif(B(1+D)) ms", 1),
+    ("t_draft_ms", "T_draft ms", 1),
+    ("output_tokens_per_s", "output tok/s", 1),
+]
+
+
+def length_tables(lengths: pd.DataFrame):
+    """(heading, rows) of each table of the per-length ranking, the mode named only where there
+    are several, a length past the target's own window marked with its extension."""
+    for (t, template, _, b), group in lengths.groupby(LENGTH_TABLE, sort=True):
+        mode = mode_label(t, template, lengths)
+        extension = next((e for e in group.context_extension if isinstance(e, str)), None)
+        label = group.length.iloc[0] + (f" (past the native window: {extension})" if extension else "")
+        yield (f"{mode}, " if mode else "") + f"length {label}, batch size {b}", group
+
+
+def length_markdown(lengths: pd.DataFrame) -> str:
+    out = [
+        "## By context length",
+        "",
+        "Each length bucket ranked from its own figures: a pass runs one length at a time, so its AL, "
+        "tokens per step, throughput and step costs are that length's; the speedup is measured where the "
+        "run had a baseline, else predicted from the length's tokens per step and step costs.",
+        "",
+    ]
+    for heading, group in length_tables(lengths):
+        out += [
+            f"### {markdown_safe(heading)}",
+            "",
+            f"{_verdict(group)}.",
+            "",
+            markdown_table([label for _, label, _ in LENGTH_DISPLAY], display_rows(group, LENGTH_DISPLAY)),
+            "",
+        ]
+    return "\n".join(out) + "\n"
+
+
+def length_terminal_table(lengths: pd.DataFrame) -> str:
+    out = []
+    for heading, group in length_tables(lengths):
+        rows = display_rows(group, LENGTH_DISPLAY)
+        out += [
+            f"{heading.replace('batch size ', 'B=')}: {_verdict(group)}",
+            text_table([label for _, label, _ in LENGTH_DISPLAY], rows, left_columns=0),
+            "",
+        ]
+    return "\n".join(out)
+
+
+def profiles_with_table(runs: list[Run], out_dir: Path) -> None:
+    """speculation_profile.json in `out_dir` from the runs' own profiles, with the (B, context) -> D
+    table of the serve.json just written there (a job whose file is unreadable is left out, as a
+    sweep's gathering leaves it out and names it)."""
+    profiles = []
+    for run in runs:
+        try:
+            profiles += read_profiles(run.path)
+        except CorruptRecord:
+            continue
+    write_profiles(profiles, out_dir)
+
+
 def plot_pareto(ranking: pd.DataFrame) -> bytes:
     """The measured operating points (all prompts) with their Pareto front."""
     points = ranking[(ranking.domain == "all") & ranking.output_tokens_per_s.notna()].copy()
@@ -202,17 +289,33 @@ def plot_pareto(ranking: pd.DataFrame) -> bytes:
 def write_ranking(
     dirs: list[Path], out_dir: Path | None = None, exclude: Collection[Path] = ()
 ) -> tuple[pd.DataFrame, list[str]]:
+    ranking, _, notes = write_rankings(dirs, out_dir, exclude)
+    return ranking, notes
+
+
+def write_rankings(
+    dirs: list[Path], out_dir: Path | None = None, exclude: Collection[Path] = ()
+) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """The ranking's files; the ranking, the per-length ranking (empty without lengths) and notes."""
     runs = find_all_runs(dirs, exclude)
     out_dir = out_dir or dirs[0]
     out_dir.mkdir(parents=True, exist_ok=True)
     ranking = rank_runs(runs)
     notes = guideline_notes(runs, ranking)
     ranking.to_csv(out_dir / "ranking.csv", index=False)
-    plan = serve_plan(ranking, runs)
+    lengths = length_ranking_rows(runs) if has_lengths(runs) else pd.DataFrame()
+    plan = serve_plan(ranking, runs, lengths)
     write_json_atomic(plan, out_dir / SERVE_FILE)
-    (out_dir / "ranking.md").write_text(ranking_markdown(ranking, notes) + "\n" + "\n".join(serve_markdown(plan)))
+    markdown = ranking_markdown(ranking, notes)
+    if lengths.empty:
+        (out_dir / LENGTH_RANKING_FILE).unlink(missing_ok=True)
+    else:
+        lengths.to_csv(out_dir / LENGTH_RANKING_FILE, index=False)
+        markdown += "\n" + length_markdown(lengths)
+        profiles_with_table(runs, out_dir)
+    (out_dir / "ranking.md").write_text(markdown + "\n" + "\n".join(serve_markdown(plan)))
     (out_dir / "pareto.png").write_bytes(plot_pareto(ranking))
-    return ranking, notes
+    return ranking, lengths, notes
 
 
 @guarded
@@ -223,8 +326,10 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.out is not None:
         check_folder(args.out, "--out")
-    ranking, notes = write_ranking(args.dirs, args.out)
+    ranking, lengths, notes = write_rankings(args.dirs, args.out)
     print(terminal_table(ranking))
+    if not lengths.empty:
+        print(length_terminal_table(lengths))
     print("\n".join(notes))
     print(f"ranking: {(args.out or args.dirs[0]) / 'ranking.csv'}")
     return 0

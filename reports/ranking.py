@@ -8,6 +8,12 @@ mixed run it is predicted from the domain's tokens per step and the run's measur
 (speclens/costs.py), corrected by the run's speedup account where it has one, and labelled so.
 Plain decoding (`none`, speedup 1 by definition) is ranked beside the mechanisms: where it ranks
 first, speculation does not pay at that operating point.
+
+Runs whose prompts state their lengths (summary.json `by_length`) are also ranked per length
+bucket and batch size (`length_ranking_rows`), each entry from that length's own figures: its AL
+and tokens per step, and its measured speedup (a pass runs one length at a time, so each length
+has its own throughput and step costs), else its predicted one. An entry past the target's own
+window names the context extension it was measured under.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from reports.runs import (
 from reports.table import median_ms
 from speclens import costs
 from speclens.errors import SpeclensError
-from speclens.summary import DomainPoint, OperatingPoint
+from speclens.summary import DomainPoint, LengthPoint, OperatingPoint
 
 RANK_COLUMNS = [
     "domain",
@@ -333,6 +339,138 @@ def rank_runs(runs: list[Run]) -> pd.DataFrame:
             + ". Re-run those with baseline=true (and the same batch_sizes)."
         )
     return ranking_rows(runs)
+
+
+# -- per length bucket ---------------------------------------------------------------------------
+
+LENGTH_RANK_COLUMNS = [
+    "length",
+    "input_tokens",
+    "batch_size",
+    "drafter",
+    "d",
+    "rank",
+    "speedup",
+    "speedup_source",
+    "measured_speedup",
+    "predicted_speedup",
+    "al",
+    "al_ci95_lo",
+    "al_ci95_hi",
+    "tokens_per_step",
+    "t_verif_ms",
+    "t_verif_spec_ms",
+    "t_draft_ms",
+    "t_step_ms",
+    "output_tokens_per_s",
+    # The context extension an entry past the target's own window was measured under (else empty).
+    "context_extension",
+    "run",
+    "temperature",
+    "chat_template_kwargs",
+    # Entries of one table with the same speedup share a rank (no repeats' ranges per length).
+    "tie",
+]
+# One table of the per-length ranking: entries in the same mode, length bucket and batch size.
+LENGTH_TABLE = ["temperature", "chat_template_kwargs", "input_tokens", "batch_size"]
+
+
+def extension_at(run: Run, input_tokens: int | None) -> str | None:
+    """The context extension a length's figures depend on: the run's, where the length is past the
+    target's own window (None within it, or without an extension)."""
+    window = run.summary.context_window
+    if window is None or not window.extended or window.native is None or input_tokens is None:
+        return None
+    return window.extension if input_tokens > window.native else None
+
+
+def _length_speedup(figures: LengthPoint) -> tuple[float | None, str]:
+    """The length's measured speedup where its passes measured one, else its prediction."""
+    if figures.speedup is not None:
+        return figures.speedup, "measured"
+    if figures.predicted_corrected is not None:
+        return figures.predicted_corrected, "predicted (corrected)"
+    return figures.predicted_speedup, "predicted"
+
+
+def _length_common(run: Run, label: str, batch_size: int, figures: LengthPoint) -> dict[str, Any]:
+    return {
+        "length": label,
+        "input_tokens": figures.input_tokens,
+        "batch_size": batch_size,
+        "t_verif_ms": median_ms(figures.t_verif),
+        "context_extension": extension_at(run, figures.input_tokens),
+        "run": str(run.path),
+        "temperature": run.temperature,
+        "chat_template_kwargs": run.template,
+    }
+
+
+def _length_row(run: Run, batch_size: int, label: str, figures: LengthPoint) -> dict[str, Any]:
+    speedup, source = _length_speedup(figures)
+    lo, hi = figures.al_ci95 or (None, None)
+    return _length_common(run, label, batch_size, figures) | {
+        "drafter": run.summary.mechanism,
+        "d": run.summary.d,
+        "speedup": speedup,
+        "speedup_source": source,
+        "measured_speedup": figures.speedup,
+        "predicted_speedup": figures.predicted_speedup,
+        "al": figures.al,
+        "al_ci95_lo": lo,
+        "al_ci95_hi": hi,
+        "tokens_per_step": figures.tokens_per_step,
+        "t_verif_spec_ms": median_ms(figures.t_verif_spec),
+        "t_draft_ms": figures.t_draft_ms,
+        "t_step_ms": median_ms(figures.t_step),
+        "output_tokens_per_s": figures.output_tokens_per_s,
+    }
+
+
+def _plain_length_row(run: Run, batch_size: int, label: str, figures: LengthPoint) -> dict[str, Any]:
+    """Plain decoding at this length and batch size: speedup 1 by definition."""
+    speculative = run.summary.d is not None
+    return _length_common(run, label, batch_size, figures) | {
+        "drafter": "none",
+        "d": None,
+        "speedup": 1.0,
+        "speedup_source": "measured",
+        "measured_speedup": 1.0,
+        "tokens_per_step": 1.0,
+        "t_step_ms": median_ms(figures.t_verif),
+        "output_tokens_per_s": figures.baseline_output_tokens_per_s if speculative else figures.output_tokens_per_s,
+    }
+
+
+def has_lengths(runs: list[Run]) -> bool:
+    """Whether any run measured length buckets at its operating points."""
+    return any(point.by_length for run in runs for point in run.summary.operating_points)
+
+
+def length_ranking_rows(runs: list[Run]) -> pd.DataFrame:
+    """Per (mode, length bucket, B): the mechanisms ranked by that length's own speedup, plain
+    decoding beside them (from a drafter=none run first, else from any baseline pass); empty
+    where no run has length buckets."""
+    rows: list[dict[str, Any]] = []
+    plain: dict[tuple, dict[str, Any]] = {}
+    for run in runs:
+        s = run.summary
+        for point in s.operating_points:
+            for label, figures in (point.by_length or {}).items():
+                if s.d is not None:
+                    rows.append(_length_row(run, point.batch_size, label, figures))
+                key = (run.temperature, run.template, figures.input_tokens, point.batch_size)
+                if figures.t_verif is not None and (key not in plain or s.d is None):
+                    plain[key] = _plain_length_row(run, point.batch_size, label, figures)
+    frame = pd.DataFrame(rows + list(plain.values()), columns=LENGTH_RANK_COLUMNS)
+    if frame.empty:
+        return frame
+    order = [*LENGTH_TABLE, "speedup"]
+    frame = frame.sort_values(order, ascending=[True] * len(LENGTH_TABLE) + [False], na_position="last")
+    frame = frame.reset_index(drop=True)
+    frame["rank"] = frame.groupby(LENGTH_TABLE)["speedup"].rank(method="min", ascending=False).astype("Int64")
+    frame["tie"] = (frame.groupby([*LENGTH_TABLE, "speedup"])["speedup"].transform("size") > 1).fillna(False)
+    return frame
 
 
 def pareto_front(points: pd.DataFrame) -> pd.DataFrame:

@@ -6,6 +6,12 @@ there; 0 where plain decoding beat every D of it).
 
 Ties (equal speedups, or ranges over repeats that overlap) go to the smaller D, plain decoding
 counting as D = 0: where the data cannot tell two settings apart, the cheaper one is served.
+
+Where the runs measured length buckets (summary.json `by_length`), each plan also holds `by_length`:
+per length bucket, the same winners, schedules and schedule configs decided from that length's own
+figures (reports/ranking.py `length_ranking_rows`), the contexts it serves (`context_range`: those
+nearer to it than to any other measured length, ties to the shorter; speclens/whatif.py) and, past
+the target's own window, the context extension its figures were measured under.
 """
 
 from __future__ import annotations
@@ -15,8 +21,10 @@ from typing import Any
 
 import pandas as pd
 
+from reports.ranking import has_lengths, length_ranking_rows
 from reports.runs import Run, template_label
 from speclens.text import markdown_safe
+from speclens.whatif import length_ranges
 
 SERVE_FILE = "serve.json"
 
@@ -26,11 +34,12 @@ def _key(row: Any) -> int:
 
 
 def _tied(a: Any, b: Any) -> bool:
-    """Whether two ranking rows cannot be told apart: the same speedup, or overlapping ranges."""
+    """Whether two ranking rows cannot be told apart: the same speedup, or overlapping ranges
+    (rows without ranges, e.g. per length, tie on equal speedups only)."""
     if a.speedup == b.speedup:
         return True
-    ranges = (a.speedup_lo, a.speedup_hi, b.speedup_lo, b.speedup_hi)
-    return not any(pd.isna(v) for v in ranges) and a.speedup_lo <= b.speedup_hi and b.speedup_lo <= a.speedup_hi
+    a_lo, a_hi, b_lo, b_hi = (getattr(row, key, None) for row in (a, b) for key in ("speedup_lo", "speedup_hi"))
+    return not any(pd.isna(v) for v in (a_lo, a_hi, b_lo, b_hi)) and a_lo <= b_hi and b_lo <= a_hi
 
 
 def _best(rows: pd.DataFrame) -> Any:
@@ -63,9 +72,13 @@ def winners(ranking: pd.DataFrame, configs: dict[str, dict[str, Any] | None]) ->
 def schedule(ranking: pd.DataFrame, drafter: str, max_num_seqs: int) -> list[list[int]]:
     """[[start, end, k], …] over 1 … max_num_seqs from the drafter's best D at each measured B
     (all prompts; 0 where plain decoding wins); each B's D holds up to the next measured B."""
-    overall = ranking[ranking.domain == "all"]
+    return batch_schedule(ranking[ranking.domain == "all"], drafter, max_num_seqs)
+
+
+def batch_schedule(rows: pd.DataFrame, drafter: str, max_num_seqs: int) -> list[list[int]]:
+    """The schedule of `schedule` from rows of one group of prompts (all of them, or one length)."""
     picks = []
-    for b, group in overall.groupby("batch_size", sort=True):
+    for b, group in rows.groupby("batch_size", sort=True):
         candidates = group[group.drafter.isin([drafter, "none"])]
         if (candidates.drafter == drafter).any():
             picks.append((int(b), _key(_best(candidates))))
@@ -80,26 +93,46 @@ def schedule(ranking: pd.DataFrame, drafter: str, max_num_seqs: int) -> list[lis
     return out
 
 
-def serve_plan(ranking: pd.DataFrame, runs: list[Run]) -> dict[str, Any]:
+def serve_plan(ranking: pd.DataFrame, runs: list[Run], lengths: pd.DataFrame | None = None) -> dict[str, Any]:
     """serve.json's content: per mode (sampling temperature and chat_template_kwargs), winners, each
     mechanism's schedule and the speculative config that serves it (null where the mechanism never
-    pays). One mode: that plan with its `temperature` and `chat_template_kwargs`; several:
-    `{"by_temperature": [plan, ...]}`, one plan per mode."""
+    pays), and with length buckets the same per length (`lengths`: the per-length ranking, computed
+    from `runs` where not given). One mode: that plan with its `temperature` and
+    `chat_template_kwargs`; several: `{"by_temperature": [plan, ...]}`, one plan per mode."""
+    if lengths is None:
+        lengths = length_ranking_rows(runs) if has_lengths(runs) else pd.DataFrame()
     by_path = {str(run.path): run for run in runs}
     plans = []
-    for (t, _), group in ranking.groupby(["temperature", "chat_template_kwargs"], sort=True):
+    for (t, template), group in ranking.groupby(["temperature", "chat_template_kwargs"], sort=True):
         kwargs = next((by_path[p].get("config.chat_template_kwargs") for p in group.run if p in by_path), None)
-        plans.append(_plan(group, runs) | {"temperature": float(t), "chat_template_kwargs": kwargs or {}})
+        plan = _plan(group, runs)
+        if not lengths.empty:
+            mode = lengths[(lengths.temperature == t) & (lengths.chat_template_kwargs == template)]
+            if not mode.empty:
+                plan["by_length"] = length_plans(mode, runs)
+        plans.append(plan | {"temperature": float(t), "chat_template_kwargs": kwargs or {}})
     return plans[0] if len(plans) == 1 else {"by_temperature": plans}
 
 
-def _plan(ranking: pd.DataFrame, runs: list[Run]) -> dict[str, Any]:
-    configs = {str(run.path): run.stamp.get("speculative_config") for run in runs}
-    max_num_seqs = max(int((run.stamp.get("config") or {}).get("engine", {}).get("max_num_seqs") or 1) for run in runs)
+def _configs(runs: list[Run]) -> dict[str, dict[str, Any] | None]:
+    """Each run's exact speculative config, by its path."""
+    return {str(run.path): run.stamp.get("speculative_config") for run in runs}
+
+
+def _max_num_seqs(runs: list[Run]) -> int:
+    return max(int((run.stamp.get("config") or {}).get("engine", {}).get("max_num_seqs") or 1) for run in runs)
+
+
+def _schedules(rows: pd.DataFrame, runs: list[Run], max_num_seqs: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Per mechanism measured in `rows` (one group of prompts), its schedule and the speculative
+    config that serves it (None where it never pays or no run holds its config)."""
+    configs = _configs(runs)
     schedules, schedule_configs = {}, {}
     # Schedules are built from fixed-D runs; a run of a schedule is ranked (and may win) as it is.
-    for drafter in sorted(d for d in set(ranking.drafter) - {"none"} if not d.endswith("(schedule)")):
-        plan = schedule(ranking, drafter, max_num_seqs)
+    for drafter in sorted(d for d in set(rows.drafter) - {"none"} if not d.endswith("(schedule)")):
+        plan = batch_schedule(rows, drafter, max_num_seqs)
+        if not plan:
+            continue
         schedules[drafter] = plan
         top_k = max(k for _, _, k in plan)
         base = next(
@@ -111,12 +144,94 @@ def _plan(ranking: pd.DataFrame, runs: list[Run]) -> dict[str, Any]:
             if top_k == 0 or base is None
             else (base | {"num_speculative_tokens": top_k, "num_speculative_tokens_per_batch_size": plan})
         )
+    return schedules, schedule_configs
+
+
+def _plan(ranking: pd.DataFrame, runs: list[Run]) -> dict[str, Any]:
+    max_num_seqs = _max_num_seqs(runs)
+    schedules, schedule_configs = _schedules(ranking[ranking.domain == "all"], runs, max_num_seqs)
     return {
-        "winners": winners(ranking, configs),
+        "winners": winners(ranking, _configs(runs)),
         "schedules": schedules,
         "schedule_configs": schedule_configs,
         "max_num_seqs": max_num_seqs,
     }
+
+
+def _context_limit(runs: list[Run], longest: int) -> int:
+    """The longest context the plans serve: the engines' max_model_len, at least the longest length."""
+    limits = [run.summary.context_window.max_model_len for run in runs if run.summary.context_window is not None]
+    return max([longest, *limits])
+
+
+def length_plans(lengths: pd.DataFrame, runs: list[Run]) -> list[dict[str, Any]]:
+    """Per length bucket of one mode, shortest first: its winners per B and each mechanism's
+    `num_speculative_tokens_per_batch_size` schedule, decided from that length's own figures."""
+    configs, max_num_seqs = _configs(runs), _max_num_seqs(runs)
+    buckets = sorted(int(t) for t in lengths.input_tokens.dropna().unique())
+    ranges = length_ranges(buckets, _context_limit(runs, buckets[-1]))
+    out = []
+    for tokens, context_range in zip(buckets, ranges):
+        rows = lengths[lengths.input_tokens == tokens]
+        extension = next((e for e in rows.context_extension if isinstance(e, str)), None)
+        schedules, schedule_configs = _schedules(rows, runs, max_num_seqs)
+        out.append(
+            {
+                "length": str(rows.length.iloc[0]),
+                "input_tokens": tokens,
+                "context_range": context_range,
+                "context_extension": extension,
+                "winners": length_winners(rows, configs),
+                "schedules": schedules,
+                "schedule_configs": schedule_configs,
+            }
+        )
+    return out
+
+
+def length_winners(rows: pd.DataFrame, configs: dict[str, dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """Per B at one length, the winner by that length's own speedup and its speculative config."""
+    out = []
+    for b, group in rows.groupby("batch_size", sort=True):
+        if not group.speedup.notna().any():
+            continue
+        best = _best(group)
+        out.append(
+            {
+                "batch_size": int(b),
+                "drafter": best.drafter,
+                "d": None if pd.isna(best.d) else int(best.d),
+                "speedup": float(best.speedup),
+                "speedup_source": best.speedup_source,
+                "al": None if pd.isna(best.al) else float(best.al),
+                "tokens_per_step": None if pd.isna(best.tokens_per_step) else float(best.tokens_per_step),
+                "context_extension": best.context_extension if isinstance(best.context_extension, str) else None,
+                "speculative_config": None if best.drafter == "none" else configs.get(best.run),
+            }
+        )
+    return out
+
+
+def context_table(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The (B, context) -> D table of a serve.json (any mode layout): per mode, mechanism and length
+    bucket, the contexts it serves and its `num_speculative_tokens_per_batch_size`; [] without lengths."""
+    rows = []
+    for one in plan.get("by_temperature") or [plan]:
+        for bucket in one.get("by_length") or []:
+            for drafter, steps in bucket["schedules"].items():
+                rows.append(
+                    {
+                        "drafter": drafter,
+                        "temperature": one.get("temperature"),
+                        "chat_template_kwargs": one.get("chat_template_kwargs") or {},
+                        "context_range": bucket["context_range"],
+                        "length": bucket["length"],
+                        "input_tokens": bucket["input_tokens"],
+                        "context_extension": bucket["context_extension"],
+                        "num_speculative_tokens_per_batch_size": steps,
+                    }
+                )
+    return rows
 
 
 def serve_markdown(plan: dict[str, Any]) -> list[str]:
@@ -154,6 +269,38 @@ def _plan_markdown(plan: dict[str, Any]) -> list[str]:
     for drafter, steps in plan["schedules"].items():
         config = plan["schedule_configs"].get(drafter)
         out.append(f"- {drafter} schedule {steps}: " + ("never pays here" if config is None else f"`{_json(config)}`"))
+    out.append("")
+    if plan.get("by_length"):
+        out += _lengths_markdown(plan["by_length"])
+    return out
+
+
+def _extension_note(extension: str | None) -> str:
+    return f" [measured past the native window under {extension}]" if extension else ""
+
+
+def _lengths_markdown(buckets: list[dict[str, Any]]) -> list[str]:
+    out = [
+        "Per context length: the winner at each batch size from that length's own figures, and each "
+        "mechanism's `num_speculative_tokens_per_batch_size` schedule for a deployment whose contexts "
+        "fall in the length's range (nearest measured length). In serve.json `by_length`.",
+        "",
+    ]
+    for bucket in buckets:
+        start, end = bucket["context_range"]
+        out.append(
+            f"- {bucket['length']} ({bucket['input_tokens']} input tokens; contexts {start}-{end})"
+            + _extension_note(bucket["context_extension"])
+            + ":"
+        )
+        for w in bucket["winners"]:
+            what = "plain decoding" if w["drafter"] == "none" else f"{w['drafter']} d={w['d']}"
+            out.append(f"  - B={w['batch_size']}: {what} (x{w['speedup']:.2f}, {w['speedup_source']})")
+        for drafter, steps in bucket["schedules"].items():
+            config = bucket["schedule_configs"].get(drafter)
+            out.append(
+                f"  - {drafter} schedule {steps}: " + ("never pays here" if config is None else f"`{_json(config)}`")
+            )
     return out + [""]
 
 

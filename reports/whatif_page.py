@@ -1,6 +1,8 @@
 """whatif.html: the predictions of `evals.whatif` as a page in the report's style — the best
 (drafter, D) per B, predicted speedup vs B for each D, and the throughput–interactivity Pareto
-front with and without each mechanism (NVIDIA's co-design post, Figure 1, for your model)."""
+front with and without each mechanism (NVIDIA's co-design post, Figure 1, for your model). With
+acceptance measured per length: the length each best took its AL from, and guidelines 2 and 3 at
+each measured length with the share of the step attention takes there."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import pandas as pd
 from reports.charts import Chart, base_layout, coloured, hover_template, pareto_chart
 from reports.page import Section, render_page
 from reports.ranking import pareto_front
-from speclens.whatif import operating_rows
+from speclens.whatif import best_label, operating_rows
 
 WHATIF_PAGE = "whatif.html"
 
@@ -47,10 +49,40 @@ def speedup_chart(points: list[dict[str, Any]], drafter: str, context: int) -> C
     )
 
 
+def length_section(lengths: list[dict[str, Any]]) -> Section:
+    """Guidelines 2 and 3 at each measured length, with attention's share of the step and the best D."""
+    rows = []
+    for at in lengths:
+        best = {b["batch_size"]: b for b in at["best"]}
+        for b in at["by_batch_size"]:
+            chosen = best.get(b["batch_size"])
+            what = best_label(chosen)
+            rows.append(
+                [at["length"], str(b["batch_size"]), f"{b['attention_share_plain']:.0%}"]
+                + [f"{b['attention_share_at_starting_d']:.0%}", ", ".join(map(str, b["knees"][:4])) or "-", what]
+            )
+    g2 = lengths[0]["guideline_2_d"]
+    return Section(
+        "By context length",
+        text=[
+            f"Guideline 2: D = 128/G - 1 = {g2} (G = {lengths[0]['g']}); guideline 3: D in "
+            f"{lengths[0]['guideline_3_ds'][:4]}. At each length the AL measured there; the attention "
+            "share, the D after which verification steps up and the best D are predicted by the step-cost model."
+        ],
+        tables=[
+            (
+                ["length", "B", "attention share of T_verif(B)", f"at D={g2}", "T_verif steps up after D", "best"],
+                rows,
+            )
+        ],
+    )
+
+
 def write_page(result: dict[str, Any], out: Path, slo_line: str | None = None) -> Path:
     points = result["points"]
     context = min(p["context_len"] for p in points)
     drafters = sorted({p["drafter"] for p in points})
+    by_length = bool(result.get("by_length"))
     best_rows = [
         [
             str(b["batch_size"]),
@@ -58,6 +90,7 @@ def write_page(result: dict[str, Any], out: Path, slo_line: str | None = None) -
             "plain" if b["drafter"] == "none" else f"{b['drafter']} d={b['d']}",
         ]
         + [f"x{b['speedup']:.2f}"]
+        + ([b.get("al_measured_at", "-")] if by_length else [])
         for b in result["best"]
     ]
     gpu = result["gpu"]["name"]
@@ -65,7 +98,7 @@ def write_page(result: dict[str, Any], out: Path, slo_line: str | None = None) -
         f"Best per batch size on {gpu}",
         answer=slo_line,
         text=[f"tp={result['tp']}, weights={result['weights']}, cost model: {result['cost_model']}."],
-        tables=[(["B", "context", "best", "speedup"], best_rows)],
+        tables=[(["B", "context", "best", "speedup"] + (["AL measured at"] if by_length else []), best_rows)],
     )
     rows = pd.DataFrame([r for r in operating_rows(points, result["tp"]) if r["context_len"] == context])
     fronts = []
@@ -81,6 +114,7 @@ def write_page(result: dict[str, Any], out: Path, slo_line: str | None = None) -
         fronts.append(chart)
     sections = [
         answer,
+        *([length_section(result["by_length"])] if by_length else []),
         Section("Predicted speedup vs B", charts=[speedup_chart(points, d, context) for d in drafters]),
         Section("Throughput vs interactivity", charts=fronts),
     ]

@@ -8,6 +8,10 @@ beside their config-only forms (speclens/guidelines.py):
   tile-aligned D of guideline 3);
 - guideline 4: ρ from the modelled costs, T_draft(1, 1) / T_verif(1), in place of the layer ratio:
   at B = 1 a D pays only when AL > (T_verif(1·(1+D)) + T_draft(1, D)) / T_verif(1).
+
+`at_length` states guidelines 2 and 3 at one context length beside the share of the step
+attention takes there: the tile rule matters where attention is a large part of the step (long
+contexts, large B), and hardly at all where the weights' reads are.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from speclens.draft_cost import draft_ms
+from speclens.guidelines import starting_draft_length, tile_aligned_draft_lengths
 from speclens.model_shape import ModelShape
 from speclens.step_cost import Hardware, verify_step
 
@@ -68,3 +73,47 @@ def low_latency_break_even(
         for d in ds
     ]
     return rho, pays
+
+
+def attention_share(shape: ModelShape, hw: Hardware, batch: int, d: int, context: int) -> float:
+    """The share of T_verif(B·(1+D)) attention takes at this context length (d = 0: a plain step)."""
+    terms = verify_step(shape, batch, d, context, hw)
+    return terms.attention_ms / terms.total_ms
+
+
+@dataclass(frozen=True)
+class AtBatch:
+    """Guidelines 2-3 on a GPU at one B and context length, all predicted by the step-cost model."""
+
+    batch_size: int
+    knees: list[int]  # each D after which T_verif(B·(1+D)) steps up
+    attention_share_plain: float  # of T_verif(B)
+    attention_share_at_starting_d: float  # of T_verif(B·(1+D)) at guideline 2's D
+
+
+@dataclass(frozen=True)
+class AtLength:
+    """Guidelines 2 and 3 at one context length: the config's D (G alone decides them) and, per B,
+    where the predicted verification cost steps up and the share of the step attention takes."""
+
+    context_len: int
+    g: int
+    starting_d: int
+    tile_aligned: list[int]
+    by_batch: list[AtBatch]
+
+
+def at_length(shape: ModelShape, hw: Hardware, context: int, batch_sizes: list[int], max_d: int = 64) -> AtLength:
+    """Guidelines 2 and 3 at `context` for each of `batch_sizes`."""
+    g = shape.g
+    starting = starting_draft_length(g)
+    by_batch = [
+        AtBatch(
+            b,
+            verify_knees(shape, hw, b, context, max_d),
+            attention_share(shape, hw, b, 0, context),
+            attention_share(shape, hw, b, starting, context),
+        )
+        for b in batch_sizes
+    ]
+    return AtLength(context, g, starting, tile_aligned_draft_lengths(g), by_batch)

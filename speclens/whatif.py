@@ -7,6 +7,10 @@ with tokens_per_step = AL at D (one verification step yields the accepted drafts
 the target's own). `best` takes, per B and context length, the fastest (drafter, D) with plain
 decoding among them (D = 0, speedup 1); ties go to the smaller D. A point whose weights and KV
 cache do not fit the GPU's memory is kept with `fits: false` and left out of `best`.
+
+Acceptance measured per length bucket (long-context runs) is used by length: a point at context
+length L takes the AL measured at the bucket nearest L (`nearest_length`) and names it in
+`al_measured_at`; otherwise one AL serves every context length.
 """
 
 from __future__ import annotations
@@ -25,29 +29,61 @@ DEFAULT_BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 MEMORY_HEADROOM = 0.9  # the share of GPU memory weights and KV cache may take (vLLM's default utilisation)
 
 
+def nearest_length(lengths: list[int], context: int) -> int:
+    """The measured length bucket whose acceptance stands for `context`: the nearest in tokens;
+    of two equally near, the shorter (a fixed rule, so a tie never depends on the order given)."""
+    return min(lengths, key=lambda length: (abs(length - context), length))
+
+
+def length_ranges(lengths: list[int], limit: int) -> list[list[int]]:
+    """Per measured length (ascending), the contexts [start, end] `nearest_length` gives it, from
+    1 to `limit` (inclusive)."""
+    ordered = sorted(lengths)
+    ends = [(a + b) // 2 for a, b in zip(ordered, ordered[1:])] + [max(limit, ordered[-1])]
+    starts = [1] + [end + 1 for end in ends[:-1]]
+    return [[start, end] for start, end in zip(starts, ends)]
+
+
 @dataclass(frozen=True)
 class Drafting:
-    """One drafter's acceptance and shapes: AL by D, and its draft's shape (None: none needed)."""
+    """One drafter's acceptance and shapes: AL by D, and its draft's shape (None: none needed).
+    `al_by_length`: where acceptance was measured per length bucket, AL by D at each bucket's
+    input tokens (with its label in `length_labels`); a point then takes the nearest bucket's."""
 
     drafter: str
     al_by_d: dict[int, float]
     draft: ModelShape | None = None
+    al_by_length: dict[int, dict[int, float]] | None = None
+    length_labels: dict[int, str] | None = None
+
+    def measured_at(self, context: int) -> int | None:
+        """The length bucket whose acceptance a point at `context` takes (None: one for all)."""
+        return nearest_length(list(self.al_by_length), context) if self.al_by_length else None
+
+    def al(self, d: int, context: int) -> float:
+        if d == 0:
+            return 1.0
+        length = self.measured_at(context)
+        return self.al_by_d[d] if length is None else self.al_by_length[length][d]
 
 
 def point(drafting: Drafting, d: int, batch: int, context: int, target: ModelShape, hw: Hardware) -> dict[str, Any]:
     plain = verify_step(target, batch, 0, context, hw)
     verify = verify_step(target, batch, d, context, hw)
     drafting_ms = draft_ms(drafting.drafter, d, batch, context, target, drafting.draft, hw)
-    al = 1.0 if d == 0 else drafting.al_by_d[d]
+    al = drafting.al(d, context)
     step = verify.total_ms + drafting_ms
     bound = "draft" if drafting_ms > max(verify.parts().values()) else verify.bound()
     memory = memory_needed_gb(target, batch, context, d, hw)
+    measured_at = drafting.measured_at(context)
     return {
         "drafter": drafting.drafter,
         "d": d,
         "batch_size": batch,
         "context_len": context,
         "al": al,
+        # the length bucket whose measured acceptance gave `al` (only where acceptance has lengths)
+        **({} if measured_at is None else {"al_measured_at": drafting.length_labels[measured_at]}),
         "tokens_per_step": al,
         "t_plain_ms": plain.total_ms,
         "t_verify_ms": verify.total_ms,
@@ -88,9 +124,12 @@ def best(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         top = max(here, key=lambda p: (round(p["speedup"], 9), -p["d"]))
         if top["speedup"] <= 1.0:
-            out.append({"batch_size": key[0], "context_len": key[1], "drafter": "none", "d": 0, "speedup": 1.0})
+            plain = {"batch_size": key[0], "context_len": key[1], "drafter": "none", "d": 0, "speedup": 1.0}
+            # the acceptance that made plain decoding win, where it was measured per length
+            out.append(plain | ({"al_measured_at": top["al_measured_at"]} if "al_measured_at" in top else {}))
         else:
-            out.append({k: top[k] for k in ("batch_size", "context_len", "drafter", "d", "speedup", "bound")})
+            keys = ("batch_size", "context_len", "drafter", "d", "speedup", "bound", "al_measured_at")
+            out.append({k: top[k] for k in keys if k in top})
     return out
 
 
@@ -167,3 +206,10 @@ def mean_context(prompt_tokens: pd.Series, output_tokens: pd.Series) -> int:
     """A run's cached tokens per request for the model: the mean prompt plus half the mean output
     (the cache grows from the one to the sum over a turn)."""
     return max(1, int(round(float((prompt_tokens + output_tokens / 2).mean()))))
+
+
+def best_label(chosen: dict[str, Any] | None) -> str:
+    """A best entry as tables show it: "ngram d=3", "plain" (no drafting wins), "-" (none)."""
+    if chosen is None:
+        return "-"
+    return "plain" if chosen["drafter"] == "none" else f"{chosen['drafter']} d={chosen['d']}"
