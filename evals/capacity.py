@@ -141,7 +141,7 @@ def check_declared_lengths(cfg: RunConfig, window: ContextWindow, lengths: list[
     max_tokens = cfg.sampling.max_tokens
     longest = max(lengths)
     need = longest + max_tokens
-    key = f"dataset.input_tokens={_lengths_shown(lengths)}" if hasattr(cfg.dataset, "input_tokens") else "dataset"
+    key = _lengths_key(cfg, lengths)
     limit = window.window
     if limit is not None and need > limit:
         if window.extension is None and window.native:
@@ -169,6 +169,17 @@ def check_declared_lengths(cfg: RunConfig, window: ContextWindow, lengths: list[
 
 def _lengths_shown(lengths: list[int]) -> str:
     return str(lengths[0]) if len(lengths) == 1 else "[" + ",".join(map(str, lengths)) + "]"
+
+
+def _lengths_key(cfg: RunConfig, lengths: list[int]) -> str:
+    """The key the lengths came from, as the user gave it (long_context's lengths, SPEED-Bench's splits)."""
+    if hasattr(cfg.dataset, "input_tokens"):
+        return f"dataset.input_tokens={_lengths_shown(lengths)}"
+    splits = getattr(cfg.dataset, "config", None)
+    if splits is not None:
+        shown = ",".join(map(str, splits)) if isinstance(splits, (list, tuple)) else str(splits)
+        return f"dataset.config={shown if not isinstance(splits, (list, tuple)) else '[' + shown + ']'}"
+    return "dataset"
 
 
 def fit_max_model_len(cfg: RunConfig, fitted: dict[str, dict[str, Any]], longest_need: int, window: int | None) -> None:

@@ -231,3 +231,20 @@ def test_a_gpu_too_small_for_the_kv_cache_names_the_utilization_that_would_hold_
     )
     with pytest.raises(ConfigError, match=r"raise engine.gpu_memory_utilization to 0.92\."):
         capacity.check_gpu_kv_cache(cfg, 112 * GIB, "8 requests", gpu_bytes=141 * GIB, weight_bytes=16 * GIB)
+
+
+def test_a_speed_bench_split_past_the_window_is_refused_naming_the_split_key(tmp_path, smollm2):  # noqa: F811
+    cfg = compose_run(
+        "target=custom",
+        f"target.model={smollm2}",
+        "runner=fake",
+        "dataset=speed_bench",
+        "dataset.config=[throughput_1k,throughput_32k]",
+        f"dataset.path={tmp_path}",
+    )
+    with pytest.raises(ConfigError) as refused:
+        make_plan(to_run_config(cfg))
+    assert str(refused.value).startswith(
+        "dataset.config=[throughput_1k,throughput_32k]: a 32000-token prompt and its sampling.max_tokens=128 need "
+        "32128 tokens, above target.model's window of 8192"
+    )
