@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from evals.stamp import Provenance  # noqa: E402
 from evals.summarise import build_summary, operating_points  # noqa: E402
 from speclens import records  # noqa: E402
+from speclens.generation import RecordGranularity  # noqa: E402
 from speclens.summary import Timing  # noqa: E402
 
 DRAFTERS = ["ngram", "suffix", "eagle3", "draft_model"]
@@ -47,6 +48,9 @@ class SyntheticPass:
     results: tuple = ()
     warmup_s: float = 0.0
     domain_counters: None = None
+    # no length buckets: the synthetic engine steps are the run's own (not split by length)
+    engine_steps: tuple = ()
+    record_granularity: RecordGranularity = RecordGranularity.step
 
     @property
     def output_tokens(self) -> int:
