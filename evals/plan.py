@@ -420,7 +420,8 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     check_template_kwargs(cfg, encoder, first_messages(prompts[0]) if prompts else [])
     needs = prompt_needs(prompts, encoder, cfg.sampling.max_tokens)
     attached = getattr(cfg.runner, "url", None) is not None  # its window is the server's own
-    if needs and not attached:
+    # with dataset.drop_too_long the user chose to drop what max_model_len does not hold
+    if needs and not attached and not getattr(cfg.dataset, "drop_too_long", False):
         capacity.fit_max_model_len(cfg, fitted, max(needs.values()), window.window)
     prompts, dropped = check_prompt_lengths(prompts, needs, cfg)
     sampling = SamplingSpec(cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.max_tokens, cfg.seed)
