@@ -147,6 +147,18 @@ def _verdict(group: pd.DataFrame) -> str:
     return f"fastest: {top.drafter} d={int(top.d)} at x{top.speedup:.2f} ({top.speedup_source})"
 
 
+def _markdown_section(level: str, heading: str, group: pd.DataFrame, columns: list[tuple[str, str, int]]) -> list[str]:
+    """One (domain or length, B) table: its heading, its verdict, its rows."""
+    return [
+        f"{level} {markdown_safe(heading)}",
+        "",
+        f"{_verdict(group)}.",
+        "",
+        markdown_table([label for _, label, _ in columns], display_rows(group, columns)),
+        "",
+    ]
+
+
 def ranking_markdown(ranking: pd.DataFrame, notes: list[str]) -> str:
     out = [
         "# Ranking: speedup over plain decoding",
@@ -165,14 +177,7 @@ def ranking_markdown(ranking: pd.DataFrame, notes: list[str]) -> str:
         ]
     columns = display_columns(ranking)
     for heading, group in tables(ranking):
-        out += [
-            f"## {markdown_safe(heading)}",
-            "",
-            f"{_verdict(group)}.",
-            "",
-            markdown_table([label for _, label, _ in columns], display_rows(group, columns)),
-            "",
-        ]
+        out += _markdown_section("##", heading, group, columns)
         flagged = group[group.gap_above_tolerance.astype(bool)]
         for _, r in flagged.iterrows():
             out.append(
@@ -190,14 +195,16 @@ def terminal_table(ranking: pd.DataFrame) -> str:
     out = []
     columns = DISPLAY[:11] + display_columns(ranking)[len(DISPLAY) :]
     for heading, group in tables(ranking):
-        header = [label for _, label, _ in columns]
-        rows = display_rows(group, columns)
-        out += [
-            f"{heading.replace('batch size ', 'B=')}: {_verdict(group)}",
-            text_table(header, rows, left_columns=0),
-            "",
-        ]
+        out += _terminal_section(heading, group, columns)
     return "\n".join(out)
+
+
+def _terminal_section(heading: str, group: pd.DataFrame, columns: list[tuple[str, str, int]]) -> list[str]:
+    return [
+        f"{heading.replace('batch size ', 'B=')}: {_verdict(group)}",
+        text_table([label for _, label, _ in columns], display_rows(group, columns), left_columns=0),
+        "",
+    ]
 
 
 # -- per length bucket ---------------------------------------------------------------------------
@@ -238,26 +245,14 @@ def length_markdown(lengths: pd.DataFrame) -> str:
         "",
     ]
     for heading, group in length_tables(lengths):
-        out += [
-            f"### {markdown_safe(heading)}",
-            "",
-            f"{_verdict(group)}.",
-            "",
-            markdown_table([label for _, label, _ in LENGTH_DISPLAY], display_rows(group, LENGTH_DISPLAY)),
-            "",
-        ]
+        out += _markdown_section("###", heading, group, LENGTH_DISPLAY)
     return "\n".join(out) + "\n"
 
 
 def length_terminal_table(lengths: pd.DataFrame) -> str:
     out = []
     for heading, group in length_tables(lengths):
-        rows = display_rows(group, LENGTH_DISPLAY)
-        out += [
-            f"{heading.replace('batch size ', 'B=')}: {_verdict(group)}",
-            text_table([label for _, label, _ in LENGTH_DISPLAY], rows, left_columns=0),
-            "",
-        ]
+        out += _terminal_section(heading, group, LENGTH_DISPLAY)
     return "\n".join(out)
 
 
