@@ -74,6 +74,11 @@ BUDGETS = {
     # embedded-drafters test's set (150 steps: 1.19, 90: 1.17, 60: 1.12, untrained: 1.00; it asks
     # for +0.05). The head keeps 40 (AL 1.18; 30 steps: 1.08).
     "reduced": Budget("reduced", prompts=48, heldout=8, max_tokens=96, head_steps=40, draft_steps=70),
+    # For synthetic acceptance (acceptance.synthetic), which times a drafter's shape, not its
+    # training: no answers, no steps, built in seconds.
+    "untrained": Budget(
+        "untrained", prompts=0, heldout=0, max_tokens=0, head_steps=0, draft_steps=0, head_fixed_s=10, draft_fixed_s=10
+    ),
 }
 
 
@@ -308,6 +313,8 @@ def build(mechanism: str, budget: Budget) -> pathlib.Path:
             return dest
         started = time.monotonic()
         target = ensure_smollm2()
+        if budget.name == "untrained":
+            return _build_untrained(mechanism, target, dest, budget, started)
         minutes = estimate_s(mechanism, budget, _answers_file(budget).is_file()) / 60
         _log(
             f"building the {mechanism} drafter for {SMOLLM2_DIRNAME} (one time, budget {budget.name}: "
@@ -353,6 +360,40 @@ def build(mechanism: str, budget: Budget) -> pathlib.Path:
             }
             write_json_atomic(facts, tmp / DRAFTER_FACTS_FILE)
         _log(f"{mechanism} drafter ready at {dest} ({(time.monotonic() - started) / 60:.1f} min)")
+    return dest
+
+
+def _build_untrained(
+    mechanism: str, target: pathlib.Path, dest: pathlib.Path, budget: Budget, started: float
+) -> pathlib.Path:
+    """The drafter's shape, untrained (the caller holds its lock)."""
+    plan = _plan(mechanism, budget)
+    log = cache_dir() / "drafter-data" / f"{dest.name}.build.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with building(dest) as tmp:
+        with quiet(log):
+            if mechanism == "eagle3":
+                from drafters.training.eagle3_head import untrained_eagle3_head
+
+                untrained_eagle3_head(target, tmp, plan)
+                library = "speculators"
+            else:
+                from drafters.training.small_lm import untrained_draft_model
+
+                untrained_draft_model(target, tmp, plan)
+                library = "transformers"
+        facts = {
+            "version": DRAFTER_FACTS_VERSION,
+            "mechanism": mechanism,
+            "target": SMOLLM2_DIRNAME,
+            "library": f"{library} {metadata.version(library)}",
+            "budget": budget.name,
+            "training": {**asdict(plan), "final_loss": None},
+            "build_seconds": {"total": round(time.monotonic() - started, 1)},
+            "speclens": metadata.version("speclens"),
+        }
+        write_json_atomic(facts, tmp / DRAFTER_FACTS_FILE)
+    _log(f"untrained {mechanism} drafter of the trained one's shape ready at {dest} (for synthetic acceptance)")
     return dest
 
 

@@ -329,7 +329,8 @@ def _execute(
             engine_steps = write_engine_steps(passes + baseline + verify, out_dir / ENGINE_STEPS_FILE)
 
     counters = sum((p.counters for p in passes), SpecCounters()) if spec is not None else None
-    greedy = plan.sampling.temperature == 0
+    # synthetic acceptance emits drafts the target did not choose: its outputs are not compared
+    greedy = plan.sampling.temperature == 0 and plan.synthetic is None
     mismatched = (
         {b.batch_size: mismatched_turns(p.results, b.results) for p, b in zip(passes, baseline)} if greedy else {}
     )
@@ -366,13 +367,14 @@ def _execute(
         request_histograms=request_histograms(passes),
         context_window=plan.context_window,
     )
+    summary.synthetic_acceptance = plan.synthetic
     summary.diagnostics = diagnose(run_facts(plan, summary, steps, requests, passes, stamp))
     numerics = summary.numerics
     ran_on = {"model_runner": numerics.model_runner, "gpu": numerics.gpu} if numerics is not None else {}
     if any(ran_on.values()):
         # what the config asked for (engine.*) is in the stamp already; now what computed the run
         write_json_atomic(stamp | {k: v for k, v in ran_on.items() if v is not None}, out_dir / STAMP_FILE)
-    profiles = run_profiles(out_dir, summary)
+    profiles = [] if plan.synthetic is not None else run_profiles(out_dir, summary)  # acceptance set, not measured
     if profiles:
         write_profiles(profiles, out_dir)
     summary.write(out_dir)

@@ -38,7 +38,7 @@ from reports.charts import extension_over, trend_chart
 from reports.compare import lengths_named, own_length_groups, terminal_table, write_comparison
 from reports.curves import group_lengths, length_group
 from reports.page import Section, render_page
-from reports.runs import Run, find_runs
+from reports.runs import Run, find_runs, measured_runs
 from runners.registry import runner_of
 from speclens.errors import ConfigError, guarded
 from speclens.files import check_folder, exclusive, write_atomic
@@ -189,7 +189,7 @@ def check_history(history: Path) -> None:
 def check_baseline(baseline: Path, plans: list[RunPlan]) -> None:
     """The baseline holds finished runs over the prompts, sampling and seed this night uses: checked
     before the suite runs, not after hours of measuring."""
-    runs = [r for r in find_runs(baseline) if r.summary.d is not None]
+    runs = [r for r in measured_runs(find_runs(baseline)) if r.summary.d is not None]
     if not runs:
         raise ConfigError(
             f"baseline={baseline} holds no finished speculative runs (summary.json); give an "

@@ -15,10 +15,11 @@ from typing import Any, Callable
 
 from drafters import Drafter, make_drafter
 from evals import capacity, embedded_target
+from evals import synthetic as synthetic_acceptance
 from evals.conversation import conversation_token_ids
 from evals.datasets import dataset_name, declared_lengths, load_prompts
 from evals.datasets.base import fingerprint as dataset_fingerprint
-from evals.embedded_drafters import EMBEDDED_DRAFTERS, ensure_drafter
+from evals.embedded_drafters import BUDGETS, EMBEDDED_DRAFTERS, ensure_drafter, is_built
 from evals.reasoning import Segmenter, check_template_kwargs, make_segmenter
 from runners.chat import PLAIN
 from runners.registry import runner_name, runner_of
@@ -35,7 +36,7 @@ from speclens.generation import Prompt, SamplingSpec
 from speclens.machine import cpu_label, native_bf16
 from speclens.model_facts import ModelFacts
 from speclens.schedule import read_schedule
-from speclens.summary import ContextWindow
+from speclens.summary import ContextWindow, SyntheticAcceptance
 
 
 def _embedded_targets() -> dict[str, tuple[Callable[[], Path], Callable[[], Path]]]:
@@ -64,6 +65,8 @@ class RunPlan:
     dropped_too_long: dict[str, int] = field(default_factory=dict)
     # The window the target runs with, and the context extension where one is named.
     context_window: ContextWindow | None = None
+    # acceptance.synthetic, read: drafts accepted at set rates (evals/synthetic.py).
+    synthetic: SyntheticAcceptance | None = None
 
     @property
     def dataset_name(self) -> str:
@@ -85,6 +88,8 @@ class RunPlan:
             spec = spec | {"model": str(self.draft_dir)}
         if spec is not None and self.schedule is not None:
             spec = spec | {"num_speculative_tokens_per_batch_size": self.schedule}
+        if spec is not None and self.synthetic is not None:
+            spec = synthetic_acceptance.speculative_config(spec, self.synthetic)
         return spec
 
     @functools.cached_property
@@ -184,13 +189,17 @@ def resolve_target(cfg: RunConfig) -> Path:
     return checkpoints.resolve(cfg.target.model, "target.model")
 
 
-def resolve_draft(cfg: RunConfig, drafter: Drafter) -> Path | None:
+def resolve_draft(cfg: RunConfig, drafter: Drafter, shape_only: bool = False) -> Path | None:
     """drafter.model's folder; without one, the embedded target's own drafter, built on first use
-    (drafter.model is then set to it, so the stamp names it)."""
+    (drafter.model is then set to it, so the stamp names it). `shape_only` (synthetic acceptance:
+    the drafter's shape is timed, not its training): the trained build where it exists, else an
+    untrained one of the same shape, built in seconds."""
     if not drafter.needs_checkpoint:
         return None
     if not drafter.checkpoint() and drafter.name in EMBEDDED_DRAFTERS and embedded_target_key(cfg) is not None:
-        cfg.drafter.model = str(ensure_drafter(drafter.name))
+        trained = shape_only and is_built(drafter.name, BUDGETS["full"])
+        budget = "untrained" if shape_only and not trained else "full"
+        cfg.drafter.model = str(ensure_drafter(drafter.name, budget))
     if not drafter.checkpoint():
         return None
     return checkpoints.resolve(drafter.checkpoint(), "drafter.model")
@@ -389,6 +398,7 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     check_scalars(cfg)
     check_logger(cfg)
     drafter = make_drafter(cfg.drafter)
+    synthetic = synthetic_acceptance.resolve(cfg, drafter.name, drafter.speculative)
     target_dir = resolve_target(cfg)
     target_config = checkpoints.read_config(target_dir, "target.model")
     check_remote_code(cfg, target_config, "target.model", cfg.target.model)
@@ -397,7 +407,7 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     capacity.resolve_rope_scaling(cfg, target)
     window = capacity.context_window(cfg, target)
     fitted = fit_engine_defaults(cfg, target, window.window)
-    draft_dir = resolve_draft(cfg, drafter)
+    draft_dir = resolve_draft(cfg, drafter, shape_only=synthetic is not None)
     draft = None
     if draft_dir is not None:
         draft_config = checkpoints.read_config(draft_dir, "drafter.model")
@@ -451,6 +461,7 @@ def make_plan(cfg: RunConfig) -> RunPlan:
         segmenter,
         dropped,
         replace(window, max_model_len=cfg.engine.max_model_len),
+        synthetic,
     )
 
 

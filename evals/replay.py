@@ -151,7 +151,7 @@ def _segments(plan, turn, steps) -> tuple[list[str], tuple[int, int, int, int]] 
 
 
 REPLAY_STEP_COLUMNS = ["request_id", "domain", "position", "num_drafted", "num_accepted"]
-REPLAY_REQUEST_COLUMNS = ["request_id", "domain", "output_tokens", "target_steps"]
+REPLAY_REQUEST_COLUMNS = ["request_id", "domain", "output_tokens", "target_steps", "drafted_steps"]
 
 
 def reference_contexts(plan, d_max: int, factory) -> tuple[list, list, tuple[int, int]]:
@@ -216,7 +216,9 @@ def replay_exact(plan, d_max: int, factory) -> pd.DataFrame:
                     (t.request_id, domain, s.position, s.num_drafted, s.num_accepted, seg)
                     for s, seg in zip(steps, segments)
                 ]
-                request_rows.append((t.request_id, domain, t.output_tokens, target_steps, *(split[1] if split else ())))
+                request_rows.append(
+                    (t.request_id, domain, t.output_tokens, target_steps, len(steps), *(split[1] if split else ()))
+                )
         steps_frame = pd.DataFrame(step_rows, columns=REPLAY_STEP_COLUMNS + ["segment"])
         request_columns = REPLAY_REQUEST_COLUMNS + (SEGMENT_REQUEST_COLUMNS if plan.segmenter else [])
         requests_frame = pd.DataFrame(request_rows, columns=request_columns)
@@ -240,6 +242,7 @@ def replay_estimated(plan, d_max: int, out_dir: Path, factory, runner: str) -> p
             al = metrics.acceptance_length(clipped) or 1.0
             decoded = requests.output_tokens - 1
             est["target_steps"] = 1 + decoded / al
+            est["drafted_steps"] = decoded / al
             for column in ("thinking_target_steps", "answer_target_steps"):
                 if column in est.columns:  # a segment's passes are not estimated: its tokens per step is unknown
                     est[column] = pd.NA

@@ -402,4 +402,5 @@ def build_summary(
         peer_figures=peer_figures(steps, requests) if pooled is None and d else None,
         by_length=metrics.by_length(steps, requests, seed, d, per_step),
         context_window=context_window,
+        draft_share=overall.draft_share,
     )

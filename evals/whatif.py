@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -68,7 +68,7 @@ WHATIF_FILE = "whatif.json"
 DEFAULT_CONTEXT_LEN = 4096
 KEYS = ("gpu", "tp", "weights", "batch_sizes", "context_len", "d", "al", "acceptance", "drafter", "domain", "out")
 KEYS += ("target.model", "drafter.model", "calibrate", "slo.tokens_per_s_per_user", "cost_model", "engine")
-KEYS += ("expert_weights",)
+KEYS += ("expert_weights", "draft_share")
 TEXT_KEYS = ("target.model", "drafter.model", "out", "gpu", "calibrate", "cost_model", "engine", "expert_weights")
 
 
@@ -123,8 +123,23 @@ def _read_config(ref: str, key: str) -> dict[str, Any]:
     return checkpoints.read_config(checkpoints.resolve(ref, key, config_only=True), key)
 
 
-def measured_acceptance(source: Path, domain: str) -> dict[str, list[float]]:
-    """Per drafter, the marginal per-position acceptance of its longest measured D."""
+@dataclass(frozen=True)
+class Share:
+    """A drafter's share of target passes that verify a draft (speclens/whatif.py): `value` measured (its
+    profile's) or given (draft_share=), None where its profile predates the share (taken as 1, and
+    said); per length bucket where measured per length; the model runner that measured it."""
+
+    value: float | None = 1.0
+    model_runner: str | None = None
+    by_length: dict[int, float] | None = None
+
+    @property
+    def undrafted(self) -> str:
+        return "verify" if self.model_runner == "v2" else "plain"
+
+
+def measured_acceptance(source: Path, domain: str) -> dict[str, dict[str, Any]]:
+    """Per drafter, the profile of its longest measured D."""
     folder = source.parent if source.name == PROFILE_FILE else source
     if not (folder / PROFILE_FILE).is_file():
         raise ConfigError(f"{source}: holds no {PROFILE_FILE} (a run or sweep dir speclens wrote, with a drafter).")
@@ -137,17 +152,17 @@ def measured_acceptance(source: Path, domain: str) -> dict[str, list[float]]:
     if not chosen:
         domains = sorted({p["domain"] for p in read_profiles(folder)})
         raise ConfigError(f"{source}: no acceptance profile for domain={domain}; it has {', '.join(domains)}.")
-    return {drafter: p["marginal"] for drafter, p in chosen.items()}
+    return chosen
 
 
-# Per drafter, per length bucket's input tokens: the marginal per-position acceptance measured there.
-LengthAcceptance = dict[str, dict[int, list[float]]]
+# Per drafter, per length bucket's input tokens: the profile measured there.
+LengthAcceptance = dict[str, dict[int, dict[str, Any]]]
 
 
 def measured_length_acceptance(source: Path, domain: str) -> LengthAcceptance:
-    """Per drafter and length bucket, the marginal acceptance of its longest D measured at that
-    length, from the length profiles of all prompts (reports/profile.py); {} where the source has
-    none, or a domain other than all is asked for (a long-context domain is one length already)."""
+    """Per drafter and length bucket, the profile of its longest D measured at that length, from
+    the length profiles of all prompts (reports/profile.py); {} where the source has none, or a
+    domain other than all is asked for (a long-context domain is one length already)."""
     folder = source.parent if source.name == PROFILE_FILE else source
     if domain != "all" or not (folder / PROFILE_FILE).is_file():
         return {}
@@ -160,8 +175,25 @@ def measured_length_acceptance(source: Path, domain: str) -> LengthAcceptance:
             chosen[key] = p
     out: LengthAcceptance = {}
     for (drafter, tokens), p in sorted(chosen.items()):
-        out.setdefault(drafter, {})[tokens] = p["marginal"]
+        out.setdefault(drafter, {})[tokens] = p
     return out
+
+
+def measured_share(chosen: dict[str, Any], by_length: dict[int, dict[str, Any]]) -> Share:
+    """The share of drafting steps a drafter's profiles measured (overall and per length)."""
+    shares = {tokens: p["draft_share"] for tokens, p in by_length.items() if p.get("draft_share") is not None}
+    return Share(chosen.get("draft_share"), chosen.get("model_runner"), shares or None)
+
+
+def given_share(options: dict[str, Any]) -> Share:
+    """draft_share= beside drafter= and al= / acceptance= (default 1: every step drafts)."""
+    value = options.get("draft_share", 1.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ConfigError(
+            f"draft_share={json.dumps(value)}: the share of target passes that verify a draft, a number in (0, 1] "
+            "(a run's summary.json draft_share)."
+        )
+    return Share(float(value))
 
 
 def given_acceptance(options: dict[str, Any]) -> dict[str, list[float] | float]:
@@ -183,12 +215,23 @@ def resolve_inputs(source: Path | None, options: dict[str, Any], arch: dict[str,
     """The target's config (arch.* applied), and per drafter its acceptance, its acceptance per
     length bucket where measured, and its draft config."""
     stamps = _stamps(source) if source is not None and source.is_dir() else []
-    by_length: LengthAcceptance = {}
+    by_length: dict[str, dict[int, list[float]]] = {}
     if "al" in options or "acceptance" in options:
         acceptance = given_acceptance(options)
+        shares = {drafter: given_share(options) for drafter in acceptance}
     elif source is not None:
-        acceptance = measured_acceptance(source, options.get("domain", "all"))
-        by_length = measured_length_acceptance(source, options.get("domain", "all"))
+        if "draft_share" in options:
+            raise ConfigError(
+                "draft_share= goes with drafter= and al= or acceptance=; a run's profile measured its own."
+            )
+        chosen = measured_acceptance(source, options.get("domain", "all"))
+        length_profiles = measured_length_acceptance(source, options.get("domain", "all"))
+        acceptance = {drafter: p["marginal"] for drafter, p in chosen.items()}
+        by_length = {
+            drafter: {tokens: p["marginal"] for tokens, p in found.items()}
+            for drafter, found in length_profiles.items()
+        }
+        shares = {drafter: measured_share(p, length_profiles.get(drafter, {})) for drafter, p in chosen.items()}
     else:
         raise ConfigError(
             "no acceptance: give a run or sweep dir, or drafter=<name> with al=<AL> d=<D> or acceptance=[…]."
@@ -214,7 +257,7 @@ def resolve_inputs(source: Path | None, options: dict[str, Any], arch: dict[str,
         if ref is None and needs_draft_config(drafter):
             raise ConfigError(f"drafter={drafter}: give drafter.model=<folder or hub id> for its config.json.")
         draft_configs[drafter] = _read_config(ref, "drafter.model") if ref else None
-    return target_config, acceptance, by_length, draft_configs
+    return target_config, acceptance, by_length, shares, draft_configs
 
 
 def _hardware(options: dict[str, Any], gpu_fields: dict[str, Any], eff_fields: dict[str, Any]) -> Hardware:
@@ -296,7 +339,7 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
         hw = _hardware(options, gpu_fields, eff_fields)  # checked before any config is read
         if cost_model == "aiconfigurator":
             hw = replace(hw, ops=AiconfiguratorOps(str(options["gpu"]), str(options.get("engine", "vllm"))))
-    target_config, acceptance, by_length, draft_configs = resolve_inputs(source, options, arch)
+    target_config, acceptance, by_length, shares, draft_configs = resolve_inputs(source, options, arch)
     target = shape_of(target_config, "target.model")
     fitted = None
     if calibration is not None:  # the machine measured, in place of a GPU of the table
@@ -311,7 +354,8 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
         draft = drafter_shape(drafter, target, draft_configs[drafter])
         if draft is not None:
             check_tp(draft, hw.tp, "the draft")
-        draftings.append(drafting_of(drafter, rates, by_length.get(drafter, {}), ds, draft))
+        drafting = drafting_of(drafter, rates, by_length.get(drafter, {}), ds, draft)
+        draftings.append(with_share(drafting, shares[drafter]))
     measured_lengths = sorted({length for d in draftings for length in d.al_by_length or {}})
     batch_sizes = ints(options.get("batch_sizes", DEFAULT_BATCH_SIZES), "batch_sizes")
     context_lens = ints(options.get("context_len", measured_lengths or DEFAULT_CONTEXT_LEN), "context_len")
@@ -351,6 +395,20 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
                 for p, in_fit, h in calibrated
             ],
         },
+        "draft_shares": {
+            d.drafter: {
+                "draft_share": shares[d.drafter].value,
+                "model_runner": shares[d.drafter].model_runner,
+                "undrafted_step": shares[d.drafter].undrafted,
+                **(
+                    {"by_length": {length_label(t): v for t, v in d.share_by_length.items()}}
+                    if d.share_by_length
+                    else {}
+                ),
+            }
+            for d in draftings
+        },
+        "notes": share_notes(draftings, shares),
         "points": points,
         "best": best(points),
         "schedules": {d.drafter: schedule(points, d.drafter, context_lens[0]) for d in draftings},
@@ -389,6 +447,36 @@ def drafting_of(
     al_by_length = {tokens: {d: al_at(r, d) for d in wanted} for tokens, r in by_length.items()}
     labels = {tokens: length_label(tokens) for tokens in by_length}
     return Drafting(drafter, al_by_d, draft, al_by_length, labels)
+
+
+def with_share(drafting: Drafting, share: Share) -> Drafting:
+    """The drafting with its share of drafting steps (1 where its profile did not record one)."""
+    return replace(
+        drafting,
+        draft_share=1.0 if share.value is None else share.value,
+        share_by_length=share.by_length,
+        undrafted=share.undrafted,
+    )
+
+
+def share_notes(draftings: list[Drafting], shares: dict[str, Share]) -> list[str]:
+    """What the predictions assume of each drafter's drafting steps, where a reader needs telling."""
+    out = []
+    for drafting in draftings:
+        share = shares[drafting.drafter]
+        if share.value is None:
+            out.append(
+                f"{drafting.drafter}: its profile does not record the share of passes that draft (written "
+                "before speclens did): every step is taken as drafting, so its speedups are upper bounds"
+            )
+        elif share.value < 1:
+            runner = f" on Model Runner {share.model_runner.upper()}" if share.model_runner else ""
+            cost = "a full verify" if share.undrafted == "verify" else "a plain step"
+            out.append(
+                f"{drafting.drafter}: drafts on {share.value:.0%} of target passes{runner}; tokens per step = "
+                f"1 + {share.value:.2f}·(AL − 1), and a step without a draft costs {cost}"
+            )
+    return out
 
 
 PREDICTED = "predicted by the step-cost model from the acceptance measured at this length"
@@ -455,15 +543,17 @@ def table(result: dict[str, Any]) -> str:
         ]
         chosen = next((p for p in here if (p["drafter"], p["d"]) == (b["drafter"], b["d"])), None)
         t_plain = here[0]["t_plain_ms"]
-        al, t_step, bound = (
-            (1.0, t_plain, "-") if chosen is None else (chosen["al"], chosen["t_step_ms"], chosen["bound"])
+        al, per_step, t_step, bound = (
+            (1.0, 1.0, t_plain, "-")
+            if chosen is None
+            else (chosen["al"], chosen["tokens_per_step"], chosen["t_step_ms"], chosen["bound"])
         )
         what = "plain" if b["drafter"] == "none" else f"{b['drafter']} d={b['d']}"
-        rows.append([str(b["batch_size"]), str(b["context_len"]), what, f"{al:.2f}", f"{t_plain:.2f}"])
-        rows[-1] += [f"{t_step:.2f}", f"{b['speedup']:.2f}", bound]
+        rows.append([str(b["batch_size"]), str(b["context_len"]), what, f"{al:.2f}", f"{per_step:.2f}"])
+        rows[-1] += [f"{t_plain:.2f}", f"{t_step:.2f}", f"{b['speedup']:.2f}", bound]
         if by_length:
             rows[-1].append("-" if chosen is None else chosen.get("al_measured_at", "-"))
-    header = ["B", "context", "best", "AL", "T_verif(B) ms", "T_step ms", "speedup", "bound"]
+    header = ["B", "context", "best", "AL", "tokens/step", "T_verif(B) ms", "T_step ms", "speedup", "bound"]
     return text_table(header + (["AL measured at"] if by_length else []), rows)
 
 
@@ -521,6 +611,8 @@ def main(argv: list[str]) -> int:
                 f"fit {p['error']:+.1%}, held out {held}"
             )
     print(table(result))
+    for line in result["notes"]:
+        print(line)
     for line in length_lines(result):
         print(line)
     left_out = sum(not p["fits"] for p in result["points"])

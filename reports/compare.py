@@ -98,6 +98,10 @@ def _speculative_runs(root: Path) -> dict[tuple[str, int], Run]:
     for run in find_runs(root):
         if run.summary.d is None:
             continue
+        if run.summary.synthetic_acceptance is not None:
+            raise SpeclensError(
+                f"{run.path}: its acceptance is synthetic (acceptance.synthetic, set, not measured); compare measured runs."
+            )
         key = (run.summary.mechanism, run.summary.d)
         if key in runs:
             raise SpeclensError(f"{root} holds drafter={key[0]} d={key[1]} twice ({runs[key].path} and {run.path}).")

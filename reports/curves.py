@@ -17,6 +17,11 @@ domains; empty otherwise), and `context_extension` names the extension a row was
 where its length is past the target's own window, followed by those lengths where only some of
 its prompts are ("yarn x4 from 8192 at 32k" on `all`); empty otherwise. curve_lengths.png draws AL
 against D per drafter and length.
+
+`draft_share`: the share of target passes that verified a draft (speclens/metrics.py draft_share),
+so tokens_per_step = 1 + draft_share·(al − 1) less the tokens cut at the turns' ends; for n-gram
+each proposer's own (V1 drafts where it finds a match, V2 on every decode step). Empty for segment
+rows and where passes were not counted.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from reports.runs import (
     check_one_each,
     find_replays,
     find_runs,
+    measured_runs,
 )
 from speclens.errors import ArgumentParser, SpeclensError, guarded
 from speclens.files import check_folder
@@ -60,6 +66,7 @@ CURVE_COLUMNS = [
     "proposer",
     "input_tokens",
     "context_extension",
+    "draft_share",
 ]
 # One point of one curve.
 CURVE_KEY = ["drafter", "d", "domain", "segment", "temperature", "chat_template_kwargs", "proposer"]
@@ -100,6 +107,7 @@ def curve_row(
         "proposer": proposer,
         "input_tokens": input_tokens,
         "context_extension": extension,
+        "draft_share": getattr(figures, "draft_share", None),
     }
 
 
@@ -180,7 +188,8 @@ def collect(root: Path, exclude: Collection[Path] = ()) -> pd.DataFrame:
     """Curve rows from every finished run (and replayed curve) under `root`, but for `exclude`.
     Two runs at one curve point are refused, as reports.rank refuses two at one ranking entry."""
     # A run of a draft-length schedule has no one D: it is ranked, not drawn on an AL-vs-D curve.
-    runs = [r for r in find_runs(root, exclude) if r.summary.d is not None and not r.summary.schedule]
+    # A run at synthetic acceptance has no acceptance of its own to draw.
+    runs = [r for r in measured_runs(find_runs(root, exclude)) if r.summary.d is not None and not r.summary.schedule]
     replays = find_replays(root, exclude)
     if not runs and not replays:
         raise SpeclensError(f"{root}: no finished speculative runs (summary.json) or replayed curves in it.")
@@ -212,6 +221,8 @@ def _replay_rows(replay: Replay) -> pd.DataFrame:
         frame["proposer"] = ["v1" if len(_proposers(d)) > 1 else "" for d in frame.drafter]
     if "input_tokens" not in frame.columns:  # replayed before curves carried lengths
         frame["input_tokens"], frame["context_extension"] = None, ""
+    if "draft_share" not in frame.columns:  # replayed before curves carried the share of drafting passes
+        frame["draft_share"] = None
     return frame.assign(temperature=replay.temperature, chat_template_kwargs=replay.template)[CURVE_COLUMNS]
 
 

@@ -2,7 +2,9 @@
 run and batch size, the speedup the step-cost model predicts on that GPU from the acceptance
 measured here (speclens/whatif.py), beside the speedup measured here. A run measured at several
 prompt lengths gets one row per length at each batch size, from that length's own AL and mean
-context, rather than one from a context pooled over lengths."""
+context, rather than one from a context pooled over lengths. The prediction follows tokens per
+step: the AL times the share of passes that drafted there (metrics.draft_share), a pass without a
+draft costed as the run's model runner ran it (speclens/whatif.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pandas as pd
 
 from reports.page import Section
 from reports.runs import Run
+from speclens import metrics
 from speclens.checkpoints import read_config
 from speclens.draft_cost import MECHANISMS, drafter_shape
 from speclens.errors import SpeclensError
@@ -22,7 +25,7 @@ from speclens.step_cost import Hardware, check_tp
 from speclens.summary import OperatingPoint
 from speclens.whatif import Drafting, mean_context, point
 
-HEADER = ["drafter", "D", "B", "context", "AL (measured)", "speedup here", "predicted speedup", "bound"]
+HEADER = ["drafter", "D", "B", "context", "AL (measured)", "tokens/step", "speedup here", "predicted speedup", "bound"]
 
 
 def _config(ref: str | None, key: str) -> dict | None:
@@ -48,17 +51,24 @@ def prediction_rows(runs: list[Run], hw: Hardware) -> tuple[list[list[str]], lis
             notes.append(f"{run.path.name}: not predicted ({exc}).")
             continue
         requests = read_parquet(run.path / REQUESTS_FILE)
+        runner = summary.numerics.model_runner if summary.numerics else None
         for op in summary.operating_points:
             mine = requests[requests.batch_size == op.batch_size]
             for al, speedup, group in _groups(summary.al, op, mine):
                 context = mean_context(group.prompt_tokens, group.output_tokens)
-                p = point(
-                    Drafting(summary.drafter, {summary.d: al}, draft), summary.d, op.batch_size, context, target, hw
+                share = metrics.draft_share(group)
+                drafting = Drafting(
+                    summary.drafter,
+                    {summary.d: al},
+                    draft,
+                    draft_share=1.0 if share is None else share,
+                    undrafted="verify" if runner == "v2" else "plain",
                 )
+                p = point(drafting, summary.d, op.batch_size, context, target, hw)
                 here = "-" if speedup is None else f"x{speedup:.2f}"
                 rows.append(
-                    [summary.mechanism, str(summary.d), str(op.batch_size), str(context), f"{al:.2f}", here]
-                    + [f"x{p['speedup']:.2f}", p["bound"]]
+                    [summary.mechanism, str(summary.d), str(op.batch_size), str(context), f"{al:.2f}"]
+                    + [f"{p['tokens_per_step']:.2f}", here, f"x{p['speedup']:.2f}", p["bound"]]
                 )
     return rows, notes
 
@@ -84,7 +94,8 @@ def gpu_section(runs: list[Run], hw: Hardware) -> Section:
             f"The speedup the step-cost model predicts on {name} (tp={hw.tp}, weights={hw.weights}) for the "
             "acceptance measured here, at each run's batch sizes and mean context (prompt plus half the "
             "output): acceptance under greedy decoding does not depend on the hardware, step costs do "
-            "(docs/whatif.md; `python -m evals.whatif` for other batch sizes and D).",
+            "(docs/whatif.md; `python -m evals.whatif` for other batch sizes and D). A speedup follows "
+            "tokens per step (1 + the share of passes that drafted × (AL − 1)), not AL.",
             *notes,
         ],
         tables=[(HEADER, rows)] if rows else [],

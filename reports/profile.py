@@ -11,6 +11,10 @@ Model-Optimizer's specdec_bench (PR #2247, not merged): `num_speculative_tokens`
 handed to tools reading that layout (`marginal_accept_rates` for vLLM's synthetic mode,
 `conditional_accept_rates` for Dynamo's mocker).
 
+Each profile also has `draft_share` (drafted steps / target passes, metrics.draft_share),
+`tokens_per_step` and the `model_runner` that measured them: a speedup follows tokens per step,
+1 + draft_share·(AL − 1), and on Model Runner V1 a lookup drafter drafts on some steps only.
+
 Checked on writing: 1 + Σ marginal = AL and the marginal never increases.
 
 Where the prompts state their lengths (long context), a run also has one profile per length
@@ -35,7 +39,7 @@ from speclens import metrics
 from speclens.errors import CorruptRecord
 from speclens.files import write_json_atomic
 from speclens.records import read_parquet
-from speclens.run_files import STEPS_FILE
+from speclens.run_files import REQUESTS_FILE, STEPS_FILE
 from speclens.summary import RunSummary
 
 PROFILE_FILE = "speculation_profile.json"
@@ -54,9 +58,18 @@ def synthetic_config(d: int, marginal: list[float]) -> dict[str, Any]:
     }
 
 
-def profile(drafter: str, d: int, domain: str, steps: pd.DataFrame, segment: str = "all") -> dict[str, Any] | None:
+def profile(
+    drafter: str,
+    d: int,
+    domain: str,
+    steps: pd.DataFrame,
+    segment: str = "all",
+    requests: pd.DataFrame | None = None,
+    model_runner: str | None = None,
+) -> dict[str, Any] | None:
     """One profile from drafted steps (None without any); `segment`: of the whole output (`all`),
-    or of its thinking or answer steps (speclens/segments.py)."""
+    or of its thinking or answer steps (speclens/segments.py). With the requests of those steps,
+    the share of target passes that drafted and tokens per step (whole outputs only)."""
     if steps.empty:
         return None
     al = metrics.acceptance_length(steps)
@@ -82,6 +95,11 @@ def profile(drafter: str, d: int, domain: str, steps: pd.DataFrame, segment: str
         "mean_accept_length": al,
         "marginal_accept_rates": marginal,
         "conditional_accept_rates": [0.0 if c is None else c for c in conditional],
+        # A speedup follows tokens per step, 1 + draft_share·(AL − 1), not AL: a lookup drafter on
+        # Model Runner V1 drafts on some steps only (V2 always proposes D).
+        "draft_share": None if requests is None else metrics.draft_share(requests),
+        "tokens_per_step": None if requests is None else metrics.tokens_per_step(requests),
+        "model_runner": model_runner,
     }
 
 
@@ -96,7 +114,10 @@ def run_profiles(run_dir: Path, summary: RunSummary) -> list[dict[str, Any]]:
     steps = read_parquet(steps_file)
     if steps.empty:
         return []
-    steps = steps[steps.batch_size == steps.batch_size.max()]
+    largest = steps.batch_size.max()
+    steps = steps[steps.batch_size == largest]
+    requests = _requests_at(run_dir, largest)
+    runner = summary.numerics.model_runner if summary.numerics else None
     groups = [("all", steps)] + [(domain, group) for domain, group in steps.groupby("domain", sort=True)]
     segmented = "segment" in steps.columns
     parts = [(domain, "all", group) for domain, group in groups]
@@ -106,22 +127,42 @@ def run_profiles(run_dir: Path, summary: RunSummary) -> list[dict[str, Any]]:
         if segmented
         for segment, part in group.groupby("segment", sort=True)
     ]
-    profiles = [
-        p
-        for domain, segment, group in parts
-        if (p := profile(summary.mechanism, summary.d, domain, group, segment)) is not None
-    ]
-    return profiles + length_profiles(summary, steps)
+    profiles = []
+    for domain, segment, group in parts:
+        mine = None
+        if requests is not None and segment == "all":
+            mine = requests if domain == "all" else requests[requests.domain == domain]
+        found = profile(summary.mechanism, summary.d, domain, group, segment, mine, runner)
+        if found is not None:
+            profiles.append(found)
+    return profiles + length_profiles(summary, steps, requests, runner)
 
 
-def length_profiles(summary: RunSummary, steps: pd.DataFrame) -> list[dict[str, Any]]:
+def _requests_at(run_dir: Path, batch_size: int) -> pd.DataFrame | None:
+    """The run's requests at one batch size (None without a requests file)."""
+    path = run_dir / REQUESTS_FILE
+    if not path.is_file():
+        return None
+    requests = read_parquet(path)
+    return requests[requests.batch_size == batch_size]
+
+
+def length_profiles(
+    summary: RunSummary,
+    steps: pd.DataFrame,
+    requests: pd.DataFrame | None = None,
+    model_runner: str | None = None,
+) -> list[dict[str, Any]]:
     """One profile per length bucket of the steps (all their prompts of that length), shortest
     first; [] where the records carry no lengths."""
     if "input_tokens" not in steps.columns:
         return []
     out = []
     for tokens, group in steps.dropna(subset=["input_tokens"]).groupby("input_tokens", sort=True):
-        found = profile(summary.mechanism, summary.d, "all", group)
+        mine = None
+        if requests is not None and "input_tokens" in requests.columns:
+            mine = requests[requests.input_tokens == tokens]
+        found = profile(summary.mechanism, summary.d, "all", group, requests=mine, model_runner=model_runner)
         if found is not None:
             out.append(found | {"length": metrics.length_label(int(tokens)), "input_tokens": int(tokens)})
     return out

@@ -30,6 +30,7 @@ from reports.runs import (
     check_consistent,
     check_one_each,
     find_runs,
+    measured_runs,
 )
 from reports.table import median_ms
 from speclens import costs
@@ -317,9 +318,11 @@ def find_all_runs(dirs: list[Path], exclude: Collection[Path] = ()) -> list[Run]
     for root in dirs:
         for run in find_runs(root, exclude):
             unique.setdefault(run.path.resolve(), run)
-    runs = list(unique.values())
+    found = list(unique.values())
+    runs = measured_runs(found)  # a synthetic acceptance ranks no mechanism
     if not runs:
-        raise SpeclensError(f"no finished runs (summary.json) under {', '.join(map(str, dirs))}.")
+        synthetic = " (only runs at synthetic acceptance, which rank no mechanism)" if found else ""
+        raise SpeclensError(f"no finished runs (summary.json) under {', '.join(map(str, dirs))}{synthetic}.")
     return runs
 
 

@@ -107,6 +107,12 @@ def find_runs(root: Path, exclude: Collection[Path] = ()) -> list[Run]:
     return runs
 
 
+def measured_runs(runs: list[Run]) -> list[Run]:
+    """The runs whose acceptance was measured: a run at synthetic acceptance (acceptance.synthetic)
+    timed a drafter at rates the user set, which no curve, ranking or comparison of acceptance takes."""
+    return [run for run in runs if run.summary.synthetic_acceptance is None]
+
+
 def find_replays(root: Path, exclude: Collection[Path] = ()) -> list[Replay]:
     """Every replay (replay.json beside its curves) under `root`, but for those in `exclude`."""
     replays = []

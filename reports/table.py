@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from speclens.costs import GAP_TOLERANCE, StepTiming
-from speclens.summary import LosslessCheck, OperatingPoint, RunSummary
+from speclens.summary import LosslessCheck, OperatingPoint, RunSummary, SyntheticAcceptance
 from speclens.text import markdown_safe, terminal_safe
 
 
@@ -61,7 +61,12 @@ def result_table(summary: RunSummary) -> str:
     window = summary.context_window
     if window is not None and (window.extended or summary.by_length):
         title += f", {window.label()}"
+    synthetic = summary.synthetic_acceptance
+    if synthetic is not None:
+        title += ", SYNTHETIC acceptance"
     out = [title, text_table(header, rows)]
+    if synthetic is not None:
+        out.append(synthetic_line(synthetic))
     spread = summary.groups()["all"].al_per_request if "all" in summary.groups() else None
     if spread:
         out.append(
@@ -188,6 +193,17 @@ def numerics_line(summary: RunSummary) -> str | None:
             "near-ties between the draft and verify passes"
         )
     return line
+
+
+def synthetic_line(synthetic: SyntheticAcceptance) -> str:
+    """What a synthetic run's AL is: set by the user, not measured, and what was not checked."""
+    rates = ", ".join(f"{r:g}" for r in synthetic.rates)
+    source = "" if synthetic.source == "given" else f" from {synthetic.source}"
+    return (
+        f"synthetic acceptance: drafts accepted at the marginal rates [{rates}]{source} (expected AL "
+        f"{synthetic.expected_al:.2f}); AL is set, not measured: the timings are the drafter's at that "
+        f"acceptance; lossless check {synthetic.lossless_check}"
+    )
 
 
 def lossless_verdict(loss: LosslessCheck) -> str:

@@ -17,10 +17,9 @@ leave vLLM untouched (the self-check then shows the upstream bug).
 
 from __future__ import annotations
 
-import os
-from importlib.metadata import entry_points
+from runners.cpu_plugins import AFFECTED_VLLM_PREFIX, disabled, is_cpu_build_without_triton, will_load
 
-AFFECTED_VLLM_PREFIX = "0.32."
+__all__ = ["AFFECTED_VLLM_PREFIX", "DISABLE_ENV", "build_is_affected", "fix_is_active", "kernel_is_broken", "register"]
 UPSTREAM_ISSUE = "https://github.com/vllm-project/vllm/issues/55005"
 DISABLE_ENV = "SPECLENS_CPU_EXPAND_FIX"
 
@@ -58,12 +57,7 @@ def kernel_is_broken(kernel) -> bool:
 
 def build_is_affected() -> bool:
     """This process's vLLM is a 0.32 CPU build whose expand kernel drops its output."""
-    # vllm is loaded only where an engine or its code is needed: light commands never pay for it.
-    import vllm
-    from vllm.platforms import current_platform
-    from vllm.triton_utils import HAS_TRITON
-
-    if not (vllm.__version__.startswith(AFFECTED_VLLM_PREFIX) and current_platform.is_cpu() and not HAS_TRITON):
+    if not is_cpu_build_without_triton():
         return False
     from vllm.utils import cpu_triton_utils
 
@@ -74,14 +68,12 @@ def build_is_affected() -> bool:
 
 def fix_is_active() -> bool:
     """vLLM will load register() in its processes (entry point installed, not disabled)."""
-    if os.environ.get(DISABLE_ENV, "1") == "0":
-        return False
-    return any(ep.value == f"{__name__}:register" for ep in entry_points(group="vllm.general_plugins"))
+    return will_load(__name__, DISABLE_ENV)
 
 
 def register() -> None:
     """vLLM general-plugin entry point (may be called several times per process)."""
-    if os.environ.get(DISABLE_ENV, "1") == "0" or not build_is_affected():
+    if disabled(DISABLE_ENV) or not build_is_affected():
         return
     # vllm is loaded only where an engine or its code is needed: light commands never pay for it.
     from vllm.utils import cpu_triton_utils

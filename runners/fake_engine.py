@@ -12,6 +12,7 @@ each step is scripted: `runner.script=<json file>` (`{"<request_id>#<turn>": [st
 from __future__ import annotations
 
 import json
+import random
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -377,6 +378,33 @@ def pattern_script(pattern: Sequence[Any], output_tokens: int, d: int | None) ->
     return steps
 
 
+def synthetic_script(
+    script: Mapping[str, StepScript] | Callable[[str], StepScript], d: int, marginal: Sequence[float]
+) -> Callable[[str], StepScript]:
+    """`script`'s requests at vLLM's synthetic acceptance: each request decodes as many tokens as
+    its script does, every decode step drafting D tokens and accepting position k with the
+    conditional rate marginal[k] / marginal[k-1] (a draw seeded by the request), as
+    vLLM's synthetic rejection sampler does (runners/cpu_synthetic_fix.py)."""
+    scripted = script if callable(script) else (lambda key: script.get(key, [None]))
+    conditional = [m / p if p > 0 else 0.0 for m, p in zip(marginal, [1.0, *marginal[:-1]])]
+
+    def steps(key: str) -> StepScript:
+        decoded = sum(1 if e is None else (e[1] if isinstance(e, (tuple, list)) else int(e)) + 1 for e in scripted(key))
+        rng = random.Random(zlib.crc32(key.encode()))
+        out: StepScript = []
+        made = 0
+        while made < decoded:
+            accepted = 0
+            while accepted < d and rng.random() < conditional[accepted]:
+                accepted += 1
+            accepted = min(accepted, decoded - made - 1)  # the answer's last token ends it
+            out.append(accepted)
+            made += accepted + 1
+        return out
+
+    return steps
+
+
 def load_script(path: str) -> dict[str, StepScript]:
     try:
         raw = json.loads(Path(path).expanduser().read_text())
@@ -400,7 +428,12 @@ def fake_factory(
         if spec is None:
             return FakeEngine(None, script, mode="plain", cost=cost, **kwargs)
         mode = "verify" if spec.get("model") == CLASS_PATH else "speculative"
-        return FakeEngine(spec["num_speculative_tokens"], script, mode=mode, cost=cost, **kwargs)
+        d = spec["num_speculative_tokens"]
+        if spec.get("rejection_sample_method") == "synthetic":
+            return FakeEngine(
+                d, synthetic_script(script, d, spec["synthetic_acceptance_rates"]), mode=mode, cost=cost, **kwargs
+            )
+        return FakeEngine(d, script, mode=mode, cost=cost, **kwargs)
 
     return factory
 

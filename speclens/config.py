@@ -155,6 +155,18 @@ class ReasoningConfig:
 
 
 @dataclass
+class AcceptanceConfig:
+    """Time the drafter at an acceptance set here instead of its own (vLLM's synthetic rejection
+    sampler: each draft position accepted with a set probability, the drafter's drafting and the
+    target's verification computed as usual; evals/synthetic.py)."""
+
+    # The marginal per-position rates (P(the first k+1 drafts accepted), one per draft position, as
+    # vLLM's synthetic_acceptance_rates takes them), or a speculation_profile.json / run dir whose
+    # measured profile for this drafter, d and domain `all` gives them. null: measured acceptance.
+    synthetic: Any = None
+
+
+@dataclass
 class RunConfig:
     target: TargetConfig = MISSING
     # A drafter's config class (drafters/<name>.py), chosen with drafter=<name>.
@@ -186,6 +198,8 @@ class RunConfig:
     # Passed to the target's chat template wherever speclens renders a prompt (in-process and
     # server runners alike), e.g. {enable_thinking: false} for Qwen3's.
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    # Drafts accepted at set rates instead of measured (acceptance.synthetic): speed at any AL.
+    acceptance: AcceptanceConfig = field(default_factory=AcceptanceConfig)
     # Re-run even when the run dir already holds a finished run of this configuration.
     force: bool = False
     # Show vLLM's and torch's own output on the terminal (default: into the run dir's engine.log).
@@ -215,6 +229,7 @@ FINGERPRINTED_WHEN_SET: dict[str, Any] = {
     "reasoning": {"parser": None, "end": None, "start": None},
     "chat_template_kwargs": {},
     "engine.rope_scaling": {},
+    "acceptance": {"synthetic": None},
 }
 
 

@@ -71,6 +71,11 @@ def is_current_build(folder: Path) -> bool:
 def describe_build(facts: dict[str, Any]) -> str:
     """One line: what was trained, on what, how far, how well it agrees with the target, how long it took."""
     training = facts["training"]
+    if training["steps"] == 0:  # the untrained build synthetic acceptance times (evals/embedded_drafters.py)
+        return (
+            f"{facts['mechanism']} for {facts['target']} built by speclens with {facts['library']}: untrained, "
+            "of the trained one's shape (for synthetic acceptance)"
+        )
     corpus = facts["corpus"]
     agreement = facts["heldout_greedy_agreement"]
     shown = "/".join(f"{a:.2f}" for a in agreement) if isinstance(agreement, list) else f"{agreement:.2f}"

@@ -9,6 +9,10 @@ interval and the request-weighted AL come from those totals, which is the same a
 reports only counters (`domain`), AL comes from the counters of the requests it was given.
 - tokens per target step: output tokens / target forward passes, counting the
   prefill step and undrafted steps.
+- draft share: drafted steps / target forward passes (the passes tokens per step counts), so that
+  tokens per step = 1 + draft_share · (AL − 1), less the accepted tokens cut at the turns' ends;
+  below 1 by the prefill passes where every decode step drafts (model drafters, Model Runner V2's
+  n-gram, which always proposes D), far below where a lookup finds no match (V1's n-gram).
 - per-position acceptance: steps with more than k accepted / drafted steps.
 - AL over emitted tokens (`al_emitted`): AL without the accepted drafts that max_tokens or the end
   of sequence cut from a turn's last step (vLLM's counters, and AL, count them).
@@ -92,6 +96,8 @@ class GroupFigures:
     tokens_per_step_ci95: list[float] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
     per_position_acceptance: list[float] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
     per_position_ci95: list[list[float]] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    # The share of target passes that verified a draft (draft_share); absent where passes were not counted.
+    draft_share: float | None = field(default=None, metadata=OMITTED_WHEN_NONE)
 
 
 def al_spread(totals: pd.DataFrame) -> dict[str, float] | None:
@@ -198,6 +204,19 @@ def tokens_per_step(requests: pd.DataFrame) -> float | None:
     steps): what the speedup model multiplies by."""
     passes = requests["target_steps"].sum()
     return float(requests["output_tokens"].sum() / passes) if passes else None
+
+
+def draft_share(requests: pd.DataFrame) -> float | None:
+    """Drafted steps / target forward passes that produced tokens (the prefill pass, undrafted and
+    drafted steps: tokens per step's denominator), the share of passes AL describes, so that
+    tokens per step = 1 + draft_share·(AL − 1) less the accepted tokens cut at the turns' ends.
+    None where passes or drafted steps are not counted."""
+    if "drafted_steps" not in requests.columns or requests.empty:
+        return None
+    if requests["target_steps"].isna().any() or requests["drafted_steps"].isna().any():
+        return None
+    passes = int(requests["target_steps"].sum())
+    return float(requests["drafted_steps"].sum() / passes) if passes else None
 
 
 def per_position_acceptance(steps: pd.DataFrame, d: int) -> list[float] | None:
@@ -308,6 +327,7 @@ def group_summary(
             tokens_per_step=tokens_per_step(requests),
             n_requests=int(requests["request_id"].nunique()),
             n_steps=counters.num_drafts,
+            draft_share=draft_share(requests),
         )
     totals = per_request(steps, requests)
     return GroupFigures(
@@ -318,6 +338,7 @@ def group_summary(
         n_steps=int(totals["drafts"].sum()),
         al_per_request=al_spread(totals),
         al_by_output_position=al_by_output_position(steps, requests) or None,
+        draft_share=draft_share(requests),
     )
 
 

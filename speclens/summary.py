@@ -25,6 +25,10 @@ Schema versions of summary.json:
    extension it ran with); where the prompts state their lengths (long context, SPEED-Bench's
    throughput splits), `by_length` overall and under every operating point, each length with its
    own throughput, step costs and speedup (the pass runs one length at a time); absent otherwise.
+10 `draft_share` (drafted steps / target passes), overall and in every group's figures
+   (domains, lengths, turns); absent where the passes were not counted. `synthetic_acceptance`
+   where drafts were accepted at set rates (acceptance.synthetic): its AL is set, not measured,
+   and no lossless check was made; absent otherwise.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ SUMMARY_FILE = "summary.json"
 # set's category may take its name (evals/datasets/base.py check_group_names).
 WHOLE_RUN_GROUP = "all"
 RESERVED_GROUP_NAMES = frozenset({WHOLE_RUN_GROUP})
-SUMMARY_VERSION = 9
+SUMMARY_VERSION = 10
 REPLAY_FILE = "replay.json"
 # replay.json: 1 had no version field (summary and stamp only); 2 carries `schema_version`, the
 # config fingerprint and the runner.
@@ -137,6 +141,21 @@ class LosslessCheck:
     # The dtype the engine ran in and its near-tie bound (top-2 log-probability margin).
     dtype: str | None = None
     near_tie_bound: float | None = None
+
+
+@dataclass
+class SyntheticAcceptance:
+    """Drafts accepted at set rates by vLLM's synthetic rejection sampler (acceptance.synthetic):
+    the run's speed is the drafter's at this acceptance, its AL is set, not measured."""
+
+    # The marginal per-position rates, as vLLM's synthetic_acceptance_rates takes them.
+    rates: list[float]
+    # 1 + the sum of the rates: the AL the sampler draws toward.
+    expected_al: float
+    # "given" (the command line), or the profile the rates were read from.
+    source: str
+    # Accepted drafts are emitted whether or not the target agrees: outputs are not its own.
+    lossless_check: str = "not made: synthetic acceptance emits drafts the target did not choose"
 
 
 # Dtypes in which greedy decoding on CPU gives the same tokens whatever the thread count and batch
@@ -308,6 +327,10 @@ class RunSummary:
     by_length: dict[str, GroupFigures] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
     # The window the target ran with, and the context extension where one was named.
     context_window: ContextWindow | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    # The share of target passes that verified a draft (docs/definitions.md#draft-share).
+    draft_share: float | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    # Where drafts were accepted at set rates (acceptance.synthetic): AL set, not measured.
+    synthetic_acceptance: SyntheticAcceptance | None = field(default=None, metadata=OMITTED_WHEN_NONE)
 
     @property
     def label(self) -> str:
@@ -329,6 +352,7 @@ class RunSummary:
             self.by_segment,
             self.al_per_request,
             self.al_by_output_position,
+            draft_share=self.draft_share,
         )
         return {WHOLE_RUN_GROUP: overall} | self.by_domain
 
@@ -456,6 +480,10 @@ def _summary_8_to_9(data: dict[str, Any]) -> dict[str, Any]:
     return data  # no length buckets, and the window was not recorded: no by_length, no context_window
 
 
+def _summary_9_to_10(data: dict[str, Any]) -> dict[str, Any]:
+    return data  # the share of drafting steps was not recorded: draft_share absent (None)
+
+
 # version -> the step from that version to the next.
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     1: _summary_1_to_2,
@@ -466,6 +494,7 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     6: _summary_6_to_7,
     7: _summary_7_to_8,
     8: _summary_8_to_9,
+    9: _summary_9_to_10,
 }
 
 

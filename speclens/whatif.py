@@ -3,8 +3,16 @@ decoding) combined with the step-cost model's T_verif and T_draft for a GPU.
 
     speedup = T_verif(B) · tokens_per_step / (T_verif(B·(1+D)) + T_draft(B, D))
 
-with tokens_per_step = AL at D (one verification step yields the accepted drafts and one token of
-the target's own). `best` takes, per B and context length, the fastest (drafter, D) with plain
+with tokens_per_step = 1 + s·(AL − 1), s the share of target passes that verify a draft
+(`draft_share`, measured with the passes tokens per step counts, the prefill's included, so at the
+measured D this is the run's tokens per step: a lookup drafter on Model Runner V1 proposes nothing
+where it finds no match; model drafters and V2, which always proposes D, draft on every decode
+step; given acceptance without a share: 1). A drafted step costs
+T_verif(B·(1+D)) + T_draft(B, D); a step that drafts nothing costs a plain step T_verif(B) on V1
+(`undrafted="plain"`) or a full verify on V2 (`undrafted="verify"`: its D padded proposals are
+verified and rejected), plus the lookup, which runs every step. So where the verify costs at
+least a plain step, no speedup exceeds its tokens per step. The share is taken as the same at
+every D (whether a lookup finds a match does not depend on how far it drafts). `best` takes, per B and context length, the fastest (drafter, D) with plain
 decoding among them (D = 0, speedup 1); ties go to the smaller D. A point whose weights and KV
 cache do not fit the GPU's memory is kept with `fits: false` and left out of `best`.
 
@@ -55,6 +63,11 @@ class Drafting:
     draft: ModelShape | None = None
     al_by_length: dict[int, dict[int, float]] | None = None
     length_labels: dict[int, str] | None = None
+    # The share of target passes that verify a draft, and per length bucket where measured per length.
+    draft_share: float = 1.0
+    share_by_length: dict[int, float] | None = None
+    # What a step that drafts nothing costs: "plain" (Model Runner V1) or "verify" (V2).
+    undrafted: str = "plain"
 
     def measured_at(self, context: int) -> int | None:
         """The length bucket whose acceptance a point at `context` takes (None: one for all)."""
@@ -66,13 +79,23 @@ class Drafting:
         length = self.measured_at(context)
         return self.al_by_d[d] if length is None else self.al_by_length[length][d]
 
+    def share(self, context: int) -> float:
+        """The share of passes that draft at `context` (the nearest bucket's, where measured per length)."""
+        length = self.measured_at(context)
+        if length is None or not self.share_by_length or length not in self.share_by_length:
+            return self.draft_share
+        return self.share_by_length[length]
+
 
 def point(drafting: Drafting, d: int, batch: int, context: int, target: ModelShape, hw: Hardware) -> dict[str, Any]:
     plain = verify_step(target, batch, 0, context, hw)
     verify = verify_step(target, batch, d, context, hw)
     drafting_ms = draft_ms(drafting.drafter, d, batch, context, target, drafting.draft, hw)
     al = drafting.al(d, context)
-    step = verify.total_ms + drafting_ms
+    share = drafting.share(context) if d else 1.0
+    tokens_per_step = 1.0 + share * (al - 1.0)
+    undrafted_ms = (plain if drafting.undrafted == "plain" else verify).total_ms + drafting_ms
+    step = share * (verify.total_ms + drafting_ms) + (1.0 - share) * undrafted_ms
     bound = "draft" if drafting_ms > max(verify.parts().values()) else verify.bound()
     memory = memory_needed_gb(target, batch, context, d, hw)
     measured_at = drafting.measured_at(context)
@@ -84,12 +107,14 @@ def point(drafting: Drafting, d: int, batch: int, context: int, target: ModelSha
         "al": al,
         # the length bucket whose measured acceptance gave `al` (only where acceptance has lengths)
         **({} if measured_at is None else {"al_measured_at": drafting.length_labels[measured_at]}),
-        "tokens_per_step": al,
+        "draft_share": share,
+        "tokens_per_step": tokens_per_step,
         "t_plain_ms": plain.total_ms,
         "t_verify_ms": verify.total_ms,
         "t_draft_ms": drafting_ms,
+        # the mean step: drafted steps and those that drafted nothing, in their shares
         "t_step_ms": step,
-        "speedup": plain.total_ms * al / step,
+        "speedup": plain.total_ms * tokens_per_step / step,
         "bound": bound,
         "memory_gb": memory,
         "fits": memory <= MEMORY_HEADROOM * hw.gpu.memory_gb,

@@ -169,6 +169,21 @@ def _build_model(target_dir: pathlib.Path, target_config, plan: HeadPlan, d2t, t
     return model
 
 
+def untrained_eagle3_head(target_dir: pathlib.Path, out_dir: pathlib.Path, plan: HeadPlan) -> None:
+    """A head of the trained one's shape, untrained (seeded), saved as the trainer saves it: what a
+    run at synthetic acceptance times, where drafting costs what the shape costs. Its draft
+    vocabulary is the target's first `draft_vocab_size` ids (no answers to count)."""
+    import torch
+    from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
+    from transformers import AutoConfig
+
+    torch.manual_seed(plan.seed)
+    target_config = AutoConfig.from_pretrained(str(target_dir))
+    d2t, t2d = build_vocab_mappings_from_distribution({}, plan.draft_vocab_size, target_config.vocab_size)
+    model = _build_model(target_dir, target_config, plan, d2t, t2d)
+    model.to(torch.bfloat16).save_pretrained(str(out_dir))
+
+
 def train_eagle3_head(
     target_dir: pathlib.Path,
     train: list[Sample],

@@ -93,6 +93,21 @@ def _agreement(draft, heldout: list[Sample]) -> float:
     return agree / max(total, 1)
 
 
+def untrained_draft_model(target_dir: pathlib.Path, out_dir: pathlib.Path, plan: DraftPlan) -> None:
+    """The draft model's starting point (the target's embedding, norm and `keep_layers`), saved as
+    the trainer saves it: a draft of the trained one's shape for runs at synthetic acceptance."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32)
+    draft = _truncated(target, plan.keep_layers)
+    draft.to(torch.bfloat16)
+    draft.save_pretrained(str(out_dir))
+    for name in _TOKENIZER_FILES:
+        if (target_dir / name).is_file():
+            shutil.copy2(target_dir / name, out_dir / name)
+
+
 def train_draft_model(
     target_dir: pathlib.Path,
     train: list[Sample],

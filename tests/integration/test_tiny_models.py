@@ -58,6 +58,22 @@ def test_random_eagle3_head_is_never_accepted(tmp_path, target):
     assert_records_sum_to_counters(summary, out)
 
 
+def test_a_random_eagle3_head_at_synthetic_acceptance_is_accepted_at_the_set_rates(tmp_path, target):
+    """vLLM's synthetic sampler on the CPU build (runners/cpu_synthetic_fix.py): the head that is
+    never accepted on its own is accepted at the set rates, and the records still match vLLM's counters."""
+    rates = [0.8, 0.6, 0.4]
+    out = tmp_path / "synthetic"
+    head = f"drafter.model={random_eagle3_head()}"
+    summary = measure(
+        out, *tiny_overrides(target, "drafter=eagle3", head, f"d={D}", f"acceptance.synthetic={json.dumps(rates)}")
+    )
+    assert summary["synthetic_acceptance"]["expected_al"] == pytest.approx(2.8)
+    lo, hi = summary["al_ci95"]
+    assert lo <= 2.8 <= hi and summary["al"] > 2.2
+    assert_records_sum_to_counters(summary, out)
+    assert not (out / "speculation_profile.json").exists()
+
+
 def test_ngram_positions_and_target_steps_follow_the_token_stream(tmp_path, target):
     out = tmp_path / "ngram"
     summary = measure(out, *tiny_overrides(target, "drafter=ngram", f"d={D}", "drafter.prompt_lookup_min=1"))

@@ -131,6 +131,7 @@ def test_summary_keys_and_types(tmp_path):
         "accepted_tokens_cut": int,
         "al_by_output_position": list,
         "peer_figures": dict,
+        "draft_share": float,
     }
     for key, kind in expected.items():
         assert isinstance(on_disk[key], kind), key
@@ -145,6 +146,7 @@ def test_summary_keys_and_types(tmp_path):
         "n_steps",
         "al_per_request",
         "al_by_output_position",
+        "draft_share",
     }
     # one request in the domain: its spread is its own AL
     assert on_disk["by_domain"]["coding"]["al_per_request"] == dict.fromkeys(

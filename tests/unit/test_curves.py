@@ -51,8 +51,11 @@ def test_curves_from_a_sweep_match_the_golden_file(tmp_path):
         "proposer",
         "input_tokens",
         "context_extension",
+        "draft_share",
     ]
     assert set(curves.segment) == {"all"} and set(curves.chat_template_kwargs) == {""}
+    # every point: its share of drafting passes gives its tokens per step (no tokens cut here)
+    assert (1 + curves.draft_share * (curves.al - 1) - curves.tokens_per_step).abs().max() < 1e-12
     assert set(curves.proposer) == {""}  # the fake engine shows no model runner
     pooled = curves[(curves.domain == "all") & (curves.drafter == "ngram")].set_index("d")
     # d=1: every drafted step accepts min(x,1): 1,1,0 | 1 | 1,1 -> 5 of 6 -> AL 1 + 5/6

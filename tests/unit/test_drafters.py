@@ -160,15 +160,26 @@ def test_the_embedded_target_drafts_with_its_own_built_drafter_when_drafter_mode
 
     built = write_checkpoint(tmp_path / f"built-{name}")
     asked = []
-    monkeypatch.setattr(plan_module, "ensure_drafter", lambda mechanism: asked.append(mechanism) or built)
+    monkeypatch.setattr(
+        plan_module, "ensure_drafter", lambda mechanism, budget="full": asked.append((mechanism, budget)) or built
+    )
     cfg = to_run_config(compose_config([f"drafter={name}"]))
     drafter = make_drafter(cfg.drafter)
     assert plan_module.resolve_draft(cfg, drafter) == built
-    assert asked == [name] and cfg.drafter.model == str(built)
+    assert asked == [(name, "full")] and cfg.drafter.model == str(built)
+
+    # Synthetic acceptance times the shape: the trained build where there is one, else an untrained one.
+    for trained, budget in ((False, "untrained"), (True, "full")):
+        monkeypatch.setattr(plan_module, "is_built", lambda mechanism, b, trained=trained: trained)
+        cfg = to_run_config(compose_config([f"drafter={name}"]))
+        asked.clear()
+        assert plan_module.resolve_draft(cfg, make_drafter(cfg.drafter), shape_only=True) == built
+        assert asked == [(name, budget)]
 
     # Another target keeps the error: speclens has no drafter for it.
+    asked.clear()
     cfg = to_run_config(compose_config([f"drafter={name}", "target=custom", f"target.model={tmp_path}"]))
-    assert plan_module.resolve_draft(cfg, make_drafter(cfg.drafter)) is None and asked == [name]
+    assert plan_module.resolve_draft(cfg, make_drafter(cfg.drafter)) is None and asked == []
     with pytest.raises(ConfigError, match=rf"drafter={name} needs drafter.model="):
         make_drafter(cfg.drafter).validate(3, ModelFacts.from_config("t", {"vocab_size": 8}), None)
 

@@ -488,8 +488,13 @@ def test_the_report_predicts_each_runs_speedup_on_a_named_gpu(tmp_path):
         b = op["batch_size"]
         mine = requests[requests.batch_size == b]
         context = mean_context(mine.prompt_tokens, mine.output_tokens)
-        predicted = point(Drafting("ngram", {2: summary["al"]}), 2, b, context, shape, Hardware(gpu_named("h200_sxm")))
-        row = f"| ngram | 2 | {b} | {context} | {summary['al']:.2f} | x{op['speedup']:.2f} | x{predicted['speedup']:.2f} |"
+        share = float(mine.drafted_steps.sum() / mine.target_steps.sum())
+        drafting = Drafting("ngram", {2: summary["al"]}, draft_share=share)
+        predicted = point(drafting, 2, b, context, shape, Hardware(gpu_named("h200_sxm")))
+        row = (
+            f"| ngram | 2 | {b} | {context} | {summary['al']:.2f} | {predicted['tokens_per_step']:.2f} | "
+            f"x{op['speedup']:.2f} | x{predicted['speedup']:.2f} |"
+        )
         assert row in section
 
 

@@ -1,0 +1,122 @@
+"""acceptance.synthetic: the drafter's drafting and the target's verification, timed at an
+acceptance set by the user instead of the drafter's own.
+
+vLLM's synthetic rejection sampler (`rejection_sample_method="synthetic"` with
+`synthetic_acceptance_rates`, the marginal per-position rates) accepts draft position k with the
+conditional probability m[k] / m[k-1] and emits the draft token whether or not the target agrees,
+so a run's speed at that acceptance needs the drafter's shape, not its training. The rates come
+from the command line (`acceptance.synthetic=[0.8,0.6,0.4]`, one per draft position) or from a
+measured profile (`acceptance.synthetic=<speculation_profile.json or run/sweep dir>`: its profile
+for this drafter, d and domain `all`). Everything is checked here, before any engine starts.
+
+Such a run's AL is set, not measured: it is labelled synthetic wherever it appears and kept out
+of measured acceptance (curves, profiles, ranking), and its outputs are not the target's greedy
+ones, so no lossless check is made (summary.json `synthetic_acceptance`).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from reports.profile import PROFILE_FILE, read_profiles
+from runners import cpu_synthetic_fix
+from runners.cpu_plugins import disabled
+from runners.registry import runner_name
+from speclens.config import RunConfig
+from speclens.errors import ConfigError, CorruptRecord
+from speclens.summary import SyntheticAcceptance
+
+KEY = "acceptance.synthetic"
+
+
+def check_rates(rates: Any, d: int, source: str) -> list[float]:
+    """The marginal rates as vLLM takes them: D of them, each in [0, 1], never increasing."""
+    if isinstance(rates, (str, bytes)) or not hasattr(rates, "__len__"):
+        raise ConfigError(f"{source}: a list of D marginal rates or a profile's path, not {rates!r}.")
+    values = list(rates)
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    if not numbers or not all(math.isfinite(v) for v in values):
+        raise ConfigError(f"{source}={_shown(values)}: the rates must be numbers.")
+    if len(values) != d:
+        raise ConfigError(
+            f"{source}={_shown(values)}: {len(values)} rates for d={d}; give one per draft position "
+            f"(P(the first k+1 drafts accepted), k = 0 … {d - 1})."
+        )
+    outside = [v for v in values if not 0 <= v <= 1]
+    if outside:
+        raise ConfigError(f"{source}={_shown(values)}: {outside[0]:g} is not a rate in [0, 1].")
+    rising = next((k for k in range(1, d) if values[k] > values[k - 1]), None)
+    if rising is not None:
+        raise ConfigError(
+            f"{source}={_shown(values)}: the rates are marginal, P(the first k+1 drafts accepted), so they "
+            f"never increase; position {rising} has {values[rising]:g} after {values[rising - 1]:g}."
+        )
+    return [float(v) for v in values]
+
+
+def _shown(values: list[Any]) -> str:
+    return (
+        "["
+        + ",".join(f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else repr(v) for v in values)
+        + "]"
+    )
+
+
+def profile_rates(path: Path, drafter: str, d: int) -> tuple[list[float], str]:
+    """The marginal rates a profile file (or a run or sweep dir holding one) measured for this
+    drafter at this d over all its prompts, and where they came from."""
+    folder = path.parent if path.name == PROFILE_FILE else path
+    if not (folder / PROFILE_FILE).is_file():
+        raise ConfigError(f"{KEY}={path}: holds no {PROFILE_FILE} (a run or sweep dir speclens wrote, or that file).")
+    try:
+        profiles = read_profiles(folder)
+    except CorruptRecord as exc:
+        raise ConfigError(f"{KEY}={path}: {exc}") from None
+    whole = [
+        p for p in profiles if p["domain"] == "all" and p.get("segment", "all") == "all" and "input_tokens" not in p
+    ]
+    mine = [p for p in whole if p["drafter"] == drafter]
+    if not mine:
+        found = sorted({p["drafter"] for p in whole})
+        raise ConfigError(
+            f"{KEY}={path}: no profile of drafter={drafter} over domain all; it has {', '.join(found) or 'none'}."
+        )
+    at_d = [p for p in mine if p["d"] == d]
+    if not at_d:
+        ds = ", ".join(str(p["d"]) for p in sorted(mine, key=lambda p: p["d"]))
+        raise ConfigError(f"{KEY}={path}: drafter={drafter} was measured at d={ds}, not d={d}; give one of those.")
+    source = f"{folder / PROFILE_FILE}: drafter={drafter} d={d} domain=all"
+    return check_rates(at_d[0]["marginal"], d, f"{KEY} ({source})"), source
+
+
+def resolve(cfg: RunConfig, drafter: str, speculative: bool) -> SyntheticAcceptance | None:
+    """acceptance.synthetic checked and read (None where it is unset)."""
+    given = cfg.acceptance.synthetic
+    if given is None:
+        return None
+    if not speculative:
+        raise ConfigError(f"{KEY} sets how drafts are accepted: give a drafter (drafter={drafter} drafts nothing).")
+    if cfg.drafter.schedule is not None:
+        raise ConfigError(f"{KEY} takes one rate per position of one d; drop drafter.schedule.")
+    if getattr(cfg.runner, "url", None) is not None:
+        raise ConfigError(
+            f"{KEY} is set in the engine's speculative config, and an attached server's is its own: start it with "
+            '"rejection_sample_method": "synthetic" in its --speculative-config, or let speclens start the engine.'
+        )
+    if runner_name(cfg.runner) != "fake" and disabled(cpu_synthetic_fix.DISABLE_ENV):
+        raise ConfigError(
+            f"{KEY}: {cpu_synthetic_fix.DISABLE_ENV}=0 leaves vLLM's CPU build refusing synthetic acceptance "
+            "(runners/cpu_synthetic_fix.py); unset it."
+        )
+    if isinstance(given, str):
+        rates, source = profile_rates(Path(given).expanduser(), drafter, cfg.d)
+    else:
+        rates, source = check_rates(given, cfg.d, KEY), "given"
+    return SyntheticAcceptance(rates=rates, expected_al=1.0 + sum(rates), source=source)
+
+
+def speculative_config(spec: dict[str, Any], synthetic: SyntheticAcceptance) -> dict[str, Any]:
+    """The drafter's own speculative config, verified by vLLM's synthetic rejection sampler."""
+    return spec | {"rejection_sample_method": "synthetic", "synthetic_acceptance_rates": list(synthetic.rates)}

@@ -1,0 +1,110 @@
+"""acceptance.synthetic (issue 48): drafts accepted at set rates, checked before any engine,
+labelled wherever the run appears, kept out of measured acceptance and of the lossless check."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evals.run import run
+from speclens.errors import ConfigError
+from speclens.records import read_parquet
+from tests.unit.conftest import compose_run, fake_overrides
+
+PROMPTS = [{"question_id": f"q{i}", "category": "chat", "turns": [f"tell me about thing {i} " * 3]} for i in range(24)]
+RATES = [0.8, 0.6, 0.4]
+
+
+def compose(tmp_path, *more: str):
+    return compose_run(
+        *fake_overrides(tmp_path, PROMPTS),
+        "drafter=ngram",
+        "d=3",
+        "runner.output_tokens=96",
+        "sampling.max_tokens=96",
+        *more,
+    )
+
+
+@pytest.fixture(scope="module")
+def synthetic_run(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("synthetic")
+    out = tmp_path / "run"
+    cfg = compose(tmp_path, f"acceptance.synthetic={json.dumps(RATES)}", "baseline=true", "batch_sizes=[4]")
+    return run(cfg, out, progress=lambda label: None), out
+
+
+def test_a_synthetic_run_accepts_at_the_set_rates_and_says_its_al_is_set(synthetic_run, capsys):
+    summary, out = synthetic_run
+    assert summary.synthetic_acceptance.rates == RATES and summary.synthetic_acceptance.source == "given"
+    assert summary.synthetic_acceptance.expected_al == pytest.approx(2.8)
+    lo, hi = summary.al_ci95
+    assert lo <= 2.8 <= hi and hi - lo < 0.5
+    steps = read_parquet(out / "steps.parquet")
+    # every decode step drafts D under the synthetic sampler; position rates near the marginal ones
+    assert (steps.num_drafted == 3).all()
+    assert summary.per_position_acceptance == pytest.approx(RATES, abs=0.08)
+    stamp = json.loads((out / "stamp.json").read_text())
+    spec = stamp["speculative_config"]
+    assert (spec["rejection_sample_method"], spec["synthetic_acceptance_rates"]) == ("synthetic", RATES)
+
+
+def test_a_synthetic_run_is_timed_against_plain_decoding_without_a_lossless_check(synthetic_run):
+    summary, out = synthetic_run
+    (point,) = summary.operating_points
+    assert point.speedup is not None and point.t_verif is not None
+    assert summary.lossless is not None and summary.lossless.checked is False
+    assert "not made" in summary.synthetic_acceptance.lossless_check
+    # a set acceptance is no measured profile
+    assert not (out / "speculation_profile.json").exists()
+    written = json.loads((out / "summary.json").read_text())
+    assert written["synthetic_acceptance"]["rates"] == RATES
+
+
+def test_the_terminal_table_says_the_acceptance_is_synthetic(synthetic_run):
+    from reports.table import result_table
+
+    summary, _ = synthetic_run
+    shown = result_table(summary)
+    assert "SYNTHETIC acceptance" in shown.splitlines()[0]
+    assert "drafts accepted at the marginal rates [0.8, 0.6, 0.4] (expected AL 2.80); AL is set, not measured" in shown
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("[0.8,1.2,0.4]", r"acceptance.synthetic=\[0.8,1.2,0.4\]: 1.2 is not a rate in \[0, 1\]"),
+        ("[0.8,-0.1,-0.2]", r"-0.1 is not a rate in \[0, 1\]"),
+        ("[0.5,0.6,0.4]", r"never increase; position 1 has 0.6 after 0.5"),
+        ("[0.8,0.6]", r"2 rates for d=3; give one per draft position"),
+    ],
+)
+def test_bad_rates_are_one_line_before_anything_runs(tmp_path, value, message):
+    with pytest.raises(ConfigError, match=message):
+        run(compose(tmp_path, f"acceptance.synthetic={value}"), tmp_path / "run", progress=lambda label: None)
+    assert not (tmp_path / "run").exists()
+
+
+def test_rates_are_read_from_a_measured_profile_and_a_profile_without_them_is_one_line(tmp_path):
+    measured = tmp_path / "measured"
+    run(compose(tmp_path, "batch_sizes=[4]"), measured, progress=lambda label: None)
+    profile = json.loads((measured / "speculation_profile.json").read_text())["profiles"]
+    whole = next(p for p in profile if p["domain"] == "all" and p["segment"] == "all")
+    summary = run(
+        compose(tmp_path, f"acceptance.synthetic={measured}"), tmp_path / "again", progress=lambda label: None
+    )
+    assert summary.synthetic_acceptance.rates == whole["marginal"]
+    assert summary.synthetic_acceptance.source.endswith("speculation_profile.json: drafter=ngram d=3 domain=all")
+    for more, message in (
+        (("drafter=suffix",), r"no profile of drafter=suffix over domain all; it has ngram"),
+        (("d=2",), r"drafter=ngram was measured at d=3, not d=2"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            run(compose(tmp_path, f"acceptance.synthetic={measured}", *more), tmp_path / "bad", progress=print)
+    newer = tmp_path / "newer"
+    newer.mkdir()
+    (newer / "speculation_profile.json").write_text(json.dumps({"schema_version": 99, "profiles": []}))
+    with pytest.raises(ConfigError, match=r"has no schema_version this speclens reads \(1 to 1; it has 99\)"):
+        run(compose(tmp_path, f"acceptance.synthetic={newer}"), tmp_path / "bad", progress=print)
+    assert not (tmp_path / "bad").exists()
