@@ -15,18 +15,13 @@ import argparse
 import json
 import statistics
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from speclens.draft_cost import drafter_shape  # noqa: E402
 from speclens.errors import ConfigError  # noqa: E402
-from speclens.gpus import gpu_named  # noqa: E402
 from speclens.measured_ops import AiconfiguratorOps  # noqa: E402
-from speclens.model_shape import shape_of  # noqa: E402
-from speclens.step_cost import Hardware  # noqa: E402
-from speclens.whatif import Drafting, point  # noqa: E402
+from speclens.model_error import HELD_OUT, case_error, held_out, leave_one_source_out  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "published_speedups.json"
 
@@ -34,14 +29,6 @@ DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "published_speed
 def engine_of(case: dict) -> str:
     engine = case["engine"].lower()
     return "trtllm" if "tensorrt" in engine else "sglang" if "sglang" in engine else "vllm"
-
-
-def error(case: dict, models: dict, hw: Hardware) -> float:
-    target = shape_of(models[case["target"]], case["target"])
-    draft = drafter_shape(case["drafter"], target, models.get(case.get("draft", "")))
-    drafting = Drafting(case["drafter"], {case["d"]: case["al"]}, draft)
-    predicted = point(drafting, case["d"], case["batch_size"], case["context_len"], target, hw)["speedup"]
-    return predicted / case["speedup"] - 1
 
 
 def medians(cases: list[dict], errors: dict[str, float]) -> str:
@@ -63,6 +50,9 @@ def medians(cases: list[dict], errors: dict[str, float]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-aiconfigurator", action="store_true", help="the roofline only")
+    parser.add_argument(
+        "--held-out", action="store_true", help="also each source predicted with the fixed costs fitted without it"
+    )
     args = parser.parse_args()
     data = json.loads(DATA.read_text())
     cases, models = data["cases"], data["models"]
@@ -73,8 +63,7 @@ def main() -> int:
     said: set[str] = set()
     print(f"{'case':32} {'engine':7} {'B':>3} {'D':>2} {'published':>9} {'roofline':>9} {'tables':>8}")
     for case in cases:
-        hw = Hardware(gpu_named(case["gpu"]), case["tp"], case["weights"], expert_weights=case.get("expert_weights"))
-        roofline[case["id"]] = error(case, models, hw)
+        roofline[case["id"]] = case_error(case, models)
         shown = "-"
         if use_tables:
             key = (case["gpu"], engine_of(case))
@@ -87,7 +76,7 @@ def main() -> int:
                         said.add(str(exc))
                     tables[key] = None
             if tables[key] is not None:
-                measured[case["id"]] = error(case, models, replace(hw, ops=tables[key]))
+                measured[case["id"]] = case_error(case, models, ops=tables[key])
                 shown = f"{measured[case['id']]:+.1%}"
         print(
             f"{case['id']:32} {engine_of(case):7} {case['batch_size']:>3} {case['d']:>2} "
@@ -101,7 +90,25 @@ def main() -> int:
         )
         if left:
             print(f"({left} cases without tables, left out of that median)")
+    if args.held_out:
+        print_held_out(cases, models)
     return 0
+
+
+def print_held_out(cases: list[dict], models: dict) -> None:
+    """Leave one source out: its cases predicted with overhead_ms, draft_pass_overhead_ms and
+    token_us fitted on the other sources (speclens/model_error.py), beside the in-sample errors."""
+    errors = leave_one_source_out(cases, models)
+    print("held out by source (the fixed costs fitted without the case's source):")
+    for source in sorted({c["source"] for c in cases}):
+        mine = [errors[c["id"]] for c in cases if c["source"] == source]
+        print(f"  {source:28} {len(mine):>2} cases, median |error| {statistics.median(abs(e) for e in mine):.1%}")
+    print(f"median |error|, held out: {medians(cases, errors)}")
+    found = held_out(cases, errors)
+    print(
+        f"held out: median |error| {found.median_abs:.1%}, worst {found.worst_abs:.1%}; 10th/90th percentile "
+        f"{found.low:+.1%} / {found.high:+.1%} (speclens/model_error.py HELD_OUT: {HELD_OUT.low:+.1%} / {HELD_OUT.high:+.1%})"
+    )
 
 
 if __name__ == "__main__":

@@ -90,6 +90,7 @@ def write_page(result: dict[str, Any], out: Path, slo_line: str | None = None) -
             "plain" if b["drafter"] == "none" else f"{b['drafter']} d={b['d']}",
         ]
         + [f"x{b['speedup']:.2f}"]
+        + [f"[{b['speedup_interval'][0]:.2f}, {b['speedup_interval'][1]:.2f}]" if "speedup_interval" in b else "-"]
         + ([b.get("al_measured_at", "-")] if by_length else [])
         for b in result["best"]
     ]
@@ -97,8 +98,13 @@ def write_page(result: dict[str, Any], out: Path, slo_line: str | None = None) -
     answer = Section(
         f"Best per batch size on {gpu}",
         answer=slo_line,
-        text=[f"tp={result['tp']}, weights={result['weights']}, cost model: {result['cost_model']}."],
-        tables=[(["B", "context", "best", "speedup"] + (["AL measured at"] if by_length else []), best_rows)],
+        text=[
+            f"tp={result['tp']}, weights={result['weights']}, cost model: {result['cost_model']}. All figures "
+            f"predicted; {result.get('speedup_interval', '')}."
+        ],
+        tables=[
+            (["B", "context", "best", "speedup", "80% range"] + (["AL measured at"] if by_length else []), best_rows)
+        ],
     )
     rows = pd.DataFrame([r for r in operating_rows(points, result["tp"]) if r["context_len"] == context])
     fronts = []

@@ -153,7 +153,16 @@ def best(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
             # the acceptance that made plain decoding win, where it was measured per length
             out.append(plain | ({"al_measured_at": top["al_measured_at"]} if "al_measured_at" in top else {}))
         else:
-            keys = ("batch_size", "context_len", "drafter", "d", "speedup", "bound", "al_measured_at")
+            keys = (
+                "batch_size",
+                "context_len",
+                "drafter",
+                "d",
+                "speedup",
+                "speedup_interval",
+                "bound",
+                "al_measured_at",
+            )
             out.append({k: top[k] for k in keys if k in top})
     return out
 
