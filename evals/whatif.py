@@ -33,7 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from reports.profile import PROFILE_FILE, read_profiles
+from reports.profile import PROFILE_FILE, dynamo_flags, read_profiles
 from reports.runs import find_runs
 from reports.table import text_table
 from reports.whatif_page import write_page
@@ -46,7 +46,7 @@ from speclens.files import write_json_atomic
 from speclens.gpu_guidelines import at_length
 from speclens.gpus import GPUS, gpu_named
 from speclens.measured_ops import AiconfiguratorOps
-from speclens.metrics import length_label
+from speclens.metrics import conditional_acceptance, length_label
 from speclens.model_error import HELD_OUT
 from speclens.model_facts import text_config
 from speclens.model_shape import ModelShape, shape_of
@@ -412,6 +412,12 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
             for d in draftings
         },
         "notes": share_notes(draftings, shares),
+        # the same acceptance as Dynamo's planner and mocker take it (reports/profile.py dynamo_flags)
+        "dynamo_flags": {
+            drafter: dynamo_flags(conditional_acceptance(rates), len(rates))
+            for drafter, rates in acceptance.items()
+            if isinstance(rates, list)
+        },
         "points": points,
         "best": best(points),
         "schedules": {d.drafter: schedule(points, d.drafter, context_lens[0]) for d in draftings},
@@ -647,6 +653,8 @@ def main(argv: list[str]) -> int:
     print(f"predicted; {result['speedup_interval']}")
     for line in result["notes"]:
         print(line)
+    for drafter, flags in result["dynamo_flags"].items():
+        print(f"{drafter} for Dynamo's planner and mocker: {flags}")
     for line in length_lines(result):
         print(line)
     left_out = sum(not p["fits"] for p in result["points"])

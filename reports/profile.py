@@ -11,6 +11,17 @@ Model-Optimizer's specdec_bench (PR #2247, not merged): `num_speculative_tokens`
 handed to tools reading that layout (`marginal_accept_rates` for vLLM's synthetic mode,
 `conditional_accept_rates` for Dynamo's mocker).
 
+For NVIDIA's planners (Model-Optimizer PRs #2313, #2315, #2316), each profile also says `method`
+(the drafter), `acceptance_length_by_k` (AL at every k up to D, from the marginal rates: a serial
+drafter's acceptance at a smaller k is a prefix of its acceptance at D), `max_num_speculative_tokens`
+(the largest k the profile holds: its D) and `measurement_conditions` (target, drafter checkpoint,
+dataset, temperature, model runner, engine and its version). `dynamo_flags` gives a profile as
+Dynamo's planner and mocker take it (`--aic-nextn`, `--aic-nextn-accept-rates`: conditional rates
+in AIC's five slots, Dynamo PR #10436). `read_profiles` also reads files in Model-Optimizer's
+proposed layout (one profile or a list, keyed `num_speculative_tokens`, `marginal_accept_rates` or
+`conditional_accept_rates`, `method`), so `evals.whatif` and `acceptance.synthetic=` take profiles
+other tools wrote.
+
 Each profile also has `draft_share` (drafted steps / target passes, metrics.draft_share),
 `tokens_per_step` and the `model_runner` that measured them: a speedup follows tokens per step,
 1 + draft_share·(AL − 1), and on Model Runner V1 a lookup drafter drafts on some steps only.
@@ -36,6 +47,7 @@ import pandas as pd
 from reports.serve import SERVE_FILE, context_table
 from runners.zero_cost_proposer import CLASS_PATH
 from speclens import metrics
+from speclens.acceptance import marginal_from_conditional
 from speclens.errors import CorruptRecord
 from speclens.files import write_json_atomic
 from speclens.records import read_parquet
@@ -95,6 +107,9 @@ def profile(
         "mean_accept_length": al,
         "marginal_accept_rates": marginal,
         "conditional_accept_rates": [0.0 if c is None else c for c in conditional],
+        "method": drafter,
+        "acceptance_length_by_k": {str(k): 1.0 + sum(marginal[:k]) for k in range(1, d + 1)},
+        "max_num_speculative_tokens": d,
         # A speedup follows tokens per step, 1 + draft_share·(AL − 1), not AL: a lookup drafter on
         # Model Runner V1 drafts on some steps only (V2 always proposes D).
         "draft_share": None if requests is None else metrics.draft_share(requests),
@@ -135,7 +150,31 @@ def run_profiles(run_dir: Path, summary: RunSummary) -> list[dict[str, Any]]:
         found = profile(summary.mechanism, summary.d, domain, group, segment, mine, runner)
         if found is not None:
             profiles.append(found)
-    return profiles + length_profiles(summary, steps, requests, runner)
+    conditions = measurement_conditions(run_dir, summary)
+    return [
+        p | {"measurement_conditions": conditions} for p in profiles + length_profiles(summary, steps, requests, runner)
+    ]
+
+
+def measurement_conditions(run_dir: Path, summary: RunSummary) -> dict[str, Any]:
+    """What a profile was measured under, for a reader that has only the profile."""
+    try:
+        stamp = json.loads((run_dir / "stamp.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        stamp = {}
+    config = stamp.get("config") or {}
+    return {
+        "target": summary.target,
+        "drafter": summary.mechanism,
+        "drafter_model": (config.get("drafter") or {}).get("model"),
+        "dataset": summary.dataset,
+        "temperature": (config.get("sampling") or {}).get("temperature"),
+        "model_runner": summary.numerics.model_runner if summary.numerics else None,
+        "runner": summary.runner,
+        "engine": "vllm" if summary.runner in ("vllm", "server") else summary.runner,
+        "engine_version": summary.versions.get("vllm"),
+        "n_requests": summary.n_requests,
+    }
 
 
 def _requests_at(run_dir: Path, batch_size: int) -> pd.DataFrame | None:
@@ -172,14 +211,71 @@ def length_profiles(
 PROFILE_KEYS = ("drafter", "d", "domain", "al", "marginal")
 
 
+# Model-Optimizer's proposed layout: what one of its profiles holds (with one of its rate lists).
+FOREIGN_KEYS = ("num_speculative_tokens",)
+FOREIGN_RATES = ("marginal_accept_rates", "conditional_accept_rates")
+
+
+def from_foreign(entry: Any, path: Path) -> dict[str, Any]:
+    """A profile in Model-Optimizer's proposed layout as speclens's (domain `all`; the drafter its
+    `method`, else `unknown`), or CorruptRecord naming what it lacks or breaks."""
+    if not isinstance(entry, dict) or "num_speculative_tokens" not in entry:
+        raise CorruptRecord(f"{path}: a profile without num_speculative_tokens")
+    d = entry["num_speculative_tokens"]
+    if not isinstance(d, int) or isinstance(d, bool) or d < 1:
+        raise CorruptRecord(f"{path}: num_speculative_tokens={d!r} is not a draft length (a whole number >= 1)")
+    if entry.get("marginal_accept_rates") is not None:
+        marginal = entry["marginal_accept_rates"]
+    elif entry.get("conditional_accept_rates") is not None:
+        marginal = marginal_from_conditional(list(entry["conditional_accept_rates"]))
+    else:
+        raise CorruptRecord(f"{path}: a profile with neither marginal_accept_rates nor conditional_accept_rates")
+    if (
+        not isinstance(marginal, list)
+        or len(marginal) != d
+        or not all(isinstance(m, (int, float)) and not isinstance(m, bool) and 0 <= m <= 1 for m in marginal)
+        or any(b > a + 1e-9 for a, b in zip(marginal, marginal[1:]))
+    ):
+        raise CorruptRecord(
+            f"{path}: its acceptance rates are not {d} non-increasing rates in [0, 1] (num_speculative_tokens={d})"
+        )
+    marginal = [float(m) for m in marginal]
+    drafter = str(entry.get("method") or "unknown")
+    return {
+        "drafter": drafter,
+        "d": d,
+        "domain": "all",
+        "segment": "all",
+        "al": 1.0 + sum(marginal),
+        "marginal": marginal,
+        "conditional": metrics.conditional_acceptance(marginal),
+        "source_layout": "model-optimizer",
+        **{k: entry[k] for k in ("measurement_conditions",) if k in entry},
+    }
+
+
+def dynamo_flags(conditional: list[float | None], d: int) -> str:
+    """A profile as Dynamo's mocker and planner take it (`--aic-nextn N --aic-nextn-accept-rates
+    c1,…,c5`: conditional rates in AIC's five slots, zero-padded; N at most 5)."""
+    slots = [0.0 if c is None else float(c) for c in conditional[:5]]
+    slots += [0.0] * (5 - len(slots))
+    return f"--aic-nextn {min(d, 5)} --aic-nextn-accept-rates " + ",".join(f"{c:.4g}" for c in slots)
+
+
 def read_profiles(run_dir: Path) -> list[dict[str, Any]]:
-    """A run's profiles from its speculation_profile.json, or CorruptRecord for a file that is not
-    readable JSON in this layout (of this version or an earlier one)."""
+    """A run's profiles from its speculation_profile.json (or a file of that name in
+    Model-Optimizer's proposed layout), or CorruptRecord for a file that is not readable JSON in
+    either layout (of this version or an earlier one)."""
     path = run_dir / PROFILE_FILE
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CorruptRecord(f"{path} is unreadable ({exc})") from None
+    entries = (
+        data if isinstance(data, list) else [data] if isinstance(data, dict) and "schema_version" not in data else None
+    )
+    if entries is not None and entries and all(isinstance(e, dict) and "num_speculative_tokens" in e for e in entries):
+        return [from_foreign(e, path) for e in entries]
     version = data.get("schema_version") if isinstance(data, dict) else None
     if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= PROFILE_VERSION:
         raise CorruptRecord(

@@ -9,7 +9,7 @@ import pytest
 
 from evals.whatif import build
 from speclens.draft_cost import head_shape
-from speclens.errors import ConfigError
+from speclens.errors import ConfigError, SpeclensError
 from speclens.gpus import gpu_named
 from speclens.model_shape import shape_of
 from speclens.records import read_parquet
@@ -135,3 +135,74 @@ def test_v1_and_v2_n_gram_replays_give_each_runners_own_share_of_drafting_passes
         assert v1.al[d] > v2.al[d]
         for curve in (v1, v2):
             assert 1 + curve.draft_share[d] * (curve.al[d] - 1) == pytest.approx(curve.tokens_per_step[d], abs=0.02)
+
+
+# -- profiles NVIDIA's planners read, both ways ----------------------------------------------------
+
+
+def test_a_runs_profile_carries_what_the_planners_ask_and_round_trips(sparse_run, tmp_path):
+    from reports.profile import read_profiles
+
+    _, out = sparse_run
+    written = json.loads((out / "speculation_profile.json").read_text())["profiles"]
+    whole = next(p for p in written if p["domain"] == "all" and p["segment"] == "all")
+    assert whole["method"] == "ngram" and whole["max_num_speculative_tokens"] == 3
+    marginal = whole["marginal"]
+    assert whole["acceptance_length_by_k"] == pytest.approx({str(k): 1 + sum(marginal[:k]) for k in (1, 2, 3)})
+    conditions = whole["measurement_conditions"]
+    assert (conditions["drafter"], conditions["runner"], conditions["temperature"]) == ("ngram", "fake", 0.0)
+    assert conditions["dataset"] == "jsonl" and conditions["n_requests"] == 4
+    # read back by speclens: the same profiles
+    assert read_profiles(out) == written
+
+
+def test_a_model_optimizer_layout_profile_is_read_as_acceptance_and_given_to_dynamo(tmp_path, capsys):
+    from evals.whatif import main
+    from reports.profile import dynamo_flags, read_profiles
+
+    theirs = {
+        "method": "eagle3",
+        "num_speculative_tokens": 3,
+        "conditional_accept_rates": [0.8, 0.75, 0.5],
+        "mean_accept_length": 2.85,
+        "measurement_conditions": {"dataset": "mt_bench"},
+    }
+    folder = tmp_path / "theirs"
+    folder.mkdir()
+    (folder / "speculation_profile.json").write_text(json.dumps(theirs))
+    (read,) = read_profiles(folder)
+    assert read["drafter"] == "eagle3" and read["d"] == 3
+    assert read["marginal"] == pytest.approx([0.8, 0.6, 0.3]) and read["al"] == pytest.approx(2.7)
+    target = write_config(tmp_path / "target", TARGET)
+    assert main([str(folder), f"target.model={target}", "gpu=h200_sxm", "batch_sizes=[1]", f"out={tmp_path}"]) == 0
+    result = json.loads((tmp_path / "whatif.json").read_text())
+    assert [p["al"] for p in result["points"]] == pytest.approx([1.8, 2.4, 2.7])
+    flags = "--aic-nextn 3 --aic-nextn-accept-rates 0.8,0.75,0.5,0,0"
+    assert result["dynamo_flags"] == {"eagle3": flags} and flags in capsys.readouterr().out
+    # the flags carry the conditional rates back: their running product is the marginal again
+    rates = [float(r) for r in flags.split()[-1].split(",")][:3]
+    assert [rates[0], rates[0] * rates[1], rates[0] * rates[1] * rates[2]] == pytest.approx(read["marginal"])
+    assert dynamo_flags([0.9, None], 7).startswith("--aic-nextn 5 --aic-nextn-accept-rates 0.9,0,0,0,0")
+    # and as synthetic acceptance for a run of that drafter and d
+    from evals.synthetic import profile_rates
+
+    assert profile_rates(folder, "eagle3", 3)[0] == pytest.approx([0.8, 0.6, 0.3])
+
+
+@pytest.mark.parametrize(
+    "theirs, said",
+    [
+        ({"num_speculative_tokens": 0, "marginal_accept_rates": []}, "num_speculative_tokens=0 is not a draft length"),
+        ({"num_speculative_tokens": 2, "marginal_accept_rates": [0.5, 0.7]}, "not 2 non-increasing rates in"),
+        ({"num_speculative_tokens": 2, "marginal_accept_rates": [0.5]}, "not 2 non-increasing rates in"),
+        ({"num_speculative_tokens": 2}, "neither marginal_accept_rates nor conditional_accept_rates"),
+    ],
+)
+def test_a_broken_foreign_profile_is_one_line_naming_the_file_and_the_rule(tmp_path, theirs, said):
+    folder = tmp_path / "theirs"
+    folder.mkdir()
+    (folder / "speculation_profile.json").write_text(json.dumps(theirs))
+    target = write_config(tmp_path / "target", TARGET)
+    with pytest.raises(SpeclensError, match=said) as caught:
+        build([str(folder), f"target.model={target}", "gpu=h200_sxm"])
+    assert "speculation_profile.json" in str(caught.value)
