@@ -1,5 +1,5 @@
 """The step-cost model's two big terms checked on the GPU this runs on: one decoder layer's GEMMs
-and its attention, timed with torch alone, against speclens/step_cost.py's prediction.
+and its attention, timed with torch alone, against speclens/gpu_model/step_cost.py's prediction.
 
 For each (B, D, L) of a small grid: the layer's four GEMMs (QKV, O, gate-up, down) over B·(1+D)
 tokens, and attention of 1+D query tokens per sequence over a KV cache of L tokens (PyTorch SDPA,
@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from speclens.gpus import GPUS, gpu_named  # noqa: E402
-from speclens.model_shape import ModelShape  # noqa: E402
-from speclens.step_cost import Hardware, attention_term, gemm_term  # noqa: E402
+from speclens.gpu_model.gpus import GPUS, gpu_named  # noqa: E402
+from speclens.gpu_model.model_shape import ModelShape  # noqa: E402
+from speclens.gpu_model.step_cost import Hardware, attention_term, gemm_term  # noqa: E402
 
 LAYERS = {  # hidden, heads, KV heads, head_dim, intermediate
     "llama-3.1-8b": (4096, 32, 8, 128, 14336),

@@ -20,8 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from speclens.errors import ConfigError  # noqa: E402
-from speclens.measured_ops import AiconfiguratorOps  # noqa: E402
-from speclens.model_error import HELD_OUT, case_error, held_out, leave_one_source_out  # noqa: E402
+from speclens.gpu_model.measured_ops import AiconfiguratorOps  # noqa: E402
+from speclens.gpu_model.model_error import HELD_OUT, case_error, held_out, leave_one_source_out  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "published_speedups.json"
 
@@ -97,7 +97,7 @@ def main() -> int:
 
 def print_held_out(cases: list[dict], models: dict) -> None:
     """Leave one source out: its cases predicted with overhead_ms, draft_pass_overhead_ms and
-    token_us fitted on the other sources (speclens/model_error.py), beside the in-sample errors."""
+    token_us fitted on the other sources (speclens/gpu_model/model_error.py), beside the in-sample errors."""
     errors = leave_one_source_out(cases, models)
     print("held out by source (the fixed costs fitted without the case's source):")
     for source in sorted({c["source"] for c in cases}):
@@ -107,7 +107,7 @@ def print_held_out(cases: list[dict], models: dict) -> None:
     found = held_out(cases, errors)
     print(
         f"held out: median |error| {found.median_abs:.1%}, worst {found.worst_abs:.1%}; 10th/90th percentile "
-        f"{found.low:+.1%} / {found.high:+.1%} (speclens/model_error.py HELD_OUT: {HELD_OUT.low:+.1%} / {HELD_OUT.high:+.1%})"
+        f"{found.low:+.1%} / {found.high:+.1%} (speclens/gpu_model/model_error.py HELD_OUT: {HELD_OUT.low:+.1%} / {HELD_OUT.high:+.1%})"
     )
 
 

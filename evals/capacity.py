@@ -23,8 +23,8 @@ from typing import Any
 
 from speclens.config import RunConfig
 from speclens.errors import ConfigError
+from speclens.gpu_model.model_shape import shape_of
 from speclens.model_facts import ModelFacts, text_config
-from speclens.model_shape import shape_of
 from speclens.summary import ContextWindow
 
 GIB = 1024**3

@@ -1,7 +1,7 @@
 """`python -m evals.guidelines target=<name> | target.model=<path> [drafter.model=<path>]
 [gpu=<name> [tp=N] [weights=bf16|fp8] [expert_weights=…] [batch_sizes=[…]] [context_len=N]]`: the draft-length
-guidelines (speclens/guidelines.py) computed from the target's (and the draft's) config; with
-gpu=, also for that GPU from the step-cost model (speclens/gpu_guidelines.py)."""
+guidelines (speclens/gpu_model/guidelines.py) computed from the target's (and the draft's) config; with
+gpu=, also for that GPU from the step-cost model (speclens/gpu_model/gpu_guidelines.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from evals.compose import compose_config, to_run_config
 from evals.plan import resolve_target
 from speclens import checkpoints
 from speclens.errors import ConfigError, guarded
-from speclens.guidelines import Guidelines
-from speclens.guidelines import __doc__ as guidelines_doc
+from speclens.gpu_model.guidelines import Guidelines
+from speclens.gpu_model.guidelines import __doc__ as guidelines_doc
 from speclens.model_facts import text_config
 
 GPU_KEYS = ("gpu", "tp", "weights", "expert_weights", "batch_sizes", "context_len")
@@ -37,11 +37,11 @@ def _split_args(argv: list[str]) -> tuple[list[str], str | None, dict[str, str]]
 def gpu_lines(settings: dict[str, str], target_config: dict, draft_config: dict | None) -> list[str]:
     """The guidelines for the GPU `settings` name, from the step-cost model."""
     from evals.whatif import hardware_from, ints, setting_value
-    from speclens.draft_cost import drafter_shape
-    from speclens.gpu_guidelines import free_verification_limit, low_latency_break_even, verify_knees
-    from speclens.model_shape import shape_of
-    from speclens.step_cost import check_tp
-    from speclens.whatif import DEFAULT_BATCH_SIZES
+    from speclens.gpu_model.draft_cost import drafter_shape
+    from speclens.gpu_model.gpu_guidelines import free_verification_limit, low_latency_break_even, verify_knees
+    from speclens.gpu_model.model_shape import shape_of
+    from speclens.gpu_model.step_cost import check_tp
+    from speclens.gpu_model.whatif import DEFAULT_BATCH_SIZES
 
     if "gpu" not in settings:
         raise ConfigError("give gpu=<name> with the GPU settings (tp=, weights=, batch_sizes=, context_len=).")

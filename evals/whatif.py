@@ -9,7 +9,7 @@ Architecture: `target.model=<folder or hub id>` (default: the run's target), `dr
 Hardware: `gpu=<name>` (`--list-gpus`) or `gpu=custom gpu.bf16_tflops=… gpu.hbm_tb_s=… gpu.memory_gb=…
 [gpu.fp8_tflops=… gpu.nvlink_gb_s=…]`, `tp=N`, `weights=bf16|fp8`, `expert_weights=bf16|fp8|nvfp4|mxfp4`
 (a MoE target's experts; default: the checkpoint's quantization_config, else weights=), `eff.<field>=…`
-(speclens/step_cost.py).
+(speclens/gpu_model/step_cost.py).
 `slo.tokens_per_s_per_user=N` answers in one line what to serve, and up to which B, for N tokens/s
 per user. Operating points: `batch_sizes=[…]` (default 1 … 256), `context_len=` one or a list (default 4096),
 `d=` one or a list (default every D with acceptance). A run or sweep measured at several prompt
@@ -37,23 +37,20 @@ from reports.profile import PROFILE_FILE, dynamo_flags, read_profiles
 from reports.runs import find_runs
 from reports.table import text_table
 from reports.whatif_page import write_page
-from speclens import calibrate, checkpoints
+from speclens import checkpoints
 from speclens.acceptance import al_at, check_rates, marginal_from_conditional
-from speclens.calibrate import Measured
-from speclens.draft_cost import MECHANISMS, drafter_shape, needs_draft_config
 from speclens.errors import ConfigError, guarded
 from speclens.files import write_json_atomic
-from speclens.gpu_guidelines import at_length
-from speclens.gpus import GPUS, gpu_named
-from speclens.measured_ops import AiconfiguratorOps
-from speclens.metrics import conditional_acceptance, length_label
-from speclens.model_error import HELD_OUT
-from speclens.model_facts import text_config
-from speclens.model_shape import ModelShape, shape_of
-from speclens.records import read_parquet
-from speclens.run_files import REQUESTS_FILE
-from speclens.step_cost import Efficiency, Hardware, check_tp, expert_format, measurable
-from speclens.whatif import (
+from speclens.gpu_model import calibrate
+from speclens.gpu_model.calibrate import Measured
+from speclens.gpu_model.draft_cost import MECHANISMS, drafter_shape, needs_draft_config
+from speclens.gpu_model.gpu_guidelines import at_length
+from speclens.gpu_model.gpus import GPUS, gpu_named
+from speclens.gpu_model.measured_ops import AiconfiguratorOps
+from speclens.gpu_model.model_error import HELD_OUT
+from speclens.gpu_model.model_shape import ModelShape, shape_of
+from speclens.gpu_model.step_cost import Efficiency, Hardware, check_tp, expert_format, measurable
+from speclens.gpu_model.whatif import (
     DEFAULT_BATCH_SIZES,
     MEMORY_HEADROOM,
     Drafting,
@@ -64,6 +61,10 @@ from speclens.whatif import (
     schedule,
     serve_at_slo,
 )
+from speclens.metrics import conditional_acceptance, length_label
+from speclens.model_facts import text_config
+from speclens.records import read_parquet
+from speclens.run_files import REQUESTS_FILE
 
 WHATIF_FILE = "whatif.json"
 DEFAULT_CONTEXT_LEN = 4096
@@ -126,7 +127,7 @@ def _read_config(ref: str, key: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Share:
-    """A drafter's share of target passes that verify a draft (speclens/whatif.py): `value` measured (its
+    """A drafter's share of target passes that verify a draft (speclens/gpu_model/whatif.py): `value` measured (its
     profile's) or given (draft_share=), None where its profile predates the share (taken as 1, and
     said); per length bucket where measured per length; the model runner that measured it."""
 
@@ -461,12 +462,12 @@ def drafting_of(
 INTERVAL_SOURCE = (
     f"each point's speedup_interval: where 8 of 10 published speedups fell when their source was left out of "
     f"the model's fit ({HELD_OUT.cases} cases, {HELD_OUT.sources} sources; held-out median |error| "
-    f"{HELD_OUT.median_abs:.0%}, worst {HELD_OUT.worst_abs:.0%}; speclens/model_error.py)"
+    f"{HELD_OUT.median_abs:.0%}, worst {HELD_OUT.worst_abs:.0%}; speclens/gpu_model/model_error.py)"
 )
 
 
 def with_intervals(points: list[dict[str, Any]]) -> None:
-    """Each point's speedup_interval from the model's held-out error (speclens/model_error.py)."""
+    """Each point's speedup_interval from the model's held-out error (speclens/gpu_model/model_error.py)."""
     for p in points:
         p["speedup_interval"] = [round(v, 4) for v in HELD_OUT.interval(p["speedup"])]
 

@@ -41,8 +41,8 @@ from reports.table import cell, markdown_table
 from speclens.account import CORRECTIONS, MODEL
 from speclens.drafter_build import describe_build
 from speclens.errors import ArgumentParser, SpeclensError, guarded
-from speclens.gpus import GPUS, gpu_named
-from speclens.step_cost import Hardware
+from speclens.gpu_model.gpus import GPUS, gpu_named
+from speclens.gpu_model.step_cost import Hardware
 from speclens.summary import WHOLE_RUN_GROUP
 from speclens.text import Shown, markdown_safe
 

@@ -1,10 +1,10 @@
 """The report's answer for another machine (`reports.build DIR --gpu=<name>`): for each measured
 run and batch size, the speedup the step-cost model predicts on that GPU from the acceptance
-measured here (speclens/whatif.py), beside the speedup measured here. A run measured at several
+measured here (speclens/gpu_model/whatif.py), beside the speedup measured here. A run measured at several
 prompt lengths gets one row per length at each batch size, from that length's own AL and mean
 context, rather than one from a context pooled over lengths. The prediction follows tokens per
 step: the AL times the share of passes that drafted there (metrics.draft_share), a pass without a
-draft costed as the run's model runner ran it (speclens/whatif.py)."""
+draft costed as the run's model runner ran it (speclens/gpu_model/whatif.py)."""
 
 from __future__ import annotations
 
@@ -16,15 +16,15 @@ from reports.page import Section
 from reports.runs import Run
 from speclens import metrics
 from speclens.checkpoints import read_config
-from speclens.draft_cost import MECHANISMS, drafter_shape
 from speclens.errors import SpeclensError
-from speclens.model_error import HELD_OUT
-from speclens.model_shape import shape_of
+from speclens.gpu_model.draft_cost import MECHANISMS, drafter_shape
+from speclens.gpu_model.model_error import HELD_OUT
+from speclens.gpu_model.model_shape import shape_of
+from speclens.gpu_model.step_cost import Hardware, check_tp
+from speclens.gpu_model.whatif import Drafting, mean_context, point
 from speclens.records import read_parquet
 from speclens.run_files import REQUESTS_FILE
-from speclens.step_cost import Hardware, check_tp
 from speclens.summary import OperatingPoint
-from speclens.whatif import Drafting, mean_context, point
 
 HEADER = [
     "drafter",

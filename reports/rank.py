@@ -36,7 +36,7 @@ from reports.table import cell, markdown_table, text_table
 from speclens import costs
 from speclens.errors import ArgumentParser, CorruptRecord, guarded
 from speclens.files import check_folder, write_json_atomic
-from speclens.guidelines import Guidelines, low_latency_speedup
+from speclens.gpu_model.guidelines import Guidelines, low_latency_speedup
 from speclens.text import markdown_safe
 
 

@@ -10,7 +10,7 @@ counting as D = 0: where the data cannot tell two settings apart, the cheaper on
 Where the runs measured length buckets (summary.json `by_length`), each plan also holds `by_length`:
 per length bucket, the same winners, schedules and schedule configs decided from that length's own
 figures (reports/ranking.py `length_ranking_rows`), the contexts it serves (`context_range`: those
-nearer to it than to any other measured length, ties to the shorter; speclens/whatif.py) and, past
+nearer to it than to any other measured length, ties to the shorter; speclens/gpu_model/whatif.py) and, past
 the target's own window, the context extension its figures were measured under.
 """
 
@@ -23,8 +23,8 @@ import pandas as pd
 
 from reports.ranking import has_lengths, length_ranking_rows
 from reports.runs import Run, template_label
+from speclens.gpu_model.whatif import length_ranges
 from speclens.text import markdown_safe
-from speclens.whatif import length_ranges
 
 SERVE_FILE = "serve.json"
 

@@ -14,7 +14,7 @@ import pandas as pd
 from reports.charts import Chart, base_layout, coloured, hover_template, pareto_chart
 from reports.page import Section, render_page
 from reports.ranking import pareto_front
-from speclens.whatif import best_label, operating_rows
+from speclens.gpu_model.whatif import best_label, operating_rows
 
 WHATIF_PAGE = "whatif.html"
 

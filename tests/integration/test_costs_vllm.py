@@ -82,9 +82,9 @@ def check_calibration(sweep, b1: dict, b4: dict) -> None:
     """The step-cost model fitted to this run (`evals.whatif calibrate=`): the four measured
     T_verif read as the summary holds them, and the fit closer to them than one constant step time."""
     from evals.whatif import calibration_points
-    from speclens.calibrate import errors
     from speclens.checkpoints import read_config
-    from speclens.model_shape import shape_of
+    from speclens.gpu_model.calibrate import errors
+    from speclens.gpu_model.model_shape import shape_of
 
     points, target_dir = calibration_points(sweep)
     assert [(p.batch_size, p.d) for p in points] == [(1, 0), (1, D), (4, 0), (4, D)]

@@ -6,7 +6,7 @@ import pytest
 
 from evals.guidelines import main
 from speclens.errors import ConfigError
-from speclens.guidelines import (
+from speclens.gpu_model.guidelines import (
     Guidelines,
     layer_ratio,
     low_latency_speedup,

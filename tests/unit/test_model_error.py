@@ -1,4 +1,4 @@
-"""The step-cost model's error held out by source (speclens/model_error.py): the stored figures are
+"""The step-cost model's error held out by source (speclens/gpu_model/model_error.py): the stored figures are
 what leaving each source out gives, and every prediction carries the interval they make."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from speclens.model_error import HELD_OUT, case_error, held_out, leave_one_source_out, quantile
-from speclens.step_cost import Efficiency
+from speclens.gpu_model.model_error import HELD_OUT, case_error, held_out, leave_one_source_out, quantile
+from speclens.gpu_model.step_cost import Efficiency
 
 DATA = json.loads((Path(__file__).resolve().parents[1] / "data" / "published_speedups.json").read_text())
 

@@ -9,11 +9,11 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from speclens.draft_cost import drafter_shape
-from speclens.gpus import gpu_named
-from speclens.model_shape import shape_of
-from speclens.step_cost import Hardware, verify_step
-from speclens.whatif import Drafting, point
+from speclens.gpu_model.draft_cost import drafter_shape
+from speclens.gpu_model.gpus import gpu_named
+from speclens.gpu_model.model_shape import shape_of
+from speclens.gpu_model.step_cost import Hardware, verify_step
+from speclens.gpu_model.whatif import Drafting, point
 
 DATA = json.loads((Path(__file__).resolve().parents[1] / "data" / "published_speedups.json").read_text())
 

@@ -19,10 +19,10 @@ from reports.gpu_prediction import prediction_rows
 from reports.profile import CONTEXT_TABLE_KEY, PROFILE_FILE
 from reports.rank import LENGTH_RANKING_FILE, write_rankings
 from reports.runs import find_runs
-from speclens.gpus import gpu_named
-from speclens.step_cost import Hardware
+from speclens.gpu_model.gpus import gpu_named
+from speclens.gpu_model.step_cost import Hardware
+from speclens.gpu_model.whatif import length_ranges, nearest_length
 from speclens.summary import read_summary
-from speclens.whatif import length_ranges, nearest_length
 from tests.unit.conftest import compose_run, fake_overrides, write_script
 from tests.unit.test_curves import accepted_script
 from tests.unit.test_long_context import smollm2  # noqa: F401 (the embedded target, shared)

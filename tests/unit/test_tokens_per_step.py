@@ -8,13 +8,13 @@ import json
 import pytest
 
 from evals.whatif import build
-from speclens.draft_cost import head_shape
 from speclens.errors import ConfigError, SpeclensError
-from speclens.gpus import gpu_named
-from speclens.model_shape import shape_of
+from speclens.gpu_model.draft_cost import head_shape
+from speclens.gpu_model.gpus import gpu_named
+from speclens.gpu_model.model_shape import shape_of
+from speclens.gpu_model.step_cost import Hardware, verify_step
+from speclens.gpu_model.whatif import Drafting, point, predict
 from speclens.records import read_parquet
-from speclens.step_cost import Hardware, verify_step
-from speclens.whatif import Drafting, point, predict
 from tests.unit.conftest import compose_run, fake_overrides
 from tests.unit.test_whatif import SMALL, write_config
 

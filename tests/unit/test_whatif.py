@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from speclens.draft_cost import draft_ms, head_shape
 from speclens.errors import ConfigError
-from speclens.gpus import gpu_named
-from speclens.model_shape import shape_of
-from speclens.step_cost import (
+from speclens.gpu_model.draft_cost import draft_ms, head_shape
+from speclens.gpu_model.gpus import gpu_named
+from speclens.gpu_model.model_shape import shape_of
+from speclens.gpu_model.step_cost import (
     Efficiency,
     Hardware,
     attention_term,
@@ -25,7 +25,7 @@ from speclens.step_cost import (
     verify_step,
     weight_bytes,
 )
-from speclens.whatif import Drafting, best, point, schedule
+from speclens.gpu_model.whatif import Drafting, best, point, schedule
 
 # One layer of a small dense model: 8 query heads over 2 KV heads (G = 4), head_dim 128.
 SMALL = {
@@ -389,7 +389,7 @@ def test_bad_input_is_one_line_before_anything_is_computed(tmp_path, capsys, arg
 
 
 def test_the_guidelines_for_a_gpu_come_out_of_the_modelled_verification_cost():
-    from speclens.gpu_guidelines import free_verification_limit, low_latency_break_even, verify_knees
+    from speclens.gpu_model.gpu_guidelines import free_verification_limit, low_latency_break_even, verify_knees
 
     shape = shape_of({**SMALL, "num_hidden_layers": 4})  # G = 4
     hw = hardware(overhead_ms=0.1)
@@ -418,7 +418,7 @@ def test_evals_guidelines_adds_the_gpus_guidelines(tmp_path, capsys):
 
 
 def test_calibration_recovers_the_machine_that_produced_the_step_costs():
-    from speclens.calibrate import Fit, Measured, errors, fit
+    from speclens.gpu_model.calibrate import Fit, Measured, errors, fit
 
     shape = shape_of({**SMALL, "num_hidden_layers": 4})
     grid = [(b, d, c) for b in (1, 8, 64) for d in (0, 3, 40) for c in (256, 8192)]
@@ -433,7 +433,7 @@ def test_calibration_recovers_the_machine_that_produced_the_step_costs():
 
 
 def test_the_slo_picks_the_most_throughput_that_keeps_every_user_above_the_rate():
-    from speclens.whatif import serve_at_slo
+    from speclens.gpu_model.whatif import serve_at_slo
 
     # (d, B, T_verif(B) ms, T_step ms, AL): per user AL·1000/T_step, per GPU B times that
     rows = [
@@ -473,9 +473,9 @@ def test_whatif_answers_the_slo_in_one_line_and_draws_its_page(tmp_path, capsys)
 def test_the_report_predicts_each_runs_speedup_on_a_named_gpu(tmp_path):
     from reports.build import main as build_main
     from speclens.checkpoints import read_config
+    from speclens.gpu_model.step_cost import Hardware
+    from speclens.gpu_model.whatif import mean_context
     from speclens.records import read_parquet
-    from speclens.step_cost import Hardware
-    from speclens.whatif import mean_context
     from tests.unit.test_step_costs import measure
 
     summary, out = measure(tmp_path, 2)
@@ -500,7 +500,7 @@ def test_the_report_predicts_each_runs_speedup_on_a_named_gpu(tmp_path):
 
 def test_a_sweeps_drafters_each_get_their_own_draft_checkpoint(tmp_path):
     from evals.whatif import build
-    from speclens.step_cost import Hardware
+    from speclens.gpu_model.step_cost import Hardware
 
     target = write_config(tmp_path / "target", {**SMALL, "num_hidden_layers": 8})
     head = write_config(tmp_path / "head", {**SMALL, "draft_vocab_size": 500})

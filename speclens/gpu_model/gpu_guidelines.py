@@ -1,5 +1,5 @@
-"""The draft-length guidelines computed for a GPU from the step-cost model (speclens/step_cost.py),
-beside their config-only forms (speclens/guidelines.py):
+"""The draft-length guidelines computed for a GPU from the step-cost model (speclens/gpu_model/step_cost.py),
+beside their config-only forms (speclens/gpu_model/guidelines.py):
 
 - guideline 1: for each D, the smallest B at which T_verif(B·(1+D)) / T_verif(B) rises above 1.1,
   where verifying D more tokens per request stops being (nearly) free;
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from speclens.draft_cost import draft_ms
-from speclens.guidelines import starting_draft_length, tile_aligned_draft_lengths
-from speclens.model_shape import ModelShape
-from speclens.step_cost import Hardware, verify_step
+from speclens.gpu_model.draft_cost import draft_ms
+from speclens.gpu_model.guidelines import starting_draft_length, tile_aligned_draft_lengths
+from speclens.gpu_model.model_shape import ModelShape
+from speclens.gpu_model.step_cost import Hardware, verify_step
 
 FREE_VERIFY_RATIO = 1.1
 KNEE = 1.5  # a rise from D to D + 1 above 1.5 times the rise before it (flat: any rise at all)

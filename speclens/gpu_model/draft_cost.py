@@ -1,5 +1,5 @@
 """T_draft(B, D): what proposing D drafts for B requests costs, per mechanism, from its own
-architecture (the step-cost model's terms, speclens/step_cost.py):
+architecture (the step-cost model's terms, speclens/gpu_model/step_cost.py):
 
 - ngram, suffix: a lookup on the host per request (no GPU pass);
 - eagle, eagle3: D serial passes of the head (its decoder layer(s) and its LM head over the draft
@@ -19,8 +19,8 @@ from dataclasses import replace
 from typing import Any
 
 from speclens.errors import ConfigError
-from speclens.model_shape import ModelShape, shape_of
-from speclens.step_cost import Hardware, Terms, forward
+from speclens.gpu_model.model_shape import ModelShape, shape_of
+from speclens.gpu_model.step_cost import Hardware, Terms, forward
 
 LOOKUP = ("ngram", "suffix")
 SERIAL_HEADS = ("eagle", "eagle3")

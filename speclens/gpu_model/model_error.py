@@ -1,7 +1,7 @@
 """The step-cost model's error on published speedups, held out by source, and the interval every
 predicted speedup is printed with.
 
-The model's fixed costs (`overhead_ms`, `draft_pass_overhead_ms`, `token_us`, speclens/step_cost.py
+The model's fixed costs (`overhead_ms`, `draft_pass_overhead_ms`, `token_us`, speclens/gpu_model/step_cost.py
 Efficiency) were set from vLLM's published fit on an H100 with Llama-3.1-8B, the set-up of many of
 the published cases they are scored on, so the in-sample error flatters the model. Here each
 source's cases are predicted with those three constants fitted on the other sources only
@@ -22,11 +22,11 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
-from speclens.draft_cost import drafter_shape
-from speclens.gpus import gpu_named
-from speclens.model_shape import shape_of
-from speclens.step_cost import Efficiency, Hardware
-from speclens.whatif import Drafting, point
+from speclens.gpu_model.draft_cost import drafter_shape
+from speclens.gpu_model.gpus import gpu_named
+from speclens.gpu_model.model_shape import shape_of
+from speclens.gpu_model.step_cost import Efficiency, Hardware
+from speclens.gpu_model.whatif import Drafting, point
 
 # The fixed costs a fold fits, and the values it tries (the defaults are among them).
 GRID: dict[str, tuple[float, ...]] = {
@@ -62,7 +62,7 @@ HELD_OUT = HeldOut(low=-0.257, high=0.332, median_abs=0.213, worst_abs=0.515, ca
 
 def case_error(case: dict[str, Any], models: dict[str, Any], eff: Efficiency | None = None, ops=None) -> float:
     """predicted / published − 1 for one published case, with these efficiencies (default: the
-    model's) and, where given, measured GEMM and all-reduce tables (speclens/measured_ops.py)."""
+    model's) and, where given, measured GEMM and all-reduce tables (speclens/gpu_model/measured_ops.py)."""
     hw = Hardware(
         gpu_named(case["gpu"]),
         case["tp"],

@@ -3,7 +3,7 @@
 NVIDIA's aiconfigurator-core (Apache-2.0; the optional extra `speclens[whatif]`) ships per-operation
 timings measured on each GPU with each engine's own kernels. speclens takes the target's GEMMs and
 its tensor-parallel all-reduces from them; attention (the G·(1+D) query packing its tables do not
-model) and drafting stay speclens's own (speclens/step_cost.py, speclens/draft_cost.py).
+model) and drafting stay speclens's own (speclens/gpu_model/step_cost.py, speclens/gpu_model/draft_cost.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from speclens.errors import ConfigError
 
-# speclens's GPU names (speclens/gpus.py) -> aiconfigurator's systems
+# speclens's GPU names (speclens/gpu_model/gpus.py) -> aiconfigurator's systems
 SYSTEMS = {
     "h100_sxm": "h100_sxm",
     "h200_sxm": "h200_sxm",

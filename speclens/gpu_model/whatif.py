@@ -26,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from speclens.draft_cost import draft_ms
-from speclens.model_shape import ModelShape
-from speclens.step_cost import Hardware, memory_needed_gb, verify_step
+from speclens.gpu_model.draft_cost import draft_ms
+from speclens.gpu_model.model_shape import ModelShape
+from speclens.gpu_model.step_cost import Hardware, memory_needed_gb, verify_step
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from speclens.errors import ConfigError
-from speclens.gpus import Gpu
-from speclens.model_shape import ModelShape
-from speclens.step_cost import TILE_ROWS, Efficiency, Hardware, verify_step
+from speclens.gpu_model.gpus import Gpu
+from speclens.gpu_model.model_shape import ModelShape
+from speclens.gpu_model.step_cost import TILE_ROWS, Efficiency, Hardware, verify_step
 
 MIN_POINTS = 3  # three numbers are fitted
 

@@ -1,5 +1,5 @@
 """The step-cost model: how long one forward pass takes on a GPU, term by term, and what drafting
-costs, from the model's shapes (speclens/model_shape.py) and the GPU's datasheet (speclens/gpus.py).
+costs, from the model's shapes (speclens/gpu_model/model_shape.py) and the GPU's datasheet (speclens/gpu_model/gpus.py).
 
 A verification step of B requests with q = 1 + D query tokens each, every request holding L tokens
 of context, on one of TP GPUs (tensor parallel):
@@ -32,9 +32,9 @@ import math
 from dataclasses import dataclass, field, fields
 
 from speclens.errors import ConfigError
-from speclens.gpus import Gpu
-from speclens.measured_ops import MeasuredOps
-from speclens.model_shape import ModelShape
+from speclens.gpu_model.gpus import Gpu
+from speclens.gpu_model.measured_ops import MeasuredOps
+from speclens.gpu_model.model_shape import ModelShape
 
 TILE_ROWS = 128
 KV_BYTES = 2  # bf16 KV cache
@@ -101,7 +101,7 @@ class Hardware:
     # GPU attention kernels pad each KV head's query rows to 128-row tiles; None: kernels that
     # compute the real rows and read the KV cache once (a CPU's, as a calibration finds them)
     tile_rows: int | None = TILE_ROWS
-    # cost_model=aiconfigurator: the target's GEMMs and all-reduces as measured (speclens/measured_ops.py)
+    # cost_model=aiconfigurator: the target's GEMMs and all-reduces as measured (speclens/gpu_model/measured_ops.py)
     ops: MeasuredOps | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
