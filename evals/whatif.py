@@ -467,9 +467,12 @@ INTERVAL_SOURCE = (
 
 
 def with_intervals(points: list[dict[str, Any]]) -> None:
-    """Each point's speedup_interval from the model's held-out error (speclens/gpu_model/model_error.py)."""
+    """Each point's speedup_interval from the model's held-out error (speclens/gpu_model/model_error.py),
+    its top held at the point's tokens per step, which no speedup exceeds (a verify costs at least a
+    plain step on any real engine, whatever the model's error)."""
     for p in points:
-        p["speedup_interval"] = [round(v, 4) for v in HELD_OUT.interval(p["speedup"])]
+        low, high = HELD_OUT.interval(p["speedup"])
+        p["speedup_interval"] = [round(min(low, p["tokens_per_step"]), 4), round(min(high, p["tokens_per_step"]), 4)]
 
 
 def interval_label(interval: list[float] | None) -> str:

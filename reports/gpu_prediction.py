@@ -80,14 +80,21 @@ def prediction_rows(runs: list[Run], hw: Hardware) -> tuple[list[list[str]], lis
                 here = "-" if speedup is None else f"x{speedup:.2f}"
                 rows.append(
                     [summary.mechanism, str(summary.d), str(op.batch_size), str(context), f"{al:.2f}"]
-                    + [f"{p['tokens_per_step']:.2f}", here, f"x{p['speedup']:.2f}", _range(p["speedup"]), p["bound"]]
+                    + [
+                        f"{p['tokens_per_step']:.2f}",
+                        here,
+                        f"x{p['speedup']:.2f}",
+                        _range(p["speedup"], p["tokens_per_step"]),
+                        p["bound"],
+                    ]
                 )
     return rows, notes
 
 
-def _range(speedup: float) -> str:
+def _range(speedup: float, tokens_per_step: float) -> str:
+    """The held-out interval, its top held at the tokens per step no speedup exceeds."""
     low, high = HELD_OUT.interval(speedup)
-    return f"[{low:.2f}, {high:.2f}]"
+    return f"[{min(low, tokens_per_step):.2f}, {min(high, tokens_per_step):.2f}]"
 
 
 def _groups(al: float, op: OperatingPoint, requests: pd.DataFrame) -> list[tuple[float, float | None, pd.DataFrame]]:
