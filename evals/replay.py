@@ -68,7 +68,17 @@ CURVE_FILES = ("curves.parquet", "curves.csv")
 OTHER_RESULTS = (STAMP_FILE, SUMMARY_FILE, "multirun.yaml")
 # evals.run keys a replay has no use for: it replays D = 1..d_max over one generation of all the
 # prompts at once, with no baseline, batch sizes, repeats, open-loop load, schedule or dashboard.
-IGNORED_KEYS = ("d", "baseline", "batch_sizes", "repeats", "request_rate", "drafter.schedule", "logger")
+# (A curve is measured acceptance: a synthetic one, acceptance.synthetic, is refused with them.)
+IGNORED_KEYS = (
+    "d",
+    "baseline",
+    "batch_sizes",
+    "repeats",
+    "request_rate",
+    "drafter.schedule",
+    "logger",
+    "acceptance.synthetic",
+)
 RUN_DEFAULT_D = RunConfig.__dataclass_fields__["d"].default
 
 
@@ -86,6 +96,7 @@ def ignored_keys(cfg: ReplayConfig, overrides: Sequence[str] = ()) -> list[str]:
         "request_rate": cfg.request_rate is not None,
         "drafter.schedule": getattr(cfg.drafter, "schedule", None) is not None,
         "logger": not isinstance(cfg.logger, NoLoggerConfig),
+        "acceptance.synthetic": cfg.acceptance.synthetic is not None,
     }
     named = {_key(o) for o in overrides}
     return [
@@ -99,7 +110,7 @@ def check_keys(cfg: ReplayConfig, overrides: Sequence[str] = ()) -> None:
         raise ConfigError(
             f"evals.replay does not use {', '.join(ignored)}: it replays D = 1..d_max (d_max=, not d=) over one "
             "generation of all the prompts at once, with no baseline, batch sizes, repeats, open-loop load, draft-length "
-            f"schedule or logger; drop {'it' if len(ignored) == 1 else 'them'}, or measure with `python -m evals.run`."
+            f"schedule, logger or synthetic acceptance; drop {'it' if len(ignored) == 1 else 'them'}, or measure with `python -m evals.run`."
         )
 
 

@@ -108,3 +108,17 @@ def test_rates_are_read_from_a_measured_profile_and_a_profile_without_them_is_on
     with pytest.raises(ConfigError, match=r"has no schema_version this speclens reads \(1 to 1; it has 99\)"):
         run(compose(tmp_path, f"acceptance.synthetic={newer}"), tmp_path / "bad", progress=print)
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_replay_refuses_synthetic_acceptance_a_curve_is_measured_acceptance(tmp_path):
+    from evals.compose import compose_config
+    from evals.replay import replay
+
+    with pytest.raises(ConfigError, match=r"evals.replay does not use acceptance.synthetic: .* synthetic acceptance"):
+        replay(
+            compose_config(
+                [*fake_overrides(tmp_path, PROMPTS), "d_max=3", "acceptance.synthetic=[0.8,0.6,0.4]"], "replay"
+            ),
+            tmp_path / "replay",
+        )
+    assert not (tmp_path / "replay").exists()
