@@ -60,6 +60,7 @@ from speclens.gpu_model.whatif import (
     predict,
     schedule,
     serve_at_slo,
+    undrafted_step,
 )
 from speclens.metrics import conditional_acceptance, length_label
 from speclens.model_facts import text_config
@@ -137,7 +138,7 @@ class Share:
 
     @property
     def undrafted(self) -> str:
-        return "verify" if self.model_runner == "v2" else "plain"
+        return undrafted_step(self.model_runner)
 
 
 def measured_acceptance(source: Path, domain: str) -> dict[str, dict[str, Any]]:

@@ -21,7 +21,7 @@ from speclens.gpu_model.draft_cost import MECHANISMS, drafter_shape
 from speclens.gpu_model.model_error import HELD_OUT
 from speclens.gpu_model.model_shape import shape_of
 from speclens.gpu_model.step_cost import Hardware, check_tp
-from speclens.gpu_model.whatif import Drafting, mean_context, point
+from speclens.gpu_model.whatif import Drafting, mean_context, point, undrafted_step
 from speclens.records import read_parquet
 from speclens.run_files import REQUESTS_FILE
 from speclens.summary import OperatingPoint
@@ -74,7 +74,7 @@ def prediction_rows(runs: list[Run], hw: Hardware) -> tuple[list[list[str]], lis
                     {summary.d: al},
                     draft,
                     draft_share=1.0 if share is None else share,
-                    undrafted="verify" if runner == "v2" else "plain",
+                    undrafted=undrafted_step(runner),
                 )
                 p = point(drafting, summary.d, op.batch_size, context, target, hw)
                 here = "-" if speedup is None else f"x{speedup:.2f}"

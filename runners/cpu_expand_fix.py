@@ -17,9 +17,9 @@ leave vLLM untouched (the self-check then shows the upstream bug).
 
 from __future__ import annotations
 
-from runners.cpu_plugins import AFFECTED_VLLM_PREFIX, disabled, is_cpu_build_without_triton, will_load
+from runners.cpu_plugins import disabled, is_cpu_build_without_triton, will_load
 
-__all__ = ["AFFECTED_VLLM_PREFIX", "DISABLE_ENV", "build_is_affected", "fix_is_active", "kernel_is_broken", "register"]
+__all__ = ["DISABLE_ENV", "build_is_affected", "fix_is_active", "kernel_is_broken", "register"]
 UPSTREAM_ISSUE = "https://github.com/vllm-project/vllm/issues/55005"
 DISABLE_ENV = "SPECLENS_CPU_EXPAND_FIX"
 

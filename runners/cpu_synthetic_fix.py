@@ -22,9 +22,9 @@ synthetic mode (probed), and SPECLENS_CPU_SYNTHETIC_FIX=0 leaves vLLM as it is.
 
 from __future__ import annotations
 
-from runners.cpu_plugins import AFFECTED_VLLM_PREFIX, disabled, is_cpu_build_without_triton, will_load
+from runners.cpu_plugins import disabled, is_cpu_build_without_triton, will_load
 
-__all__ = ["AFFECTED_VLLM_PREFIX", "DISABLE_ENV", "build_is_affected", "fix_is_active", "greedy_kernel", "register"]
+__all__ = ["DISABLE_ENV", "build_is_affected", "fix_is_active", "greedy_kernel", "register"]
 
 DISABLE_ENV = "SPECLENS_CPU_SYNTHETIC_FIX"
 UPSTREAM = "https://github.com/vllm-project/vllm/pull/41932"

@@ -52,6 +52,12 @@ def length_ranges(lengths: list[int], limit: int) -> list[list[int]]:
     return [[start, end] for start, end in zip(starts, ends)]
 
 
+def undrafted_step(model_runner: str | None) -> str:
+    """What a step without a draft costs on a model runner: a full verify on V2 (it always proposes
+    D and rejects the padding), else a plain step (V1 proposes nothing; unknown runners as V1)."""
+    return "verify" if model_runner == "v2" else "plain"
+
+
 @dataclass(frozen=True)
 class Drafting:
     """One drafter's acceptance and shapes: AL by D, and its draft's shape (None: none needed).

