@@ -50,7 +50,12 @@ class Fit:
         return verify_step(shape, point.batch_size, point.d, point.context, self.hardware(weights)).total_ms
 
 
+LOG_BOUND = 30.0  # e^±30: far past any machine; a minimiser wandering beyond has lost the points
+
+
 def _loss(shape: ModelShape, points: list[Measured], weights: str, tile_rows: int | None, x: np.ndarray) -> float:
+    if np.abs(x).max() > LOG_BOUND:  # few points leave a direction free: the walk along it stops here
+        return math.inf
     fit = Fit(math.exp(x[0]), math.exp(x[1]), math.exp(x[2]), tile_rows)
     return sum(math.log(fit.predict(shape, p, weights) / p.t_ms) ** 2 for p in points)
 

@@ -4,6 +4,7 @@ and `evals.whatif` end to end (acceptance in, whatif.json out, bad input in one 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -430,6 +431,25 @@ def test_calibration_recovers_the_machine_that_produced_the_step_costs():
         assert [found.predict(shape, p) for p in points] == [pytest.approx(p.t_ms, rel=0.01) for p in points]
     held_out = [h for _, _, h in errors(shape, points[:6])]
     assert max(abs(h) for h in held_out) < 0.02  # exact data: each point predicted from the five others
+
+
+def test_calibration_on_the_fewest_points_fits_where_one_direction_is_free():
+    """Two B and one D at one context (a single synthetic run with baseline=true on the embedded
+    target, the step costs it measured): three of the four points leave the minimiser a free
+    direction, which once walked it past exp's range (an OverflowError, not a fit)."""
+    from speclens.gpu_model.calibrate import Measured, errors
+
+    smollm2 = {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9, "num_key_value_heads": 3}
+    shape = shape_of(smollm2 | {"num_hidden_layers": 30, "vocab_size": 49152, "tie_word_embeddings": True})
+    points = [
+        Measured(1, 0, 200, 101.4),
+        Measured(1, 3, 200, 131.0),
+        Measured(4, 0, 200, 151.7),
+        Measured(4, 3, 200, 268.1),
+    ]
+    rows = errors(shape, points)
+    assert max(abs(in_fit) for _, in_fit, _ in rows) < 0.25
+    assert all(math.isfinite(h) for _, _, h in rows)
 
 
 def test_the_slo_picks_the_most_throughput_that_keeps_every_user_above_the_rate():
