@@ -16,8 +16,11 @@ in-process run's outputs part from plain decoding at near-ties; it fails only on
 rounding cannot explain. In float32 that is the checks above.
 
 With `engine=gpu` it checks the GPU paths too: n-gram measured on the engine's model runner (V2 on
-vLLM's CUDA build) equals the replay of that runner's proposer, and a bf16 run with batch-invariant
-kernels gives the same records twice (every run's records are checked against vLLM's counters).
+vLLM's CUDA build) equals the replay of that runner's proposer, a bf16 run with batch-invariant
+kernels gives the same records twice (every run's records are checked against vLLM's counters), and
+a run at synthetic acceptance (the target drafting for itself, rates [0.8, 0.6, 0.4], B = 1 and 8)
+reaches the rates' AL, its measured speedup printed beside evals.whatif's prediction for the GPU it
+ran on.
 
 Prints PASS/FAIL/SKIP per check; exits 1 if any check fails, 2 for bad input. Overrides are
 `evals.run` keys, e.g. `target=custom target.model=/models/x d=5`; `hydra.run.dir=<dir>` says where
@@ -26,6 +29,7 @@ the runs go (default outputs/selfcheck/<time>).
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,6 +40,7 @@ from evals.compose import compose_config, to_run_config
 from evals.run import run
 from runners.registry import runner_name, runner_of
 from speclens.errors import ConfigError, MeasurementError, guarded
+from speclens.gpu_model.gpus import gpu_for_device
 from speclens.records import read_parquet
 from speclens.run_files import OUTPUTS_FILE, STEPS_FILE, read_outputs
 from speclens.summary import RunSummary
@@ -227,10 +232,51 @@ def gpu_checks(user_overrides: list[str], out_root: Path) -> list[CheckResult]:
     name = "same records twice (bf16, batch-invariant kernels)"
     _, failed = measured(invariant, out_root / "invariant", name)
     if failed:
-        return [*results, failed]
-    _, failed = measured(invariant, out_root / "invariant_again", name)
-    results.append(failed or same_records_check(name, out_root / "invariant", out_root / "invariant_again"))
+        results.append(failed)
+    else:
+        _, failed = measured(invariant, out_root / "invariant_again", name)
+        results.append(failed or same_records_check(name, out_root / "invariant", out_root / "invariant_again"))
+    results.append(synthetic_step_check(user_overrides, out_root))
     return results
+
+
+# A step at synthetic acceptance (the target drafting for itself, so any target has a drafter of a
+# known shape): its AL is the rates' by construction, its speed the engine's on this GPU.
+SYNTHETIC_RATES = [0.8, 0.6, 0.4]
+SYNTHETIC = [f"acceptance.synthetic={json.dumps(SYNTHETIC_RATES)}", "baseline=true", "batch_sizes=[1,8]"]
+SYNTHETIC_CHECK = "a step at synthetic acceptance, beside whatif's prediction for this GPU"
+
+
+def synthetic_step_check(user_overrides: list[str], out_root: Path) -> CheckResult:
+    cfg = compose_config([*COMMON, *SELF_DRAFT, *user_overrides, *GREEDY, *SYNTHETIC])
+    summary, failed = measured(cfg, out_root / "synthetic", SYNTHETIC_CHECK)
+    return failed or synthetic_check(summary, out_root / "synthetic")
+
+
+def synthetic_check(summary: RunSummary, run_dir: Path) -> CheckResult:
+    """Passes where the measured AL's CI holds the rates' AL (the synthetic sampler works on this
+    engine); beside it, per B, the speedup measured and the one evals.whatif predicts for this GPU."""
+    from evals.whatif import interval_label, run_point
+
+    expected = summary.synthetic_acceptance.expected_al
+    low, high = summary.al_ci95 or (summary.al, summary.al)
+    device = ((summary.numerics.gpu if summary.numerics else None) or {}).get("name")
+    gpu = gpu_for_device(device) if device else None
+    parts = [f"AL {summary.al:.2f} [{low:.2f}, {high:.2f}] at rates {SYNTHETIC_RATES} (expected {expected:.2f})"]
+    for op in summary.operating_points:
+        line = f"B={op.batch_size}: measured x{cell(op.predicted_speedup)} steady, x{cell(op.speedup)} end to end"
+        if gpu is not None:
+            point = run_point(run_dir, op.batch_size, f"gpu={gpu}")
+            line += f", predicted on {gpu} x{point['speedup']:.2f} {interval_label(point.get('speedup_interval'))}"
+        parts.append(line)
+    if gpu is None:
+        where = "the run saw no GPU" if device is None else f"{device} is not in evals.whatif's table"
+        parts.append(f"no prediction: {where} (evals.whatif calibrate={run_dir} fits this machine instead)")
+    return CheckResult(SYNTHETIC_CHECK, low <= expected <= high, "; ".join(parts))
+
+
+def cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def replay_check(name: str, summary: RunSummary, curves) -> CheckResult:

@@ -2,7 +2,9 @@
 (also `speclens whatif`): speedup predicted on a GPU from acceptance measured anywhere.
 
 Acceptance: a run or sweep dir (its speculation_profile.json; `domain=` picks a domain, default
-all), or `drafter=<name>` with `al=<AL> d=<D>` or `acceptance=[c1,c2,…]` (conditional per position).
+all), or `drafter=<name>` with `al=<AL> d=<D>` or `acceptance=[c1,c2,…]` (conditional per position), and
+optionally `draft_share=` (the share of target passes that verify a draft, default 1) and
+`model_runner=v1|v2` (what a step without a draft costs: a plain step, or a full verify on V2).
 Architecture: `target.model=<folder or hub id>` (default: the run's target), `drafter.model=…`
 (default: the run's draft; EAGLE heads without one are taken as one target-shaped layer),
 `arch.<config field>=<value>` applied to the target's config before anything is derived.
@@ -65,14 +67,17 @@ from speclens.gpu_model.whatif import (
 from speclens.metrics import conditional_acceptance, length_label
 from speclens.model_facts import text_config
 from speclens.records import read_parquet
-from speclens.run_files import REQUESTS_FILE
+from speclens.run_files import REQUESTS_FILE, read_stamp
+from speclens.summary import read_summary
 
 WHATIF_FILE = "whatif.json"
 DEFAULT_CONTEXT_LEN = 4096
 KEYS = ("gpu", "tp", "weights", "batch_sizes", "context_len", "d", "al", "acceptance", "drafter", "domain", "out")
 KEYS += ("target.model", "drafter.model", "calibrate", "slo.tokens_per_s_per_user", "cost_model", "engine")
-KEYS += ("expert_weights", "draft_share")
+KEYS += ("expert_weights", "draft_share", "model_runner")
 TEXT_KEYS = ("target.model", "drafter.model", "out", "gpu", "calibrate", "cost_model", "engine", "expert_weights")
+TEXT_KEYS += ("model_runner",)
+MODEL_RUNNERS = ("v1", "v2")
 
 
 def setting_value(text: str) -> Any:
@@ -189,14 +194,20 @@ def measured_share(chosen: dict[str, Any], by_length: dict[int, dict[str, Any]])
 
 
 def given_share(options: dict[str, Any]) -> Share:
-    """draft_share= beside drafter= and al= / acceptance= (default 1: every step drafts)."""
+    """draft_share= beside drafter= and al= / acceptance= (default 1: every step drafts), and the
+    model runner that measured it (model_runner=v1|v2: what a step without a draft costs)."""
     value = options.get("draft_share", 1.0)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
         raise ConfigError(
             f"draft_share={json.dumps(value)}: the share of target passes that verify a draft, a number in (0, 1] "
             "(a run's summary.json draft_share)."
         )
-    return Share(float(value))
+    runner = options.get("model_runner")
+    if runner is not None and runner not in MODEL_RUNNERS:
+        raise ConfigError(
+            f"model_runner={runner}: one of {', '.join(MODEL_RUNNERS)} (the run's numerics.model_runner)."
+        )
+    return Share(float(value), runner)
 
 
 def given_acceptance(options: dict[str, Any]) -> dict[str, list[float] | float]:
@@ -223,10 +234,11 @@ def resolve_inputs(source: Path | None, options: dict[str, Any], arch: dict[str,
         acceptance = given_acceptance(options)
         shares = {drafter: given_share(options) for drafter in acceptance}
     elif source is not None:
-        if "draft_share" in options:
-            raise ConfigError(
-                "draft_share= goes with drafter= and al= or acceptance=; a run's profile measured its own."
-            )
+        for key in ("draft_share", "model_runner"):
+            if key in options:
+                raise ConfigError(
+                    f"{key}= goes with drafter= and al= or acceptance=; a run's profile measured its own."
+                )
         chosen = measured_acceptance(source, options.get("domain", "all"))
         length_profiles = measured_length_acceptance(source, options.get("domain", "all"))
         acceptance = {drafter: p["marginal"] for drafter, p in chosen.items()}
@@ -307,6 +319,36 @@ def calibration_points(folder: Path) -> tuple[list[Measured], str]:
                 found.setdefault((op.batch_size, run.summary.d, context), []).append(op.t_verif_spec.median_ms)
     points = [Measured(b, d, c, sum(ts) / len(ts)) for (b, d, c), ts in sorted(found.items())]
     return points, runs[0].stamp["target_dir"]
+
+
+def run_point(run_dir: Path, batch_size: int, *settings: str) -> dict[str, Any]:
+    """whatif's point for one operating point of a run: the run's target and drafter, its AL, D and
+    that B's draft share and context (mean prompt plus half the output, as calibration takes it),
+    on the machine `settings` name (`gpu=…` or `calibrate=…`). What a measured speed is set beside."""
+    summary, stamp = read_summary(run_dir), read_stamp(run_dir)
+    (op,) = [op for op in summary.operating_points if op.batch_size == batch_size]
+    requests = read_parquet(run_dir / REQUESTS_FILE)
+    mine = requests[requests.batch_size == batch_size]
+    argv = [
+        f"target.model={stamp['target_dir']}",
+        f"drafter={summary.drafter}",
+        f"al={summary.al}",
+        f"d={summary.d}",
+        f"draft_share={op.draft_share}",
+        *(
+            [f"model_runner={summary.numerics.model_runner}"]
+            if summary.numerics and summary.numerics.model_runner
+            else []
+        ),
+        f"batch_sizes=[{batch_size}]",
+        f"context_len={mean_context(mine.prompt_tokens, mine.output_tokens)}",
+        *settings,
+    ]
+    if stamp["config"]["drafter"].get("model"):
+        argv.append(f"drafter.model={stamp['config']['drafter']['model']}")
+    result, _ = build(argv)
+    (point,) = result["points"]
+    return point
 
 
 COST_MODELS = ("roofline", "aiconfigurator")

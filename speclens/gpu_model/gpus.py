@@ -79,3 +79,26 @@ def gpu_named(name: str, fields: dict[str, float] | None = None) -> Gpu:
     if name not in GPUS:
         raise ConfigError(f"gpu={name} is not in speclens's table; choose one of {', '.join(GPUS)} or gpu=custom.")
     return replace(GPUS[name], **fields) if fields else GPUS[name]
+
+
+# torch.cuda.get_device_name's words for the GPUs of the table. The PCIe and NVL cards of a family
+# have other clocks, bandwidth and links than the table's SXM figures: they match none.
+DEVICE_NAMES: tuple[tuple[str, str], ...] = (
+    ("GB200", "gb200"),
+    ("B200", "b200"),
+    ("H200", "h200_sxm"),
+    ("H100 80GB HBM3", "h100_sxm"),
+    ("H100 SXM", "h100_sxm"),
+    ("L40S", "l40s"),
+    ("A100-SXM4-80GB", "a100_sxm_80gb"),
+)
+OTHER_FORMS = ("PCIE", "NVL")
+
+
+def gpu_for_device(device_name: str) -> str | None:
+    """The table's GPU for a CUDA device name (e.g. "NVIDIA H100 80GB HBM3" → h100_sxm); None where
+    the table holds no card of that form."""
+    upper = device_name.upper()
+    if any(form in upper for form in OTHER_FORMS):
+        return None
+    return next((gpu for words, gpu in DEVICE_NAMES if words.upper() in upper), None)

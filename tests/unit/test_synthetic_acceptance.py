@@ -122,3 +122,54 @@ def test_a_replay_refuses_synthetic_acceptance_a_curve_is_measured_acceptance(tm
             tmp_path / "replay",
         )
     assert not (tmp_path / "replay").exists()
+
+
+def test_selfcheck_sets_a_synthetic_step_beside_whatifs_prediction_for_the_gpu_it_ran_on(tmp_path):
+    """evals.selfcheck engine=gpu's last check (issue 48, part 6), on the fake engine: it passes
+    where the AL's CI holds the rates' AL, and names the table's GPU for the device the run saw."""
+    from dataclasses import replace
+
+    from evals.selfcheck import synthetic_check, synthetic_step_check
+    from speclens.summary import read_summary
+
+    # a target the step-cost model can shape: SmolLM2-135M's config
+    smollm2 = {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9, "num_key_value_heads": 3}
+    target = fake_overrides(tmp_path, PROMPTS, **smollm2, vocab_size=49152, max_position_embeddings=8192)
+    overrides = [*target, "runner.output_tokens=96", "sampling.max_tokens=96"]
+    result = synthetic_step_check(overrides, tmp_path / "checks")
+    run_dir = tmp_path / "checks" / "synthetic"
+    assert result.passed and "(expected 2.80)" in result.detail
+    assert "no prediction: the run saw no GPU" in result.detail  # the fake engine runs on no GPU
+    summary = read_summary(run_dir)
+    assert [op.batch_size for op in summary.operating_points] == [1, 8]
+    on_h100 = replace(summary, numerics=replace(summary.numerics, gpu={"name": "NVIDIA H100 80GB HBM3"}))
+    checked = synthetic_check(on_h100, run_dir)
+    predicted = [float(part.split("predicted on h100_sxm x")[1].split()[0]) for part in checked.detail.split("; ")[1:]]
+    assert len(predicted) == 2
+    # no prediction above the point's tokens per step (every verify costs at least a plain step)
+    assert all(1.0 < p <= op.tokens_per_step + 0.005 for p, op in zip(predicted, summary.operating_points))
+    on_pcie = replace(summary, numerics=replace(summary.numerics, gpu={"name": "NVIDIA H100 PCIe"}))
+    assert "NVIDIA H100 PCIe is not in evals.whatif's table" in synthetic_check(on_pcie, run_dir).detail
+    missed = replace(summary, al_ci95=[summary.synthetic_acceptance.expected_al + 0.1, 4.0])
+    assert not synthetic_check(missed, run_dir).passed
+
+
+@pytest.mark.parametrize(
+    "device, gpu",
+    [
+        ("NVIDIA H100 80GB HBM3", "h100_sxm"),
+        ("NVIDIA H200", "h200_sxm"),
+        ("NVIDIA B200", "b200"),
+        ("NVIDIA GB200", "gb200"),
+        ("NVIDIA L40S", "l40s"),
+        ("NVIDIA A100-SXM4-80GB", "a100_sxm_80gb"),
+        ("NVIDIA H100 PCIe", None),
+        ("NVIDIA H100 NVL", None),
+        ("NVIDIA A100-SXM4-40GB", None),
+        ("NVIDIA GeForce RTX 4090", None),
+    ],
+)
+def test_a_cuda_device_name_maps_to_the_table_s_gpu_of_that_form_only(device, gpu):
+    from speclens.gpu_model.gpus import gpu_for_device
+
+    assert gpu_for_device(device) == gpu

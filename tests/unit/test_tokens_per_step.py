@@ -106,6 +106,14 @@ def test_a_given_acceptance_takes_a_draft_share_and_a_bad_one_is_one_line(tmp_pa
     for bad, shown in (("0", "0"), ("1.5", "1.5"), ("true", "true"), ("abc", '"abc"')):
         with pytest.raises(ConfigError, match=f"^draft_share={shown}: the share of target passes"):
             build([*args, f"draft_share={bad}"])
+    # model_runner= says what the 65 % of steps without a draft cost: a plain step (V1), a verify (V2)
+    v1, _ = build([*args, "draft_share=0.35", "model_runner=v1"])
+    v2, _ = build([*args, "draft_share=0.35", "model_runner=v2"])
+    assert v1["points"][0]["speedup"] == pytest.approx(p["speedup"])  # V1 is the default
+    assert v2["points"][0]["speedup"] < v1["points"][0]["speedup"]
+    assert v2["draft_shares"]["ngram"]["undrafted_step"] == "verify"
+    with pytest.raises(ConfigError, match="^model_runner=v3: one of v1, v2"):
+        build([*args, "model_runner=v3"])
 
 
 def test_a_profile_without_a_draft_share_is_taken_as_drafting_every_step_and_said(tmp_path):
@@ -115,8 +123,9 @@ def test_a_profile_without_a_draft_share_is_taken_as_drafting_every_step_and_sai
     result, _ = build([str(tmp_path), f"target.model={target}", "gpu=h200_sxm", "batch_sizes=[1]", "d=3"])
     assert result["points"][0]["tokens_per_step"] == pytest.approx(2.6)
     assert any("speedups are upper bounds" in note for note in result["notes"])
-    with pytest.raises(ConfigError, match="draft_share= goes with drafter="):
-        build([str(tmp_path), f"target.model={target}", "gpu=h200_sxm", "draft_share=0.5"])
+    for given in ("draft_share=0.5", "model_runner=v2"):
+        with pytest.raises(ConfigError, match=f"{given.split('=')[0]}= goes with drafter="):
+            build([str(tmp_path), f"target.model={target}", "gpu=h200_sxm", given])
 
 
 def test_v1_and_v2_n_gram_replays_give_each_runners_own_share_of_drafting_passes(tmp_path):

@@ -1,0 +1,135 @@
+"""The step-cost model checked on this machine's engine, held out: a grid of runs at synthetic
+acceptance (one per D, each at its own rates, every run at B = 1 and B = 4, with baseline=true),
+then for each D the model calibrated (`evals.whatif calibrate=`, `gpu=measured`) on the step costs
+of the other D's runs only and asked for that D's steady decode speedup at each B. Prints one row
+per held-out point (predicted, measured from the run's own step timings, the run's end-to-end
+speedup beside) and the median and worst held-out error that docs/whatif.md quotes, with the
+in-sample error (calibrated on every run) beside it.
+
+    python benchmarks/synthetic_grid.py [--out DIR] [--drafter eagle3] [--requests 8] [--max-tokens 48]
+
+The runs are real vLLM runs on this machine's CPU (the embedded target and its untrained EAGLE-3
+head on the sample prompts: about eight minutes each on one core); a run already finished under
+--out is reused, so an interrupted grid resumes. The acceptance is synthetic (vLLM's synthetic
+rejection sampler): the drafter's compute is real, its acceptance set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from evals import whatif  # noqa: E402
+from reports.runs import find_runs  # noqa: E402
+from speclens.summary import SUMMARY_FILE  # noqa: E402
+
+# Marginal per-position rates per D: non-increasing, ALs from 1.7 to 4.5 across the grid.
+GRID = {1: [0.7], 3: [0.8, 0.6, 0.4], 5: [0.9, 0.8, 0.7, 0.6, 0.5]}
+BATCH_SIZES = [1, 4]
+
+
+def run_grid(out: Path, drafter: str, requests: int, max_tokens: int) -> None:
+    for d, rates in GRID.items():
+        run_dir = out / f"{drafter}_d{d}"
+        if (run_dir / SUMMARY_FILE).exists():
+            continue
+        command = [
+            sys.executable,
+            "-m",
+            "evals.run",
+            f"drafter={drafter}",
+            f"d={d}",
+            f"acceptance.synthetic={json.dumps(rates)}",
+            "baseline=true",
+            f"batch_sizes={json.dumps(BATCH_SIZES)}",
+            f"dataset.num_requests={requests}",
+            f"sampling.max_tokens={max_tokens}",
+            f"hydra.run.dir={run_dir}",
+        ]
+        print(f"synthetic_grid: d={d} rates={rates}", file=sys.stderr, flush=True)
+        subprocess.run(command, check=True, cwd=Path(__file__).resolve().parents[1])
+
+
+def rows_for(held: list, calibrate_on: Path) -> list[dict]:
+    """Each operating point of the `held` runs: whatif's prediction calibrated on the runs under
+    `calibrate_on`, beside what the run measured."""
+    rows = []
+    for run in held:
+        for op in run.summary.operating_points:
+            point = whatif.run_point(run.path, op.batch_size, f"calibrate={calibrate_on}")
+            rows.append(
+                {
+                    "d": run.summary.d,
+                    "al": run.summary.al,
+                    "batch_size": op.batch_size,
+                    "predicted": point["speedup"],
+                    "interval": point.get("speedup_interval"),
+                    "measured_steady": op.predicted_speedup,  # from the run's own step timings
+                    "measured_end_to_end": op.speedup,
+                    "t_step_predicted_ms": point["t_step_ms"],
+                    "t_step_measured_ms": op.t_step.median_ms if op.t_step else None,
+                }
+            )
+    return rows
+
+
+def linked(runs: list, into: Path) -> Path:
+    """A folder holding (links to) just these runs: what calibrate= reads."""
+    into.mkdir(parents=True)
+    for run in runs:
+        os.symlink(run.path.resolve(), into / run.path.name)
+    return into
+
+
+def error(row: dict) -> float:
+    return row["predicted"] / row["measured_steady"] - 1
+
+
+def report(title: str, rows: list[dict]) -> None:
+    print(f"\n{title}")
+    print("   D    AL   B  predicted   80% range       measured steady  end-to-end  error   T_step pred/meas ms")
+    for r in rows:
+        interval = "-" if not r["interval"] else f"[{r['interval'][0]:.2f}, {r['interval'][1]:.2f}]"
+        print(
+            f"{r['d']:>4} {r['al']:>5.2f} {r['batch_size']:>3}  x{r['predicted']:<8.2f} {interval:<15} "
+            f"x{r['measured_steady']:<15.2f} x{r['measured_end_to_end']:<9.2f} {error(r):+6.1%}  "
+            f"{r['t_step_predicted_ms']:.1f} / {r['t_step_measured_ms']:.1f}"
+        )
+    errs = [abs(error(r)) for r in rows]
+    print(f"median |error| {statistics.median(errs):.1%}, worst {max(errs):.1%} over {len(rows)} points")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("outputs/benchmarks/synthetic_grid"))
+    parser.add_argument("--drafter", default="eagle3")
+    parser.add_argument("--requests", type=int, default=8)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    args = parser.parse_args()
+    run_grid(args.out, args.drafter, args.requests, args.max_tokens)
+    runs = sorted(find_runs(args.out), key=lambda r: r.summary.d)
+    held_out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for run in runs:
+            others = [r for r in runs if r is not run]
+            held_out += rows_for([run], linked(others, Path(tmp) / f"without_d{run.summary.d}"))
+        in_sample = rows_for(runs, linked(runs, Path(tmp) / "all"))
+    report("held out: each D predicted by the model calibrated on the other D's runs", held_out)
+    report("in-sample: calibrated on every run (for comparison only)", in_sample)
+    print(
+        "\nmeasured steady = T_verif(B)·tokens per step / T_step(B, D) from the run's median step times "
+        "(the quantity whatif predicts); end-to-end adds prefill and ramp (speedup_account)."
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
