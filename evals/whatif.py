@@ -12,6 +12,8 @@ Hardware: `gpu=<name>` (`--list-gpus`) or `gpu=custom gpu.bf16_tflops=… gpu.hb
 [gpu.fp8_tflops=… gpu.nvlink_gb_s=…]`, `tp=N`, `weights=bf16|fp8`, `expert_weights=bf16|fp8|nvfp4|mxfp4`
 (a MoE target's experts; default: the checkpoint's quantization_config, else weights=), `eff.<field>=…`
 (speclens/gpu_model/step_cost.py).
+Engine: `engine=vllm|sglang|trtllm` (default vllm): its overlap scheduling under each drafter and
+its in-graph drafting (speclens/gpu_model/engines.py), printed with every prediction.
 `slo.tokens_per_s_per_user=N` answers in one line what to serve, and up to which B, for N tokens/s
 per user. Operating points: `batch_sizes=[…]` (default 1 … 256), `context_len=` one or a list (default 4096),
 `d=` one or a list (default every D with acceptance). A run or sweep measured at several prompt
@@ -46,6 +48,7 @@ from speclens.files import write_json_atomic
 from speclens.gpu_model import calibrate
 from speclens.gpu_model.calibrate import Measured
 from speclens.gpu_model.draft_cost import MECHANISMS, drafter_shape, needs_draft_config
+from speclens.gpu_model.engines import DEFAULT_ENGINE, engine_named
 from speclens.gpu_model.gpu_guidelines import at_length
 from speclens.gpu_model.gpus import GPUS, gpu_named
 from speclens.gpu_model.measured_ops import AiconfiguratorOps
@@ -288,6 +291,7 @@ def _hardware(options: dict[str, Any], gpu_fields: dict[str, Any], eff_fields: d
         weights=str(options.get("weights", "bf16")),
         eff=Efficiency(**eff_fields),
         expert_weights=options.get("expert_weights"),
+        engine=engine_named(str(options.get("engine", DEFAULT_ENGINE))),
     )
 
 
@@ -377,6 +381,11 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
             raise ConfigError(
                 f"calibrate= predicts for the machine it measured: gpu=measured, not gpu={options['gpu']}."
             )
+        if "engine" in options:
+            raise ConfigError(
+                f"calibrate= fits the engine that measured its runs, overheads included; engine={options['engine']} "
+                "is for a GPU of the table."
+            )
         calibration, measured_target = calibration_points(Path(options["calibrate"]).expanduser())
         if "target.model" not in options and source is None:
             options["target.model"] = measured_target
@@ -431,6 +440,7 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
             "total_params": target.total_params(),
         },
         "cost_model": cost_label(hw, fitted is not None, target),
+        "engine": None if hw.engine is None else hw.engine.as_dict(),
         "speedup_interval": INTERVAL_SOURCE,
         "calibration": None
         if fitted is None
@@ -678,8 +688,10 @@ def main(argv: list[str]) -> int:
     write_json_atomic(result, out / WHATIF_FILE)
     gpu = result["gpu"]["name"]
     experts = f", experts {result['expert_weights']}" if result["expert_weights"] else ""
+    engine = "the engine calibrated" if result["engine"] is None else result["engine"]["label"]
     print(
-        f"speclens whatif: {gpu}, tp={result['tp']}, weights={result['weights']}{experts}; cost model: {result['cost_model']}"
+        f"speclens whatif: {gpu}, tp={result['tp']}, weights={result['weights']}{experts}; engine: {engine}; "
+        f"cost model: {result['cost_model']}"
     )
     if result["model"]["arch_overrides"]:
         print("arch overrides: " + ", ".join(f"{k}={v}" for k, v in result["model"]["arch_overrides"].items()))

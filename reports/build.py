@@ -41,6 +41,7 @@ from reports.table import cell, markdown_table
 from speclens.account import CORRECTIONS, MODEL
 from speclens.drafter_build import describe_build
 from speclens.errors import ArgumentParser, SpeclensError, guarded
+from speclens.gpu_model.engines import DEFAULT_ENGINE, ENGINES, engine_named
 from speclens.gpu_model.gpus import GPUS, gpu_named
 from speclens.gpu_model.step_cost import Hardware
 from speclens.summary import WHOLE_RUN_GROUP
@@ -697,8 +698,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("dir", type=Path, help="a run dir or a sweep dir")
     parser.add_argument("--gpu", help=f"also predict the speedups on this GPU ({', '.join(GPUS)})")
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs for --gpu (default 1)")
+    parser.add_argument(
+        "--engine", default=DEFAULT_ENGINE, help=f"the serving engine for --gpu ({', '.join(ENGINES)}; default vllm)"
+    )
     args = parser.parse_args(argv)
-    gpu = Hardware(gpu_named(args.gpu), tp=args.tp) if args.gpu else None
+    gpu = Hardware(gpu_named(args.gpu), tp=args.tp, engine=engine_named(args.engine)) if args.gpu else None
     html_file, md_file = build(args.dir, gpu)
     print(f"report: {html_file}\nmarkdown: {md_file}")
     return 0

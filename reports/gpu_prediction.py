@@ -115,7 +115,9 @@ def gpu_section(runs: list[Run], hw: Hardware) -> Section:
     return Section(
         f"Predicted on {name}",
         text=[
-            f"The speedup the step-cost model predicts on {name} (tp={hw.tp}, weights={hw.weights}) for the "
+            f"The speedup the step-cost model predicts on {name} (tp={hw.tp}, weights={hw.weights}"
+            + ("" if hw.engine is None else f"; engine {hw.engine.label()}")
+            + ") for the "
             "acceptance measured here, at each run's batch sizes and mean context (prompt plus half the "
             "output): acceptance under greedy decoding does not depend on the hardware, step costs do "
             "(docs/whatif.md; `python -m evals.whatif` for other batch sizes and D). A speedup follows "

@@ -29,9 +29,10 @@ where each comes from, and how far they carry on published figures); `eff.<field
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from speclens.errors import ConfigError
+from speclens.gpu_model.engines import Engine
 from speclens.gpu_model.gpus import Gpu
 from speclens.gpu_model.measured_ops import MeasuredOps
 from speclens.gpu_model.model_shape import ModelShape
@@ -103,6 +104,9 @@ class Hardware:
     tile_rows: int | None = TILE_ROWS
     # cost_model=aiconfigurator: the target's GEMMs and all-reduces as measured (speclens/gpu_model/measured_ops.py)
     ops: MeasuredOps | None = field(default=None, compare=False)
+    # the serving engine's behaviour under speculation (speclens/gpu_model/engines.py); None: the
+    # fitted overheads as they are (a calibrated machine's, the published cases' scoring)
+    engine: Engine | None = None
 
     def __post_init__(self) -> None:
         if self.weights not in DENSE_WEIGHTS:
@@ -112,6 +116,14 @@ class Hardware:
         if self.tp < 1:
             raise ConfigError(f"tp={self.tp}: at least 1.")
         self.gpu.peak_tflops(self.weights)  # no FP8 on the GPU: refused here
+
+    def plain_against(self, drafter: str) -> "Hardware":
+        """The hardware of the plain step a drafter's steps are compared against (the engine's overlap)."""
+        return self if self.engine is None else replace(self, eff=self.engine.plain_efficiency(self.eff, drafter))
+
+    def drafting(self, drafter: str) -> "Hardware":
+        """The hardware of a drafter's passes (the engine's in-graph drafting)."""
+        return self if self.engine is None else replace(self, eff=self.engine.drafting_efficiency(self.eff, drafter))
 
     def mem_ms(self, nbytes: float) -> float:
         return nbytes / (self.eff.mem * self.gpu.hbm_tb_s * 1e12) * 1e3

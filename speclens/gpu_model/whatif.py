@@ -94,13 +94,15 @@ class Drafting:
 
 
 def point(drafting: Drafting, d: int, batch: int, context: int, target: ModelShape, hw: Hardware) -> dict[str, Any]:
-    plain = verify_step(target, batch, 0, context, hw)
+    plain = verify_step(target, batch, 0, context, hw.plain_against(drafting.drafter) if d else hw)
     verify = verify_step(target, batch, d, context, hw)
-    drafting_ms = draft_ms(drafting.drafter, d, batch, context, target, drafting.draft, hw)
+    drafting_ms = draft_ms(drafting.drafter, d, batch, context, target, drafting.draft, hw.drafting(drafting.drafter))
     al = drafting.al(d, context)
     share = drafting.share(context) if d else 1.0
     tokens_per_step = 1.0 + share * (al - 1.0)
-    undrafted_ms = (plain if drafting.undrafted == "plain" else verify).total_ms + drafting_ms
+    # a step that drafts nothing is still a speculating engine's step (overlapped as its drafter's are)
+    undrafted = verify_step(target, batch, 0, context, hw) if drafting.undrafted == "plain" else verify
+    undrafted_ms = undrafted.total_ms + drafting_ms
     step = share * (verify.total_ms + drafting_ms) + (1.0 - share) * undrafted_ms
     bound = "draft" if drafting_ms > max(verify.parts().values()) else verify.bound()
     memory = memory_needed_gb(target, batch, context, d, hw)

@@ -493,6 +493,7 @@ def test_whatif_answers_the_slo_in_one_line_and_draws_its_page(tmp_path, capsys)
 def test_the_report_predicts_each_runs_speedup_on_a_named_gpu(tmp_path):
     from reports.build import main as build_main
     from speclens.checkpoints import read_config
+    from speclens.gpu_model.engines import ENGINES
     from speclens.gpu_model.step_cost import Hardware
     from speclens.gpu_model.whatif import mean_context
     from speclens.records import read_parquet
@@ -501,6 +502,7 @@ def test_the_report_predicts_each_runs_speedup_on_a_named_gpu(tmp_path):
     summary, out = measure(tmp_path, 2)
     assert build_main([str(tmp_path / "sweep"), "--gpu=h200_sxm", "--tp=1"]) == 0
     section = (tmp_path / "sweep" / "report.md").read_text().split("## Predicted on h200_sxm")[1].split("\n## ")[0]
+    assert "; engine vllm 0.32 (overlap scheduling: plain decoding and " in section
     stamp = json.loads((out / "stamp.json").read_text())
     shape = shape_of(read_config(Path(stamp["target_dir"]), "target.model"))
     requests = read_parquet(out / "requests.parquet")
@@ -510,7 +512,8 @@ def test_the_report_predicts_each_runs_speedup_on_a_named_gpu(tmp_path):
         context = mean_context(mine.prompt_tokens, mine.output_tokens)
         share = float(mine.drafted_steps.sum() / mine.target_steps.sum())
         drafting = Drafting("ngram", {2: summary["al"]}, draft_share=share)
-        predicted = point(drafting, 2, b, context, shape, Hardware(gpu_named("h200_sxm")))
+        # the default engine, vLLM: its n-gram steps lose the async scheduling its plain steps keep
+        predicted = point(drafting, 2, b, context, shape, Hardware(gpu_named("h200_sxm"), engine=ENGINES["vllm"]))
         row = (
             f"| ngram | 2 | {b} | {context} | {summary['al']:.2f} | {predicted['tokens_per_step']:.2f} | "
             f"x{op['speedup']:.2f} | x{predicted['speedup']:.2f} |"
@@ -548,3 +551,44 @@ def test_a_sweeps_drafters_each_get_their_own_draft_checkpoint(tmp_path):
             "eagle3", 2, 4, 512, shape, head_shape("eagle3", shape, json.loads((head / "config.json").read_text())), hw
         )
     )
+
+
+def test_each_engine_runs_speculation_its_own_way_and_is_printed_with_the_prediction(tmp_path, capsys):
+    """engine= (speclens/gpu_model/engines.py): overlap scheduling that plain decoding keeps and a
+    drafter loses costs that drafter the hidden overhead; in-graph drafting costs no draft pass."""
+    from evals.whatif import build, main
+    from speclens.gpu_model.engines import ENGINES
+
+    target = write_config(tmp_path / "target", {**SMALL, "num_hidden_layers": 16})
+    base = [f"target.model={target}", "gpu=h200_sxm", "acceptance=[0.8,0.5]", "batch_sizes=[1]", "d=2"]
+
+    def at(drafter: str, engine: str | None) -> dict:
+        result, _ = build([*base, f"drafter={drafter}", *([f"engine={engine}"] if engine else [])])
+        return result["points"][0]
+
+    shape = shape_of({**SMALL, "num_hidden_layers": 16})
+    # vLLM overlaps EAGLE-3's steps as it does plain ones: the fitted model as it is (engine None)
+    plain_ms = verify_step(shape, 1, 0, 4096, Hardware(gpu_named("h200_sxm"))).total_ms
+    assert at("eagle3", "vllm")["t_plain_ms"] == pytest.approx(plain_ms)
+    assert at("eagle3", None)["speedup"] == pytest.approx(at("eagle3", "vllm")["speedup"])  # vllm is the default
+    # vLLM's n-gram runs without async scheduling: the plain step it is set against hides 0.43 ms
+    ngram, ngram_sglang = at("ngram", "vllm"), at("ngram", "sglang")
+    assert plain_ms - ngram["t_plain_ms"] == pytest.approx(ENGINES["vllm"].hidden_overhead_ms)
+    assert ngram["t_step_ms"] == pytest.approx(at("ngram", "trtllm")["t_step_ms"])
+    assert ngram_sglang["speedup"] == pytest.approx(ngram["speedup"])
+    # TensorRT-LLM's one-model EAGLE-3 drafts in the target's graph: two passes' launch overhead less
+    trt = at("eagle3", "trtllm")
+    assert at("eagle3", "vllm")["t_draft_ms"] - trt["t_draft_ms"] == pytest.approx(
+        2 * Efficiency().draft_pass_overhead_ms
+    )
+    assert trt["speedup"] > at("eagle3", "vllm")["speedup"]
+    with pytest.raises(ConfigError, match="^engine=tgi: choose one of vllm, sglang, trtllm"):
+        build([*base, "drafter=eagle3", "engine=tgi"])
+    assert main([*base, "drafter=eagle3", "engine=trtllm", f"out={tmp_path / 'out'}"]) == 0
+    shown = capsys.readouterr().out
+    assert (
+        "engine: trtllm 1.x (PyTorch backend) (overlap scheduling: plain decoding and draft_model, eagle3, mtp; "
+        in shown
+    )
+    written = json.loads((tmp_path / "out" / "whatif.json").read_text())["engine"]
+    assert (written["name"], written["in_graph_drafters"]) == ("trtllm", ["eagle3", "mtp"])
