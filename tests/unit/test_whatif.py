@@ -557,7 +557,10 @@ def test_each_engine_runs_speculation_its_own_way_and_is_printed_with_the_predic
     """engine= (speclens/gpu_model/engines.py): overlap scheduling that plain decoding keeps and a
     drafter loses costs that drafter the hidden overhead; in-graph drafting costs no draft pass."""
     from evals.whatif import build, main
-    from speclens.gpu_model.engines import ENGINES
+    from speclens.gpu_model.draft_cost import MECHANISMS
+    from speclens.gpu_model.engines import ALL_DRAFTERS, ENGINES
+
+    assert ALL_DRAFTERS == set(MECHANISMS)  # engines.py cannot import draft_cost (it imports step_cost)
 
     target = write_config(tmp_path / "target", {**SMALL, "num_hidden_layers": 16})
     base = [f"target.model={target}", "gpu=h200_sxm", "acceptance=[0.8,0.5]", "batch_sizes=[1]", "d=2"]
