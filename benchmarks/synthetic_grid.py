@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -81,11 +81,11 @@ def rows_for(held: list, calibrate_on: Path) -> list[dict]:
     return rows
 
 
-def linked(runs: list, into: Path) -> Path:
-    """A folder holding (links to) just these runs: what calibrate= reads."""
+def gathered(runs: list, into: Path) -> Path:
+    """A folder holding copies of just these runs: what calibrate= reads."""
     into.mkdir(parents=True)
     for run in runs:
-        os.symlink(run.path.resolve(), into / run.path.name)
+        shutil.copytree(run.path, into / run.path.name)
     return into
 
 
@@ -120,8 +120,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for run in runs:
             others = [r for r in runs if r is not run]
-            held_out += rows_for([run], linked(others, Path(tmp) / f"without_d{run.summary.d}"))
-        in_sample = rows_for(runs, linked(runs, Path(tmp) / "all"))
+            held_out += rows_for([run], gathered(others, Path(tmp) / f"without_d{run.summary.d}"))
+        in_sample = rows_for(runs, gathered(runs, Path(tmp) / "all"))
     report("held out: each D predicted by the model calibrated on the other D's runs", held_out)
     report("in-sample: calibrated on every run (for comparison only)", in_sample)
     print(
