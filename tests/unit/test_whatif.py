@@ -587,6 +587,8 @@ def test_each_engine_runs_speculation_its_own_way_and_is_printed_with_the_predic
     assert trt["speedup"] > at("eagle3", "vllm")["speedup"]
     with pytest.raises(ConfigError, match="^engine=tgi: choose one of vllm, sglang, trtllm"):
         build([*base, "drafter=eagle3", "engine=tgi"])
+    with pytest.raises(ConfigError, match="^calibrate= fits the engine that measured its runs"):
+        build([*base[:1], *base[2:], "drafter=eagle3", f"calibrate={tmp_path}", "engine=sglang"])
     assert main([*base, "drafter=eagle3", "engine=trtllm", f"out={tmp_path / 'out'}"]) == 0
     shown = capsys.readouterr().out
     assert (
