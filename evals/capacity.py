@@ -198,8 +198,7 @@ def fit_max_model_len(cfg: RunConfig, fitted: dict[str, dict[str, Any]], longest
 def kv_bytes_per_token(cfg: RunConfig, target: ModelFacts, draft: ModelFacts | None) -> int | None:
     """The KV cache one token of context holds over every layer of the target (and of a draft
     model with its own cache); None where the config does not say enough."""
-    kv_dtype = str(cfg.engine.extra_args.get("kv_cache_dtype", "auto"))
-    if kv_dtype.startswith("fp8"):
+    if str(cfg.engine.kv_cache_dtype).startswith("fp8"):
         size = 1
     else:
         size = 4 if str(cfg.engine.dtype) in ("float32", "float") else 2

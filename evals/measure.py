@@ -126,6 +126,7 @@ def engine_numerics(plan: RunPlan, passes: list[Pass]) -> Numerics:
         cpu_label() if threads is not None else None,
         passes[0].model_runner if passes else None,
         passes[0].gpu if passes else None,
+        plan.config.engine.kv_cache_dtype,
     )
 
 

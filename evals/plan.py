@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from drafters import Drafter, make_drafter
-from evals import capacity, embedded_target
+from evals import capacity, embedded_target, kv_cache
 from evals import synthetic as synthetic_acceptance
 from evals.conversation import conversation_token_ids
 from evals.datasets import dataset_name, declared_lengths, load_prompts
@@ -415,6 +415,8 @@ def make_plan(cfg: RunConfig) -> RunPlan:
         draft = ModelFacts.from_config(str(draft_dir), draft_config)
     check_context_window(cfg, window)
     drafter.validate(cfg.d, target, draft)
+    attached = getattr(cfg.runner, "url", None) is not None  # an attached server keeps its own cache
+    kv_cache.check_kv_cache_dtype(cfg, target, draft, None if attached else engine_device(cfg))
     runner = runner_of(cfg)
     runner.check_support(cfg, drafter.speculative)
     if runner_name(cfg.runner) != "fake":  # the fake engine's token ids need no tokenizer
@@ -429,7 +431,6 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     prompts = load_prompts(cfg.dataset, cfg.seed, encoder)
     check_template_kwargs(cfg, encoder, first_messages(prompts[0]) if prompts else [])
     needs = prompt_needs(prompts, encoder, cfg.sampling.max_tokens)
-    attached = getattr(cfg.runner, "url", None) is not None  # its window is the server's own
     # with dataset.drop_too_long the user chose to drop what max_model_len does not hold
     if needs and not attached and not getattr(cfg.dataset, "drop_too_long", False):
         capacity.fit_max_model_len(cfg, fitted, max(needs.values()), window.window)

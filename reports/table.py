@@ -61,6 +61,8 @@ def result_table(summary: RunSummary) -> str:
     window = summary.context_window
     if window is not None and (window.extended or summary.by_length):
         title += f", {window.label()}"
+    if summary.numerics is not None and summary.numerics.kv_cache_dtype:
+        title += f", KV cache {summary.numerics.kv_cache_dtype}"
     synthetic = summary.synthetic_acceptance
     if synthetic is not None:
         title += ", SYNTHETIC acceptance"

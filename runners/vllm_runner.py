@@ -36,6 +36,8 @@ def engine_args(engine: EngineConfig, seed: int) -> dict[str, Any]:
         args["max_num_batched_tokens"] = engine.max_num_batched_tokens
     if engine.rope_scaling:
         args["hf_overrides"] = window_overrides(engine.rope_scaling)
+    if engine.kv_cache_dtype != "auto":
+        args["kv_cache_dtype"] = engine.kv_cache_dtype
     return args | dict(engine.extra_args)
 
 

@@ -105,6 +105,9 @@ class EngineConfig:
     # (YaRN, through vLLM's hf_overrides; speclens fills in the target's rope_theta and window).
     # Every figure measured with it says so (summary.json's context_window). {}: the own window.
     rope_scaling: dict[str, Any] = field(default_factory=dict)
+    # The KV cache's element type (vLLM's kv_cache_dtype): auto (the model's dtype) or an FP8
+    # format; an axis of curves and comparisons (evals/kv_cache.py checks it before any engine).
+    kv_cache_dtype: str = "auto"
     # Any other vLLM engine argument, passed through unchanged.
     extra_args: dict[str, Any] = field(default_factory=dict)
 
@@ -230,6 +233,7 @@ FINGERPRINTED_WHEN_SET: dict[str, Any] = {
     "chat_template_kwargs": {},
     "engine.rope_scaling": {},
     "acceptance": {"synthetic": None},
+    "engine.kv_cache_dtype": "auto",
 }
 
 

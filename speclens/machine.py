@@ -12,7 +12,7 @@ import functools
 import platform
 from pathlib import Path
 
-__all__ = ["cpu_label", "native_bf16"]
+__all__ = ["cpu_label", "fp8_kv_cache_isa", "native_bf16"]
 
 # The instruction sets that pick the float kernels, most capable first.
 ISA_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
@@ -40,3 +40,9 @@ def cpu_label() -> str:
 def native_bf16() -> bool:
     """Whether this CPU multiplies bf16 matrices natively (AVX512_BF16 or AMX)."""
     return any(isa in cpu_label() for isa in ("amx_bf16", "avx512_bf16"))
+
+
+def fp8_kv_cache_isa() -> bool:
+    """Whether vLLM's CPU build can keep an FP8 KV cache here: x86 with AVX-512 or AMX
+    (vllm/v1/attention/backends/cpu_attn.py _get_attn_isa)."""
+    return any(isa in cpu_label() for isa in ("amx_bf16", "avx512f"))

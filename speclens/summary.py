@@ -187,6 +187,8 @@ class Numerics:
     # The GPU it computed on: name, count, driver, cuda, torch, attention_backend, cuda_graphs
     # (runners/gpu_facts.py); None on a CPU or where it cannot be seen.
     gpu: dict[str, Any] | None = None
+    # engine.kv_cache_dtype where it is not the model's own (an FP8 cache); absent otherwise.
+    kv_cache_dtype: str | None = field(default=None, metadata=OMITTED_WHEN_NONE)
 
     @classmethod
     def of(
@@ -197,9 +199,11 @@ class Numerics:
         cpu: str | None = None,
         model_runner: str | None = None,
         gpu: dict[str, Any] | None = None,
+        kv_cache_dtype: str = "auto",
     ) -> "Numerics":
         reproducible = batch_invariant or dtype in REPRODUCIBLE_DTYPES
-        return cls(dtype, threads, batch_invariant, reproducible, cpu, model_runner, gpu)
+        kv = None if kv_cache_dtype == "auto" else kv_cache_dtype
+        return cls(dtype, threads, batch_invariant, reproducible, cpu, model_runner, gpu, kv)
 
 
 @dataclass

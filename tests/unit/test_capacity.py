@@ -176,7 +176,7 @@ def test_kv_bytes_per_token_count_every_layer_at_the_engine_dtype_and_fp8_kv(smo
     )
     # SmolLM2-135M: 30 layers x (K and V) x 3 KV heads x 64 dims
     assert capacity.kv_bytes_per_token(cfg, plan_target, None) == 30 * 2 * 3 * 64 * 4
-    cfg.engine.extra_args = {"kv_cache_dtype": "fp8_e4m3"}
+    cfg.engine.kv_cache_dtype = "fp8_e4m3"
     assert capacity.kv_bytes_per_token(cfg, plan_target, None) == 30 * 2 * 3 * 64 * 1
 
 
