@@ -93,6 +93,18 @@ def error(row: dict) -> float:
     return row["predicted"] / row["measured_steady"] - 1
 
 
+def checked(runs: list) -> list:
+    """One run per D, each with step costs at every B: what a fold holds out and predicts."""
+    ds = [run.summary.d for run in runs]
+    if len(set(ds)) != len(ds):
+        raise SystemExit(f"synthetic_grid: two runs at one D under --out ({sorted(ds)}); give each grid its own --out")
+    for run in runs:
+        for op in run.summary.operating_points:
+            if op.predicted_speedup is None or op.t_step is None:
+                raise SystemExit(f"synthetic_grid: {run.path} has too few steady steps at B={op.batch_size}")
+    return runs
+
+
 def report(title: str, rows: list[dict]) -> None:
     print(f"\n{title}")
     print("   D    AL   B  predicted   80% range       measured steady  end-to-end  error   T_step pred/meas ms")
@@ -115,7 +127,7 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=48)
     args = parser.parse_args()
     run_grid(args.out, args.drafter, args.requests, args.max_tokens)
-    runs = sorted(find_runs(args.out), key=lambda r: r.summary.d)
+    runs = checked(sorted(find_runs(args.out), key=lambda r: r.summary.d))
     held_out = []
     with tempfile.TemporaryDirectory() as tmp:
         for run in runs:

@@ -21,6 +21,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from evals import kv_cache
 from speclens.config import RunConfig
 from speclens.errors import ConfigError
 from speclens.gpu_model.model_shape import shape_of
@@ -198,7 +199,7 @@ def fit_max_model_len(cfg: RunConfig, fitted: dict[str, dict[str, Any]], longest
 def kv_bytes_per_token(cfg: RunConfig, target: ModelFacts, draft: ModelFacts | None) -> int | None:
     """The KV cache one token of context holds over every layer of the target (and of a draft
     model with its own cache); None where the config does not say enough."""
-    if str(cfg.engine.kv_cache_dtype).startswith("fp8"):
+    if kv_cache.is_fp8(cfg):
         size = 1
     else:
         size = 4 if str(cfg.engine.dtype) in ("float32", "float") else 2

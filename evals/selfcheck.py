@@ -162,7 +162,8 @@ def selfcheck(user_overrides: list[str], out_root: Path) -> list[CheckResult]:
     server = compose(COMMON, FLOAT32, SELF_DRAFT, user_overrides, GREEDY, ["baseline=false"], to_server)
     own_dtype = compose(COMMON, SELF_DRAFT, user_overrides, GREEDY, ["baseline=true"])
     second = compose(COMMON, SELF_DRAFT, user_overrides, GREEDY, ["baseline=false"], to_server)
-    for cfg in (*(c for _, c, _ in configs), repeat, server, own_dtype, second):
+    gpu = [synthetic_config(user_overrides)] if GPU_ENGINE in user_overrides else []
+    for cfg in (*(c for _, c, _ in configs), repeat, server, own_dtype, second, *gpu):
         to_run_config(cfg)
 
     results = []
@@ -244,13 +245,18 @@ def gpu_checks(user_overrides: list[str], out_root: Path) -> list[CheckResult]:
 # A step at synthetic acceptance (the target drafting for itself, so any target has a drafter of a
 # known shape): its AL is the rates' by construction, its speed the engine's on this GPU.
 SYNTHETIC_RATES = [0.8, 0.6, 0.4]
-SYNTHETIC = [f"acceptance.synthetic={json.dumps(SYNTHETIC_RATES)}", "baseline=true", "batch_sizes=[1,8]"]
+# its own D (one rate per draft position), whatever d= the other checks run at
+SYNTHETIC = [f"acceptance.synthetic={json.dumps(SYNTHETIC_RATES)}", f"d={len(SYNTHETIC_RATES)}"]
+SYNTHETIC += ["baseline=true", "batch_sizes=[1,8]"]
 SYNTHETIC_CHECK = "a step at synthetic acceptance, beside whatif's prediction for this GPU"
 
 
+def synthetic_config(user_overrides: list[str]):
+    return compose_config([*COMMON, *SELF_DRAFT, *user_overrides, *GREEDY, *SYNTHETIC])
+
+
 def synthetic_step_check(user_overrides: list[str], out_root: Path) -> CheckResult:
-    cfg = compose_config([*COMMON, *SELF_DRAFT, *user_overrides, *GREEDY, *SYNTHETIC])
-    summary, failed = measured(cfg, out_root / "synthetic", SYNTHETIC_CHECK)
+    summary, failed = measured(synthetic_config(user_overrides), out_root / "synthetic", SYNTHETIC_CHECK)
     return failed or synthetic_check(summary, out_root / "synthetic")
 
 

@@ -338,7 +338,7 @@ def run_point(run_dir: Path, batch_size: int, *settings: str) -> dict[str, Any]:
         f"drafter={summary.drafter}",
         f"al={summary.al}",
         f"d={summary.d}",
-        f"draft_share={op.draft_share}",
+        *([f"draft_share={op.draft_share}"] if op.draft_share is not None else []),  # none recorded: every step
         *(
             [f"model_runner={summary.numerics.model_runner}"]
             if summary.numerics and summary.numerics.model_runner

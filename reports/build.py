@@ -699,7 +699,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--gpu", help=f"also predict the speedups on this GPU ({', '.join(GPUS)})")
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs for --gpu (default 1)")
     parser.add_argument(
-        "--engine", default=DEFAULT_ENGINE, help=f"the serving engine for --gpu ({', '.join(ENGINES)}; default vllm)"
+        "--engine",
+        default=DEFAULT_ENGINE,
+        help=f"the serving engine for --gpu ({', '.join(ENGINES)}; default {DEFAULT_ENGINE})",
     )
     args = parser.parse_args(argv)
     gpu = Hardware(gpu_named(args.gpu), tp=args.tp, engine=engine_named(args.engine)) if args.gpu else None

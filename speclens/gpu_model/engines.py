@@ -81,11 +81,12 @@ ENGINES: dict[str, Engine] = {
         # at topk 1; other drafters run the synchronous path
         Engine("sglang", "0.5.13", 0.43, True, EAGLE_FAMILY, frozenset()),
         # the PyTorch backend: overlap for MTP, one-model EAGLE-3 (the default) and draft models;
-        # one-model EAGLE-3 and MTP draft inside the target's forward
+        # one-model EAGLE-3 and MTP draft inside the target's forward. Hidden: the fitted 1.2 ms
+        # overhead less the 0.58 ms that stays exposed with overlap on (TensorRT-LLM issue #13957).
         Engine(
             "trtllm",
             "1.x (PyTorch backend)",
-            0.58,
+            0.62,
             True,
             frozenset({"eagle3", "mtp", "draft_model"}),
             frozenset({"eagle3", "mtp"}),

@@ -82,7 +82,7 @@ def gpu_named(name: str, fields: dict[str, float] | None = None) -> Gpu:
 
 
 # torch.cuda.get_device_name's words for the GPUs of the table. The PCIe and NVL cards of a family
-# have other clocks, bandwidth and links than the table's SXM figures: they match none.
+# (and GH200) have other clocks, bandwidth, memory or links than the table's figures: they match none.
 DEVICE_NAMES: tuple[tuple[str, str], ...] = (
     ("GB200", "gb200"),
     ("B200", "b200"),
@@ -92,7 +92,7 @@ DEVICE_NAMES: tuple[tuple[str, str], ...] = (
     ("L40S", "l40s"),
     ("A100-SXM4-80GB", "a100_sxm_80gb"),
 )
-OTHER_FORMS = ("PCIE", "NVL")
+OTHER_FORMS = ("PCIE", "NVL", "GH200")  # GH200: an H200-named Grace Hopper module of other memory
 
 
 def gpu_for_device(device_name: str) -> str | None:

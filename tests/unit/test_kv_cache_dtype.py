@@ -93,3 +93,18 @@ def test_vllms_cpu_build_is_asked_only_for_what_it_can_keep(tmp_path, monkeypatc
         plan.make_plan(narrow)
     monkeypatch.setattr(plan, "engine_device", lambda cfg: "gpu")
     plan.make_plan(narrow)  # a GPU keeps it
+
+
+def test_an_attached_servers_cache_is_its_own_and_not_claimed(tmp_path):
+    from runners.server_runner import check_support
+
+    attached = to_run_config(
+        compose_run(
+            *fake_overrides(tmp_path, ROWS),
+            "runner=server",
+            "runner.url=http://127.0.0.1:9",
+            "engine.kv_cache_dtype=fp8",
+        )
+    )
+    with pytest.raises(ConfigError, match=r"^engine\.kv_cache_dtype=fp8 with runner\.url: an attached server's KV"):
+        check_support(attached, speculative=True)

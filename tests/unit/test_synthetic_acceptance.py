@@ -135,7 +135,8 @@ def test_selfcheck_sets_a_synthetic_step_beside_whatifs_prediction_for_the_gpu_i
     # a target the step-cost model can shape: SmolLM2-135M's config
     smollm2 = {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9, "num_key_value_heads": 3}
     target = fake_overrides(tmp_path, PROMPTS, **smollm2, vocab_size=49152, max_position_embeddings=8192)
-    overrides = [*target, "runner.output_tokens=96", "sampling.max_tokens=96"]
+    # d=5 for the other checks: the synthetic one keeps its own D, one per rate
+    overrides = [*target, "runner.output_tokens=96", "sampling.max_tokens=96", "d=5"]
     result = synthetic_step_check(overrides, tmp_path / "checks")
     run_dir = tmp_path / "checks" / "synthetic"
     assert result.passed and "(expected 2.80)" in result.detail
@@ -165,6 +166,7 @@ def test_selfcheck_sets_a_synthetic_step_beside_whatifs_prediction_for_the_gpu_i
         ("NVIDIA A100-SXM4-80GB", "a100_sxm_80gb"),
         ("NVIDIA H100 PCIe", None),
         ("NVIDIA H100 NVL", None),
+        ("NVIDIA GH200 480GB", None),
         ("NVIDIA A100-SXM4-40GB", None),
         ("NVIDIA GeForce RTX 4090", None),
     ],

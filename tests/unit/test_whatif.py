@@ -577,7 +577,8 @@ def test_each_engine_runs_speculation_its_own_way_and_is_printed_with_the_predic
     # vLLM's n-gram runs without async scheduling: the plain step it is set against hides 0.43 ms
     ngram, ngram_sglang = at("ngram", "vllm"), at("ngram", "sglang")
     assert plain_ms - ngram["t_plain_ms"] == pytest.approx(ENGINES["vllm"].hidden_overhead_ms)
-    assert ngram["t_step_ms"] == pytest.approx(at("ngram", "trtllm")["t_step_ms"])
+    # TensorRT-LLM leaves 0.58 ms of the fitted 1.2 ms exposed with overlap on: 0.62 ms hidden
+    assert plain_ms - at("ngram", "trtllm")["t_plain_ms"] == pytest.approx(Efficiency().overhead_ms - 0.58)
     assert ngram_sglang["speedup"] == pytest.approx(ngram["speedup"])
     # TensorRT-LLM's one-model EAGLE-3 drafts in the target's graph: two passes' launch overhead less
     trt = at("eagle3", "trtllm")
