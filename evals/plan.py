@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from drafters import Drafter, make_drafter
-from evals import capacity, embedded_target, kv_cache
+from evals import capacity, embedded_target, kv_cache, verify
 from evals import synthetic as synthetic_acceptance
 from evals.conversation import conversation_token_ids
 from evals.datasets import dataset_name, declared_lengths, load_prompts
@@ -90,6 +90,8 @@ class RunPlan:
             spec = spec | {"num_speculative_tokens_per_batch_size": self.schedule}
         if spec is not None and self.synthetic is not None:
             spec = synthetic_acceptance.speculative_config(spec, self.synthetic)
+        if spec is not None and self.config.verify.method != "standard":
+            spec = spec | {"rejection_sample_method": self.config.verify.method}
         return spec
 
     @functools.cached_property
@@ -419,6 +421,7 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     kv_cache.check_kv_cache_dtype(cfg, target, draft, None if attached else engine_device(cfg))
     runner = runner_of(cfg)
     runner.check_support(cfg, drafter.speculative)
+    verify.check_verify(cfg, drafter, synthetic, runner_name(cfg.runner))
     if runner_name(cfg.runner) != "fake":  # the fake engine's token ids need no tokenizer
         checkpoints.check_tokenizer(target_dir, "target.model")
         if draft_dir is not None and getattr(cfg.runner, "url", None) is None:  # an attached server holds its own

@@ -170,6 +170,14 @@ class AcceptanceConfig:
 
 
 @dataclass
+class VerifyConfig:
+    """How the target verifies drafts (vLLM's rejection_sample_method): standard, one draft token
+    at a time; block, the drafts jointly as a block (Sun et al.; vLLM's Model Runner V2 only)."""
+
+    method: str = "standard"
+
+
+@dataclass
 class RunConfig:
     target: TargetConfig = MISSING
     # A drafter's config class (drafters/<name>.py), chosen with drafter=<name>.
@@ -203,6 +211,8 @@ class RunConfig:
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     # Drafts accepted at set rates instead of measured (acceptance.synthetic): speed at any AL.
     acceptance: AcceptanceConfig = field(default_factory=AcceptanceConfig)
+    # How drafts are verified (evals/verify.py checks it before any engine).
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
     # Re-run even when the run dir already holds a finished run of this configuration.
     force: bool = False
     # Show vLLM's and torch's own output on the terminal (default: into the run dir's engine.log).
@@ -234,6 +244,7 @@ FINGERPRINTED_WHEN_SET: dict[str, Any] = {
     "engine.rope_scaling": {},
     "acceptance": {"synthetic": None},
     "engine.kv_cache_dtype": "auto",
+    "verify": {"method": "standard"},
 }
 
 

@@ -1,0 +1,68 @@
+"""verify.method (issue 49, part 4): block verification is passed to vLLM only where its Model
+Runner V2 runs, and refused in one line where V1 would verify token by token under its name."""
+
+from __future__ import annotations
+
+import pytest
+
+from evals import plan
+from evals.compose import to_run_config
+from runners import model_runner, vllm_runner
+from speclens.config import config_fingerprint
+from speclens.errors import ConfigError
+from tests.unit.conftest import compose_run, fake_overrides
+
+ROWS = [{"question_id": f"q{i}", "category": "chat", "turns": [f"say something about {i} " * 4]} for i in range(4)]
+
+
+def test_block_verification_reaches_the_speculative_config_and_the_fingerprint(tmp_path):
+    base = [*fake_overrides(tmp_path, ROWS), "drafter=ngram", "d=3"]
+    block = plan.make_plan(to_run_config(compose_run(*base, "verify.method=block")))
+    assert block.speculative_config()["rejection_sample_method"] == "block"
+    standard = plan.make_plan(to_run_config(compose_run(*base)))
+    assert "rejection_sample_method" not in standard.speculative_config()  # vLLM's default, as before
+    names = {"drafter": "ngram"}
+    old = config_fingerprint({"d": 3}, names)
+    assert config_fingerprint({"d": 3, "verify": {"method": "standard"}}, names) == old
+    assert config_fingerprint({"d": 3, "verify": {"method": "block"}}, names) != old
+
+
+@pytest.mark.parametrize(
+    "overrides, said",
+    [
+        (["drafter=ngram", "verify.method=tree"], r"^verify\.method=tree: choose one of standard, block\.$"),
+        (
+            ["drafter=none", "verify.method=block"],
+            r"^verify\.method=block verifies drafts, and drafter=none drafts none",
+        ),
+        (
+            ["drafter=ngram", "d=3", "verify.method=block", "acceptance.synthetic=[0.8,0.6,0.4]"],
+            r"^verify\.method=block with acceptance\.synthetic: synthetic acceptance is its own rejection method",
+        ),
+    ],
+)
+def test_a_combination_vllm_cannot_verify_is_one_line_before_any_engine(tmp_path, overrides, said):
+    with pytest.raises(ConfigError, match=said):
+        plan.make_plan(to_run_config(compose_run(*fake_overrides(tmp_path, ROWS), *overrides)))
+
+
+def test_block_verification_on_model_runner_v1_is_refused_naming_the_runner(tmp_path, monkeypatch):
+    """vLLM 0.32's V1 rejection sampler has no block path (vllm/v1/sample/rejection_sampler.py):
+    the CPU build (no Triton) and engine.model_runner=v1 are refused; V2 passes."""
+    from evals import verify
+
+    cfg = to_run_config(compose_run(*fake_overrides(tmp_path, ROWS), "drafter=ngram", "verify.method=block"))
+    drafter = plan.make_drafter(cfg.drafter)
+    monkeypatch.setattr(vllm_runner, "on_cpu", lambda: False)
+    monkeypatch.setattr(model_runner, "triton_available", lambda: False)
+    with pytest.raises(ConfigError, match=r"only in Model Runner V2's rejection sampler .*this build has no Triton"):
+        verify.check_verify(cfg, drafter, None, "vllm")
+    monkeypatch.setattr(model_runner, "triton_available", lambda: True)
+    verify.check_verify(cfg, drafter, None, "vllm")  # a GPU build: V2 verifies blocks
+    cfg.engine.model_runner = "v1"
+    with pytest.raises(ConfigError, match=r"and engine\.model_runner=v1 asks for V1; V1 would verify token by token"):
+        verify.check_verify(cfg, drafter, None, "vllm")
+    cfg.engine.model_runner = "auto"
+    cfg.runner.url = "http://127.0.0.1:9"  # an attached server verifies as it was started
+    with pytest.raises(ConfigError, match=r"^verify\.method=block with runner\.url: an attached server verifies"):
+        verify.check_verify(cfg, drafter, None, "server")
