@@ -35,6 +35,8 @@ LATER_KEY_DEFAULTS: dict[str, Any] = {
     "config.reasoning": {"parser": None, "end": None, "start": None},
     "config.chat_template_kwargs": {},
     "config.engine.model_runner": "auto",
+    "config.engine.kv_cache_dtype": "auto",
+    "config.verify.method": "standard",
 }
 
 
@@ -70,8 +72,13 @@ def template_label(kwargs: dict[str, Any]) -> str:
     return ", ".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in sorted(kwargs.items()))
 
 
+# Settings a curve or a ranking holds one of, named in one line where runs mix them: they are not
+# yet axes of their own (issue 49). reports.compare pairs runs across them, which is its point.
+ONE_SETTING_KEYS = ("config.engine.kv_cache_dtype", "config.verify.method")
 # Runs at different sampling temperatures are one more axis of curves and rankings, not a conflict.
-CONSISTENT_ACROSS_TEMPERATURES = tuple(k for k in CONSISTENT_KEYS if k != "config.sampling.temperature")
+CONSISTENT_ACROSS_TEMPERATURES = (
+    tuple(k for k in CONSISTENT_KEYS if k != "config.sampling.temperature") + ONE_SETTING_KEYS
+)
 
 
 @dataclass(frozen=True)

@@ -108,3 +108,20 @@ def test_an_attached_servers_cache_is_its_own_and_not_claimed(tmp_path):
     )
     with pytest.raises(ConfigError, match=r"^engine\.kv_cache_dtype=fp8 with runner\.url: an attached server's KV"):
         check_support(attached, speculative=True)
+
+
+def test_curves_refuse_to_pool_two_caches_naming_the_key_and_compare_pairs_them(tmp_path):
+    """Until the cache dtype is an axis of curves and rankings, runs that mix it are refused in one
+    line naming the key and each run's value; reports.compare pairs such runs (its point)."""
+    from reports.compare import compare
+    from reports.curves import collect
+    from speclens.errors import SpeclensError
+
+    base = [*fake_overrides(tmp_path, ROWS, **SMOLLM2), "drafter=ngram", "d=3"]
+    sweep = tmp_path / "sweep"
+    run(compose_run(*base), sweep / "auto", progress=lambda label: None)
+    run(compose_run(*base, "engine.kv_cache_dtype=fp8"), sweep / "fp8", progress=lambda label: None)
+    with pytest.raises(SpeclensError, match=r'config\.engine\.kv_cache_dtype differs \("auto" in auto; "fp8" in fp8\)'):
+        collect(sweep)
+    table, _ = compare(sweep / "auto", sweep / "fp8")  # paired across the two caches: not refused
+    assert not table.empty
