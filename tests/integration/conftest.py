@@ -23,6 +23,18 @@ from tests.integration.shared_runs import LEDGER, SHARED_RUNS, configuration_key
 
 # The engine keys every measured run starts from; an override of the same key replaces it.
 MEASURE_DEFAULTS = {"engine.cpu_kvcache_space_gib": "1", "engine.max_model_len": "1024"}
+# The GPU-marked tests' run: n-gram on MT-Bench in bf16 with batch-invariant kernels, so outputs do
+# not move with batch shapes and two runs can be held to the same tokens.
+GPU_INVARIANT_NGRAM = [
+    "drafter=ngram",
+    "d=3",
+    "dataset=mt_bench",
+    "dataset.num_requests=8",
+    "sampling.max_tokens=64",
+    "engine.max_model_len=2048",
+    "engine.dtype=bfloat16",
+    "engine.batch_invariant=true",
+]
 
 
 def measure(out_dir: Path, *overrides: str, repeat: str | None = None, progress=lambda label: None) -> dict:

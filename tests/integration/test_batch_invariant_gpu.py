@@ -10,22 +10,11 @@ import json
 
 import pytest
 
-from tests.integration.conftest import measure
+from tests.integration.conftest import GPU_INVARIANT_NGRAM, measure
 
 pytestmark = pytest.mark.gpu
 
-SETTINGS = [
-    "drafter=ngram",
-    "d=3",
-    "dataset=mt_bench",
-    "dataset.num_requests=8",
-    "sampling.max_tokens=64",
-    "engine.max_model_len=2048",
-    "engine.dtype=bfloat16",
-    "engine.batch_invariant=true",
-    "baseline=true",
-    "batch_sizes=[1,4]",
-]
+SETTINGS = [*GPU_INVARIANT_NGRAM, "baseline=true", "batch_sizes=[1,4]"]
 
 
 def test_bf16_greedy_speculation_is_exactly_lossless_at_every_batch_size(tmp_path):

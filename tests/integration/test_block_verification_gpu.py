@@ -12,20 +12,11 @@ import json
 
 import pytest
 
-from tests.integration.conftest import measure
+from tests.integration.conftest import GPU_INVARIANT_NGRAM, measure
 
 pytestmark = pytest.mark.gpu
 
-SETTINGS = [
-    "drafter=ngram",
-    "d=3",
-    "dataset=mt_bench",
-    "dataset.num_requests=8",
-    "sampling.max_tokens=64",
-    "engine.max_model_len=2048",
-    "engine.dtype=bfloat16",
-    "engine.batch_invariant=true",
-]
+SETTINGS = GPU_INVARIANT_NGRAM
 
 
 def test_block_verification_at_temperature_0_accepts_what_token_verification_does(tmp_path):
