@@ -15,18 +15,14 @@ KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
 CPU_HEAD_MULTIPLE = 32
 
 
-def kv_cache_dtype(cfg: RunConfig) -> str:
-    return str(cfg.engine.kv_cache_dtype)
-
-
 def is_fp8(cfg: RunConfig) -> bool:
-    return kv_cache_dtype(cfg).startswith("fp8")
+    return str(cfg.engine.kv_cache_dtype).startswith("fp8")
 
 
 def check_kv_cache_dtype(cfg: RunConfig, target: ModelFacts, draft: ModelFacts | None, device: str | None) -> None:
     """`device`: where the engine keeps its cache ("cpu": vLLM's CPU build here; None: no engine of
     this machine's, as with the fake engine or an attached server)."""
-    value = kv_cache_dtype(cfg)
+    value = str(cfg.engine.kv_cache_dtype)
     if value not in KV_CACHE_DTYPES:
         raise ConfigError(f"engine.kv_cache_dtype={value}: choose one of {', '.join(KV_CACHE_DTYPES)}.")
     if "kv_cache_dtype" in cfg.engine.extra_args:

@@ -436,6 +436,12 @@ def check_support(cfg: RunConfig, speculative: bool) -> None:
             "is chosen where it starts (VLLM_USE_V2_MODEL_RUNNER in its environment); leave "
             "engine.model_runner unset, or let speclens launch the server."
         )
+    if rc.url is not None and cfg.verify.method != "standard":
+        raise ConfigError(
+            f"verify.method={cfg.verify.method} with runner.url: an attached server verifies as its "
+            "--speculative-config says (rejection_sample_method); leave verify.method unset, or let speclens "
+            "launch the server."
+        )
     if rc.url is not None and cfg.engine.kv_cache_dtype != "auto":
         raise ConfigError(
             f"engine.kv_cache_dtype={cfg.engine.kv_cache_dtype} with runner.url: an attached server's KV cache is "

@@ -62,7 +62,15 @@ def test_block_verification_on_model_runner_v1_is_refused_naming_the_runner(tmp_
     cfg.engine.model_runner = "v1"
     with pytest.raises(ConfigError, match=r"and engine\.model_runner=v1 asks for V1; V1 would verify token by token"):
         verify.check_verify(cfg, drafter, None, "vllm")
-    cfg.engine.model_runner = "auto"
-    cfg.runner.url = "http://127.0.0.1:9"  # an attached server verifies as it was started
+
+
+def test_an_attached_server_verifies_as_it_was_started(tmp_path):
+    from runners.server_runner import check_support
+
+    attached = to_run_config(
+        compose_run(
+            *fake_overrides(tmp_path, ROWS), "runner=server", "runner.url=http://127.0.0.1:9", "verify.method=block"
+        )
+    )
     with pytest.raises(ConfigError, match=r"^verify\.method=block with runner\.url: an attached server verifies"):
-        verify.check_verify(cfg, drafter, None, "server")
+        check_support(attached, speculative=True)
