@@ -6,7 +6,7 @@ per held-out point (predicted, measured from the run's own step timings, the run
 speedup beside) and the median and worst held-out error that docs/whatif.md quotes, with the
 in-sample error (calibrated on every run) beside it.
 
-    python benchmarks/synthetic_grid.py [--out DIR] [--drafter eagle3] [--requests 8] [--max-tokens 48]
+    python benchmarks/synthetic_grid.py [--out DIR] [--drafter eagle3] [--requests 8] [--max-tokens 48] [OVERRIDE ...]
 
 The runs are real vLLM runs on this machine's CPU (the embedded target and its untrained EAGLE-3
 head on the sample prompts: about eight minutes each on one core); a run already finished under
@@ -36,7 +36,7 @@ GRID = {1: [0.7], 3: [0.8, 0.6, 0.4], 5: [0.9, 0.8, 0.7, 0.6, 0.5]}
 BATCH_SIZES = [1, 4]
 
 
-def run_grid(out: Path, drafter: str, requests: int, max_tokens: int) -> None:
+def run_grid(out: Path, drafter: str, requests: int, max_tokens: int, overrides: list[str]) -> None:
     for d, rates in GRID.items():
         run_dir = out / f"{drafter}_d{d}"
         if (run_dir / SUMMARY_FILE).exists():
@@ -53,6 +53,7 @@ def run_grid(out: Path, drafter: str, requests: int, max_tokens: int) -> None:
             f"dataset.num_requests={requests}",
             f"sampling.max_tokens={max_tokens}",
             f"hydra.run.dir={run_dir}",
+            *overrides,
         ]
         print(f"synthetic_grid: d={d} rates={rates}", file=sys.stderr, flush=True)
         subprocess.run(command, check=True, cwd=Path(__file__).resolve().parents[1])
@@ -125,8 +126,11 @@ def main() -> int:
     parser.add_argument("--drafter", default="eagle3")
     parser.add_argument("--requests", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument(
+        "overrides", nargs="*", help="more evals.run overrides for every run (runner=fake in the tests)"
+    )
     args = parser.parse_args()
-    run_grid(args.out, args.drafter, args.requests, args.max_tokens)
+    run_grid(args.out, args.drafter, args.requests, args.max_tokens, args.overrides)
     runs = checked(sorted(find_runs(args.out), key=lambda r: r.summary.d))
     held_out = []
     with tempfile.TemporaryDirectory() as tmp:

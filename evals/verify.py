@@ -28,7 +28,7 @@ def check_verify(cfg: RunConfig, drafter: Drafter, synthetic: object | None, run
             "(vLLM's rejection_sample_method=synthetic); give one of them."
         )
     if runner == "fake" or getattr(cfg.runner, "url", None) is not None:
-        return  # the fake engine verifies as scripted; an attached server: runners/server_runner.check_support
+        return  # the fake engine verifies as scripted; an attached server: check_support in runners/server_runner.py
     import vllm
 
     from runners.model_runner import choose, triton_available

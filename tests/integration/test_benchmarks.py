@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from reports.runs import find_runs
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["dataset.num_requests=2", "sampling.max_tokens=8", "engine.dtype=float32", "engine.max_model_len=1024"]
 
@@ -148,3 +150,19 @@ def test_published_speedups_prints_each_cases_error_and_their_median():
     errors = sorted(abs(float(r)) for r in rows)
     median = figure(r"roofline: ([\d.]+)% over 31", out)
     assert median == pytest.approx(errors[15], abs=0.05) and median < 16.1  # docs/whatif.md: 16.0 %
+
+
+def test_synthetic_grid_holds_each_d_out_and_sets_its_measured_speedup_beside(tmp_path):
+    # runner=fake: the grid's three runs, folds and tables without vLLM (the real grid: docs/whatif.md)
+    out = benchmark("synthetic_grid.py", "--out", str(tmp_path), "--requests", "8", "--max-tokens", "32", "runner=fake")
+    held_out, in_sample = out.split("in-sample:")
+    for table in (held_out, in_sample):
+        assert figure(r"over (\d+) points", table) == 6  # D = 1, 3, 5, each at B = 1 and 4
+    measured = {}
+    for run in find_runs(tmp_path):
+        for op in run.summary.operating_points:
+            measured[(run.summary.d, op.batch_size)] = op.predicted_speedup
+    rows = re.findall(r"^ +(\d) +[\d.]+ +(\d) +x[\d.]+ +\S+, \S+ +x([\d.]+) ", held_out, flags=re.M)
+    assert len(rows) == 6
+    for d, b, steady in rows:
+        assert float(steady) == pytest.approx(measured[(int(d), int(b))], abs=0.005)
