@@ -23,8 +23,40 @@ class SampleMethod(Choice):
 class CheckpointDrafterConfig(DrafterConfig):
     # Local folder or hub id; `'${target.model}'` drafts with the target itself.
     model: str | None = None
-    # vLLM's draft_sample_method.
+    # vLLM's draft_sample_method (verify.draft_sampling is its documented spelling).
     sample_method: SampleMethod = SampleMethod.greedy
+
+
+@dataclass
+class ParallelDraftingConfig(CheckpointDrafterConfig):
+    """A drafter vLLM can run in parallel-drafting mode (the EAGLE family and draft models)."""
+
+    # vLLM's parallel_drafting: all D drafts in one pass (P-EAGLE, PARD), masked slots filled with
+    # the checkpoint's mask token; needs a checkpoint trained for it.
+    parallel_drafting: bool = False
+
+
+# Where vLLM looks, in order, for the token that fills a parallel drafter's masked slots
+# (vllm/v1/spec_decode/llm_base_proposer.py _init_parallel_drafting_params): a checkpoint that
+# names none was not trained for parallel drafting, and vLLM refuses it.
+MASK_TOKEN_KEYS = (
+    "dflash_config.mask_token_id",
+    "mask_token_id",
+    "dspark_noise_token_id",
+    "pard_token",
+    "ptd_token_id",
+)
+
+
+def parallel_drafting_token(config: dict[str, Any]) -> int | None:
+    """The mask token a checkpoint's config.json names for parallel drafting (None: none)."""
+    for key in MASK_TOKEN_KEYS:
+        node: Any = config
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None:
+            return int(node)
+    return None
 
 
 class CheckpointDrafter(Drafter):
@@ -45,13 +77,19 @@ class CheckpointDrafter(Drafter):
     def checkpoint(self) -> str | None:
         return self.cfg.model
 
+    @property
+    def parallel(self) -> bool:
+        """Whether it drafts all D tokens in one pass (drafter.parallel_drafting=true)."""
+        return bool(getattr(self.cfg, "parallel_drafting", False))
+
     def speculative_config(self, d: int) -> dict[str, Any]:
-        return {
+        spec = {
             "method": self.vllm_method,
             "model": self.cfg.model,
             "num_speculative_tokens": d,
             "draft_sample_method": SampleMethod(self.cfg.sample_method).value,
         }
+        return spec | ({"parallel_drafting": True} if self.parallel else {})
 
     def validate(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
         super().validate(d, target, draft)
@@ -62,6 +100,12 @@ class CheckpointDrafter(Drafter):
         if kind_error:
             raise ConfigError(f"drafter.model={draft.path} is not a {self.name} checkpoint: {kind_error}.")
         check_weights(self.name, Path(draft.path))
+        if self.parallel and parallel_drafting_token(draft.raw) is None:
+            raise ConfigError(
+                f"drafter.parallel_drafting=true: drafter.model={draft.path} was not trained for parallel drafting: its "
+                f"config.json names no mask token ({', '.join(MASK_TOKEN_KEYS)}), which vLLM fills the slots it "
+                "drafts in parallel with; use a checkpoint trained for it (P-EAGLE, PARD) or leave parallel_drafting off."
+            )
         if draft.vocab_size != target.vocab_size:
             raise ConfigError(
                 f"drafter.model={draft.path} has vocab_size={draft.vocab_size} but "

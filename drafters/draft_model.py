@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from drafters.base import MechanismFacts, ReplayKind
-from drafters.checkpoint_drafter import CheckpointDrafter, CheckpointDrafterConfig
+from drafters.checkpoint_drafter import CheckpointDrafter, ParallelDraftingConfig
 from drafters.replay import UNKNOWN_TOKEN
 
 # Architecture-name fragments of heads and special drafters, which are not standalone draft models.
@@ -13,7 +13,7 @@ HEAD_MARKERS = ("eagle", "medusa", "dflash", "dspark", "speculator", "mtp")
 
 
 @dataclass
-class DraftModelConfig(CheckpointDrafterConfig):
+class DraftModelConfig(ParallelDraftingConfig):
     """drafter=draft_model: needs drafter.model=<local path or hub id>."""
 
 

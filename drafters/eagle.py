@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from drafters.base import MechanismFacts, ReplayKind
-from drafters.checkpoint_drafter import CheckpointDrafter, CheckpointDrafterConfig
+from drafters.checkpoint_drafter import CheckpointDrafter, ParallelDraftingConfig
 from speclens.errors import ConfigError
 from speclens.model_facts import ModelFacts, text_config
 
 
 @dataclass
-class EagleConfig(CheckpointDrafterConfig):
+class EagleConfig(ParallelDraftingConfig):
     """drafter=eagle: needs drafter.model=<local path or hub id>."""
 
 
@@ -66,7 +66,7 @@ class Eagle(CheckpointDrafter):
 
 
 @dataclass
-class Eagle3Config(CheckpointDrafterConfig):
+class Eagle3Config(ParallelDraftingConfig):
     """drafter=eagle3: needs drafter.model=<local path or hub id>."""
 
 

@@ -22,6 +22,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from drafters import REGISTRY as DRAFTERS
 from drafters import drafter_name
 from evals.datasets import DATASETS, dataset_name, declared_lengths
+from evals.verify import fold_draft_sampling
 from runners.registry import RUNNERS
 from speclens.assets import cache_dir
 from speclens.config import (
@@ -148,10 +149,13 @@ def check_bounds(cfg: RunConfig) -> None:
 
 
 def to_run_config(cfg: DictConfig) -> Any:
-    """The typed RunConfig (or ReplayConfig) of a composed config."""
+    """The typed RunConfig (or ReplayConfig) of a composed config, verify.draft_sampling folded
+    into drafter.sample_method in `cfg` itself first (evals/verify.py), so the fingerprint taken
+    from `cfg` after this is the same for both spellings."""
     extra = unknown_keys(cfg)
     if extra:
         raise ConfigError(f"unknown key {extra[0]}.")
+    fold_draft_sampling(cfg)
     try:
         typed = OmegaConf.to_object(cfg)
     except MissingMandatoryValue as exc:

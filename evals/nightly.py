@@ -68,6 +68,7 @@ HISTORY_COLUMNS = [
     "significant",
     "regressed",
     "context_extension",
+    "setting",
 ]
 
 
@@ -269,14 +270,15 @@ def night_rows(args: NightlyArgs, comparison: pd.DataFrame | None) -> pd.DataFra
                     "n_requests": group.n_requests,
                     "al": group.al,
                     "context_extension": extension_over(s.context_window, group_lengths(domain, lengths)) or "",
+                    "setting": measured.setting,
                 }
             )
     frame = pd.DataFrame(rows)
     if comparison is not None and not frame.empty:
         # the history's rows are of whole outputs; the comparison's segments are in compare.csv
-        own = ["candidate_al", "n_requests", "segment", "input_tokens", "context_extension"]
+        own = ["candidate_al", "n_requests", "segment", "input_tokens", "context_extension", "baseline_setting"]
         diff = comparison[comparison.segment == "all"].drop(columns=own)
-        frame = frame.merge(diff, on=["drafter", "d", "domain"], how="left")
+        frame = frame.merge(diff, on=["drafter", "d", "domain", "setting"], how="left")
         frame["baseline_dir"] = str(args.baseline.resolve()) if args.baseline else None
         frame["regressed"] = regressed(frame, args.threshold)
     return frame.reindex(columns=HISTORY_COLUMNS)

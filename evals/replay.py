@@ -33,7 +33,7 @@ from evals.measure import ENGINE_LOG, ERROR_LOG, failures_logged, measure
 from evals.plan import make_plan
 from evals.run_dir import claimed, staged
 from reports.curves import curve_row
-from reports.runs import template_label
+from reports.runs import config_setting, template_label
 from reports.table import cell, text_table
 from runners.registry import runner_name, runner_of
 from speclens import metrics
@@ -136,14 +136,27 @@ def curve_rows(
     groups |= {dom: (steps[steps.domain == dom], g) for dom, g in requests.groupby("domain", sort=True)}
     seed, temperature = plan.config.seed, plan.config.sampling.temperature
     template = template_label(dict(plan.config.chat_template_kwargs))
+    setting = config_setting(OmegaConf.to_container(OmegaConf.structured(plan.config), enum_to_str=True))
     rows = []
     for domain, (s, r) in groups.items():
         whole = metrics.group_summary(s, r, seed)
         rows.append(
-            curve_row(plan.drafter.name, d, domain, whole, source, temperature, template=template, proposer=proposer)
+            curve_row(
+                plan.drafter.name,
+                d,
+                domain,
+                whole,
+                source,
+                temperature,
+                template=template,
+                proposer=proposer,
+                setting=setting,
+            )
         )
         rows += [
-            curve_row(plan.drafter.name, d, domain, figures, source, temperature, segment, template, proposer)
+            curve_row(
+                plan.drafter.name, d, domain, figures, source, temperature, segment, template, proposer, setting=setting
+            )
             for segment, figures in (metrics.by_segment(s, r, seed, d) or {}).items()
         ]
     return rows
@@ -330,6 +343,12 @@ def replay(cfg: DictConfig, out_dir: Path, overrides: Sequence[str] = ()) -> pd.
             raise ConfigError(
                 f"drafter={drafter.name} replays exactly only under greedy verification; use "
                 "sampling.temperature=0, or measure each D with `python -m evals.run -m d=...`."
+            )
+        if getattr(drafter, "parallel", False):
+            raise ConfigError(
+                "drafter.parallel_drafting=true: a parallel drafter proposes all D tokens in one pass, so its "
+                "acceptance at a smaller D is not a prefix of its acceptance at d_max; measure each D with "
+                f"`python -m evals.run -m drafter={drafter.name} drafter.parallel_drafting=true d=1,3,5`."
             )
         if drafter.replay is ReplayKind.none:
             raise ConfigError(

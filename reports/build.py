@@ -4,7 +4,8 @@ The report opens with the answer: what to serve (the winner per domain and batch
 speedup and range, ties said as ties, the exact --speculative-config and the schedule) where the
 runs can be ranked; otherwise the headline AL per drafter and D with its CI and the one command
 that would make them rankable. Then the evidence, in the order a reader checks it: AL per domain
-(or against D), the ranking with the speedup model's check and account, throughput against
+(or against D), each changed engine setting (an FP8 KV cache, block verification) paired with
+the defaults, the ranking with the speedup model's check and account, throughput against
 interactivity, acceptance detail (per position, histogram, by context position), AL by context
 length where the prompts state their lengths (lengths past the target's own window marked with the
 context extension they were measured under), thinking vs answer and agent turns where measured, the
@@ -37,6 +38,7 @@ from reports.runs import (
     template_label,
 )
 from reports.serve import serve_markdown, serve_plan
+from reports.settings import settings_section
 from reports.table import cell, markdown_table
 from speclens.account import CORRECTIONS, MODEL
 from speclens.drafter_build import describe_build
@@ -59,12 +61,14 @@ def decision_section(root: Path, runs: list[Run], ranking: pd.DataFrame | Specle
     plans = plan.get("by_temperature") or [plan]
     answers = []
     for one in plans:
-        # Several modes (temperatures, chat_template_kwargs): each plan's rows and configs say theirs.
+        # Several modes (temperatures, chat_template_kwargs, settings): each plan's rows and configs say theirs.
         mode = mode_name(one) if len(plans) > 1 else ""
         rows = []
         for w in one["winners"]:
-            in_mode = (ranking.temperature == one["temperature"]) & (
-                ranking.chat_template_kwargs == template_label(one.get("chat_template_kwargs") or {})
+            in_mode = (
+                (ranking.temperature == one["temperature"])
+                & (ranking.chat_template_kwargs == template_label(one.get("chat_template_kwargs") or {}))
+                & (ranking.setting == (one.get("setting") or ""))
             )
             entry = _ranked_entry(ranking[in_mode], w)
             speedup = f"x{w['speedup']:.2f}" + (" (tie)" if entry is not None and bool(entry.tie) else "")
@@ -100,9 +104,10 @@ def decision_section(root: Path, runs: list[Run], ranking: pd.DataFrame | Specle
 
 
 def mode_name(plan: dict) -> str:
-    """`T=0.5` and the chat_template_kwargs a plan was measured in."""
+    """`T=0.5`, the chat_template_kwargs and the engine setting a plan was measured in."""
     kwargs = template_label(plan.get("chat_template_kwargs") or {})
-    return f"T={plan['temperature']:g}" + (f", {kwargs}" if kwargs else "")
+    setting = plan.get("setting")
+    return f"T={plan['temperature']:g}" + (f", {kwargs}" if kwargs else "") + (f", {setting}" if setting else "")
 
 
 def _ranked_entry(ranking: pd.DataFrame, winner: dict) -> pd.Series | None:
@@ -637,6 +642,7 @@ def build_sections(root: Path, gpu: Hardware | None = None) -> list[Section]:
         ranking = exc
     sections = [decision_section(root, runs, ranking)]
     sections += [s for s in (diagnostics_section(runs),) if s] + [al_section(root, runs)]
+    sections += [s for s in (settings_section(runs),) if s]
     sections += [s for s in (ranking_section(runs, ranking), speedup_section(runs), account_section(runs)) if s]
     if gpu is not None:
         sections.append(gpu_section(runs, gpu))

@@ -158,7 +158,7 @@ def base_layout(title: str, **more: Any) -> dict[str, Any]:
 
 def series_columns(curves: pd.DataFrame) -> list[str]:
     """What one series is drawn per: the drafter, then each mode axis that varies."""
-    return ["drafter"] + [c for c in ("temperature", "chat_template_kwargs") if curves[c].nunique() > 1]
+    return ["drafter"] + [c for c in ("temperature", "chat_template_kwargs", "setting") if curves[c].nunique() > 1]
 
 
 def series_name(key: tuple, columns: list[str], d: int | None = None) -> str:
@@ -168,15 +168,20 @@ def series_name(key: tuple, columns: list[str], d: int | None = None) -> str:
             parts.append(f"T={value:g}")
         elif column == "chat_template_kwargs":
             parts.append(value or "template defaults")
+        elif column == "setting":
+            parts.append(value or "engine defaults")
         else:
             parts.append(str(value))
     return " ".join(parts) + (f" d={d}" if d is not None else "")
 
 
 def group_counts(runs: list[Run]) -> dict[tuple, tuple[int, int]]:
-    """(drafter, d, domain, temperature, template) -> (requests, drafted steps), for hover text."""
+    """(drafter, d, domain, temperature, template, setting) -> (requests, drafted steps), for hover text."""
     return {
-        (run.summary.drafter, run.summary.d, domain, run.temperature, run.template): (g.n_requests, g.n_steps)
+        (run.summary.drafter, run.summary.d, domain, run.temperature, run.template, run.setting): (
+            g.n_requests,
+            g.n_steps,
+        )
         for run in runs
         for domain, g in run.summary.groups().items()
     }
@@ -207,7 +212,7 @@ def al_chart(curves: pd.DataFrame, runs: list[Run]) -> Chart | Missing:
 
 
 def _point_hover(row: Any, counts: dict[tuple, tuple[int, int]]) -> str:
-    n = counts.get((row.drafter, row.d, row.domain, row.temperature, row.chat_template_kwargs))
+    n = counts.get((row.drafter, row.d, row.domain, row.temperature, row.chat_template_kwargs, row.setting))
     ci = None if pd.isna(row.al_ci95_lo) else [row.al_ci95_lo, row.al_ci95_hi]
     amount = f"n = {n[0]} requests, {n[1]} drafted steps" if n else row.source
     return f"{row.domain}, D={row.d}: AL {row.al:.3f}<br>{ci_text(ci)}<br>{amount}"
@@ -825,18 +830,19 @@ def forest_chart(table: pd.DataFrame) -> Chart | Missing:
 
 
 def trend_chart(history: pd.DataFrame) -> Chart | Missing:
-    """AL per night over all prompts, one line per (drafter, D); regressed nights marked."""
+    """AL per night over all prompts, one line per (drafter, D, engine setting); regressed nights marked."""
     pooled = history[history.domain == "all"].sort_values("night")
+    pooled = pooled.assign(setting=pooled.setting.fillna("")) if "setting" in pooled else pooled.assign(setting="")
     if pooled.night.nunique() < 2:
         return Missing("trend", "Nightly AL", "one night so far: the trend starts with the second")
     traces = []
-    for (drafter, d), g in pooled.groupby(["drafter", "d"], sort=True):
+    for (drafter, d, setting), g in pooled.groupby(["drafter", "d", "setting"], sort=True):
         regressed = g.regressed.eq(True).tolist() if "regressed" in g else [False] * len(g)
         traces.append(
             {
                 "type": "scatter",
                 "mode": "lines+markers",
-                "name": f"{drafter} d={d}",
+                "name": f"{drafter} d={d}" + (f" ({setting})" if setting else ""),
                 "x": [str(n) for n in g.night],
                 "y": list(g.al),
                 "marker": {

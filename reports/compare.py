@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -51,6 +52,10 @@ COMPARE_COLUMNS = [
     "segment",
     "input_tokens",
     "context_extension",
+    # The engine settings changed from their defaults (reports/runs.py Measured.setting) of the
+    # candidate's run and of the baseline's: the same where both sides measured that setting.
+    "setting",
+    "baseline_setting",
 ]
 # The target may differ between the two sides; nothing else that shapes acceptance may.
 PAIRED_KEYS = tuple(k for k in CONSISTENT_KEYS if k != "fingerprints.target") + ("config.chat_template_kwargs",)
@@ -93,8 +98,12 @@ def paired_al_difference(
     }
 
 
-def _speculative_runs(root: Path) -> dict[tuple[str, int], Run]:
-    runs: dict[tuple[str, int], Run] = {}
+def _named(key: tuple[str, int, str]) -> str:
+    return f"drafter={key[0]} d={key[1]}" + (f" ({key[2]})" if key[2] else "")
+
+
+def _speculative_runs(root: Path) -> dict[tuple[str, int, str], Run]:
+    runs: dict[tuple[str, int, str], Run] = {}
     for run in find_runs(root):
         if run.summary.d is None:
             continue
@@ -102,9 +111,9 @@ def _speculative_runs(root: Path) -> dict[tuple[str, int], Run]:
             raise SpeclensError(
                 f"{run.path}: its acceptance is synthetic (acceptance.synthetic, set, not measured); compare measured runs."
             )
-        key = (run.summary.mechanism, run.summary.d)
+        key = (run.summary.mechanism, run.summary.d, run.setting)
         if key in runs:
-            raise SpeclensError(f"{root} holds drafter={key[0]} d={key[1]} twice ({runs[key].path} and {run.path}).")
+            raise SpeclensError(f"{root} holds {_named(key)} twice ({runs[key].path} and {run.path}).")
         runs[key] = run
     if not runs:
         raise SpeclensError(f"{root}: no finished speculative runs (summary.json) in it.")
@@ -128,9 +137,16 @@ def _check_same_prompts(base: Run, cand: Run, base_requests: pd.DataFrame, cand_
 
 
 def _check_same_setting(base: Run, cand: Run) -> None:
-    """The same drafter settings and batch sizes on both sides (the target may differ)."""
+    """The same drafter settings and batch sizes on both sides (the target may differ, and the
+    settings of reports/runs.py SETTING_KEYS: drafter.sample_method, drafter.parallel_drafting)."""
+
+    def kept(run: Run, key: str) -> Any:
+        value = run.get(key)
+        settings = ("sample_method", "parallel_drafting")
+        return {k: v for k, v in value.items() if k not in settings} if isinstance(value, dict) else value
+
     for what, key in (("drafter settings", "config.drafter"), ("batch sizes", "config.batch_sizes")):
-        if base.get(key) != cand.get(key):
+        if kept(base, key) != kept(cand, key):
             raise SpeclensError(
                 f"{base.path} and {cand.path} were measured with different {what} ({key}: {base.get(key)} vs "
                 f"{cand.get(key)}); compare runs of the same setting."
@@ -238,7 +254,7 @@ def _check_same_lengths(baseline_dir: Path, base_runs: dict, candidate_dir: Path
     )
 
 
-def compare_pair(key: tuple[str, int], base: Run, cand: Run, seed: int) -> tuple[list[dict], str | None]:
+def compare_pair(key: tuple[str, int, str], base: Run, cand: Run, seed: int) -> tuple[list[dict], str | None]:
     """One (drafter, D)'s rows: every group, and each segment where both sides split thinking from
     the answer; and the note on where the input lengths came from, if any."""
     _check_same_setting(base, cand)
@@ -261,8 +277,30 @@ def compare_pair(key: tuple[str, int], base: Run, cand: Run, seed: int) -> tuple
             c_seg = c_part if segment == "all" else c_part[c_part.segment == segment]
             figures = paired_al_difference(b_seg, c_seg, ids, seed)
             group = {"drafter": key[0], "d": key[1], "domain": domain, "n_requests": len(ids), "segment": segment}
-            rows.append(group | figures | where)
+            rows.append(group | figures | where | {"setting": cand.setting, "baseline_setting": base.setting})
     return rows, note
+
+
+RunKey = tuple[str, int, str]
+
+
+def paired_runs(
+    base_runs: dict[RunKey, Run], cand_runs: dict[RunKey, Run]
+) -> tuple[list[tuple[RunKey, Run, Run]], list[RunKey], list[RunKey]]:
+    """(key, baseline run, candidate run) per pair, and the keys left on each side. Runs pair by
+    (drafter, D, engine setting); a (drafter, D) left with one run on each side pairs across its
+    settings (an FP8 KV cache dir against a default one: the comparison is of the setting)."""
+    pairs = [(k, base_runs[k], cand_runs[k]) for k in sorted(base_runs.keys() & cand_runs.keys())]
+    left_base = sorted(base_runs.keys() - cand_runs.keys())
+    left_cand = sorted(cand_runs.keys() - base_runs.keys())
+    for b in list(left_base):
+        mine = [c for c in left_cand if c[:2] == b[:2]]
+        if len(mine) == 1 and sum(k[:2] == b[:2] for k in left_base) == 1:
+            (c,) = mine
+            pairs.append((c, base_runs[b], cand_runs[c]))
+            left_base.remove(b)
+            left_cand.remove(c)
+    return sorted(pairs, key=lambda p: p[0]), left_base, left_cand
 
 
 def compare(baseline_dir: Path, candidate_dir: Path, seed: int = 0) -> tuple[pd.DataFrame, list[str]]:
@@ -273,17 +311,25 @@ def compare(baseline_dir: Path, candidate_dir: Path, seed: int = 0) -> tuple[pd.
     _check_same_lengths(baseline_dir, base_runs, candidate_dir, cand_runs)
     check_consistent(list(base_runs.values()) + list(cand_runs.values()), PAIRED_KEYS)
     rows, length_notes = [], set()
-    for key in sorted(base_runs.keys() & cand_runs.keys()):
-        pair_rows, note = compare_pair(key, base_runs[key], cand_runs[key], seed)
+    pairs, only_base, only_cand = paired_runs(base_runs, cand_runs)
+    for key, base, cand in pairs:
+        pair_rows, note = compare_pair(key, base, cand, seed)
         rows += pair_rows
         length_notes |= {note} if note else set()
-    notes = [f"only in the baseline: drafter={k[0]} d={k[1]}" for k in sorted(base_runs.keys() - cand_runs.keys())]
-    notes += [f"only in the candidate: drafter={k[0]} d={k[1]}" for k in sorted(cand_runs.keys() - base_runs.keys())]
+    notes = [f"only in the baseline: {_named(k)}" for k in only_base]
+    notes += [f"only in the candidate: {_named(k)}" for k in only_cand]
     if not rows:
         raise SpeclensError(f"no (drafter, d) was measured on both sides; {'; '.join(notes)}.")
     notes += sorted(length_notes)
     table = pd.DataFrame(rows, columns=COMPARE_COLUMNS).astype({"input_tokens": "Int64"})
     return table, notes
+
+
+def setting_shown(baseline: str, candidate: str) -> str:
+    """One side's engine setting, or `baseline's → candidate's` where they differ."""
+    if baseline == candidate:
+        return candidate or "engine defaults"
+    return f"{baseline or 'engine defaults'} → {candidate or 'engine defaults'}"
 
 
 def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
@@ -294,12 +340,16 @@ def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     extended = (table.context_extension != "").any()
     if extended:
         header.append("context extension")
+    with_settings = ((table.setting != "") | (table.baseline_setting != "")).any()
+    if with_settings:
+        header.insert(1, "setting")
     rows = []
     for r in table.itertuples():
         ci = "-" if pd.isna(r.diff_ci95_lo) else f"[{r.diff_ci95_lo:+.3f}, {r.diff_ci95_hi:+.3f}]"
         rows.append(
             [
                 r.drafter,
+                *([setting_shown(r.baseline_setting, r.setting)] if with_settings else []),
                 str(r.d),
                 r.domain,
                 *([r.segment] if segmented else []),

@@ -2,10 +2,12 @@
 
 Writes curves.parquet and curves.csv (drafter, d, domain, al, al_ci95_lo, al_ci95_hi,
 tokens_per_step, source = measured|replayed|estimated, temperature, segment, chat_template_kwargs,
+setting (the engine settings changed from their defaults: `kv_cache_dtype=fp8`, `verify.method=block`),
 proposer = v1|v2 for n-gram (the model runner whose proposer drafted), empty for the others; domain
 `all` is the pooled figure, segment `all` the whole output) and curve_<domain>.png (one
 line per drafter, CI band, measured points marked). Runs at several sampling temperatures, or with
-several chat_template_kwargs (thinking on, off), are one more axis: their lines are labelled by it,
+several chat_template_kwargs (thinking on, off), or several engine settings (an FP8 KV cache beside
+the default), are one more axis: their lines are labelled by it,
 and curve_temperature_<domain>.png draws AL against temperature per drafter and D. Runs with a
 reasoning boundary add rows per segment (thinking, answer) and curve_segments_<domain>.png.
 
@@ -63,13 +65,14 @@ CURVE_COLUMNS = [
     "temperature",
     "segment",
     "chat_template_kwargs",
+    "setting",
     "proposer",
     "input_tokens",
     "context_extension",
     "draft_share",
 ]
 # One point of one curve.
-CURVE_KEY = ["drafter", "d", "domain", "segment", "temperature", "chat_template_kwargs", "proposer"]
+CURVE_KEY = ["drafter", "d", "domain", "segment", "temperature", "chat_template_kwargs", "setting", "proposer"]
 WHOLE_OUTPUT = "all"
 # A length's own group: every prompt of that length, whatever its domain (`all@32k`).
 LENGTH_GROUP_PREFIX = f"{WHOLE_RUN_GROUP}@"
@@ -89,6 +92,7 @@ def curve_row(
     proposer: str = "",
     input_tokens: int | None = None,
     extension: str = "",
+    setting: str = "",
 ) -> dict:
     """One curve point from a group's (or a segment's) figures."""
     lo, hi = figures.al_ci95 or [None, None]
@@ -104,6 +108,7 @@ def curve_row(
         "temperature": temperature,
         "segment": segment,
         "chat_template_kwargs": template,
+        "setting": setting,
         "proposer": proposer,
         "input_tokens": input_tokens,
         "context_extension": extension,
@@ -166,7 +171,7 @@ def measured_rows(run: Run) -> list[dict]:
     for domain, g in measured_groups(s).items():
         lengths = s.by_length or {}
         extension = extension_over(s.context_window, group_lengths(domain, lengths)) or ""
-        point = dict(input_tokens=length_of(domain, lengths), extension=extension)
+        point = dict(input_tokens=length_of(domain, lengths), extension=extension, setting=run.setting)
         rows.append(
             curve_row(
                 s.drafter, s.d, domain, g, "measured", run.temperature, WHOLE_OUTPUT, run.template, proposer, **point
@@ -179,9 +184,9 @@ def measured_rows(run: Run) -> list[dict]:
     return rows
 
 
-def curve_point(run: Run) -> tuple[str, int, float, str]:
-    """The (drafter, D, temperature, chat_template_kwargs) a run is drawn at."""
-    return run.summary.drafter, run.summary.d, run.temperature, run.template
+def curve_point(run: Run) -> tuple[str, int, float, str, str]:
+    """The (drafter, D, temperature, chat_template_kwargs, setting) a run is drawn at."""
+    return run.summary.drafter, run.summary.d, run.temperature, run.template, run.setting
 
 
 def collect(root: Path, exclude: Collection[Path] = ()) -> pd.DataFrame:
@@ -197,7 +202,7 @@ def collect(root: Path, exclude: Collection[Path] = ()) -> pd.DataFrame:
     check_one_each(
         runs,
         lambda run: [curve_point(run)],
-        lambda key: f"drafter={key[0]} d={key[1]} (temperature {key[2]:g}{', ' + key[3] if key[3] else ''})",
+        lambda key: f"drafter={key[0]} d={key[1]} (temperature {key[2]:g}{''.join(', ' + k for k in key[3:] if k)})",
         "draw each setting from its own dir.",
     )
     frames = [pd.DataFrame([row for run in runs for row in measured_rows(run)], columns=CURVE_COLUMNS)]
@@ -206,7 +211,7 @@ def collect(root: Path, exclude: Collection[Path] = ()) -> pd.DataFrame:
     frames += [_replay_rows(r) for r in replays]
     curves = pd.concat([f for f in frames if not f.empty], ignore_index=True)
     curves = curves.assign(_rank=curves["source"].map(SOURCE_ORDER)).sort_values(
-        ["drafter", "domain", "segment", "temperature", "chat_template_kwargs", "d", "_rank"]
+        ["drafter", "domain", "segment", "temperature", "chat_template_kwargs", "setting", "d", "_rank"]
     )
     curves = curves.drop_duplicates(CURVE_KEY).drop(columns="_rank")
     curves["context_extension"] = curves["context_extension"].fillna("")
@@ -223,7 +228,8 @@ def _replay_rows(replay: Replay) -> pd.DataFrame:
         frame["input_tokens"], frame["context_extension"] = None, ""
     if "draft_share" not in frame.columns:  # replayed before curves carried the share of drafting passes
         frame["draft_share"] = None
-    return frame.assign(temperature=replay.temperature, chat_template_kwargs=replay.template)[CURVE_COLUMNS]
+    frame = frame.assign(temperature=replay.temperature, chat_template_kwargs=replay.template, setting=replay.setting)
+    return frame[CURVE_COLUMNS]
 
 
 # Longest domain kept whole in a file name (curve_<domain>.png, report_al_vs_d_<domain>.png).

@@ -35,7 +35,7 @@ def draw(plot: Callable[[Any], None], size: tuple[float, float] = (6.4, 4.0), dp
 
 def _series_label(key: tuple, columns: list[str]) -> str:
     """A curve's legend label: its drafter, then each varying axis (temperature, chat template
-    variables, segment, n-gram proposer)."""
+    variables, engine setting, segment, n-gram proposer)."""
     parts = []
     for column, value in zip(columns, key):
         if column == "temperature":
@@ -46,6 +46,8 @@ def _series_label(key: tuple, columns: list[str]) -> str:
             parts.append(f"[{value} proposer]" if value else "")
         elif column in ("drafter", "d"):
             parts.append(str(value) if column == "drafter" else f"d={value}")
+        elif column == "setting":
+            parts.append(value or "engine defaults")
         else:
             parts.append(value or "template defaults")
     return " ".join(part for part in parts if part)
@@ -55,7 +57,7 @@ def _series(curves: pd.DataFrame, first: list[str]) -> list[str]:
     """The columns one line is drawn per: `first`, then each axis that varies in `curves`."""
     return first + [
         c
-        for c in ("temperature", "chat_template_kwargs", "segment", "proposer")
+        for c in ("temperature", "chat_template_kwargs", "setting", "segment", "proposer")
         if c in curves and curves[c].nunique() > 1
     ]
 
@@ -114,11 +116,9 @@ def al_vs_d_by_segment(curves: pd.DataFrame, domain: str) -> bytes:
 def al_vs_temperature(curves: pd.DataFrame, domain: str) -> bytes:
     """AL against sampling temperature, one line per (drafter, D), with its 95% CI band."""
 
-    keys = ["drafter", "d"] + (
-        ["chat_template_kwargs"]
-        if "chat_template_kwargs" in curves and curves.chat_template_kwargs.nunique() > 1
-        else []
-    )
+    keys = ["drafter", "d"] + [
+        c for c in ("chat_template_kwargs", "setting") if c in curves and curves[c].nunique() > 1
+    ]
 
     def plot(ax):
         for key, g in curves[curves.domain == domain].groupby(keys, sort=True):

@@ -13,7 +13,9 @@ handed to tools reading that layout (`marginal_accept_rates` for vLLM's syntheti
 
 For NVIDIA's planners (Model-Optimizer PRs #2313, #2315, #2316), each profile also says `method`
 (the drafter), `acceptance_length_by_k` (AL at every k up to D, from the marginal rates: a serial
-drafter's acceptance at a smaller k is a prefix of its acceptance at D), `max_num_speculative_tokens`
+drafter's acceptance at a smaller k is a prefix of its acceptance at D; a parallel drafter's,
+drafter.parallel_drafting=true, is not, so its profile holds its own D only and says
+`measured_per_k`: true), `max_num_speculative_tokens`
 (the largest k the profile holds: its D) and `measurement_conditions` (target, drafter checkpoint,
 dataset, temperature, model runner, engine and its version). `dynamo_flags` gives a profile as
 Dynamo's planner and mocker take it (`--aic-nextn`, `--aic-nextn-accept-rates`: conditional rates
@@ -151,17 +153,33 @@ def run_profiles(run_dir: Path, summary: RunSummary) -> list[dict[str, Any]]:
         if found is not None:
             profiles.append(found)
     conditions = measurement_conditions(run_dir, summary)
+    parallel = bool((read_stamp_or_empty(run_dir).get("speculative_config") or {}).get("parallel_drafting"))
     return [
-        p | {"measurement_conditions": conditions} for p in profiles + length_profiles(summary, steps, requests, runner)
+        per_k(p, parallel) | {"measurement_conditions": conditions}
+        for p in profiles + length_profiles(summary, steps, requests, runner)
     ]
+
+
+def per_k(profile: dict[str, Any], parallel: bool) -> dict[str, Any]:
+    """A parallel drafter's profile (drafter.parallel_drafting=true) holds AL at its own D only,
+    `measured_per_k`: it drafts all D tokens in one pass, so its acceptance at a smaller k is not
+    a prefix of its acceptance at D (measure each k). A serial drafter's AL at every k up to D
+    follows from its marginal rates."""
+    if not parallel:
+        return profile | {"measured_per_k": False}
+    return profile | {"acceptance_length_by_k": {str(profile["d"]): profile["al"]}, "measured_per_k": True}
+
+
+def read_stamp_or_empty(run_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads((run_dir / "stamp.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
 
 
 def measurement_conditions(run_dir: Path, summary: RunSummary) -> dict[str, Any]:
     """What a profile was measured under, for a reader that has only the profile."""
-    try:
-        stamp = json.loads((run_dir / "stamp.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        stamp = {}
+    stamp = read_stamp_or_empty(run_dir)
     config = stamp.get("config") or {}
     return {
         "target": summary.target,

@@ -228,8 +228,8 @@ LENGTH_DISPLAY = [
 def length_tables(lengths: pd.DataFrame):
     """(heading, rows) of each table of the per-length ranking, the mode named only where there
     are several, a length past the target's own window marked with its extension."""
-    for (t, template, _, b), group in lengths.groupby(LENGTH_TABLE, sort=True):
-        mode = mode_label(t, template, lengths)
+    for (t, template, setting, _, b), group in lengths.groupby(LENGTH_TABLE, sort=True):
+        mode = mode_label(t, template, setting, lengths)
         extension = next((e for e in group.context_extension if isinstance(e, str)), None)
         label = group.length.iloc[0] + (f" (past the native window: {extension})" if extension else "")
         yield (f"{mode}, " if mode else "") + f"length {label}, batch size {b}", group
@@ -275,7 +275,7 @@ def plot_pareto(ranking: pd.DataFrame) -> bytes:
     points["label"] = [
         f"{r.drafter}"
         + ("" if pd.isna(r.d) else f" d={int(r.d)}")
-        + (f" {mode}" if (mode := mode_label(r.temperature, r.chat_template_kwargs, ranking)) else "")
+        + (f" {mode}" if (mode := mode_label(r.temperature, r.chat_template_kwargs, r.setting, ranking)) else "")
         for r in points.itertuples()
     ]
     return figures.pareto(points, pareto_front(points))

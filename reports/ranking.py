@@ -76,26 +76,29 @@ RANK_COLUMNS = [
     "speedup_lo",
     "speedup_hi",
     "tie",
-    # The sampling temperature and the chat template's variables (reports/runs.py Measured.template):
-    # entries are ranked only against others in the same mode.
+    # The sampling temperature, the chat template's variables and the engine settings changed from
+    # their defaults (reports/runs.py Measured.template, .setting): entries are ranked only against
+    # others in the same mode.
     "temperature",
     "chat_template_kwargs",
+    "setting",
 ]
 # One table of the ranking: entries in the same mode, domain and batch size.
-TABLE = ["temperature", "chat_template_kwargs", "domain", "batch_size"]
+TABLE = ["temperature", "chat_template_kwargs", "setting", "domain", "batch_size"]
 
 
-def mode_label(temperature: float, template: str, ranking: pd.DataFrame) -> str:
-    """`T=.., kwargs` naming an entry's mode, each part only where the ranking holds several."""
+def mode_label(temperature: float, template: str, setting: str, ranking: pd.DataFrame) -> str:
+    """`T=.., kwargs, setting` naming an entry's mode, each part only where the ranking holds several."""
     parts = [f"T={temperature:g}"] if ranking["temperature"].nunique() > 1 else []
     parts += [template or "template defaults"] if ranking["chat_template_kwargs"].nunique() > 1 else []
+    parts += [setting or "engine defaults"] if ranking["setting"].nunique() > 1 else []
     return ", ".join(parts)
 
 
 def tables(ranking: pd.DataFrame):
     """(heading, rows) of each table of the ranking, the mode named only when there are several."""
-    for (t, template, domain, b), group in ranking.groupby(TABLE, sort=True):
-        mode = mode_label(t, template, ranking)
+    for (t, template, setting, domain, b), group in ranking.groupby(TABLE, sort=True):
+        mode = mode_label(t, template, setting, ranking)
         yield (f"{mode}, " if mode else "") + f"{domain}, batch size {b}", group
 
 
@@ -180,6 +183,7 @@ def _row(run: Run, point: OperatingPoint, domain: str, figures: DomainPoint, mea
         "run": str(run.path),
         "temperature": run.temperature,
         "chat_template_kwargs": run.template,
+        "setting": run.setting,
         **_latency(point if measured else None),
         "speedup_lo": (point.speedup_range or [None, None])[0] if measured else None,
         "speedup_hi": (point.speedup_range or [None, None])[1] if measured else None,
@@ -223,6 +227,7 @@ def _plain_row(run: Run, point: OperatingPoint, domain: str) -> dict[str, Any]:
         "speedup_hi": 1.0,
         "temperature": run.temperature,
         "chat_template_kwargs": run.template,
+        "setting": run.setting,
     }
 
 
@@ -268,7 +273,7 @@ def ranking_rows(runs: list[Run]) -> pd.DataFrame:
                 if s.d is not None:
                     rows.append(_row(run, point, domain, group, measured))
                 # Plain decoding's row: from a drafter=none run first, else from any baseline pass.
-                key = (run.temperature, run.template, domain, point.batch_size)
+                key = (run.temperature, run.template, run.setting, domain, point.batch_size)
                 if point.t_verif is not None and (key not in plain or s.d is None):
                     plain[key] = _plain_row(run, point, domain)
     frame = pd.DataFrame(rows + list(plain.values()), columns=RANK_COLUMNS)
@@ -299,13 +304,13 @@ def check_unique(runs: list[Run]) -> None:
     check_one_each(
         runs,
         lambda run: [
-            (run.summary.mechanism, run.summary.d, run.temperature, point.batch_size, run.template)
+            (run.summary.mechanism, run.summary.d, run.temperature, point.batch_size, run.template, run.setting)
             for point in run.summary.operating_points
         ],
         lambda key: (
             f"drafter={key[0]} d={key[1]} at batch size {key[3]}"
             + (f" (temperature {key[2]:g})" if key[2] else "")
-            + (f" ({key[4]})" if key[4] else "")
+            + "".join(f" ({part})" for part in key[4:] if part)
         ),
         "rank each setting from its own dir.",
     )
@@ -371,11 +376,12 @@ LENGTH_RANK_COLUMNS = [
     "run",
     "temperature",
     "chat_template_kwargs",
+    "setting",
     # Entries of one table with the same speedup share a rank (no repeats' ranges per length).
     "tie",
 ]
 # One table of the per-length ranking: entries in the same mode, length bucket and batch size.
-LENGTH_TABLE = ["temperature", "chat_template_kwargs", "input_tokens", "batch_size"]
+LENGTH_TABLE = ["temperature", "chat_template_kwargs", "setting", "input_tokens", "batch_size"]
 
 
 def extension_at(run: Run, input_tokens: int | None) -> str | None:
@@ -406,6 +412,7 @@ def _length_common(run: Run, label: str, batch_size: int, figures: LengthPoint) 
         "run": str(run.path),
         "temperature": run.temperature,
         "chat_template_kwargs": run.template,
+        "setting": run.setting,
     }
 
 
@@ -462,7 +469,7 @@ def length_ranking_rows(runs: list[Run]) -> pd.DataFrame:
             for label, figures in (point.by_length or {}).items():
                 if s.d is not None:
                     rows.append(_length_row(run, point.batch_size, label, figures))
-                key = (run.temperature, run.template, figures.input_tokens, point.batch_size)
+                key = (run.temperature, run.template, run.setting, figures.input_tokens, point.batch_size)
                 if figures.t_verif is not None and (key not in plain or s.d is None):
                     plain[key] = _plain_length_row(run, point.batch_size, label, figures)
     frame = pd.DataFrame(rows + list(plain.values()), columns=LENGTH_RANK_COLUMNS)

@@ -37,6 +37,9 @@ LATER_KEY_DEFAULTS: dict[str, Any] = {
     "config.engine.model_runner": "auto",
     "config.engine.kv_cache_dtype": "auto",
     "config.verify.method": "standard",
+    # A drafter without probabilities (n-gram, suffix) drafts as greedy drafting does: one-hot.
+    "config.drafter.sample_method": "greedy",
+    "config.drafter.parallel_drafting": False,
 }
 
 
@@ -60,11 +63,22 @@ class Measured:
         off) are never drawn in one curve or ranked in one table."""
         return template_label(self.get("config.chat_template_kwargs") or {})
 
+    @property
+    def setting(self) -> str:
+        """The engine settings it changed from their defaults (setting_label; '': none). An axis like
+        the temperature: runs with an FP8 KV cache are never drawn in one curve with bf16's."""
+        return setting_label({key: self.get(key) for key in SETTING_KEYS})
+
     def get(self, dotted: str) -> Any:
-        node: Any = {"fingerprints": asdict(self.fingerprints), "config": self.stamp.get("config", {})}
-        for part in dotted.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
+        node = at({"fingerprints": asdict(self.fingerprints), "config": self.stamp.get("config", {})}, dotted)
         return LATER_KEY_DEFAULTS.get(dotted) if node is None else node
+
+
+def at(node: Any, dotted: str) -> Any:
+    """The value under a dotted key of nested dicts (None where any part is missing)."""
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
 
 
 def template_label(kwargs: dict[str, Any]) -> str:
@@ -72,13 +86,34 @@ def template_label(kwargs: dict[str, Any]) -> str:
     return ", ".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in sorted(kwargs.items()))
 
 
-# Settings a curve or a ranking holds one of, named in one line where runs mix them: they are not
-# yet axes of their own (issue 49). reports.compare pairs runs across them, which is its point.
-ONE_SETTING_KEYS = ("config.engine.kv_cache_dtype", "config.verify.method")
+# Engine settings that are an axis of their own (issue 49), like the temperature and the chat
+# template: a run's `setting` names those it changed from the default, and curves, rankings and
+# serve.json hold one line per setting; the report pairs each against the default's run.
+SETTING_KEYS = {
+    "config.engine.kv_cache_dtype": "kv_cache_dtype",
+    "config.verify.method": "verify.method",
+    # verify.draft_sampling is stored as drafter.sample_method (evals/verify.py fold_draft_sampling).
+    "config.drafter.sample_method": "verify.draft_sampling",
+    "config.drafter.parallel_drafting": "drafter.parallel_drafting",
+}
 # Runs at different sampling temperatures are one more axis of curves and rankings, not a conflict.
-CONSISTENT_ACROSS_TEMPERATURES = (
-    tuple(k for k in CONSISTENT_KEYS if k != "config.sampling.temperature") + ONE_SETTING_KEYS
-)
+CONSISTENT_ACROSS_TEMPERATURES = tuple(k for k in CONSISTENT_KEYS if k != "config.sampling.temperature")
+
+
+def setting_label(values: dict[str, Any]) -> str:
+    """`kv_cache_dtype=fp8, verify.method=block`: the SETTING_KEYS (dotted) a run changed from their
+    defaults, by their short names ('': every default)."""
+    changed = [
+        f"{name}={values[key] if isinstance(values[key], str) else json.dumps(values[key])}"
+        for key, name in SETTING_KEYS.items()
+        if values.get(key) is not None and values[key] != LATER_KEY_DEFAULTS[key]
+    ]
+    return ", ".join(changed)
+
+
+def config_setting(config: dict[str, Any]) -> str:
+    """setting_label of a resolved run config (a stamp's `config`), for what is written before a stamp."""
+    return setting_label({key: at({"config": config}, key) for key in SETTING_KEYS})
 
 
 @dataclass(frozen=True)

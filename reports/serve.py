@@ -94,23 +94,35 @@ def batch_schedule(rows: pd.DataFrame, drafter: str, max_num_seqs: int) -> list[
 
 
 def serve_plan(ranking: pd.DataFrame, runs: list[Run], lengths: pd.DataFrame | None = None) -> dict[str, Any]:
-    """serve.json's content: per mode (sampling temperature and chat_template_kwargs), winners, each
-    mechanism's schedule and the speculative config that serves it (null where the mechanism never
-    pays), and with length buckets the same per length (`lengths`: the per-length ranking, computed
-    from `runs` where not given). One mode: that plan with its `temperature` and
-    `chat_template_kwargs`; several: `{"by_temperature": [plan, ...]}`, one plan per mode."""
+    """serve.json's content: per mode (sampling temperature, chat_template_kwargs and engine
+    setting), winners, each mechanism's schedule and the speculative config that serves it (null
+    where the mechanism never pays), and with length buckets the same per length (`lengths`: the
+    per-length ranking, computed from `runs` where not given). One mode: that plan with its
+    `temperature`, `chat_template_kwargs`, `setting` and the `kv_cache_dtype` to serve with (vLLM's
+    --kv-cache-dtype); several: `{"by_temperature": [plan, ...]}`, one plan per mode."""
     if lengths is None:
         lengths = length_ranking_rows(runs) if has_lengths(runs) else pd.DataFrame()
     by_path = {str(run.path): run for run in runs}
     plans = []
-    for (t, template), group in ranking.groupby(["temperature", "chat_template_kwargs"], sort=True):
-        kwargs = next((by_path[p].get("config.chat_template_kwargs") for p in group.run if p in by_path), None)
+    for (t, template, setting), group in ranking.groupby(["temperature", "chat_template_kwargs", "setting"], sort=True):
+        one = next((by_path[p] for p in group.run if p in by_path), None)
+        kwargs = one.get("config.chat_template_kwargs") if one else None
         plan = _plan(group, runs)
         if not lengths.empty:
-            mode = lengths[(lengths.temperature == t) & (lengths.chat_template_kwargs == template)]
+            mode = lengths[
+                (lengths.temperature == t) & (lengths.chat_template_kwargs == template) & (lengths.setting == setting)
+            ]
             if not mode.empty:
                 plan["by_length"] = length_plans(mode, runs)
-        plans.append(plan | {"temperature": float(t), "chat_template_kwargs": kwargs or {}})
+        plans.append(
+            plan
+            | {
+                "temperature": float(t),
+                "chat_template_kwargs": kwargs or {},
+                "setting": setting,
+                "kv_cache_dtype": one.get("config.engine.kv_cache_dtype") if one else "auto",
+            }
+        )
     return plans[0] if len(plans) == 1 else {"by_temperature": plans}
 
 
@@ -224,6 +236,7 @@ def context_table(plan: dict[str, Any]) -> list[dict[str, Any]]:
                         "drafter": drafter,
                         "temperature": one.get("temperature"),
                         "chat_template_kwargs": one.get("chat_template_kwargs") or {},
+                        "setting": one.get("setting") or "",
                         "context_range": bucket["context_range"],
                         "length": bucket["length"],
                         "input_tokens": bucket["input_tokens"],
@@ -241,8 +254,12 @@ def serve_markdown(plan: dict[str, Any]) -> list[str]:
     for one in plans:
         if len(plans) > 1:
             kwargs = template_label(one.get("chat_template_kwargs") or {})
+            setting = one.get("setting")
             out += [
-                f"At temperature {one['temperature']:g}" + (f", chat_template_kwargs {kwargs}" if kwargs else "") + ":",
+                f"At temperature {one['temperature']:g}"
+                + (f", chat_template_kwargs {kwargs}" if kwargs else "")
+                + (f", {setting}" if setting else "")
+                + ":",
                 "",
             ]
         out += _plan_markdown(one)

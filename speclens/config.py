@@ -172,9 +172,14 @@ class AcceptanceConfig:
 @dataclass
 class VerifyConfig:
     """How the target verifies drafts (vLLM's rejection_sample_method): standard, one draft token
-    at a time; block, the drafts jointly as a block (Sun et al.; vLLM's Model Runner V2 only)."""
+    at a time; block, the drafts jointly as a block (Sun et al.; vLLM's Model Runner V2 only). And
+    how a model drafter samples its drafts (vLLM's draft_sample_method): greedy, its argmax, taken
+    as one-hot in verification; probabilistic, sampled, its probabilities kept for the ratio test.
+    draft_sampling is folded into drafter.sample_method when composed (evals/compose.py), so the
+    two spellings are one run; null: the drafter's own."""
 
     method: str = "standard"
+    draft_sampling: str | None = None
 
 
 @dataclass
@@ -244,6 +249,9 @@ FINGERPRINTED_WHEN_SET: dict[str, Any] = {
     "engine.rope_scaling": {},
     "acceptance": {"synthetic": None},
     "engine.kv_cache_dtype": "auto",
+    "drafter.parallel_drafting": False,
+    # Always null once composed (folded into drafter.sample_method); trimmed before `verify` is.
+    "verify.draft_sampling": None,
     "verify": {"method": "standard"},
 }
 

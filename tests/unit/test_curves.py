@@ -48,12 +48,13 @@ def test_curves_from_a_sweep_match_the_golden_file(tmp_path):
         "temperature",
         "segment",
         "chat_template_kwargs",
+        "setting",
         "proposer",
         "input_tokens",
         "context_extension",
         "draft_share",
     ]
-    assert set(curves.segment) == {"all"} and set(curves.chat_template_kwargs) == {""}
+    assert set(curves.segment) == {"all"} and set(curves.chat_template_kwargs) == {""} and set(curves.setting) == {""}
     # every point: its share of drafting passes gives its tokens per step (no tokens cut here)
     assert (1 + curves.draft_share * (curves.al - 1) - curves.tokens_per_step).abs().max() < 1e-12
     assert set(curves.proposer) == {""}  # the fake engine shows no model runner

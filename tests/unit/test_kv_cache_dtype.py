@@ -110,18 +110,59 @@ def test_an_attached_servers_cache_is_its_own_and_not_claimed(tmp_path):
         check_support(attached, speculative=True)
 
 
-def test_curves_refuse_to_pool_two_caches_naming_the_key_and_compare_pairs_them(tmp_path):
-    """Until the cache dtype is an axis of curves and rankings, runs that mix it are refused in one
-    line naming the key and each run's value; reports.compare pairs such runs (its point)."""
+# Scripted acceptance per request (d=3): the default cache accepts 19 of 27 drafted tokens over 9
+# steps, the FP8 cache 9 over 9 (AL 1 + 19/9 against 2).
+AUTO_SCRIPT = {"q0#0": [3, 3, 3], "q1#0": [3, 2], "q2#0": [1, 1], "q3#0": [0, 3]}
+FP8_SCRIPT = {"q0#0": [2, 2], "q1#0": [3, 0, 1], "q2#0": [1, 0], "q3#0": [0, 0]}
+
+
+def test_two_caches_are_an_axis_paired_in_the_report_and_compared_across_dirs(tmp_path):
+    """A sweep over engine.kv_cache_dtype: one curve point, one ranking table and one serve plan
+    per cache; the report pairs the FP8 run with the default's (AL, difference, tokens per step,
+    plain decoding's parting); reports.compare pairs a default dir with an FP8 dir."""
+    from reports.build import build_sections
     from reports.compare import compare
     from reports.curves import collect
-    from speclens.errors import SpeclensError
+    from reports.ranking import rank_runs
+    from reports.runs import find_runs
+    from reports.serve import serve_plan
+    from reports.settings import settings_table
 
-    base = [*fake_overrides(tmp_path, ROWS, **SMOLLM2), "drafter=ngram", "d=3"]
     sweep = tmp_path / "sweep"
-    run(compose_run(*base), sweep / "auto", progress=lambda label: None)
-    run(compose_run(*base, "engine.kv_cache_dtype=fp8"), sweep / "fp8", progress=lambda label: None)
-    with pytest.raises(SpeclensError, match=r'config\.engine\.kv_cache_dtype differs \("auto" in auto; "fp8" in fp8\)'):
-        collect(sweep)
-    table, _ = compare(sweep / "auto", sweep / "fp8")  # paired across the two caches: not refused
-    assert not table.empty
+    for name, script, more in (("auto", AUTO_SCRIPT, []), ("fp8", FP8_SCRIPT, ["engine.kv_cache_dtype=fp8"])):
+        overrides = fake_overrides(tmp_path / name, ROWS, script, **SMOLLM2)
+        cfg = compose_run(*overrides, "drafter=ngram", "d=3", "baseline=true", "batch_sizes=[1]", *more)
+        run(cfg, sweep / name, progress=lambda label: None)
+    curves = collect(sweep)
+    whole = curves[curves.domain == "all"].set_index("setting").al
+    assert whole.to_dict() == pytest.approx({"": 1 + 19 / 9, "kv_cache_dtype=fp8": 2.0})
+    runs = find_runs(sweep)
+    ranking = rank_runs(runs)
+    # each cache its own table: ngram and plain decoding ranked within it
+    assert ranking.groupby("setting").drafter.apply(sorted).to_dict() == {
+        "": ["ngram", "ngram", "none", "none"],
+        "kv_cache_dtype=fp8": ["ngram", "ngram", "none", "none"],
+    }  # (all prompts and the one domain, chat)
+    plans = serve_plan(ranking, runs)["by_temperature"]
+    assert [(p["setting"], p["kv_cache_dtype"]) for p in plans] == [("", "auto"), ("kv_cache_dtype=fp8", "fp8")]
+
+    table, notes = settings_table(runs)
+    assert notes == [] and len(table) == 1
+    row = table.iloc[0]
+    assert row.setting == "kv_cache_dtype=fp8" and row.n_requests == 4
+    assert (row.baseline_al, row.candidate_al) == pytest.approx((1 + 19 / 9, 2.0))
+    assert row.al_diff == pytest.approx(2.0 - (1 + 19 / 9))
+    assert row.diff_ci95_hi < 0 and row.significant  # every prompt accepts less under this script
+    assert row.baseline_per_position == "0.89/0.67/0.56" and row.candidate_per_position == "0.56/0.33/0.11"
+    # the fake's plain decoding is as long as its scripted speculative answer (tokens 100, 101, …, then
+    # the stop token): q0, q2 and q3 stop sooner under FP8's script (7, 4 and 3 tokens against 13, 5
+    # and 6: parting at 6, 3 and 2, median 3), q1 alike (8 tokens)
+    assert (row.plain_turns_parted, row.plain_turns, row.plain_first_parting_median) == (3, 4, 3)
+    (section,) = [s for s in build_sections(sweep) if s.title == "Engine settings, paired"]
+    assert section.tables[0][1][0][2:5] == ["kv_cache_dtype=fp8", "4", "3.111"]
+
+    # two dirs, one cache each: paired across the caches, the setting shown as a change
+    compared, _ = compare(sweep / "auto", sweep / "fp8")
+    pooled = compared[(compared.domain == "all") & (compared.segment == "all")].iloc[0]
+    assert (pooled.baseline_setting, pooled.setting) == ("", "kv_cache_dtype=fp8")
+    assert pooled.al_diff == pytest.approx(row.al_diff)

@@ -32,7 +32,16 @@ EXTENDED = "+engine.rope_scaling={rope_type:yarn,factor:4}"
 # Accepted drafts per step at each length (capped at D): the 300-token prompts take every draft of
 # d=3, the 1k prompts only the first, so d=3 pays at 300 and only costs more at 1k.
 ACCEPTED = {"300": 3, "1k": 1}
-PLAN_KEYS = {"winners", "schedules", "schedule_configs", "max_num_seqs", "temperature", "chat_template_kwargs"}
+PLAN_KEYS = {
+    "winners",
+    "schedules",
+    "schedule_configs",
+    "max_num_seqs",
+    "temperature",
+    "chat_template_kwargs",
+    "setting",
+    "kv_cache_dtype",
+}
 
 
 def script(accepted: dict[str, int], d: int) -> dict:
@@ -175,7 +184,7 @@ def test_runs_without_lengths_rank_and_serve_as_before(tmp_path):
     profile = json.loads((root / "d=2" / PROFILE_FILE).read_text())
     assert set(profile) == {"schema_version", "profiles"} and profile["schema_version"] == 1
     assert not any("length" in p or "input_tokens" in p for p in profile["profiles"])
-    assert pd.read_csv(root / "ranking.csv").columns[-1] == "chat_template_kwargs"
+    assert list(pd.read_csv(root / "ranking.csv").columns[-2:]) == ["chat_template_kwargs", "setting"]
 
 
 def test_each_context_goes_to_the_nearest_measured_length_ties_to_the_shorter():

@@ -74,3 +74,62 @@ def test_an_attached_server_verifies_as_it_was_started(tmp_path):
     )
     with pytest.raises(ConfigError, match=r"^verify\.method=block with runner\.url: an attached server verifies"):
         check_support(attached, speculative=True)
+
+
+def test_draft_sampling_is_one_run_under_either_spelling_and_passed_to_vllm(tmp_path):
+    """verify.draft_sampling is folded into drafter.sample_method when composed: one fingerprint,
+    one speculative config; greedy (the default) leaves every earlier run's identity alone."""
+    from evals.compose import run_fingerprint
+
+    base = [*fake_overrides(tmp_path, ROWS), "drafter=draft_model", f"drafter.model={tmp_path / 'target'}", "d=3"]
+
+    def composed(*more):
+        cfg = compose_run(*base, *more)
+        typed = to_run_config(cfg)
+        return typed, run_fingerprint(cfg, typed)
+
+    new, new_print = composed("verify.draft_sampling=probabilistic")
+    old, old_print = composed("drafter.sample_method=probabilistic")
+    assert new_print == old_print and new.verify.draft_sampling is None
+    assert plan.make_plan(new).speculative_config()["draft_sample_method"] == "probabilistic"
+    assert composed("verify.draft_sampling=greedy")[1] == composed()[1]
+    assert composed("verify.draft_sampling=probabilistic")[1] != composed()[1]
+
+
+@pytest.mark.parametrize(
+    "overrides, said",
+    [
+        (
+            ["drafter=ngram", "verify.draft_sampling=probabilistic"],
+            r"^verify\.draft_sampling=probabilistic: drafter=ngram proposes tokens without a distribution",
+        ),
+        (["drafter=ngram", "verify.draft_sampling=top_k"], r"^verify\.draft_sampling=top_k: choose one of greedy, "),
+        (
+            ["drafter=draft_model", "drafter.sample_method=probabilistic", "verify.draft_sampling=greedy"],
+            r"^verify\.draft_sampling=greedy and drafter\.sample_method=probabilistic disagree; give one",
+        ),
+    ],
+)
+def test_a_draft_sampling_vllm_cannot_honour_is_one_line_when_composed(tmp_path, overrides, said):
+    with pytest.raises(ConfigError, match=said):
+        to_run_config(compose_run(*fake_overrides(tmp_path, ROWS), *overrides))
+
+
+def test_draft_sampling_is_an_axis_paired_in_the_report(tmp_path):
+    """At temperature 1, greedy and probabilistic drafting are two lines of one sweep, and the
+    report's paired section sets the probabilistic run beside the greedy one."""
+    from evals.run import run
+    from reports.curves import collect
+    from reports.runs import find_runs
+    from reports.settings import settings_table
+
+    sweep = tmp_path / "sweep"
+    for name, more in (("greedy", []), ("probabilistic", ["verify.draft_sampling=probabilistic"])):
+        overrides = fake_overrides(tmp_path, ROWS)
+        draft = ["drafter=draft_model", f"drafter.model={tmp_path / 'target'}", "d=3", "sampling.temperature=1"]
+        run(compose_run(*overrides, *draft, *more), sweep / name, progress=lambda label: None)
+    curves = collect(sweep)
+    assert sorted(set(curves.setting)) == ["", "verify.draft_sampling=probabilistic"]
+    table, notes = settings_table(find_runs(sweep))
+    assert notes == [] and list(table.setting) == ["verify.draft_sampling=probabilistic"]
+    assert table.iloc[0].temperature == 1.0 and table.iloc[0].n_requests == 4
