@@ -136,7 +136,8 @@ def curve_rows(
     groups |= {dom: (steps[steps.domain == dom], g) for dom, g in requests.groupby("domain", sort=True)}
     seed, temperature = plan.config.seed, plan.config.sampling.temperature
     template = template_label(dict(plan.config.chat_template_kwargs))
-    setting = config_setting(OmegaConf.to_container(OmegaConf.structured(plan.config), enum_to_str=True))
+    quantization = {"target": plan.target.quantization, "draft": plan.draft.quantization if plan.draft else None}
+    setting = config_setting(OmegaConf.to_container(OmegaConf.structured(plan.config), enum_to_str=True), quantization)
     rows = []
     for domain, (s, r) in groups.items():
         whole = metrics.group_summary(s, r, seed)

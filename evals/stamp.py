@@ -92,6 +92,9 @@ def run_stamp(plan: RunPlan, runner: str, provenance: Provenance) -> dict[str, A
         "fingerprints": provenance.fingerprints,
         # How speclens built the draft checkpoint, when it did (speclens_drafter.json).
         "draft_build": read_drafter_facts(plan.draft_dir) if plan.draft_dir else None,
+        # The checkpoints' weight quantization (speclens/model_facts.py; null: unquantized): a
+        # setting of the run (reports/runs.py SETTING_KEYS).
+        "quantization": {"target": plan.target.quantization, "draft": plan.draft.quantization if plan.draft else None},
         "git_sha": provenance.git_sha,
     }
     if plan.dropped_too_long:  # prompts dropped as too long for the engine (dataset.drop_too_long), per category

@@ -4,7 +4,7 @@ The report opens with the answer: what to serve (the winner per domain and batch
 speedup and range, ties said as ties, the exact --speculative-config and the schedule) where the
 runs can be ranked; otherwise the headline AL per drafter and D with its CI and the one command
 that would make them rankable. Then the evidence, in the order a reader checks it: AL per domain
-(or against D), each changed engine setting (an FP8 KV cache, block verification) paired with
+(or against D), each changed setting (an FP8 KV cache, block verification, a quantized draft) paired with
 the defaults, the ranking with the speedup model's check and account, throughput against
 interactivity, acceptance detail (per position, histogram, by context position), AL by context
 length where the prompts state their lengths (lengths past the target's own window marked with the

@@ -137,13 +137,14 @@ def _check_same_prompts(base: Run, cand: Run, base_requests: pd.DataFrame, cand_
 
 
 def _check_same_setting(base: Run, cand: Run) -> None:
-    """The same drafter settings and batch sizes on both sides (the target may differ, and the
-    settings of reports/runs.py SETTING_KEYS: drafter.sample_method, drafter.parallel_drafting)."""
+    """The same drafter settings and batch sizes on both sides. The target may differ, and so may
+    the draft checkpoint (a retrained or quantized draft: compare() names it) and the settings of
+    reports/runs.py SETTING_KEYS (drafter.sample_method, drafter.parallel_drafting)."""
 
     def kept(run: Run, key: str) -> Any:
         value = run.get(key)
-        settings = ("sample_method", "parallel_drafting")
-        return {k: v for k, v in value.items() if k not in settings} if isinstance(value, dict) else value
+        free = ("sample_method", "parallel_drafting", "model")
+        return {k: v for k, v in value.items() if k not in free} if isinstance(value, dict) else value
 
     for what, key in (("drafter settings", "config.drafter"), ("batch sizes", "config.batch_sizes")):
         if kept(base, key) != kept(cand, key):
@@ -316,6 +317,9 @@ def compare(baseline_dir: Path, candidate_dir: Path, seed: int = 0) -> tuple[pd.
         pair_rows, note = compare_pair(key, base, cand, seed)
         rows += pair_rows
         length_notes |= {note} if note else set()
+        drafts = [run.get("config.drafter.model") for run in (base, cand)]
+        if drafts[0] != drafts[1]:
+            length_notes.add(f"{_named(key)}: another draft checkpoint, drafter.model {drafts[0]} → {drafts[1]}")
     notes = [f"only in the baseline: {_named(k)}" for k in only_base]
     notes += [f"only in the candidate: {_named(k)}" for k in only_cand]
     if not rows:

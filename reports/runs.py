@@ -40,6 +40,9 @@ LATER_KEY_DEFAULTS: dict[str, Any] = {
     # A drafter without probabilities (n-gram, suffix) drafts as greedy drafting does: one-hot.
     "config.drafter.sample_method": "greedy",
     "config.drafter.parallel_drafting": False,
+    # Unquantized checkpoints (stamps before the stamp said).
+    "quantization.target": None,
+    "quantization.draft": None,
 }
 
 
@@ -70,7 +73,14 @@ class Measured:
         return setting_label({key: self.get(key) for key in SETTING_KEYS})
 
     def get(self, dotted: str) -> Any:
-        node = at({"fingerprints": asdict(self.fingerprints), "config": self.stamp.get("config", {})}, dotted)
+        node = at(
+            {
+                "fingerprints": asdict(self.fingerprints),
+                "config": self.stamp.get("config", {}),
+                "quantization": self.stamp.get("quantization") or {},
+            },
+            dotted,
+        )
         return LATER_KEY_DEFAULTS.get(dotted) if node is None else node
 
 
@@ -95,6 +105,9 @@ SETTING_KEYS = {
     # verify.draft_sampling is stored as drafter.sample_method (evals/verify.py fold_draft_sampling).
     "config.drafter.sample_method": "verify.draft_sampling",
     "config.drafter.parallel_drafting": "drafter.parallel_drafting",
+    # The checkpoints' weight quantization, from their config.json (stamp.json `quantization`).
+    "quantization.target": "target.quantization",
+    "quantization.draft": "drafter.quantization",
 }
 # Runs at different sampling temperatures are one more axis of curves and rankings, not a conflict.
 CONSISTENT_ACROSS_TEMPERATURES = tuple(k for k in CONSISTENT_KEYS if k != "config.sampling.temperature")
@@ -111,9 +124,10 @@ def setting_label(values: dict[str, Any]) -> str:
     return ", ".join(changed)
 
 
-def config_setting(config: dict[str, Any]) -> str:
-    """setting_label of a resolved run config (a stamp's `config`), for what is written before a stamp."""
-    return setting_label({key: at({"config": config}, key) for key in SETTING_KEYS})
+def config_setting(config: dict[str, Any], quantization: dict[str, Any] | None = None) -> str:
+    """setting_label of a resolved run config (a stamp's `config`) and its checkpoints'
+    quantization (a stamp's `quantization`), for what is written before a stamp."""
+    return setting_label({key: at({"config": config, "quantization": quantization or {}}, key) for key in SETTING_KEYS})
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
-"""Engine settings, paired: each run measured under a changed engine setting (an FP8 KV cache, block
-verification: reports/runs.py SETTING_KEYS) beside the run of the same drafter, D, temperature and
-chat template under the defaults, on the same prompts. AL on both sides with the paired difference
-and its 95% CI (reports.compare's), tokens per target step and per-position acceptance on both
-sides, and how far plain decoding under the setting parts from plain decoding under the defaults
-(each run's own lossless check compares with plain decoding under its own setting)."""
+"""Settings, paired: each run measured under a changed setting (an FP8 KV cache, block
+verification, a quantized draft: reports/runs.py SETTING_KEYS) beside the run of the same drafter,
+D, temperature and chat template under the defaults, on the same prompts. AL on both sides with the
+paired difference and its 95% CI (reports.compare's), tokens per target step and per-position
+acceptance on both sides, and how far plain decoding under the setting parts from plain decoding
+under the defaults (each run's own lossless check compares with plain decoding under its own
+setting)."""
 
 from __future__ import annotations
 
@@ -175,9 +176,9 @@ def settings_section(runs: list[Run]) -> Section | None:
         for r in table.itertuples()
     ]
     text = [
-        "Each run under a changed engine setting beside the run of the same drafter and D under the defaults, on "
+        "Each run under a changed setting beside the run of the same drafter and D under the defaults, on "
         "the same prompts: difference = setting − defaults, 95% CI from a paired bootstrap over prompts (as "
         "`python -m reports.compare`). Each run's lossless check compares with plain decoding under its own "
         "setting; the last column says how far that plain decoding parts from plain decoding under the defaults."
     ]
-    return Section("Engine settings, paired", text=text + notes, tables=[(header, rows)] if rows else [])
+    return Section("Settings, paired", text=text + notes, tables=[(header, rows)] if rows else [])

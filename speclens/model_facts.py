@@ -36,3 +36,22 @@ class ModelFacts:
             max_position_embeddings=text.get("max_position_embeddings"),
             raw=config,
         )
+
+    @property
+    def quantization(self) -> str | None:
+        """Its weights' quantization as a short label (None: unquantized): compressed-tensors
+        schemes as `w<weight bits>a<activation bits>` (`w8a8`; `w4a16` where activations stay
+        unquantized), other methods by vLLM's `quant_method` name (`awq`, `gptq`, `fp8`, …)."""
+        found = self.raw.get("quantization_config")
+        if not isinstance(found, dict):
+            return None
+        method = str(found.get("quant_method") or "unknown")
+        groups = found.get("config_groups")
+        if method != "compressed-tensors" or not isinstance(groups, dict) or not groups:
+            return method
+        labels = set()
+        for group in groups.values():
+            weights, acts = (group or {}).get("weights") or {}, (group or {}).get("input_activations") or {}
+            kind = "fp" if weights.get("type") == "float" else ""
+            labels.add(f"{kind}w{weights.get('num_bits', '?')}a{acts.get('num_bits', 16)}")
+        return "+".join(sorted(labels))

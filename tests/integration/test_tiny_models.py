@@ -50,6 +50,21 @@ def test_trained_draft_is_accepted_sometimes(tmp_path, target):
     assert_records_sum_to_counters(summary, out)
 
 
+def test_a_w8a8_copy_of_the_draft_runs_on_the_cpu_build_and_is_accepted(tmp_path, target):
+    """evals.quantize's int8 draft model through vLLM's CPU build (CPUInt8ScaledMMLinearKernel):
+    its drafts are still accepted (the float draft: test_trained_draft_is_accepted_sometimes)."""
+    from evals.quantize import main as quantize
+
+    quantized = tmp_path / "draft-w8a8"
+    assert quantize([str(tiny_draft()), "--out", str(quantized)]) == 0
+    out = tmp_path / "quantized"
+    summary = measure(out, *tiny_overrides(target, "drafter=draft_model", f"drafter.model={quantized}", f"d={D}"))
+    assert 1 < summary["al"] < 1 + D
+    assert_records_sum_to_counters(summary, out)
+    stamp = json.loads((out / "stamp.json").read_text())
+    assert stamp["quantization"] == {"target": None, "draft": "w8a8"}
+
+
 def test_random_eagle3_head_is_never_accepted(tmp_path, target):
     out = tmp_path / "eagle3"
     summary = measure(out, *tiny_overrides(target, "drafter=eagle3", f"drafter.model={random_eagle3_head()}", f"d={D}"))

@@ -158,7 +158,7 @@ def test_two_caches_are_an_axis_paired_in_the_report_and_compared_across_dirs(tm
     # the stop token): q0, q2 and q3 stop sooner under FP8's script (7, 4 and 3 tokens against 13, 5
     # and 6: parting at 6, 3 and 2, median 3), q1 alike (8 tokens)
     assert (row.plain_turns_parted, row.plain_turns, row.plain_first_parting_median) == (3, 4, 3)
-    (section,) = [s for s in build_sections(sweep) if s.title == "Engine settings, paired"]
+    (section,) = [s for s in build_sections(sweep) if s.title == "Settings, paired"]
     assert section.tables[0][1][0][2:5] == ["kv_cache_dtype=fp8", "4", "3.111"]
 
     # two dirs, one cache each: paired across the caches, the setting shown as a change
