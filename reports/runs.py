@@ -68,8 +68,8 @@ class Measured:
 
     @property
     def setting(self) -> str:
-        """The engine settings it changed from their defaults (setting_label; '': none). An axis like
-        the temperature: runs with an FP8 KV cache are never drawn in one curve with bf16's."""
+        """The settings it changed from their defaults (setting_label; '': none). An axis like the
+        temperature: runs with an FP8 KV cache are never drawn in one curve with bf16's."""
         return setting_label({key: self.get(key) for key in SETTING_KEYS})
 
     def get(self, dotted: str) -> Any:
@@ -96,9 +96,10 @@ def template_label(kwargs: dict[str, Any]) -> str:
     return ", ".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in sorted(kwargs.items()))
 
 
-# Engine settings that are an axis of their own (issue 49), like the temperature and the chat
-# template: a run's `setting` names those it changed from the default, and curves, rankings and
-# serve.json hold one line per setting; the report pairs each against the default's run.
+# Settings that are an axis of their own (issue 49: the KV cache, verification, draft sampling,
+# parallel drafting, the checkpoints' quantization), like the temperature and the chat template: a
+# run's `setting` names those it changed from the default, and curves, rankings and serve.json hold
+# one line per setting; the report pairs each against the default's run (reports/settings.py).
 SETTING_KEYS = {
     "config.engine.kv_cache_dtype": "kv_cache_dtype",
     "config.verify.method": "verify.method",
