@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from speclens.assets import building
+from speclens.checkpoints import read_config
 from speclens.drafter_build import DRAFTER_FACTS_FILE
 from speclens.errors import ArgumentParser, ConfigError, guarded
+from speclens.model_facts import ModelFacts
 
 SCHEMES = ("W8A8",)
 # Formats users ask for that vLLM 0.32's CPU build does not run here, and where they run.
@@ -111,9 +113,10 @@ def write_quantized(src: Path, out: Path) -> int:
     weights were quantized."""
     from safetensors.torch import load_file, save_file
 
-    config = json.loads((src / "config.json").read_text(encoding="utf-8"))
-    if config.get("quantization_config"):
-        raise ConfigError(f"{src} is quantized already ({config['quantization_config'].get('quant_method')}).")
+    config = read_config(src, "source")
+    already = ModelFacts.from_config(str(src), config).quantization
+    if already:
+        raise ConfigError(f"{src} is quantized already ({already}).")
     files = sorted(src.glob("*.safetensors"))
     if not files:
         raise ConfigError(f"{src}: no .safetensors weights in it.")
