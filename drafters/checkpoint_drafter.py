@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from drafters.base import Drafter, DrafterConfig, check_path_hints
-from speclens.config import Choice
+from speclens.config import Choice, dotted_get
 from speclens.drafter_build import DRAFTER_FACTS_FILE
 from speclens.errors import ConfigError
 from speclens.model_facts import ModelFacts
@@ -51,11 +51,9 @@ MASK_TOKEN_KEYS = (
 def parallel_drafting_token(config: dict[str, Any]) -> int | None:
     """The mask token a checkpoint's config.json names for parallel drafting (None: none)."""
     for key in MASK_TOKEN_KEYS:
-        node: Any = config
-        for part in key.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
-        if node is not None:
-            return int(node)
+        token = dotted_get(config, key)
+        if isinstance(token, int) and not isinstance(token, bool):
+            return token
     return None
 
 

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Collection, Hashable, Iterable
 
+from speclens.config import dotted_get
 from speclens.errors import SpeclensError
 from speclens.run_files import holding, read_stamp
 from speclens.summary import (
@@ -73,7 +74,7 @@ class Measured:
         return setting_label({key: self.get(key) for key in SETTING_KEYS})
 
     def get(self, dotted: str) -> Any:
-        node = at(
+        node = dotted_get(
             {
                 "fingerprints": asdict(self.fingerprints),
                 "config": self.stamp.get("config", {}),
@@ -82,13 +83,6 @@ class Measured:
             dotted,
         )
         return LATER_KEY_DEFAULTS.get(dotted) if node is None else node
-
-
-def at(node: Any, dotted: str) -> Any:
-    """The value under a dotted key of nested dicts (None where any part is missing)."""
-    for part in dotted.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
 
 
 def template_label(kwargs: dict[str, Any]) -> str:
@@ -128,7 +122,8 @@ def setting_label(values: dict[str, Any]) -> str:
 def config_setting(config: dict[str, Any], quantization: dict[str, Any] | None = None) -> str:
     """setting_label of a resolved run config (a stamp's `config`) and its checkpoints'
     quantization (a stamp's `quantization`), for what is written before a stamp."""
-    return setting_label({key: at({"config": config, "quantization": quantization or {}}, key) for key in SETTING_KEYS})
+    found = {"config": config, "quantization": quantization or {}}
+    return setting_label({key: dotted_get(found, key) for key in SETTING_KEYS})
 
 
 @dataclass(frozen=True)
