@@ -51,7 +51,9 @@ class ModelFacts:
             return method
         labels = set()
         for group in groups.values():
-            weights, acts = (group or {}).get("weights") or {}, (group or {}).get("input_activations") or {}
+            group = group if isinstance(group, dict) else {}
+            weights, acts = group.get("weights"), group.get("input_activations")
+            weights, acts = (w if isinstance(w, dict) else {} for w in (weights, acts))
             kind = "fp" if weights.get("type") == "float" else ""
             labels.add(f"{kind}w{weights.get('num_bits', '?')}a{acts.get('num_bits', 16)}")
         return "+".join(sorted(labels))

@@ -142,3 +142,17 @@ def test_a_checkpoints_quantization_is_labelled_from_its_config(quantization_con
     if quantization_config is not None:
         config["quantization_config"] = quantization_config
     assert ModelFacts.from_config("m", config).quantization == label
+
+
+@pytest.mark.parametrize(
+    "hostile, label",
+    [
+        ({"quant_method": "compressed-tensors", "config_groups": {"g": ["weights"]}}, "w?a16"),
+        ({"config_groups": 3}, "unknown"),
+        ("fp8", None),
+    ],
+)
+def test_a_malformed_quantization_config_is_labelled_not_a_traceback(hostile, label):
+    from speclens.model_facts import ModelFacts
+
+    assert ModelFacts.from_config("m", {"quantization_config": hostile}).quantization == label
