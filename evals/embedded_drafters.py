@@ -1,9 +1,10 @@
 """The embedded target's own drafters, trained on this machine: an EAGLE-3 head and a draft model.
 
-`python -m evals.embedded_drafters [eagle3] [draft_model] [--budget full|reduced]`
-(`make drafters`) builds what is missing and prints the folders. `drafter=eagle3`
-and `drafter=draft_model` without `drafter.model` build theirs on first use when
-the target is the embedded default.
+`python -m evals.embedded_drafters [eagle3] [draft_model] [draft_model_parallel] [--budget full|reduced]`
+(`make drafters`) builds what is missing and prints the folders. `drafter=eagle3`,
+`drafter=draft_model` and `drafter=draft_model drafter.parallel_drafting=true` (a draft
+model trained for parallel drafting, PARD's scheme) without `drafter.model` build
+theirs on first use when the target is the embedded default.
 
 Both learn from the same data: the target's own greedy answers to speclens's
 training prompts (drafters/training/corpus.py), generated once with vLLM and
@@ -43,13 +44,29 @@ from speclens.errors import AssetError, ConfigError, guarded
 from speclens.files import write_json_atomic, write_text_atomic
 from speclens.machine import cpu_label
 
-__all__ = ["BUDGETS", "EMBEDDED_DRAFTERS", "Budget", "drafter_dir", "ensure_drafter", "is_built", "training_samples"]
+__all__ = [
+    "BUDGETS",
+    "BUILD_OVERRIDES",
+    "EMBEDDED_DRAFTERS",
+    "Budget",
+    "drafter_dir",
+    "embedded_build",
+    "ensure_drafter",
+    "is_built",
+    "training_samples",
+]
 
 # Spec-Bench's rows where this workplace keeps them (not redistributed with speclens).
 SHARED_SPEC_BENCH = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "spec_bench" / "question.jsonl"
 
-# drafter name -> folder suffix (no "eagle" in the draft model's path: vLLM would take it for a head).
-EMBEDDED_DRAFTERS = {"eagle3": "eagle3", "draft_model": "draft"}
+# build -> folder suffix (no "eagle" in the draft model's path: vLLM would take it for a head).
+EMBEDDED_DRAFTERS = {"eagle3": "eagle3", "draft_model": "draft", "draft_model_parallel": "draft-pard"}
+# build -> the evals.run overrides that draft with it.
+BUILD_OVERRIDES = {
+    "eagle3": ("drafter=eagle3",),
+    "draft_model": ("drafter=draft_model",),
+    "draft_model_parallel": ("drafter=draft_model", "drafter.parallel_drafting=true"),
+}
 
 
 @dataclass(frozen=True)
@@ -92,6 +109,12 @@ def drafter_dir(mechanism: str, budget: str = "full") -> pathlib.Path:
     return cache_dir() / "models" / name
 
 
+def embedded_build(drafter: str, parallel: bool) -> str | None:
+    """The embedded build that `drafter=<drafter>` (drafting in parallel or not) runs with, if any."""
+    name = f"{drafter}_parallel" if parallel else drafter
+    return name if name in EMBEDDED_DRAFTERS else None
+
+
 def _check_mechanism(mechanism: str) -> None:
     if mechanism not in EMBEDDED_DRAFTERS:
         raise ConfigError(
@@ -107,7 +130,7 @@ def estimate_s(mechanism: str, budget: Budget, answers_cached: bool) -> float:
     )
     if mechanism == "eagle3":
         training = budget.head_steps * budget.head_step_s + budget.head_fixed_s
-    else:
+    else:  # the parallel draft model's steps cost about the serial one's (its masks add a few tokens)
         training = budget.draft_steps * budget.draft_step_s + budget.draft_fixed_s
     return (answers + training) * scale
 
@@ -265,6 +288,10 @@ def _plan(mechanism: str, budget: Budget):
         from drafters.training.eagle3_head import HeadPlan
 
         return HeadPlan(steps=budget.head_steps)
+    if mechanism == "draft_model_parallel":
+        from drafters.training.parallel_lm import ParallelDraftPlan
+
+        return ParallelDraftPlan(steps=budget.draft_steps)
     from drafters.training.small_lm import DraftPlan
 
     return DraftPlan(steps=budget.draft_steps)
@@ -287,6 +314,11 @@ def _train(mechanism: str, target: pathlib.Path, train, heldout, out: pathlib.Pa
 
         trainer, library = train_eagle3_head, "speculators"
         bar = _Bar(plan.work, "EAGLE-3 head")
+    elif mechanism == "draft_model_parallel":
+        from drafters.training.parallel_lm import train_parallel_draft_model
+
+        trainer, library = train_parallel_draft_model, "transformers"
+        bar = _Bar(plan.steps, "parallel draft model")
     else:
         from drafters.training.small_lm import train_draft_model
 
@@ -377,6 +409,11 @@ def _build_untrained(
 
                 untrained_eagle3_head(target, tmp, plan)
                 library = "speculators"
+            elif mechanism == "draft_model_parallel":
+                from drafters.training.parallel_lm import untrained_parallel_draft_model
+
+                untrained_parallel_draft_model(target, tmp, plan)
+                library = "transformers"
             else:
                 from drafters.training.small_lm import untrained_draft_model
 

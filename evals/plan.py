@@ -19,7 +19,7 @@ from evals import synthetic as synthetic_acceptance
 from evals.conversation import conversation_token_ids
 from evals.datasets import dataset_name, declared_lengths, load_prompts
 from evals.datasets.base import fingerprint as dataset_fingerprint
-from evals.embedded_drafters import BUDGETS, EMBEDDED_DRAFTERS, ensure_drafter, is_built
+from evals.embedded_drafters import BUDGETS, embedded_build, ensure_drafter, is_built
 from evals.reasoning import Segmenter, check_template_kwargs, make_segmenter
 from runners.chat import PLAIN
 from runners.registry import runner_name, runner_of
@@ -198,10 +198,19 @@ def resolve_draft(cfg: RunConfig, drafter: Drafter, shape_only: bool = False) ->
     untrained one of the same shape, built in seconds."""
     if not drafter.needs_checkpoint:
         return None
-    if not drafter.checkpoint() and drafter.name in EMBEDDED_DRAFTERS and embedded_target_key(cfg) is not None:
-        trained = shape_only and is_built(drafter.name, BUDGETS["full"])
-        budget = "untrained" if shape_only and not trained else "full"
-        cfg.drafter.model = str(ensure_drafter(drafter.name, budget))
+    parallel = bool(getattr(cfg.drafter, "parallel_drafting", False))
+    build = embedded_build(drafter.name, parallel)
+    if not drafter.checkpoint() and embedded_target_key(cfg) is not None:
+        if build is None and embedded_build(drafter.name, False) is not None:
+            raise ConfigError(
+                f"drafter.parallel_drafting=true: speclens builds no {drafter.name} drafter trained for parallel "
+                f"drafting for the embedded target; use drafter=draft_model (its parallel draft model, PARD's "
+                f"scheme) or give drafter.model=<a checkpoint trained for it>."
+            )
+        if build is not None:
+            trained = shape_only and is_built(build, BUDGETS["full"])
+            budget = "untrained" if shape_only and not trained else "full"
+            cfg.drafter.model = str(ensure_drafter(build, budget))
     if not drafter.checkpoint():
         return None
     return checkpoints.resolve(drafter.checkpoint(), "drafter.model")

@@ -1,8 +1,9 @@
 """`python -m evals.quantize SOURCE [--scheme W8A8] [--out DIR]`: a quantized copy of a checkpoint
 that vLLM's CPU build runs, to measure what quantizing a target or a draft model costs in AL.
 
-SOURCE is a Hugging Face folder (a Llama-family causal LM: a target or a draft model), or
-`target` / `draft_model` for the embedded SmolLM2 target and its embedded draft model.
+SOURCE is a Hugging Face folder (a Llama-family causal LM: a target or a draft model; or an
+EAGLE-3 head in the speculators format), or `target` / `draft_model` / `eagle3` for the
+embedded SmolLM2 target and its embedded drafters.
 
 The one scheme written is W8A8 int8 in the compressed-tensors format (what llm-compressor's
 `oneshot(..., QuantizationModifier(targets="Linear", scheme="W8A8", ignore=["lm_head"]))` writes
@@ -39,7 +40,9 @@ ELSEWHERE = {
     "NVFP4": "it needs Marlin or CUTLASS FP4 kernels: vLLM's CUDA build on NVIDIA GPUs (Blackwell natively)",
 }
 # The Linear layers of a Llama-family decoder layer: what is quantized.
-QUANTIZED = re.compile(r"\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)\.weight$")
+# A decoder's Linear layers, and an EAGLE-3 head's `fc` (vLLM builds it with the head's
+# quantization config, so a float `fc` beside this config would be read as int8).
+QUANTIZED = re.compile(r"(^|\.)(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj|fc)\.weight$")
 INT8_MAX = 127
 # compressed-tensors' description of W8A8 (its field set as compressed-tensors 0.17 writes it).
 QUANT_ARGS = {"actorder": None, "block_structure": None, "group_size": None, "num_bits": 8, "observer_kwargs": {}}
@@ -98,13 +101,15 @@ def source_dir(source: str) -> Path:
         from evals.embedded_target import ensure_smollm2
 
         return ensure_smollm2()
-    if source == "draft_model":
+    if source in ("draft_model", "eagle3"):
         from evals.embedded_drafters import ensure_drafter
 
-        return ensure_drafter("draft_model")
+        return ensure_drafter(source)
     folder = Path(source)
     if not (folder / "config.json").is_file():
-        raise ConfigError(f"{source}: no config.json in it; give a Hugging Face folder, `target` or `draft_model`.")
+        raise ConfigError(
+            f"{source}: no config.json in it; give a Hugging Face folder, `target`, `draft_model` or `eagle3`."
+        )
     return folder
 
 
@@ -133,7 +138,7 @@ def write_quantized(src: Path, out: Path) -> int:
                     written[name] = tensor
             save_file(written, tmp / file.name, metadata={"format": "pt"})
         if not quantized:
-            raise ConfigError(f"{src}: no Llama-family decoder Linear weights (q_proj … down_proj) to quantize.")
+            raise ConfigError(f"{src}: no Llama-family decoder Linear weights (q_proj … down_proj, fc) to quantize.")
         # the tokenizer and generation config come along; a speclens build's facts do not (they
         # describe the unquantized weights)
         for other in src.iterdir():
@@ -151,7 +156,9 @@ def write_quantized(src: Path, out: Path) -> int:
 @guarded
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="python -m evals.quantize", description=__doc__.splitlines()[0])
-    parser.add_argument("source", help="a Hugging Face folder, `target` or `draft_model` (the embedded ones)")
+    parser.add_argument(
+        "source", help="a Hugging Face folder, or `target`, `draft_model`, `eagle3` (the embedded ones)"
+    )
     parser.add_argument("--scheme", default="W8A8", help="W8A8 (int8 weights and activations)")
     parser.add_argument("--out", type=Path, help="where to write it (default: beside the source, <name>-w8a8)")
     args = parser.parse_args(argv)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from drafters.training.optimise import Optimiser
 from drafters.training.selfdistill import Sample, training_autocast, training_threads
 
-__all__ = ["DraftPlan", "DraftResult", "train_draft_model"]
+__all__ = ["DraftPlan", "DraftResult", "distil", "save_draft", "train_draft_model"]
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 
@@ -100,24 +100,20 @@ def untrained_draft_model(target_dir: pathlib.Path, out_dir: pathlib.Path, plan:
     from transformers import AutoModelForCausalLM
 
     target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32)
-    draft = _truncated(target, plan.keep_layers)
-    draft.to(torch.bfloat16)
-    draft.save_pretrained(str(out_dir))
-    for name in _TOKENIZER_FILES:
-        if (target_dir / name).is_file():
-            shutil.copy2(target_dir / name, out_dir / name)
+    save_draft(_truncated(target, plan.keep_layers), target_dir, out_dir)
 
 
-def train_draft_model(
+def distil(
     target_dir: pathlib.Path,
     train: list[Sample],
-    heldout: list[Sample],
-    out_dir: pathlib.Path,
     plan: DraftPlan,
-    progress: Callable[[int, float], None] = lambda step, loss: None,
-) -> DraftResult:
-    """Train for ``plan.steps`` optimiser steps and save the draft model in ``out_dir`` (bf16).
-    ``progress`` hears the steps done and the last loss, from 0 when the steps begin."""
+    progress: Callable[[int, float], None],
+    scored: Callable,
+):
+    """The draft's start (`_truncated`) trained for ``plan.steps`` optimiser steps of ``plan.samples_per_step``
+    samples: ``scored(draft, samples, rng)`` gives the hidden states of the positions it trains and
+    the token each should predict (-1: none), and the cross-entropy over the answers' most frequent
+    tokens is minimised. Returns the draft and the last loss."""
     import torch
     import torch.nn.functional as F
     from transformers import AutoModelForCausalLM
@@ -148,20 +144,46 @@ def train_draft_model(
             order = list(range(len(train)))
             rng.shuffle(order)
         batch = [train[order.pop()] for _ in range(plan.samples_per_step)]
-        ids, mask, labels = _pad(batch)
         with training_autocast():
-            hidden = draft.model(input_ids=ids, attention_mask=mask).last_hidden_state[:, :-1]
-            wanted = to_loss_vocab[labels[:, 1:]]
-            scored = wanted >= 0
-            logits = hidden[scored] @ output_rows.T
-        loss = F.cross_entropy(logits.float(), wanted[scored])
+            hidden, labels = scored(draft, batch, rng)
+            wanted = to_loss_vocab[labels]
+            kept = wanted >= 0
+            logits = hidden[kept] @ output_rows.T
+        loss = F.cross_entropy(logits.float(), wanted[kept])
         loss_value = optimiser.step(loss)
         progress(step + 1, loss_value)
+    return draft, loss_value
 
-    agreement = _agreement(draft, heldout)
+
+def save_draft(draft, target_dir: pathlib.Path, out_dir: pathlib.Path) -> None:
+    """The draft in bf16 with the target's tokenizer files: a standalone checkpoint, like any
+    draft model on the hub."""
+    import torch
+
     draft.to(torch.bfloat16)
     draft.save_pretrained(str(out_dir))
-    for name in _TOKENIZER_FILES:  # a standalone checkpoint, like any draft model on the hub
+    for name in _TOKENIZER_FILES:
         if (target_dir / name).is_file():
             shutil.copy2(target_dir / name, out_dir / name)
+
+
+def _next_token(draft, samples: list[Sample], rng):
+    ids, mask, labels = _pad(samples)
+    hidden = draft.model(input_ids=ids, attention_mask=mask).last_hidden_state[:, :-1]
+    return hidden, labels[:, 1:]
+
+
+def train_draft_model(
+    target_dir: pathlib.Path,
+    train: list[Sample],
+    heldout: list[Sample],
+    out_dir: pathlib.Path,
+    plan: DraftPlan,
+    progress: Callable[[int, float], None] = lambda step, loss: None,
+) -> DraftResult:
+    """Train for ``plan.steps`` optimiser steps and save the draft model in ``out_dir`` (bf16).
+    ``progress`` hears the steps done and the last loss, from 0 when the steps begin."""
+    draft, loss_value = distil(target_dir, train, plan, progress, _next_token)
+    agreement = _agreement(draft, heldout)
+    save_draft(draft, target_dir, out_dir)
     return DraftResult(plan.steps, loss_value, round(agreement, 4), len(plan.keep_layers))

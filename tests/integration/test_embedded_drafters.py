@@ -13,7 +13,15 @@ from pathlib import Path
 import pytest
 
 from drafters.training.corpus import CORPUS, shared_passages
-from evals.embedded_drafters import BUDGETS, EMBEDDED_DRAFTERS, _answers, ensure_drafter, evaluation_sets, training_set
+from evals.embedded_drafters import (
+    BUDGETS,
+    BUILD_OVERRIDES,
+    EMBEDDED_DRAFTERS,
+    _answers,
+    ensure_drafter,
+    evaluation_sets,
+    training_set,
+)
 from evals.embedded_target import ensure_smollm2
 from speclens.drafter_build import DRAFTER_FACTS_FILE, describe_build, read_drafter_facts
 from speclens.run_files import read_outputs
@@ -70,7 +78,7 @@ def trained(built, tmp_path_factory) -> dict[str, tuple[Path, dict]]:
     runs = {}
     for mechanism, folder in built.items():
         out = tmp_path_factory.mktemp(f"trained-{EMBEDDED_DRAFTERS[mechanism]}")
-        runs[mechanism] = (out, measure(out, *EVALUATED, f"drafter={mechanism}", f"drafter.model={folder}"))
+        runs[mechanism] = (out, measure(out, *EVALUATED, *BUILD_OVERRIDES[mechanism], f"drafter.model={folder}"))
     return runs
 
 
@@ -90,7 +98,7 @@ def answers_in(run_dir: Path) -> dict[tuple[str, int], list[int]]:
 @MEASURED_BUILDS
 @pytest.mark.parametrize("mechanism", list(EMBEDDED_DRAFTERS))
 def test_a_reduced_build_beats_its_untrained_start_in_vllm(trained, plain_answers, tmp_path, mechanism):
-    overrides = [*EVALUATED, f"drafter={mechanism}"]
+    overrides = [*EVALUATED, *BUILD_OVERRIDES[mechanism]]
     summary = trained[mechanism][1]
     untrained_dir = _train(mechanism, 0, tmp_path / f"untrained-{EMBEDDED_DRAFTERS[mechanism]}")
     untrained = measure(tmp_path / "untrained", *overrides, f"drafter.model={untrained_dir}")
@@ -192,3 +200,45 @@ def test_the_heads_recorded_agreement_comes_back_from_its_saved_weights():
     again = json.loads(proc.stdout.strip().splitlines()[-1])
     assert again == read_drafter_facts(head)["heldout_greedy_agreement"]
     assert len(again) == 3 and again[0] > 0.0
+
+
+@MEASURED_BUILDS
+def test_the_parallel_draft_model_is_measured_at_each_d_and_stays_lossless(built, trained, plain_answers, tmp_path):
+    """drafter.parallel_drafting=true on the embedded parallel draft model: one measured run per D,
+    three measured curve points on a line of their own, and greedy speculation at every D gives
+    plain decoding's tokens (float32)."""
+    import shutil
+
+    from reports.curves import collect
+
+    mechanism = "draft_model_parallel"
+    sweep = tmp_path / "sweep"
+    shutil.copytree(trained[mechanism][0], sweep / "d3")
+    others = [o for o in EVALUATED if not o.startswith("d=")]
+    for d in (1, 5):
+        measure(sweep / f"d{d}", *others, f"d={d}", *BUILD_OVERRIDES[mechanism], f"drafter.model={built[mechanism]}")
+    for d in (1, 3, 5):
+        assert answers_in(sweep / f"d{d}") == plain_answers, d
+        profile = json.loads((sweep / f"d{d}" / "speculation_profile.json").read_text())["profiles"][0]
+        assert profile["measured_per_k"] is True and list(profile["acceptance_length_by_k"]) == [str(d)]
+    curves = collect(sweep)
+    whole = curves[curves.domain == "all"]
+    assert sorted(whole.d) == [1, 3, 5]
+    assert set(whole.source) == {"measured"} and set(whole.setting) == {"drafter.parallel_drafting=true"}
+    assert all(1.0 < al <= 1 + d for al, d in zip(whole.al, whole.d, strict=True))
+
+
+@MEASURED_BUILDS
+def test_a_w8a8_copy_of_the_head_runs_in_vllm_and_is_labelled(built, trained, plain_answers, tmp_path):
+    """evals.quantize's copy of the head (its decoder layer and `fc` int8) is read by vLLM's CPU
+    build as int8 (weights read as floats would accept nothing), and its runs say so."""
+    from evals.quantize import main as quantize
+
+    quantized = tmp_path / "head-w8a8"
+    assert quantize([str(built["eagle3"]), "--out", str(quantized)]) == 0
+    out = tmp_path / "run"
+    summary = measure(out, *EVALUATED, "drafter=eagle3", f"drafter.model={quantized}")
+    assert summary["al"] > 1.05
+    assert answers_in(out) == plain_answers
+    stamp = json.loads((out / "stamp.json").read_text())
+    assert stamp["quantization"] == {"target": None, "draft": "w8a8"}

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from speclens.machine import fp8_kv_cache_isa
 from speclens.records import read_parquet
 from tests.fixtures.models import random_eagle3_head, tiny_draft, tiny_target
 from tests.integration.conftest import measure, requests_of, steps_of, tiny_overrides
@@ -179,22 +180,19 @@ def test_selfcheck_passes_on_a_sound_build(tmp_path, target):
     assert spread.verdict == "SKIP" if spread.detail.startswith("float32") else spread.verdict == "PASS"
 
 
+def run_cli(*overrides: str) -> subprocess.CompletedProcess:
+    """`python -m evals.run` in a child process, as a user runs it."""
+    command = [sys.executable, "-m", "evals.run", *overrides]
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+
+
 def test_cli_writes_the_run_dir(tmp_path, target):
     run_dir = tmp_path / "cli"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "evals.run",
-            *tiny_overrides(target, "drafter=ngram", "d=2", "dataset.num_requests=2"),
-            "engine.cpu_kvcache_space_gib=1",
-            "engine.max_model_len=1024",
-            f"hydra.run.dir={run_dir}",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    proc = run_cli(
+        *tiny_overrides(target, "drafter=ngram", "d=2", "dataset.num_requests=2"),
+        "engine.cpu_kvcache_space_gib=1",
+        "engine.max_model_len=1024",
+        f"hydra.run.dir={run_dir}",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -204,3 +202,40 @@ def test_cli_writes_the_run_dir(tmp_path, target):
     assert names >= {"stamp.json", "steps.parquet", "requests.parquet", "engine_steps.parquet", "summary.json"}
     # stamp.json is the (redacted) config dump; Hydra writes none of its own
     assert ".hydra" not in names
+
+
+FP8_SWEEP = ["drafter=draft_model", "d=3", "baseline=true", "batch_sizes=[1]", "dataset.num_requests=4"]
+
+
+@pytest.mark.skipif(not fp8_kv_cache_isa(), reason="vLLM's CPU build keeps an FP8 KV cache on AVX-512 or AMX only")
+def test_an_fp8_kv_cache_is_measured_and_paired_with_the_default_cache(tmp_path, target):
+    """Issue 49's sweep on a CPU that keeps an FP8 cache: the draft model under both caches, the
+    report pairing them with the paired difference, and plain decoding under each."""
+    from reports.runs import find_runs
+    from reports.settings import settings_table
+
+    draft = f"drafter.model={tiny_draft()}"
+    for name, more in (("auto", []), ("fp8", ["engine.kv_cache_dtype=fp8"])):
+        # in bfloat16, the dtype an FP8 cache is served beside
+        overrides = [o for o in tiny_overrides(target, *FP8_SWEEP, draft, *more) if not o.startswith("engine.dtype=")]
+        measure(tmp_path / name, *overrides, "engine.dtype=bfloat16")
+    table, notes = settings_table(find_runs(tmp_path))
+    assert notes == [] and list(table.setting) == ["kv_cache_dtype=fp8"]
+    row = table.iloc[0]
+    assert row.n_requests == 4 and 1.0 <= row.candidate_al <= 4.0 and 1.0 <= row.baseline_al <= 4.0
+    assert row.al_diff == pytest.approx(row.candidate_al - row.baseline_al)
+    assert row.diff_ci95_lo <= row.al_diff <= row.diff_ci95_hi
+    assert 0 <= row.plain_turns_parted <= row.plain_turns == 4
+
+
+@pytest.mark.skipif(fp8_kv_cache_isa(), reason="this CPU keeps an FP8 KV cache: the test above measures it")
+def test_an_fp8_kv_cache_on_a_cpu_without_avx512_is_refused_before_any_engine(tmp_path, target):
+    run_dir = tmp_path / "fp8"
+    proc = run_cli(
+        *tiny_overrides(target, *FP8_SWEEP, f"drafter.model={tiny_draft()}", "engine.kv_cache_dtype=fp8"),
+        f"hydra.run.dir={run_dir}",
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("speclens: error: engine.kv_cache_dtype=fp8: vLLM's CPU build keeps an FP8 KV cache")
+    assert "Traceback" not in proc.stderr and not run_dir.exists()

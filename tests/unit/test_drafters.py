@@ -147,34 +147,56 @@ def test_dspark_on_a_build_without_triton_says_why(tmp_path):
         attempt(tmp_path, "drafter=dspark", f"drafter.model={draft}")
 
 
+def test_the_embedded_head_drafting_in_parallel_is_refused_before_anything_is_built(monkeypatch):
+    from evals import plan as plan_module
+    from evals.compose import compose_config, to_run_config
+
+    monkeypatch.setattr(plan_module, "ensure_drafter", lambda *a, **k: pytest.fail("built a drafter"))
+    cfg = to_run_config(compose_config(["drafter=eagle3", "drafter.parallel_drafting=true"]))
+    with pytest.raises(
+        ConfigError, match=r"^drafter.parallel_drafting=true: speclens builds no eagle3 drafter trained"
+    ):
+        plan_module.resolve_draft(cfg, make_drafter(cfg.drafter))
+
+
 def test_mlp_speculator_is_refused_with_the_reason(tmp_path):
     ckpt = write_checkpoint(tmp_path / "mlp", architectures=["MLPSpeculatorPreTrainedModel"])
     with pytest.raises(ConfigError, match=r"mlp_speculator is disabled in vLLM's V1 engine"):
         attempt(tmp_path, "drafter=mlp_speculator", f"drafter.model={ckpt}")
 
 
-@pytest.mark.parametrize("name", ["eagle3", "draft_model"])
-def test_the_embedded_target_drafts_with_its_own_built_drafter_when_drafter_model_is_unset(monkeypatch, tmp_path, name):
+@pytest.mark.parametrize(
+    "overrides, build",
+    [
+        (["drafter=eagle3"], "eagle3"),
+        (["drafter=draft_model"], "draft_model"),
+        (["drafter=draft_model", "drafter.parallel_drafting=true"], "draft_model_parallel"),
+    ],
+)
+def test_the_embedded_target_drafts_with_its_own_built_drafter_when_drafter_model_is_unset(
+    monkeypatch, tmp_path, overrides, build
+):
     from evals import plan as plan_module
     from evals.compose import compose_config, to_run_config
 
-    built = write_checkpoint(tmp_path / f"built-{name}")
+    name = overrides[0].split("=")[1]
+    built = write_checkpoint(tmp_path / f"built-{build}")
     asked = []
     monkeypatch.setattr(
         plan_module, "ensure_drafter", lambda mechanism, budget="full": asked.append((mechanism, budget)) or built
     )
-    cfg = to_run_config(compose_config([f"drafter={name}"]))
+    cfg = to_run_config(compose_config(overrides))
     drafter = make_drafter(cfg.drafter)
     assert plan_module.resolve_draft(cfg, drafter) == built
-    assert asked == [(name, "full")] and cfg.drafter.model == str(built)
+    assert asked == [(build, "full")] and cfg.drafter.model == str(built)
 
     # Synthetic acceptance times the shape: the trained build where there is one, else an untrained one.
     for trained, budget in ((False, "untrained"), (True, "full")):
         monkeypatch.setattr(plan_module, "is_built", lambda mechanism, b, trained=trained: trained)
-        cfg = to_run_config(compose_config([f"drafter={name}"]))
+        cfg = to_run_config(compose_config(overrides))
         asked.clear()
         assert plan_module.resolve_draft(cfg, make_drafter(cfg.drafter), shape_only=True) == built
-        assert asked == [(name, budget)]
+        assert asked == [(build, budget)]
 
     # Another target keeps the error: speclens has no drafter for it.
     asked.clear()

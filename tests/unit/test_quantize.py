@@ -156,3 +156,31 @@ def test_a_malformed_quantization_config_is_labelled_not_a_traceback(hostile, la
     from speclens.model_facts import ModelFacts
 
     assert ModelFacts.from_config("m", {"quantization_config": hostile}).quantization == label
+
+
+def test_an_eagle3_heads_fc_is_quantized_with_its_decoder_layer(tmp_path):
+    """vLLM builds a head's `fc` with the head's quantization config, so it is int8 too; the
+    draft-to-target vocabulary maps and the embedding stay as they are."""
+    from safetensors.torch import load_file, save_file
+
+    torch.manual_seed(0)
+    head = tmp_path / "head"
+    head.mkdir()
+    tensors = {
+        "fc.weight": torch.randn(8, 24),
+        "layers.0.self_attn.q_proj.weight": torch.randn(8, 16),
+        "layers.0.mlp.down_proj.weight": torch.randn(8, 12),
+        "embed_tokens.weight": torch.randn(32, 8),
+        "lm_head.weight": torch.randn(16, 8),
+        "d2t": torch.arange(16),
+    }
+    save_file(tensors, head / "model.safetensors")
+    (head / "config.json").write_text(json.dumps({"architectures": ["Eagle3DraftModel"], "draft_vocab_size": 16}))
+    assert main([str(head), "--out", str(tmp_path / "w8a8")]) == 0
+    written = load_file(tmp_path / "w8a8" / "model.safetensors")
+    quantized = {n for n, t in written.items() if t.dtype == torch.int8}
+    assert quantized == {"fc.weight", "layers.0.self_attn.q_proj.weight", "layers.0.mlp.down_proj.weight"}
+    fc, scale = written["fc.weight"], written["fc.weight_scale"]
+    assert (fc.float() * scale - tensors["fc.weight"]).abs().le(scale / 2 + 1e-7).all()
+    for name in ("embed_tokens.weight", "lm_head.weight", "d2t"):
+        assert torch.equal(written[name], tensors[name])
