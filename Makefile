@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 
 BROWSER := /usr/bin/chromium
 
-.PHONY: install target drafters demo curves lint test unit fresh-check clean-venv
+.PHONY: install target drafters demo curves lint test unit fuzz fresh-check clean-venv
 
 # Python writes the bytecode of what it imports, in every command here: where PYTHONDONTWRITEBYTECODE
 # is set (this machine kind sets it) and nothing was compiled at install (uv compiles nothing unless
@@ -124,6 +124,12 @@ test: lint target $(BROWSER)
 # The unit and fault tests only: fake engine, no vLLM engine started (minutes, not the hour).
 unit: lint $(BROWSER)
 	$(PYTHON) -m pytest $(XDIST) -m "not integration" $(PYTEST_ARGS)
+
+# The fuzz test of every command (tests/unit/test_fuzz_commands.py) explored longer than `make test`
+# runs it: random seeds, FUZZ_EXAMPLES cases per command.
+FUZZ_EXAMPLES ?= 500
+fuzz: install
+	SPECLENS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) SPECLENS_FUZZ_EXPLORE=1 $(PYTHON) -m pytest tests/unit/test_fuzz_commands.py $(PYTEST_ARGS)
 
 # A new user's machine, rehearsed: a fresh clone of HEAD with empty caches, `make test` pinned to
 # one core and on every core, then the records both wrote compared where equality is claimed

@@ -15,6 +15,7 @@ from speclens.errors import ConfigError, guarded
 from speclens.gpu_model.guidelines import Guidelines
 from speclens.gpu_model.guidelines import __doc__ as guidelines_doc
 from speclens.model_facts import text_config
+from speclens.options import parse_value
 
 GPU_KEYS = ("gpu", "tp", "weights", "expert_weights", "batch_sizes", "context_len")
 
@@ -36,7 +37,7 @@ def _split_args(argv: list[str]) -> tuple[list[str], str | None, dict[str, str]]
 
 def gpu_lines(settings: dict[str, str], target_config: dict, draft_config: dict | None) -> list[str]:
     """The guidelines for the GPU `settings` name, from the step-cost model."""
-    from evals.whatif import hardware_from, ints, setting_value
+    from evals.whatif import hardware_from, ints
     from speclens.gpu_model.draft_cost import drafter_shape
     from speclens.gpu_model.gpu_guidelines import free_verification_limit, low_latency_break_even, verify_knees
     from speclens.gpu_model.model_shape import shape_of
@@ -48,8 +49,10 @@ def gpu_lines(settings: dict[str, str], target_config: dict, draft_config: dict 
     hw = hardware_from(settings)
     shape = shape_of(target_config, "target.model")
     check_tp(shape, hw.tp)
-    batch_sizes = ints(setting_value(settings.get("batch_sizes", "null")) or DEFAULT_BATCH_SIZES, "batch_sizes")
-    context = ints(setting_value(settings.get("context_len", "4096")), "context_len")[0]
+    batch_sizes = ints(
+        parse_value(settings.get("batch_sizes", "null"), "batch_sizes") or DEFAULT_BATCH_SIZES, "batch_sizes"
+    )
+    context = ints(parse_value(settings.get("context_len", "4096"), "context_len"), "context_len")[0]
     ds = [1, 2, 3, 4, 5, 7, 15, 31]
     out = [f"on {hw.gpu.name} (tp={hw.tp}, weights={hw.weights}, context {context} tokens; the step-cost model):"]
     limits = ", ".join(

@@ -44,7 +44,7 @@ from reports.whatif_page import write_page
 from speclens import checkpoints
 from speclens.acceptance import al_at, check_rates, marginal_from_conditional
 from speclens.errors import ConfigError, guarded
-from speclens.files import write_json_atomic
+from speclens.files import output_dir, output_path, write_json_atomic
 from speclens.gpu_model import calibrate
 from speclens.gpu_model.calibrate import Measured
 from speclens.gpu_model.draft_cost import MECHANISMS, drafter_shape, needs_draft_config
@@ -69,6 +69,7 @@ from speclens.gpu_model.whatif import (
 )
 from speclens.metrics import conditional_acceptance, length_label
 from speclens.model_facts import text_config
+from speclens.options import nearest, number, parse_value
 from speclens.records import read_parquet
 from speclens.run_files import REQUESTS_FILE, read_stamp
 from speclens.summary import read_summary
@@ -83,14 +84,6 @@ TEXT_KEYS += ("model_runner",)
 MODEL_RUNNERS = ("v1", "v2")
 
 
-def setting_value(text: str) -> Any:
-    """A key=value setting's value: JSON where it parses (numbers, lists, null), else the text."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
 def parse(argv: list[str]) -> tuple[Path | None, dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
     """The source path, the options, and the arch.*, gpu.* and eff.* overrides."""
     source, options, arch, gpu, eff = None, {}, {}, {}, {}
@@ -103,19 +96,19 @@ def parse(argv: list[str]) -> tuple[Path | None, dict[str, Any], dict[str, Any],
         key, text = arg.split("=", 1)
         for prefix, into in (("arch.", arch), ("gpu.", gpu), ("eff.", eff)):  # slo.… is one key
             if key.startswith(prefix) and key not in KEYS:
-                into[key.removeprefix(prefix)] = setting_value(text)
+                into[key.removeprefix(prefix)] = parse_value(text, key)
                 break
         else:
             if key not in KEYS:
                 raise ConfigError(f"{key}= is not a whatif setting; see `python -m evals.whatif --help`.")
-            options[key] = text if key in TEXT_KEYS else setting_value(text)
+            options[key] = text if key in TEXT_KEYS else parse_value(text, key)
     return source, options, arch, gpu, eff
 
 
 def ints(value: Any, key: str) -> list[int]:
     values = value if isinstance(value, list) else [value]
-    if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
-        raise ConfigError(f"{key}={json.dumps(value)}: one whole number or a list of them (>= 0).")
+    if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
+        raise ConfigError(f"{key}={json.dumps(value)}: one whole number or a list of them (>= 1).")
     return sorted(set(values))
 
 
@@ -265,7 +258,11 @@ def resolve_inputs(source: Path | None, options: dict[str, Any], arch: dict[str,
         raise ConfigError("give target.model=<folder or hub id> (a folder holding its config.json is enough).")
     text = text_config(target_config)
     for field, value in arch.items():
+        if field not in text and field not in checkpoints.COUNT_FIELDS:
+            known = sorted(set(text) | set(checkpoints.COUNT_FIELDS))
+            raise ConfigError(f"arch.{field}: the target's config has no such field{nearest(field, known)}.")
         text[field] = value
+    checkpoints.check_config(target_config, "the target's config with the arch. overrides")
     draft_configs: dict[str, dict[str, Any] | None] = {}
     for drafter in acceptance:
         ref = options.get("drafter.model") if len(acceptance) == 1 else None
@@ -284,7 +281,10 @@ def _hardware(options: dict[str, Any], gpu_fields: dict[str, Any], eff_fields: d
     known = [f.name for f in fields(Efficiency)]
     unknown = sorted(set(eff_fields) - set(known))
     if unknown:
-        raise ConfigError(f"eff.{unknown[0]} is not an efficiency; give any of {', '.join(known)}.")
+        raise ConfigError(
+            f"eff.{unknown[0]} is not an efficiency{nearest(unknown[0], known)} (any of {', '.join(known)})."
+        )
+    eff_fields = {k: number(v, f"eff.{k}", at_least=0) for k, v in eff_fields.items()}
     return Hardware(
         gpu_named(options["gpu"], gpu_fields),
         tp=ints(options.get("tp", 1), "tp")[0],
@@ -297,9 +297,9 @@ def _hardware(options: dict[str, Any], gpu_fields: dict[str, Any], eff_fields: d
 
 def hardware_from(settings: dict[str, str]) -> Hardware:
     """The hardware of `gpu=… tp=… weights=… gpu.<field>=… eff.<field>=…` settings (key -> text)."""
-    options = {k: (v if k == "gpu" else setting_value(v)) for k, v in settings.items() if "." not in k}
-    gpu_fields = {k.removeprefix("gpu."): setting_value(v) for k, v in settings.items() if k.startswith("gpu.")}
-    eff_fields = {k.removeprefix("eff."): setting_value(v) for k, v in settings.items() if k.startswith("eff.")}
+    options = {k: (v if k == "gpu" else parse_value(v, k)) for k, v in settings.items() if "." not in k}
+    gpu_fields = {k.removeprefix("gpu."): parse_value(v, k) for k, v in settings.items() if k.startswith("gpu.")}
+    eff_fields = {k.removeprefix("eff."): parse_value(v, k) for k, v in settings.items() if k.startswith("eff.")}
     return _hardware(options, gpu_fields, eff_fields)
 
 
@@ -489,9 +489,12 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
             raise ConfigError(f"slo.tokens_per_s_per_user={wanted}: a number of tokens/s above 0.")
         chosen = serve_at_slo(points, hw.tp, context_lens[0], float(wanted))
         result["slo"] = {"tokens_per_s_per_user": wanted, "context_len": context_lens[0], "serve": chosen}
-    out = Path(options["out"]) if "out" in options else None
-    if out is None and source is not None:
+    if "out" in options:
+        out = output_path(options["out"], "out")
+    elif source is not None:
         out = source.parent if source.name == PROFILE_FILE else source
+    else:
+        out = Path("outputs/whatif") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
     return result, out
 
 
@@ -683,8 +686,7 @@ def main(argv: list[str]) -> int:
         print(text_table(header, rows))
         return 0
     result, out = build(argv)
-    out = out or Path("outputs/whatif") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
-    out.mkdir(parents=True, exist_ok=True)
+    output_dir(output_path(out, "out"), "out")
     write_json_atomic(result, out / WHATIF_FILE)
     gpu = result["gpu"]["name"]
     experts = f", experts {result['expert_weights']}" if result["expert_weights"] else ""

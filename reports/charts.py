@@ -197,6 +197,9 @@ def al_chart(curves: pd.DataFrame, runs: list[Run]) -> Chart | Missing:
     whole = curves[curves.segment == "all"]
     if whole.empty:
         return Missing(key, title, "no speculative run: measure a drafter (drafter=ngram d=3) to draw AL")
+    whole = whole[whole.al.notna()]  # a drafter that never drafted has no AL (its tokens per step say so)
+    if whole.empty:
+        return Missing(key, title, "no drafted step: the drafters measured proposed nothing, so no AL to draw")
     columns = series_columns(whole)
     several_d = whole.groupby(columns).d.nunique().max() > 1
     counts = group_counts(runs)

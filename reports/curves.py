@@ -49,7 +49,7 @@ from reports.runs import (
     measured_runs,
 )
 from speclens.errors import ArgumentParser, SpeclensError, guarded
-from speclens.files import check_folder
+from speclens.files import output_path
 from speclens.metrics import GroupFigures, SegmentFigures
 from speclens.summary import WHOLE_RUN_GROUP, RunSummary
 
@@ -215,7 +215,9 @@ def collect(root: Path, exclude: Collection[Path] = ()) -> pd.DataFrame:
     )
     curves = curves.drop_duplicates(CURVE_KEY).drop(columns="_rank")
     curves["context_extension"] = curves["context_extension"].fillna("")
-    return curves.astype({"d": "int64", "input_tokens": "Int64"}).reset_index(drop=True)
+    # a figure that could not be measured (a drafter that never drafted has no AL) is NaN, not None
+    figures = {c: "float64" for c in ("al", "al_ci95_lo", "al_ci95_hi", "tokens_per_step")}
+    return curves.astype({"d": "int64", "input_tokens": "Int64", **figures}).reset_index(drop=True)
 
 
 def _replay_rows(replay: Replay) -> pd.DataFrame:
@@ -274,10 +276,10 @@ def write_curves(root: Path, out_dir: Path | None = None, exclude: Collection[Pa
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="python -m reports.curves", description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", type=Path)
-    parser.add_argument("--out", type=Path, default=None, help="where to write (default: the sweep dir)")
+    parser.add_argument("--out", default=None, help="where to write (default: the sweep dir)")
     args = parser.parse_args(argv)
     if args.out is not None:
-        check_folder(args.out, "--out")
+        args.out = output_path(args.out, "--out")
     curves = write_curves(args.sweep_dir, args.out)
     print(curves.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"curves: {(args.out or args.sweep_dir) / 'curves.csv'}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ import pandas as pd
 from reports.table import cell, markdown_table, text_table
 from speclens.attribution import Tally, split_difference
 from speclens.errors import ArgumentParser, SpeclensError, guarded
-from speclens.files import write_json_atomic, write_text_atomic
+from speclens.files import output_dir, output_path, write_json_atomic, write_text_atomic
 from speclens.metrics import output_positions
 from speclens.peer_exports import PeerExport, read_peer_export
 from speclens.peer_figures import PEER_FORMULAS, drafted_turns, peer_figures, specdec_bench_requests
@@ -517,15 +518,18 @@ def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="python -m reports.explain", description=__doc__.splitlines()[0])
     parser.add_argument("a", type=Path, help="a speclens run dir")
     parser.add_argument("b", type=Path, help="another speclens run dir, or a peer's per-request export")
-    parser.add_argument("--out", type=Path, default=Path("."), help="where explain.md and explain.json go")
+    parser.add_argument(
+        "--out", default=None, help="where explain.md and explain.json go (default: outputs/explain/<date>/<time>)"
+    )
     parser.add_argument("--allow-different-targets", action="store_true", help="compare runs of different targets")
     args = parser.parse_args(argv)
+    out = output_path(time.strftime("outputs/explain/%Y-%m-%d/%H-%M-%S") if args.out is None else args.out, "--out")
     report = explain(args.a, args.b, args.allow_different_targets)
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(report, args.out / EXPLAIN_JSON)
-    write_text_atomic(args.out / EXPLAIN_MD, markdown(report))
+    output_dir(out, "--out")
+    write_json_atomic(report, out / EXPLAIN_JSON)
+    write_text_atomic(out / EXPLAIN_MD, markdown(report))
     print(terminal(report))
-    print(f"explained: {args.out / EXPLAIN_MD}")
+    print(f"explained: {out / EXPLAIN_MD}")
     return 0
 
 

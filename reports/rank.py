@@ -35,7 +35,7 @@ from reports.serve import SERVE_FILE, serve_markdown, serve_plan
 from reports.table import cell, markdown_table, text_table
 from speclens import costs
 from speclens.errors import ArgumentParser, CorruptRecord, guarded
-from speclens.files import check_folder, write_json_atomic
+from speclens.files import output_path, write_json_atomic
 from speclens.gpu_model.guidelines import Guidelines, low_latency_speedup
 from speclens.text import markdown_safe
 
@@ -317,10 +317,10 @@ def write_rankings(
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="python -m reports.rank", description=__doc__.splitlines()[0])
     parser.add_argument("dirs", type=Path, nargs="+", help="run dirs or sweep dirs")
-    parser.add_argument("--out", type=Path, default=None, help="where to write (default: the first dir)")
+    parser.add_argument("--out", default=None, help="where to write (default: the first dir)")
     args = parser.parse_args(argv)
     if args.out is not None:
-        check_folder(args.out, "--out")
+        args.out = output_path(args.out, "--out")
     ranking, lengths, notes = write_rankings(args.dirs, args.out)
     print(terminal_table(ranking))
     if not lengths.empty:

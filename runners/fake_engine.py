@@ -415,6 +415,24 @@ def load_script(path: str) -> dict[str, StepScript]:
     return raw
 
 
+def check_script(script: Mapping[str, Any], d: int, path: str) -> None:
+    """Each scripted step possible at D = `d`: null, the accepted count (0..d), or [drafted,
+    accepted] with 0 <= accepted <= drafted <= d."""
+    for key, steps in script.items():
+        if not isinstance(steps, list):
+            raise ConfigError(f"runner.script={path}: {key} holds {steps!r}, not a list of steps.")
+        for step in steps:
+            pair = step if isinstance(step, list) else [d, step] if step is not None else None
+            if pair is None:
+                continue
+            ok = len(pair) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
+            if not ok or not 0 <= pair[1] <= pair[0] <= d:
+                raise ConfigError(
+                    f"runner.script={path}: {key} has the step {step!r}, impossible at d={d} "
+                    "(null, an accepted count 0..d, or [drafted, accepted] with accepted <= drafted <= d)."
+                )
+
+
 def fake_factory(
     d: int | None,
     script: Mapping[str, StepScript] | Callable[[str], StepScript],
@@ -440,7 +458,12 @@ def fake_factory(
 
 def engine_factory(cfg: FakeRunnerConfig, d: int | None, max_num_seqs: int, max_num_batched_tokens: int | None):
     """The factory `runner=fake` builds from its config."""
-    script: Any = load_script(cfg.script) if cfg.script else pattern_script(list(cfg.pattern), cfg.output_tokens, d)
+    if cfg.script:
+        script: Any = load_script(cfg.script)
+        if d is not None:  # plain decoding reads no drafts from it
+            check_script(script, d, cfg.script)
+    else:
+        script = pattern_script(list(cfg.pattern), cfg.output_tokens, d)
 
     def cost(mode: str, requests: int, tokens: int, drafts: int) -> float:
         return linear_cost(mode, requests, tokens, drafts, cfg.step_ms, cfg.token_ms, cfg.draft_token_ms)

@@ -24,6 +24,10 @@ def al_at(marginal: list[float], d: int) -> float:
 
 
 def check_rates(rates: list[float], key: str) -> list[float]:
-    if not rates or not all(isinstance(r, (int, float)) and not isinstance(r, bool) and 0 <= r <= 1 for r in rates):
+    if (
+        not isinstance(rates, list)
+        or not rates
+        or not all(isinstance(r, (int, float)) and not isinstance(r, bool) and 0 <= r <= 1 for r in rates)
+    ):
         raise ConfigError(f"{key}={rates}: a list of acceptance rates, each in [0, 1].")
     return [float(r) for r in rates]

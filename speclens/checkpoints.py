@@ -103,6 +103,14 @@ def read_config(path: Path, key: str) -> dict[str, Any]:
         raise ConfigError(f"{where} is not UTF-8 text (byte {exc.start}).") from None
     except (OSError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{where} is unreadable ({exc}).") from None
+    check_config(data, where)
+    return data
+
+
+def check_config(data: Any, where: str) -> None:
+    """A model config as speclens reads it: an object, its nested language-model config an object,
+    `architectures` a list of names, every count a whole number >= 1, query heads a multiple of KV
+    heads (each problem one line, starting with `where`)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where} holds a {type(data).__name__}, not a JSON object of model settings.")
     parts = [("", data)]
@@ -112,6 +120,11 @@ def read_config(path: Path, key: str) -> dict[str, Any]:
             raise ConfigError(f"{where}: {nested} must be an object of model settings, not {type(value).__name__}.")
         if value:
             parts.append((f"{nested}.", value))
+    architectures = data.get("architectures")
+    if architectures is not None and (
+        not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures)
+    ):
+        raise ConfigError(f"{where}: architectures={json.dumps(architectures)} must be a list of class names.")
     for prefix, part in parts:
         for field in COUNT_FIELDS:
             value = part.get(field)
@@ -125,7 +138,6 @@ def read_config(path: Path, key: str) -> dict[str, Any]:
                 f"{where}: {prefix}num_attention_heads={heads} is not a multiple of "
                 f"{prefix}num_key_value_heads={kv_heads}; every KV head must serve the same number of query heads."
             )
-    return data
 
 
 def check_tokenizer(path: Path, key: str) -> None:

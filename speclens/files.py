@@ -6,12 +6,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from speclens.errors import ConfigError
+from speclens.errors import ConfigError, SpeclensError
 
 
 @contextlib.contextmanager
@@ -42,8 +43,34 @@ def write_text_atomic(path: Path, text: str) -> None:
     write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
+def non_finite_at(data: Any, prefix: str = "") -> str | None:
+    """The key path of the first NaN or infinity in `data`, or None."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return prefix or "(the document)"
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, (list, tuple)) else ()
+    for key, value in items:
+        step = f"[{key}]" if isinstance(key, int) else (f".{key}" if prefix else str(key))
+        found = non_finite_at(value, prefix + step)
+        if found is not None:
+            return found
+    return None
+
+
+def json_text(data: Any, path: Path) -> str:
+    """`data` as strict JSON (what every parser reads): a NaN or an infinity is refused, naming the
+    file and the key, since Python's json module would write `NaN`, which is not JSON. A figure that
+    cannot be computed is written as null, with its reason beside it, by the code that computes it."""
+    where = non_finite_at(data)
+    if where is not None:
+        raise SpeclensError(
+            f"{path.name}: not written, since {where} is not a finite number; the inputs it was computed "
+            "from hold an impossible figure."
+        )
+    return json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n"
+
+
 def write_json_atomic(data: Any, path: Path) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+    write_text_atomic(path, json_text(data, path))
 
 
 class Busy(Exception):
@@ -120,6 +147,26 @@ def check_folder(path: Path, key: str, value: str | None = None) -> None:
         raise ConfigError(f"{where}: {_shown(str(existing))} {what}; choose another {key}.")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(f"{where}: {_shown(str(existing))} is not writable by this user; choose another {key}.")
+
+
+def output_path(value: str | Path | None, key: str) -> Path:
+    """The folder a command will write into, checked before it computes anything: an empty value
+    (which would mean the current folder), an existing file, a place under a file or one this
+    user cannot write is one line naming `key`. `output_dir` makes it."""
+    if value is None or not str(value).strip():
+        raise ConfigError(f"{key} is empty; give the folder to write into (`.` for this one).")
+    path = Path(str(value)).expanduser()
+    check_folder(path, key, str(value))
+    return path
+
+
+def output_dir(path: Path, key: str) -> Path:
+    """`path` (from output_path) made, with its parents."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{key}={_shown(str(path))}: the folder cannot be made ({exc.strerror}).") from None
+    return path
 
 
 def _exists(path: Path) -> bool:

@@ -16,6 +16,7 @@ each reports under its own name, its per-request figures where it keeps them, an
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,10 +56,26 @@ def fail(path: Path, what: str) -> PeerExportError:
     return PeerExportError(f"{path}: {what}")
 
 
-def number(path: Path, value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise fail(path, f"field {where} is {value!r}, not a number")
+def number(path: Path, value: Any, where: str, at_least: float | None = None) -> float:
+    """A figure of the export: a finite number, at least `at_least`; else one line naming the field."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise fail(path, f"field {where} is {value!r}, not a finite number")
+    if at_least is not None and value < at_least:
+        raise fail(path, f"field {where} is {value!r}, below {at_least:g}, which no tool measures")
     return float(value)
+
+
+def acceptance_length(path: Path, value: Any, where: str) -> float:
+    """An AL: at least 1 (every verification step gives the target's own token)."""
+    return number(path, value, where, at_least=1)
+
+
+def count(path: Path, value: Any, where: str) -> int:
+    """A count of steps or tokens: a whole number >= 0."""
+    figure = number(path, value, where, at_least=0)
+    if not figure.is_integer():
+        raise fail(path, f"field {where} is {value!r}, not a whole number")
+    return int(figure)
 
 
 def read_peer_export(path: Path) -> PeerExport:
@@ -106,7 +123,7 @@ def vllm_bench_serve(path: Path, result: dict[str, Any]) -> PeerExport:
             "no field spec_decode_acceptance_length (vllm bench serve writes it only where the server's "
             "/metrics counted speculative decoding)",
         )
-    al = number(path, result["spec_decode_acceptance_length"], "spec_decode_acceptance_length")
+    al = acceptance_length(path, result["spec_decode_acceptance_length"], "spec_decode_acceptance_length")
     settings = {
         "model_id": result.get("model_id"),
         "num_prompts": result.get("num_prompts"),
@@ -141,9 +158,9 @@ def aiperf_turn(path: Path, i: int, record: dict[str, Any], meta: dict[str, Any]
     category = meta.get("source_kind")
     detail = record.get("spec_decode_acceptance")
     if isinstance(detail, dict) and "num_spec_steps" in detail:
-        steps = int(number(path, detail["num_spec_steps"], f"record {i} spec_decode_acceptance.num_spec_steps"))
+        steps = count(path, detail["num_spec_steps"], f"record {i} spec_decode_acceptance.num_spec_steps")
         accepted_key = "num_accepted_draft_tokens"
-        accepted = int(number(path, detail.get(accepted_key), f"record {i} spec_decode_acceptance.{accepted_key}"))
+        accepted = count(path, detail.get(accepted_key), f"record {i} spec_decode_acceptance.{accepted_key}")
         if not steps:
             return None  # aiperf leaves requests that never drafted out of its means
         return PeerTurn(request_id, category, 1.0 + accepted / steps, accepted, steps)
@@ -153,10 +170,14 @@ def aiperf_turn(path: Path, i: int, record: dict[str, Any], meta: dict[str, Any]
         return None
     if not isinstance(entry, dict) or "value" not in entry:
         raise fail(path, f"record {i} field metrics.spec_decode_acceptance_length has no value")
-    al = number(path, entry["value"], f"record {i} metrics.spec_decode_acceptance_length.value")
+    al = acceptance_length(path, entry["value"], f"record {i} metrics.spec_decode_acceptance_length.value")
     steps_entry, accepted_entry = metrics.get("spec_decode_steps"), metrics.get("spec_decode_accepted_draft_tokens")
     if isinstance(steps_entry, dict) and isinstance(accepted_entry, dict):
-        return PeerTurn(request_id, category, al, int(accepted_entry["value"]), int(steps_entry["value"]))
+        accepted = count(
+            path, accepted_entry.get("value"), f"record {i} metrics.spec_decode_accepted_draft_tokens.value"
+        )
+        steps = count(path, steps_entry.get("value"), f"record {i} metrics.spec_decode_steps.value")
+        return PeerTurn(request_id, category, al, accepted, steps)
     return PeerTurn(request_id, category, al)
 
 
@@ -168,12 +189,16 @@ def specdec_bench(path: Path, document: Any) -> PeerExport:
     key = next((k for k in ("Average_AL", "Average_AR") if k in document), None)
     if key is None:
         raise fail(path, "no field Average_AL (nor Average_AR, its name before May 2026)")
-    al = number(path, document[key], key)
+    al = acceptance_length(path, document[key], key)
     per_request = document.get("Request_AL", document.get("Request_AR")) or {}
+    if not isinstance(per_request, dict):
+        raise fail(path, f"field Request_AL is a {type(per_request).__name__}, not an object of request: AL")
     turns = []
     for request_id, value in per_request.items():
         if isinstance(value, dict):  # the base metric keeps each turn's: {turn: al}
-            values = [number(path, v, f"Request_AL.{request_id}.{t}") for t, v in value.items()]
+            if not value:
+                raise fail(path, f"field Request_AL.{request_id} holds no turn")
+            values = [acceptance_length(path, v, f"Request_AL.{request_id}.{t}") for t, v in value.items()]
             value = sum(values) / len(values)
-        turns.append(PeerTurn(str(request_id), None, number(path, value, f"Request_AL.{request_id}")))
+        turns.append(PeerTurn(str(request_id), None, acceptance_length(path, value, f"Request_AL.{request_id}")))
     return PeerExport(path, "specdec_bench", "Average_AL", al, turns, {})

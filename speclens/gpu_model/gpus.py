@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from speclens.errors import ConfigError
+from speclens.options import nearest, number
 
 PCIE_GEN4_X16_GB_S = 64.0  # both directions together, as NVLink's figure is stated
 
@@ -57,10 +58,10 @@ def gpu_named(name: str, fields: dict[str, float] | None = None) -> Gpu:
     fields = fields or {}
     unknown = sorted(set(fields) - set(CUSTOM_FIELDS))
     if unknown:
-        raise ConfigError(f"gpu.{unknown[0]} is not a GPU figure; give any of {', '.join(CUSTOM_FIELDS)}.")
-    for key, value in fields.items():
-        if value is not None and not value > 0:
-            raise ConfigError(f"gpu.{key}={value}: a GPU figure is a number above 0.")
+        raise ConfigError(
+            f"gpu.{unknown[0]} is not a GPU figure{nearest(unknown[0], CUSTOM_FIELDS)} (any of {', '.join(CUSTOM_FIELDS)})."
+        )
+    fields = {key: None if value is None else number(value, f"gpu.{key}", above=0) for key, value in fields.items()}
     if name == "custom":
         missing = [f for f in CUSTOM_REQUIRED if fields.get(f) is None]
         if missing:

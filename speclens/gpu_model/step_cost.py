@@ -36,6 +36,7 @@ from speclens.gpu_model.engines import Engine
 from speclens.gpu_model.gpus import Gpu
 from speclens.gpu_model.measured_ops import MeasuredOps
 from speclens.gpu_model.model_shape import ModelShape
+from speclens.options import number
 
 TILE_ROWS = 128
 KV_BYTES = 2  # bf16 KV cache
@@ -59,10 +60,10 @@ class Efficiency:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in ("mem", "compute", "link") and not 0 < value <= 1:
-                raise ConfigError(f"eff.{f.name}={value}: an efficiency is a share in (0, 1].")
-            if value < 0:
-                raise ConfigError(f"eff.{f.name}={value}: must be >= 0.")
+            if f.name in ("mem", "compute", "link"):
+                number(value, f"eff.{f.name}", above=0, at_most=1)  # a share of a peak
+            else:
+                number(value, f"eff.{f.name}", at_least=0)
 
 
 @dataclass(frozen=True)
