@@ -1,4 +1,4 @@
-"""The embedded target's own drafters, trained on this machine: an EAGLE-3 head and a draft model.
+"""The embedded target's own drafters, trained on this machine: an EAGLE-3 head, a draft model and a parallel draft model.
 
 `python -m evals.embedded_drafters [eagle3] [draft_model] [draft_model_parallel] [--budget full|reduced]`
 (`make drafters`) builds what is missing and prints the folders. `drafter=eagle3`,
@@ -6,7 +6,7 @@
 model trained for parallel drafting, PARD's scheme) without `drafter.model` build
 theirs on first use when the target is the embedded default.
 
-Both learn from the same data: the target's own greedy answers to speclens's
+All three learn from the same data: the target's own greedy answers to speclens's
 training prompts (drafters/training/corpus.py), generated once with vLLM and
 cached, less every answer that recites an evaluation set speclens ships or reads
 (drafters/training/contamination.py; the build record counts them per set).

@@ -68,8 +68,16 @@ def is_current_build(folder: Path) -> bool:
     return built_version(folder) == DRAFTER_FACTS_VERSION
 
 
-def describe_build(facts: dict[str, Any]) -> str:
-    """One line: what was trained, on what, how far, how well it agrees with the target, how long it took."""
+def describe_build(facts: Any) -> str:
+    """One line: what was trained, on what, how far, how well it agrees with the target, how long it
+    took; or that the record (read from a run's stamp, which may be damaged) cannot be read."""
+    try:
+        return _described(facts)
+    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError):
+        return "a build record speclens cannot read (damaged or written by another tool)"
+
+
+def _described(facts: dict[str, Any]) -> str:
     training = facts["training"]
     if training["steps"] == 0:  # the untrained build synthetic acceptance times (evals/embedded_drafters.py)
         return (

@@ -257,6 +257,15 @@ def _build_facts(**overrides) -> dict:
     return facts | overrides
 
 
+@pytest.mark.parametrize("damaged", [1.5, {"1": -1}, {"training": None}, "text"])
+def test_a_damaged_build_record_in_a_stamp_is_said_to_be_unreadable(damaged):
+    """The report describes the build a run's stamp carries; a stamp from outside may hold anything
+    there (found by tests/unit/test_fuzz_commands.py)."""
+    from speclens.drafter_build import describe_build
+
+    assert describe_build(damaged) == "a build record speclens cannot read (damaged or written by another tool)"
+
+
 def test_a_build_record_is_described_in_one_line_and_listed_by_evals_drafters(monkeypatch, tmp_path):
     import json
 
