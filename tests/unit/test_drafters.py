@@ -480,3 +480,17 @@ def test_a_head_folder_without_weights_is_refused_before_an_engine_loads_it(tmp_
     assert engines_started == []
     (head / "pytorch_model.bin").write_bytes(b"\0" * 8)  # a head published as .bin only (vLLM's example) has weights
     check_weights_present(head, "drafter.model")
+
+
+def test_the_fake_runner_never_builds_the_embedded_drafters(monkeypatch, capsys, tmp_path):
+    """issue 50, part 9: `runner=fake drafter=eagle3` on the embedded target is one line, not a
+    14-minute head build, and leaves no run dir."""
+    from evals import plan as plan_module
+    from evals.run import main
+
+    monkeypatch.setattr(plan_module, "ensure_drafter", lambda *a, **k: pytest.fail("built a drafter"))
+    with pytest.raises(SystemExit) as ended:  # a Hydra job reports its failure, then exits with its status
+        main(["runner=fake", "drafter=eagle3", "d=3", f"hydra.run.dir={tmp_path / 'run'}"])
+    assert ended.value.code == 2 and not (tmp_path / "run").exists()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("speclens: error: runner=fake loads no model and builds no drafter")
