@@ -157,6 +157,7 @@ def run_facts(
         by_length=summary.by_length,
         native_window=window.native if window is not None else None,
         context_extension=window.extension if window is not None else None,
+        timings=[(p.batch_size, p.speedup, p.tokens_per_step, p.t_draft_ms) for p in summary.operating_points],
     )
 
 

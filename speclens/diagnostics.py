@@ -40,6 +40,9 @@ LOOP_SHARE = 0.5
 # n-gram and suffix: a warning where most decode steps proposed nothing.
 SPARSE_SHARE = 0.5
 LOOKUP_DRAFTERS = ("ngram", "suffix")
+# A measured speedup this far above tokens per step is impossible, not a near miss (the speculative
+# step costs at least a plain step: T_verif(B(1+D)) >= T_verif(B)).
+NOISE_MARGIN = 1.05
 # Truncation worth saying: this share of requests stopped by max_tokens.
 TRUNCATED_SHARE = 0.2
 
@@ -77,6 +80,8 @@ class RunFacts:
     by_length: dict[str, GroupFigures] | None = None
     native_window: int | None = None
     context_extension: str | None = None
+    # Per batch size: the measured speedup, tokens per target step and T_draft in ms (None where not measured).
+    timings: list[tuple[int, float | None, float | None, float | None]] = field(default_factory=list)
 
 
 def diagnose(run: RunFacts) -> list[Diagnostic]:
@@ -91,6 +96,7 @@ def diagnose(run: RunFacts) -> list[Diagnostic]:
         sparse_drafting(run),
         prompt_drift(run),
         long_context_decay(run),
+        timing_noise(run),
     ]
     return [d for d in found if d is not None]
 
@@ -300,6 +306,28 @@ def long_context_decay(run: RunFacts) -> Diagnostic | None:
             "al_by_length": {label: g.al for label, g in lengths},
         }
         | ({"context_extension": run.context_extension} if past else {}),
+    )
+
+
+def timing_noise(run: RunFacts) -> Diagnostic | None:
+    """Timings that cannot be right: a speedup above the tokens each target step gives (drafting
+    cannot make a step cheaper than plain decoding's), or a negative drafting cost. On a noisy
+    machine the two passes' wall times moved apart; the figures are noise, not a result."""
+    found = []
+    for batch_size, speedup, tokens_per_step, t_draft_ms in run.timings:
+        if speedup is not None and tokens_per_step is not None and speedup > tokens_per_step * NOISE_MARGIN:
+            found.append(f"B={batch_size}: speedup x{speedup:.2f} above its {tokens_per_step:.2f} tokens per step")
+        if t_draft_ms is not None and t_draft_ms < 0:
+            found.append(f"B={batch_size}: T_draft {t_draft_ms:.2f} ms, below zero")
+    if not found:
+        return None
+    return Diagnostic(
+        "timing_noise",
+        "warning",
+        f"timings that cannot be right ({'; '.join(found)}): the speculative and plain passes' wall times "
+        "moved apart on a busy machine, so these speedups and costs are noise; measure again on an idle "
+        "machine, or with repeats= and baseline=true to see their spread",
+        {"found": found},
     )
 
 

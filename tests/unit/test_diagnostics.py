@@ -148,3 +148,18 @@ def test_prompt_counts_a_server_reports_otherwise_are_named():
     assert found.evidence["examples"] == [{"request": "b#0", "speclens": 52, "server": 53}]
     assert "+1 to +1 tokens" in found.message
     assert codes(facts(prompt_counts={("a", 0): (40, 40)})) == []
+
+
+def test_timings_that_cannot_be_right_are_said_to_be_noise():
+    """issue 50, part 6: a speedup above tokens per step, or a negative drafting cost, is named
+    with its batch size and figure; a plausible timing is not."""
+    clean = facts(timings=[(1, 1.30, 1.38, 2.0), (4, None, 1.38, None)])
+    assert [d.code for d in diagnose(clean)] == []
+    noisy = facts(timings=[(1, 4.79, 1.38, 2.0), (8, 1.10, 1.38, -0.5)])
+    (found,) = [d for d in diagnose(noisy) if d.code == "timing_noise"]
+    assert found.severity == "warning"
+    assert found.evidence["found"] == [
+        "B=1: speedup x4.79 above its 1.38 tokens per step",
+        "B=8: T_draft -0.50 ms, below zero",
+    ]
+    assert "noise" in found.message
