@@ -43,7 +43,7 @@ from reports.table import text_table
 from reports.whatif_page import write_page
 from speclens import checkpoints
 from speclens.acceptance import al_at, check_rates, marginal_from_conditional
-from speclens.errors import ConfigError, guarded
+from speclens.errors import ConfigError, CorruptRecord, guarded
 from speclens.files import output_dir, output_path, write_json_atomic
 from speclens.gpu_model import calibrate
 from speclens.gpu_model.calibrate import Measured
@@ -69,7 +69,7 @@ from speclens.gpu_model.whatif import (
 )
 from speclens.metrics import conditional_acceptance, length_label
 from speclens.model_facts import text_config
-from speclens.options import nearest, number, parse_value
+from speclens.options import nearest, number, parse_value, strict_json_loads
 from speclens.records import read_parquet
 from speclens.run_files import REQUESTS_FILE, read_stamp
 from speclens.summary import read_summary
@@ -80,7 +80,7 @@ KEYS = ("gpu", "tp", "weights", "batch_sizes", "context_len", "d", "al", "accept
 KEYS += ("target.model", "drafter.model", "calibrate", "slo.tokens_per_s_per_user", "cost_model", "engine")
 KEYS += ("expert_weights", "draft_share", "model_runner")
 TEXT_KEYS = ("target.model", "drafter.model", "out", "gpu", "calibrate", "cost_model", "engine", "expert_weights")
-TEXT_KEYS += ("model_runner",)
+TEXT_KEYS += ("model_runner", "drafter", "domain", "weights")
 MODEL_RUNNERS = ("v1", "v2")
 
 
@@ -117,10 +117,24 @@ def _stamps(source: Path) -> list[tuple[str | None, dict[str, Any]]]:
     files = [source / "stamp.json"] if (source / "stamp.json").is_file() else sorted(source.rglob("stamp.json"))
     found = []
     for file in files:
-        summary = file.parent / "summary.json"
-        drafter = json.loads(summary.read_text()).get("drafter") if summary.is_file() else None
-        found.append((drafter, json.loads(file.read_text())))
+        found.append((_summary_drafter(file.parent), read_stamp(file.parent)))
     return found
+
+
+def _summary_drafter(run_dir: Path) -> str | None:
+    """The drafter a run's summary.json names (None where it has no summary), read for that field
+    alone: a summary that is not JSON, or names no drafter by a string, is a CorruptRecord."""
+    path = run_dir / "summary.json"
+    if not path.is_file():
+        return None
+    try:
+        data = strict_json_loads(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise CorruptRecord(f"{path} is unreadable ({exc})") from None
+    drafter = data.get("drafter") if isinstance(data, dict) else None
+    if not isinstance(drafter, str):
+        raise CorruptRecord(f"{path} names no drafter (its field drafter is {drafter!r})")
+    return drafter
 
 
 def _read_config(ref: str, key: str) -> dict[str, Any]:

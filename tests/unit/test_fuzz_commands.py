@@ -273,7 +273,8 @@ def test_whatif_holds_against_hostile_settings_and_profiles(sources, tmp_path_fa
     source = data.draw(st.sampled_from(["run", "profile", "none"]))
     argv = []
     if source == "run":
-        argv.append(str(copy_of(sources, tmp) / "d3"))
+        sweep = data.draw(st.one_of(st.just(copy_of(sources, tmp)), damaged_sweep(sources, tmp)))
+        argv.append(str(sweep / "d3"))
     elif source == "profile":
         profile = tmp / "speculation_profile.json"
         text = (sources["run"] / "speculation_profile.json").read_text()
