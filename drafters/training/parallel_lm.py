@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from drafters.training.selfdistill import Sample, training_autocast
-from drafters.training.small_lm import DraftPlan, _truncated, distil, save_draft
+from drafters.training.small_lm import DraftPlan, distil, save_draft, truncated_target
 
 __all__ = ["MASK_TOKEN", "ParallelDraftPlan", "ParallelDraftResult", "train_parallel_draft_model"]
 
@@ -135,7 +135,7 @@ def untrained_parallel_draft_model(target_dir: pathlib.Path, out_dir: pathlib.Pa
     from transformers import AutoModelForCausalLM
 
     target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32)
-    _save(_truncated(target, plan.keep_layers), target_dir, out_dir)
+    _save(truncated_target(target, plan.keep_layers), target_dir, out_dir)
 
 
 def train_parallel_draft_model(

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from drafters.training.optimise import Optimiser
 from drafters.training.selfdistill import Sample, training_autocast, training_threads
 
-__all__ = ["DraftPlan", "DraftResult", "distil", "save_draft", "train_draft_model"]
+__all__ = ["DraftPlan", "DraftResult", "distil", "save_draft", "train_draft_model", "truncated_target"]
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 
@@ -59,7 +59,7 @@ def _pad(samples: list[Sample]):
     return ids, mask, labels
 
 
-def _truncated(target, keep_layers: tuple[int, ...]):
+def truncated_target(target, keep_layers: tuple[int, ...]):
     """A LlamaForCausalLM holding the target's embedding, norm and ``keep_layers``."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -100,7 +100,7 @@ def untrained_draft_model(target_dir: pathlib.Path, out_dir: pathlib.Path, plan:
     from transformers import AutoModelForCausalLM
 
     target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32)
-    save_draft(_truncated(target, plan.keep_layers), target_dir, out_dir)
+    save_draft(truncated_target(target, plan.keep_layers), target_dir, out_dir)
 
 
 def distil(
@@ -110,7 +110,7 @@ def distil(
     progress: Callable[[int, float], None],
     scored: Callable,
 ):
-    """The draft's start (`_truncated`) trained for ``plan.steps`` optimiser steps of ``plan.samples_per_step``
+    """The draft's start (`truncated_target`) trained for ``plan.steps`` optimiser steps of ``plan.samples_per_step``
     samples: ``scored(draft, samples, rng)`` gives the hidden states of the positions it trains and
     the token each should predict (-1: none), and the cross-entropy over the answers' most frequent
     tokens is minimised. Returns the draft and the last loss."""
@@ -121,7 +121,7 @@ def distil(
     torch.set_num_threads(training_threads())  # fixed, so that the same inputs give the same bytes
     torch.manual_seed(plan.seed)
     target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32)
-    draft = _truncated(target, plan.keep_layers)
+    draft = truncated_target(target, plan.keep_layers)
     del target
     draft.model.embed_tokens.weight.requires_grad_(False)
     params = [p for p in draft.parameters() if p.requires_grad]
