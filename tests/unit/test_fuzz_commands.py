@@ -9,6 +9,7 @@ Deterministic in `make test` (derandomized, no example database); `make fuzz` ex
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -224,7 +225,7 @@ def test_report_options_hold_against_hostile_values(sources, tmp_path_factory, c
     }[command]
     main = {"curves": curves.main, "rank": rank.main, "explain": explain.main}[command]
     before = snapshot(tmp)
-    with _in(tmp):
+    with contextlib.chdir(tmp):  # what a command writes into the current folder unasked lands here
         outcome(main, [*args, flag, value], capsys)
     assert_strict_json(before, tmp)
 
@@ -287,7 +288,7 @@ def test_whatif_holds_against_hostile_settings_and_profiles(sources, tmp_path_fa
         key = data.draw(st.sampled_from(WHATIF_KEYS))
         argv.append(f"{key}={data.draw(st.one_of(values, st.sampled_from(WHATIF_VALID.get(key, ['1']))))}")
     before = snapshot(tmp)
-    with _in(tmp):
+    with contextlib.chdir(tmp):  # what a command writes into the current folder unasked lands here
         outcome(whatif.main, argv, capsys)
     assert_strict_json(before, tmp)
 
@@ -316,7 +317,7 @@ def test_guidelines_hold_against_hostile_settings_and_configs(sources, tmp_path_
     argv = ["target=custom", f"target.model={target}"]
     for _ in range(data.draw(st.integers(0, 3))):
         argv.append(f"{data.draw(st.sampled_from(GUIDELINE_KEYS))}={data.draw(values)}")
-    with _in(tmp):
+    with contextlib.chdir(tmp):  # what a command writes into the current folder unasked lands here
         outcome(guidelines.main, argv, capsys)
 
 
@@ -342,23 +343,8 @@ def test_run_on_the_fake_runner_holds_against_hostile_overrides(sources, tmp_pat
         key = data.draw(st.sampled_from(RUN_KEYS))
         value = data.draw(values.filter(lambda v: "\n" not in v and "=" not in v))
         argv.append(f"{key}={json.dumps(value) if value[:1] in ' ,' or value == '' else value}")
-    with _in(tmp):
+    with contextlib.chdir(tmp):  # what a command writes into the current folder unasked lands here
         status, _ = outcome(main, argv, capsys)
     # a run dir is whole or absent
     assert (out / "summary.json").is_file() if status == 0 else not out.exists()
     assert_strict_json({}, out)
-
-
-class _in:
-    """Run with `folder` as the working directory: a command that writes into the current
-    directory unasked writes there, where the test sees it."""
-
-    def __init__(self, folder: Path):
-        self.folder = folder
-
-    def __enter__(self):
-        self.before = Path.cwd()
-        os.chdir(self.folder)
-
-    def __exit__(self, *exc):
-        os.chdir(self.before)
