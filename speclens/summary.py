@@ -45,7 +45,7 @@ from speclens.account import SpeedupAccount
 from speclens.costs import StepTiming
 from speclens.diagnostics import Diagnostic
 from speclens.errors import CorruptRecord, SpeclensError
-from speclens.files import write_json_atomic
+from speclens.files import non_finite_at, write_json_atomic
 from speclens.generation import SpecCounters
 from speclens.latency import Latency
 from speclens.metrics import OMITTED_WHEN_NONE, GroupFigures, PositionBin, SegmentFigures
@@ -502,32 +502,16 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
 }
 
 
-class _NonFinite(str):
-    """What json's NaN, Infinity and -Infinity read as here: found afterwards with its key."""
-
-
-def _non_finite_key(data: Any, key: str = "") -> str | None:
-    """The dotted key of the first non-finite figure in `data`, or None."""
-    if isinstance(data, _NonFinite):
-        return key or "(top level)"
-    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
-    for name, value in items:
-        found = _non_finite_key(value, f"{key}.{name}" if key else str(name))
-        if found is not None:
-            return found
-    return None
-
-
 def _read_json(path: Path) -> dict[str, Any]:
     """A record's JSON object; a non-finite figure (NaN, Infinity) makes it corrupt: no figure
     speclens writes can be one, and downstream arithmetic would carry it silently."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_NonFinite)
+        data = json.loads(path.read_text(encoding="utf-8"))  # NaN and Infinity read as floats, found below
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CorruptRecord(f"{path} is unreadable ({exc})") from None
     if not isinstance(data, dict):
         raise CorruptRecord(f"{path} is not a JSON object")
-    key = _non_finite_key(data)
+    key = non_finite_at(data)
     if key is not None:
         raise CorruptRecord(f"{path} holds a non-finite figure at {key}: a corrupt record; measure the run again")
     return data

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from evals.run import run
+from speclens.options import strict_json_loads
 from tests.unit.conftest import compose_run, fake_overrides, write_checkpoint
 
 EXAMPLES = int(os.environ.get("SPECLENS_FUZZ_EXAMPLES", "0")) or None
@@ -82,10 +83,6 @@ def outcome(main: Callable[[list[str]], int], argv: list[str], capsys) -> tuple[
     return status, err
 
 
-def _refuse_constant(name: str):
-    raise AssertionError(f"non-finite {name} in a JSON file speclens wrote")
-
-
 def snapshot(*folders: Path) -> dict[Path, int]:
     """Every file under the folders, with its modification time."""
     return {p: p.stat().st_mtime_ns for f in folders if f.exists() for p in f.rglob("*") if p.is_file()}
@@ -96,7 +93,7 @@ def assert_strict_json(before: dict[Path, int], *folders: Path) -> None:
     no Infinity)."""
     for path, mtime in snapshot(*folders).items():
         if path.suffix == ".json" and before.get(path) != mtime:
-            json.loads(path.read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+            strict_json_loads(path.read_text(encoding="utf-8"))  # raises on NaN and Infinity
 
 
 def _leaves(data, prefix=()):
