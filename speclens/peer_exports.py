@@ -16,12 +16,12 @@ each reports under its own name, its per-request figures where it keeps them, an
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speclens.errors import SpeclensError
+from speclens import options
+from speclens.errors import ConfigError, SpeclensError
 
 
 @dataclass(frozen=True)
@@ -57,12 +57,12 @@ def fail(path: Path, what: str) -> PeerExportError:
 
 
 def number(path: Path, value: Any, where: str, at_least: float | None = None) -> float:
-    """A figure of the export: a finite number, at least `at_least`; else one line naming the field."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise fail(path, f"field {where} is {value!r}, not a finite number")
-    if at_least is not None and value < at_least:
-        raise fail(path, f"field {where} is {value!r}, below {at_least:g}, which no tool measures")
-    return float(value)
+    """A figure of the export: a finite number, at least `at_least` (speclens/options.py's rule);
+    else one line naming the file and the field."""
+    try:
+        return options.number(value, f"field {where}", at_least=at_least)
+    except ConfigError as exc:
+        raise fail(path, str(exc).rstrip(".")) from None
 
 
 def acceptance_length(path: Path, value: Any, where: str) -> float:
