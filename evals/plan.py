@@ -207,7 +207,7 @@ def resolve_draft(cfg: RunConfig, drafter: Drafter, shape_only: bool = False) ->
                 f"drafting for the embedded target; use drafter=draft_model (its parallel draft model, PARD's "
                 f"scheme) or give drafter.model=<a checkpoint trained for it>."
             )
-        if build is not None and runner_name(cfg.runner) == "fake":
+        if build is not None and runner_name(cfg.runner) == "fake" and not shape_only:
             raise ConfigError(
                 f"runner=fake loads no model and builds no drafter (the embedded {drafter.name} drafter takes "
                 "minutes to train): give drafter.model=<a checkpoint folder>, of which only config.json is read."
