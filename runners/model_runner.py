@@ -29,14 +29,28 @@ def check_requested(requested: str, method: str | None) -> None:
         )
 
 
+NO_V2_HERE = (
+    "engine.model_runner=v2: vLLM's Model Runner V2 needs Triton with a driver for this device, "
+    "and this vLLM has none (the CPU build always runs V1); use engine.model_runner=auto or v1."
+)
+
+
+def check_v2_runs_here(requested: str) -> None:
+    """Refuse engine.model_runner=v2 in pre-flight, before a run dir is claimed, where this vLLM
+    cannot run it (the CPU build is asked first: its Triton probe prints warnings)."""
+    if requested != "v2":
+        return
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu() or not triton_available():
+        raise ConfigError(NO_V2_HERE)
+
+
 def choose(requested: str, method: str | None, has_triton: bool) -> str:
     """ "v1" or "v2" for a run whose speculative pass uses `method` (None: plain decoding only)."""
     check_requested(requested, method)
     if requested == "v2" and not has_triton:
-        raise ConfigError(
-            "engine.model_runner=v2: vLLM's Model Runner V2 needs Triton with a driver for this device, "
-            "and this vLLM has none (the CPU build always runs V1); use engine.model_runner=auto or v1."
-        )
+        raise ConfigError(NO_V2_HERE)
     if requested != "auto":
         return requested
     return "v2" if has_triton and method not in V1_ONLY_METHODS else "v1"

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from runners.engine import Engine, EngineFactory
-from runners.model_runner import check_requested
+from runners.model_runner import check_requested, check_v2_runs_here
 from runners.parent_watch import launch
 from runners.server_dialects import (
     DIALECTS,
@@ -466,6 +466,7 @@ def check_support(cfg: RunConfig, speculative: bool) -> None:
                 "runner=server without runner.url launches a vLLM server and needs vLLM installed "
                 "(make install); or attach to a running one with runner.url=http://host:port."
             )
+        check_v2_runs_here(cfg.engine.model_runner)
         return
     if cfg.baseline and speculative and not rc.baseline_url:
         raise ConfigError(

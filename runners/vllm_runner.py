@@ -9,7 +9,7 @@ from typing import Any
 from runners import cpu_expand_fix
 from runners.chat import ChatTokenizer
 from runners.engine import Engine, EngineFactory
-from runners.model_runner import check_requested, check_shared, choose, triton_available
+from runners.model_runner import check_requested, check_shared, check_v2_runs_here, choose, triton_available
 from runners.vllm_engine import VllmEngine, set_process_env
 from speclens.config import EngineConfig, RunConfig
 from speclens.errors import ConfigError
@@ -134,6 +134,7 @@ def check_support(cfg: RunConfig, speculative: bool) -> None:
     closed_loop_only(cfg)
     check_batch_invariance(cfg)
     check_requested(cfg.engine.model_runner, None)
+    check_v2_runs_here(cfg.engine.model_runner)
     if cfg.sampling.temperature == 0 or not speculative:
         return
     # vllm is imported only here, where a sampled speculative run is asked for.

@@ -100,9 +100,9 @@ def v1_proposal(tokens: np.ndarray, min_n: int, max_n: int, k: int) -> list[int]
     return _find_longest_matched_ngram_and_propose_tokens(tokens, min_n, max_n, 1 << 20, k).tolist()
 
 
-def test_model_runner_v2_is_refused_on_the_cpu_build_before_an_engine_starts(tmp_path):
+def test_model_runner_v2_is_refused_on_the_cpu_build_before_a_run_dir_is_claimed(tmp_path):
     with pytest.raises(
         ConfigError, match=r"engine.model_runner=v2: .* needs Triton .*\(the CPU build always runs V1\)"
     ):
         measure(tmp_path / "v2", *tiny_overrides(tiny_target(), "drafter=ngram", "engine.model_runner=v2"))
-    assert not (tmp_path / "v2" / "summary.json").exists()
+    assert not (tmp_path / "v2").exists()  # refused in pre-flight: no run dir claimed
