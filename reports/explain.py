@@ -39,6 +39,7 @@ KEY = ["request_id", "turn"]
 # keys come last, by name): what is drafted from and verified, then what is sampled and how long,
 # which prompts, then what moves the numerics.
 CONSEQUENCE = (
+    "runner",
     "fingerprints.target",
     "fingerprints.draft",
     "config.target.chat_template",
@@ -83,8 +84,9 @@ IGNORED = (
 )
 # Settings that move the outputs' tokens without changing what is asked (a parting from them is
 # numerics), and those that change the question.
-NUMERICS_SETTINGS = ("numerics", "versions", "model_runner", "config.engine", "config.batch_sizes", "gpu")
+NUMERICS_SETTINGS = ("numerics", "versions", "model_runner", "config.engine", "config.batch_sizes", "gpu", "runner")
 DRAFTER_SETTINGS = ("fingerprints.draft", "config.d", "speculative_config", "config.drafter")
+SAMPLING_SETTINGS = ("config.sampling.temperature", "config.sampling.top_p", "config.chat_template_kwargs")
 PROMPT_SETTINGS = ("fingerprints.dataset", "config.dataset", "config.seed", "config.target.chat_template")
 # The parts of the difference (speclens/attribution.py groups).
 ONLY_A, ONLY_B = "prompts only in A", "prompts only in B"
@@ -275,12 +277,20 @@ def attribute(a: Side, b: Side, shared: list, only_a: list, only_b: list, output
 
 
 def settings_differ(a: Side, b: Side) -> list[dict[str, Any]]:
-    keys = sorted(set(a.settings) | set(b.settings), key=rank)
+    """The settings both sides record, with other values (a key a speclens stamp leaves out is its
+    default, so between two runs it is compared; a peer's export records none of speclens's keys,
+    so between a run and a peer nothing is: settings_unknown)."""
+    keys = sorted((set(a.settings) | set(b.settings)) if b.peer is None else set(), key=rank)
     return [
         {"key": k, "a": a.settings.get(k), "b": b.settings.get(k)}
         for k in keys
         if a.settings.get(k) != b.settings.get(k)
     ]
+
+
+def settings_unknown(a: Side, b: Side) -> list[str]:
+    """A's settings that B's side does not record (a peer's D, drafter, sampling): unknown, not different."""
+    return sorted(set(a.settings) - set(b.settings), key=rank) if b.peer is not None else []
 
 
 def short(key: str) -> str:
@@ -298,7 +308,28 @@ def said(settings: list[dict[str, Any]], most: int = 2) -> str:
     return ", ".join(phrases[:most])
 
 
+def where(report: dict[str, Any], name: str, share: float) -> str:
+    """Which steps carry the largest part, as a phrase."""
+    if name in (ONLY_A, ONLY_B):
+        return f"{share:.0%} of it is in prompts only in one run"
+    if name in (AFTER_PARTING, BEFORE_PARTING):
+        side = "after" if name == AFTER_PARTING else "before"
+        return f"{share:.0%} of it is in the steps {side} the outputs part"
+    if name == IDENTICAL:
+        return f"{share:.0%} of it is in identical outputs, accepted otherwise"
+    return f"{share:.0%} of it is not attributable to steps"
+
+
+def also(differ: list[dict[str, Any]], named: list[dict[str, Any]]) -> str:
+    """The other settings that differ, said after the cause (at most two)."""
+    rest = [d for d in differ if d not in named]
+    return f"; also different: {said(rest)}" if rest else ""
+
+
 def conclusion(report: dict[str, Any], differ: list[dict[str, Any]]) -> str:
+    """The one line: the settings that differ in order of cause (the engine that measured, the target,
+    then the drafter and D, then sampling and lengths, then the prompts, then engine and numerics),
+    with where the largest part of the difference lies."""
     difference, parts = report["difference"], report["parts"]
     if difference is None:
         return "a side has no AL to compare"
@@ -313,24 +344,48 @@ def conclusion(report: dict[str, Any], differ: list[dict[str, Any]]) -> str:
             f"the difference is one of definitions: {report['b']['figure']} by {report['b']['tool']}'s formula over "
             f"speclens's own records gives {report['peer_formula_on_a']:.4f} ({share:.0%} of the difference)"
         )
+    if name == MEASUREMENT:
+        unknown = len(report["settings_unknown"])
+        return (
+            f"the peer measured other acceptance ({share:.0%} of the difference is in its own records); its export "
+            f"does not record {unknown} of A's settings (drafter, D, sampling among them), so which differ is unknown"
+        )
+    engines = [d for d in differ if d["key"] == "runner" and "fake" in (d["a"], d["b"])]
+    if engines:
+        fake = "A" if engines[0]["a"] == "fake" else "B"
+        return (
+            f"the engines differ ({said(engines)}): {fake}'s acceptance is the fake engine's script, not a model's, "
+            f"so no setting explains the difference ({where(report, name, share)})"
+        )
+    for cause, what in (
+        (among(differ, ("fingerprints.target",)), "the targets differ"),
+        (among(differ, DRAFTER_SETTINGS), "the drafters differ"),
+    ):
+        if cause:
+            # another method: its own knobs differing too is no news
+            method = [d for d in cause if d["key"] == "speculative_config.method"]
+            return f"{what} ({said(method or cause)}): {where(report, name, share)}{also(differ, cause)}"
     if name in (ONLY_A, ONLY_B):
         cause = among(differ, PROMPT_SETTINGS)
         because = f" ({said(cause)})" if cause else ""
         return f"the difference comes from the prompts{because}: {share:.0%} of it is in prompts only in one run"
     if name in (AFTER_PARTING, BEFORE_PARTING):
         outputs = report["outputs"]
+        sampling = among(differ, SAMPLING_SETTINGS)
         max_tokens = [d for d in differ if d["key"] == "config.sampling.max_tokens"]
+        if sampling:
+            return f"the sampling differs ({said(sampling)}): {where(report, name, share)}{also(differ, sampling)}"
         if max_tokens and outputs["cut_by_max_tokens"] >= outputs["parted"] / 2 and name == AFTER_PARTING:
             low = min(max_tokens[0]["a"], max_tokens[0]["b"])
             return f"the difference comes from {said(max_tokens)}: {share:.0%} of it is in tokens past {low}"
-        cause = among(differ, ("config.sampling", "fingerprints.target") + NUMERICS_SETTINGS)
+        cause = among(differ, NUMERICS_SETTINGS)
         because = f"; settings that move the tokens differ: {said(cause)}" if cause else ""
-        where = "after" if name == AFTER_PARTING else "before"
+        side = "after" if name == AFTER_PARTING else "before"
         return (
             f"the outputs part on {outputs['parted']} of {report['prompts']['shared']} shared prompts and "
-            f"{share:.0%} of the difference is in their steps {where} the parting{because}"
+            f"{share:.0%} of the difference is in their steps {side} the parting{because}"
         )
-    cause = among(differ, DRAFTER_SETTINGS) or among(differ, NUMERICS_SETTINGS)
+    cause = among(differ, NUMERICS_SETTINGS)
     because = f": {said(cause)}" if cause else " with the same settings"
     return f"the same outputs were drafted or accepted differently{because} ({share:.0%} of the difference)"
 
@@ -356,6 +411,9 @@ def explain(path_a: Path, path_b: Path, allow_different_targets: bool = False) -
         "difference": b.al - a.al if a.al is not None and b.al is not None else None,
         "settings_differ": [d["key"] for d in differ],
         "settings": {d["key"]: [d["a"], d["b"]] for d in differ},
+        # A's settings a peer's export does not record: unknown, not different
+        "settings_unknown": settings_unknown(a, b),
+        "peer_settings": dict(b.peer.settings) if b.peer is not None else {},
         "prompts": {
             "shared": len(shared),
             "only_in_a": len(only_a),
@@ -375,6 +433,9 @@ def explain(path_a: Path, path_b: Path, allow_different_targets: bool = False) -
             "parted": len(outputs.parted),
             "cut_by_max_tokens": len(outputs.cut),
             "not_recorded": len(outputs.unknown),
+            # turns with no counterpart on the other side (another request id or turn): not compared
+            "unmatched_a": len(only_a),
+            "unmatched_b": len(only_b),
             "parted_at": {f"{k[0]}#{k[1]}": v for k, v in sorted(outputs.parted.items())},
         },
     }
@@ -448,7 +509,10 @@ def markdown(report: dict[str, Any]) -> str:
         "",
     ]
     rows = [[k, json.dumps(v[0]), json.dumps(v[1])] for k, v in report["settings"].items()]
-    lines += [markdown_table(["setting", "A", "B"], rows) if rows else "none", "", "## Prompts and outputs", ""]
+    lines += [markdown_table(["setting", "A", "B"], rows) if rows else "none", ""]
+    if report["settings_unknown"]:
+        lines += [f"Unknown (B's export does not record them): {unknown_said(report)}", ""]
+    lines += ["## Prompts and outputs", ""]
     lines += [f"- {line}" for line in prompt_lines(report)]
     return "\n".join(lines) + "\n"
 
@@ -481,7 +545,13 @@ def prompt_lines(report: dict[str, Any]) -> list[str]:
             if outputs["cut_by_max_tokens"]
             else ""
         )
-        + (f", {outputs['not_recorded']} not recorded on a side" if outputs["not_recorded"] else ""),
+        + (f", {outputs['not_recorded']} not recorded on a side" if outputs["not_recorded"] else "")
+        + (
+            f"; unmatched (no turn of the same id on the other side, not compared): {outputs['unmatched_a']} of A's, "
+            f"{outputs['unmatched_b']} of B's"
+            if outputs["unmatched_a"] or outputs["unmatched_b"]
+            else ""
+        ),
     ]
     per_request = report.get("per_request")
     if per_request:
@@ -500,6 +570,12 @@ def prompt_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def unknown_said(report: dict[str, Any], most: int = 6) -> str:
+    unknown = report["settings_unknown"]
+    more = f" and {len(unknown) - most} more" if len(unknown) > most else ""
+    return ", ".join(unknown[:most]) + more
+
+
 def terminal(report: dict[str, Any]) -> str:
     out = [
         f"A {report['a']['figure']} {cell(report['al_a'], 4)}   B {report['b']['figure']} {cell(report['al_b'], 4)}   "
@@ -510,6 +586,8 @@ def terminal(report: dict[str, Any]) -> str:
         "",
         "settings that differ: " + (", ".join(report["settings_differ"]) or "none"),
     ]
+    if report["settings_unknown"]:
+        out.append(f"settings unknown on B's side (its export does not record them): {unknown_said(report)}")
     return "\n".join(out + prompt_lines(report))
 
 

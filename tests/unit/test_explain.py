@@ -80,6 +80,11 @@ def test_prompts_only_in_one_run_carry_the_whole_difference(tmp_path):
     }
     assert report["parts"][explain.ONLY_A] == pytest.approx(report["difference"], abs=1e-12)
     assert "prompts only in one run" in report["conclusion"]
+    assert report["outputs"]["unmatched_a"] == 1 and report["outputs"]["unmatched_b"] == 0
+    assert (
+        "unmatched (no turn of the same id on the other side, not compared): 1 of A's, 0 of B's"
+        in (explain.prompt_lines(report)[2])
+    )
 
 
 def test_the_same_outputs_accepted_otherwise_are_named(tmp_path):
@@ -91,6 +96,8 @@ def test_the_same_outputs_accepted_otherwise_are_named(tmp_path):
         "parted": 0,
         "cut_by_max_tokens": 0,
         "not_recorded": 0,
+        "unmatched_a": 0,
+        "unmatched_b": 0,
         "parted_at": {},
     }
     assert report["al_b"] == pytest.approx(1 + 12 / 8)
@@ -182,3 +189,47 @@ def test_bad_input_is_one_line_naming_the_file_and_field(tmp_path, capsys):
         explain.explain(a, other)
     assert explain.explain(a, other, allow_different_targets=True)["settings_differ"][0] == "fingerprints.target"
     assert ROWS  # the prompt rows the runs share
+
+
+def test_causes_are_named_in_order_drafter_first_then_lengths(tmp_path):
+    # ngram against suffix at another max_tokens: the outputs are cut at 8, but the drafter is the cause
+    report = explain.explain(
+        run_dir(tmp_path, "ngram"), run_dir(tmp_path, "suffix", "drafter=suffix", "sampling.max_tokens=8")
+    )
+    differ = report["settings_differ"]
+    assert differ[0] == "speculative_config.method" and "config.sampling.max_tokens" in differ
+    assert report["conclusion"].startswith(
+        "the drafters differ (method ngram vs suffix): 100% of it is in the steps after the outputs part; "
+        "also different: max_tokens 128 vs 8"
+    )
+    # a fake run against a real one: the script explains it, not the threads or dtype that differ too
+    real = run_dir(tmp_path, "real", script=SCRIPT | {"q2#0": [None, (3, 1), 3, (3, 1)]})
+    stamp = json.loads((real / "stamp.json").read_text())
+    stamp["runner"] = "vllm"
+    stamp["config"]["engine"]["dtype"] = "float32"
+    (real / "stamp.json").write_text(json.dumps(stamp))
+    mixed = explain.explain(run_dir(tmp_path, "fake"), real)
+    assert mixed["settings_differ"][0] == "runner" and "config.engine.dtype" in mixed["settings_differ"]
+    assert mixed["conclusion"].startswith("the engines differ (runner fake vs vllm): A's acceptance is the fake ")
+    assert "100% of it is in identical outputs" in mixed["conclusion"]
+
+
+def test_a_peers_unrecorded_settings_are_unknown_not_different(tmp_path, capsys):
+    a = run_dir(tmp_path, "a")
+    report = explain.explain(a, PEERS / "profile_export.jsonl")
+    assert report["settings_differ"] == [] and report["settings"] == {}
+    # D, the drafter and the sampling are A's settings the peer does not record
+    for key in ("config.d", "speculative_config.method", "config.sampling.temperature"):
+        assert key in report["settings_unknown"]
+    assert report["settings_unknown"][0] == "runner"  # most consequential first
+    # a vllm bench serve figure far from its formula on A's records: the peer's own measurement
+    served = tmp_path / "result.json"
+    served.write_text(json.dumps({"backend": "vllm", "spec_decode_acceptance_length": 3.9}))
+    measured = explain.explain(a, served)
+    assert abs(measured["parts"][explain.MEASUREMENT]) > abs(measured["parts"][explain.DEFINITION])
+    assert measured["conclusion"].startswith("the peer measured other acceptance (")
+    assert f"does not record {len(measured['settings_unknown'])} of A's settings" in measured["conclusion"]
+    assert explain.main([str(a), str(PEERS / "profile_export.jsonl"), "--out", str(tmp_path / "out")]) == 0
+    shown = capsys.readouterr().out
+    assert "settings that differ: none" in shown
+    assert "settings unknown on B's side (its export does not record them): runner, " in shown
