@@ -409,11 +409,12 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
             hw = replace(hw, ops=AiconfiguratorOps(str(options["gpu"]), str(options.get("engine", "vllm"))))
     target_config, acceptance, by_length, shares, draft_configs = resolve_inputs(source, options, arch)
     target = shape_of(target_config, "target.model")
-    fitted = None
+    fitted, calibration_warnings = None, []
     if calibration is not None:  # the machine measured, in place of a GPU of the table
         weights = str(options.get("weights", "bf16"))
         fitted = calibrate.fit(target, calibration, weights)
         calibrated = calibrate.errors(target, calibration, weights, everything=fitted)
+        calibration_warnings = calibrate.implausible(fitted, [h for _, _, h in calibrated])
         hw = fitted.hardware(weights, ints(options.get("tp", 1), "tp")[0], options.get("expert_weights"))
     check_tp(target, hw.tp)
     ds = ints(options["d"], "d") if "d" in options else None
@@ -439,7 +440,7 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
             f"{hw.gpu.memory_gb:.3g} GB; give a larger tp= or smaller weights= / expert_weights=."
         )
     result = {
-        "gpu": asdict(hw.gpu),
+        "gpu": gpu_record(hw),
         "tp": hw.tp,
         "weights": hw.weights,
         "expert_weights": expert_format(target, hw) if target.experts else None,
@@ -465,6 +466,8 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
                 {**asdict(p), "error": round(in_fit, 4), "held_out_error": None if math.isnan(h) else round(h, 4)}
                 for p, in_fit, h in calibrated
             ],
+            "held_out_bound": calibrate.HELD_OUT_BOUND,
+            "warnings": calibration_warnings,
         },
         "draft_shares": {
             d.drafter: {
@@ -479,7 +482,7 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
             }
             for d in draftings
         },
-        "notes": share_notes(draftings, shares),
+        "notes": [f"calibration: {w}" for w in calibration_warnings] + share_notes(draftings, shares),
         # the same acceptance as Dynamo's planner and mocker take it (reports/profile.py dynamo_flags)
         "dynamo_flags": {
             drafter: dynamo_flags(conditional_acceptance(rates), len(rates))
@@ -557,6 +560,16 @@ def with_share(drafting: Drafting, share: Share) -> Drafting:
         share_by_length=share.by_length,
         undrafted=share.undrafted,
     )
+
+
+def gpu_record(hw: Hardware) -> dict[str, Any]:
+    """The GPU as whatif.json holds it: a calibrated machine's memory is not known (every point is
+    taken to fit), so it is null, not Infinity, which is not JSON."""
+    record = asdict(hw.gpu)
+    if not math.isfinite(record["memory_gb"]):
+        record["memory_gb"] = None
+        record["memory_gb_unknown"] = "a calibrated machine: its memory is not modelled, every point is taken to fit"
+    return record
 
 
 def share_notes(draftings: list[Drafting], shares: dict[str, Share]) -> list[str]:

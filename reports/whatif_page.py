@@ -45,7 +45,9 @@ def speedup_chart(points: list[dict[str, Any]], drafter: str, context: int) -> C
         shapes=[{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1, "line": {"dash": "dot"}}],
     )
     return Chart(
-        f"speedup-{drafter}-{context}", f"{drafter} speedup vs B", {"data": coloured(traces), "layout": layout}
+        f"speedup-{drafter}-{context}",
+        f"{drafter} speedup vs B, context {context}",
+        {"data": coloured(traces), "layout": layout},
     )
 
 
@@ -80,7 +82,7 @@ def length_section(lengths: list[dict[str, Any]]) -> Section:
 
 def write_page(result: dict[str, Any], out: Path, slo_line: str | None = None) -> Path:
     points = result["points"]
-    context = min(p["context_len"] for p in points)
+    contexts = sorted({p["context_len"] for p in points})
     drafters = sorted({p["drafter"] for p in points})
     by_length = bool(result.get("by_length"))
     best_rows = [
@@ -101,27 +103,31 @@ def write_page(result: dict[str, Any], out: Path, slo_line: str | None = None) -
         text=[
             f"tp={result['tp']}, weights={result['weights']}, cost model: {result['cost_model']}. All figures "
             f"predicted; {result.get('speedup_interval', '')}."
-        ],
+        ]
+        + list(result.get("notes", [])),
         tables=[
             (["B", "context", "best", "speedup", "80% range"] + (["AL measured at"] if by_length else []), best_rows)
         ],
     )
-    rows = pd.DataFrame([r for r in operating_rows(points, result["tp"]) if r["context_len"] == context])
+    operating = pd.DataFrame(operating_rows(points, result["tp"]))
     fronts = []
-    for drafter in drafters:
-        shown = rows[rows.mechanism.isin([drafter, "plain"])]
-        chart = pareto_chart(shown, pareto_front(shown))
-        if isinstance(chart, Chart):
-            chart.key, chart.title = f"pareto-{drafter}", f"Throughput vs interactivity with and without {drafter}"
-            layout = chart.figure["layout"]
-            layout["title"]["text"] = f"{drafter} and plain decoding: predicted, context {context}"
-            layout["xaxis"]["title"]["text"] = "interactivity: output tokens/s per user"
-            layout["yaxis"]["title"]["text"] = "throughput: output tokens/s per GPU"
-        fronts.append(chart)
+    for context in contexts:  # one chart per measured or asked context length, not the first alone
+        rows = operating[operating.context_len == context]
+        for drafter in drafters:
+            shown = rows[rows.mechanism.isin([drafter, "plain"])]
+            chart = pareto_chart(shown, pareto_front(shown))
+            if isinstance(chart, Chart):
+                chart.key = f"pareto-{drafter}-{context}"
+                chart.title = f"Throughput vs interactivity with and without {drafter}, context {context}"
+                layout = chart.figure["layout"]
+                layout["title"]["text"] = f"{drafter} and plain decoding: predicted, context {context}"
+                layout["xaxis"]["title"]["text"] = "interactivity: output tokens/s per user"
+                layout["yaxis"]["title"]["text"] = "throughput: output tokens/s per GPU"
+            fronts.append(chart)
     sections = [
         answer,
         *([length_section(result["by_length"])] if by_length else []),
-        Section("Predicted speedup vs B", charts=[speedup_chart(points, d, context) for d in drafters]),
+        Section("Predicted speedup vs B", charts=[speedup_chart(points, d, c) for c in contexts for d in drafters]),
         Section("Throughput vs interactivity", charts=fronts),
     ]
     path = out / WHATIF_PAGE

@@ -15,11 +15,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from speclens.errors import ConfigError
-from speclens.gpu_model.gpus import Gpu
+from speclens.gpu_model.gpus import GPUS, Gpu
 from speclens.gpu_model.model_shape import ModelShape
 from speclens.gpu_model.step_cost import TILE_ROWS, Efficiency, Hardware, verify_step
 
 MIN_POINTS = 3  # three numbers are fitted
+# A held-out error past this and the fit does not predict the points it was not given: its
+# predictions for this machine are not to be bet on (the 4-point CPU calibration of docs/whatif.md
+# is off by 26 % held out at most).
+HELD_OUT_BOUND = 0.30
 
 
 @dataclass(frozen=True)
@@ -123,4 +127,33 @@ def errors(
         in_fit = everything.predict(shape, p, weights) / p.t_ms - 1
         held_out = math.nan if held is None else held.predict(shape, p, weights) / p.t_ms - 1
         out.append((p, in_fit, held_out))
+    return out
+
+
+def implausible(fitted: Fit, held_out: list[float]) -> list[str]:
+    """Warnings for a fit no machine could have produced (bandwidth or throughput above every GPU
+    of the table) or that misses its own held-out points by more than HELD_OUT_BOUND."""
+    out = []
+    fastest = max(GPUS.values(), key=lambda g: g.hbm_tb_s)
+    if fitted.hbm_tb_s > fastest.hbm_tb_s:
+        out.append(
+            f"the fitted bandwidth, {fitted.hbm_tb_s * 1e3:.3g} GB/s, is above any GPU's ({fastest.name}: "
+            f"{fastest.hbm_tb_s * 1e3:.3g} GB/s): the step costs do not pin it (the weights fit in a cache, or the "
+            "timings are noise), so predictions that hinge on memory traffic are extrapolation"
+        )
+    strongest = max(GPUS.values(), key=lambda g: g.fp8_tflops or g.bf16_tflops)
+    peak = strongest.fp8_tflops or strongest.bf16_tflops
+    if fitted.tflops > peak:
+        out.append(
+            f"the fitted throughput, {fitted.tflops:.3g} TFLOPS, is above any GPU's ({strongest.name}: {peak:.4g} "
+            "TFLOPS at fp8): the step costs do not pin it, so predictions that hinge on compute are extrapolation"
+        )
+    finite = [h for h in held_out if math.isfinite(h)]
+    worst = max(finite, key=abs, default=None)
+    if worst is not None and abs(worst) > HELD_OUT_BOUND:
+        out.append(
+            f"a point held out of the fit is predicted {worst:+.1%} off (bound ±{HELD_OUT_BOUND:.0%}): the fit does not "
+            "predict what it was not given, so its predictions for this machine are not to be bet on; measure more "
+            "batch sizes or D, or less noisy steps"
+        )
     return out

@@ -487,7 +487,12 @@ def test_whatif_answers_the_slo_in_one_line_and_draws_its_page(tmp_path, capsys)
     what = "plain decoding" if serve["mechanism"] == "plain" else f"eagle3 d={serve['d']}"
     assert f"serve {what} up to B={serve['batch_size']}: " in out and serve["tokens_per_s_per_request"] >= 100
     page = (tmp_path / "whatif.html").read_text()
-    assert '"speedup-eagle3-4096"' in page and '"pareto-eagle3"' in page
+    assert '"speedup-eagle3-4096"' in page and '"pareto-eagle3-4096"' in page
+    # every context length asked for is charted, not the first alone
+    assert main([*args, "batch_sizes=[1,4]", "context_len=[512,8192]"]) == 0
+    page = (tmp_path / "whatif.html").read_text()
+    for context in (512, 8192):
+        assert f'"speedup-eagle3-{context}"' in page and f'"pareto-eagle3-{context}"' in page
 
 
 def test_the_report_predicts_each_runs_speedup_on_a_named_gpu(tmp_path):
@@ -598,3 +603,38 @@ def test_each_engine_runs_speculation_its_own_way_and_is_printed_with_the_predic
     )
     written = json.loads((tmp_path / "out" / "whatif.json").read_text())["engine"]
     assert (written["name"], written["in_graph_drafters"]) == ("trtllm", ["eagle3", "mtp"])
+
+
+def test_a_calibration_no_machine_could_give_is_said_to_be_noise():
+    from speclens.gpu_model.calibrate import HELD_OUT_BOUND, Fit, implausible
+
+    # the 4-point CPU calibration of docs/whatif.md: 13 GFLOPS, held out at most +26 %: no warning
+    assert implausible(Fit(0.05, 0.013, 2.7, tile_rows=None), [-0.024, -0.194, 0.262, -0.029]) == []
+    # the case: noisy steps fitting 3.5e14 GB/s, and a point held out 0.4 off
+    bandwidth, held = implausible(Fit(3.5e11, 0.5, 2.0), [0.1, -0.4, math.nan])
+    assert bandwidth.startswith("the fitted bandwidth, 3.5e+14 GB/s, is above any GPU's (b200: 8e+03 GB/s)")
+    assert held.startswith(f"a point held out of the fit is predicted -40.0% off (bound ±{HELD_OUT_BOUND:.0%})")
+    [compute] = implausible(Fit(1.0, 9000.0, 1.0), [])
+    assert compute.startswith("the fitted throughput, 9e+03 TFLOPS, is above any GPU's (gb200: 5000 TFLOPS at fp8)")
+
+
+def test_calibrate_writes_strict_json_and_its_warnings_where_the_user_reads(tmp_path, capsys, monkeypatch):
+    from evals.whatif import main
+    from speclens.gpu_model import calibrate
+    from speclens.options import strict_json_loads
+    from tests.unit.test_step_costs import measure
+
+    measure(tmp_path, 2)  # the fake engine's step costs at B = 1, 2, D = 0, 2
+    args = [f"calibrate={tmp_path / 'sweep'}", "drafter=ngram", "al=1.8", "d=2", "batch_sizes=[1,4]"]
+    monkeypatch.setattr(calibrate, "HELD_OUT_BOUND", 0.0)  # every fit misses a held-out point by more than 0
+    assert main([*args, f"out={tmp_path / 'out'}"]) == 0
+    shown = capsys.readouterr().out
+    # a calibrated machine's memory is unknown: null with its reason, never Infinity (not JSON)
+    written = strict_json_loads((tmp_path / "out" / "whatif.json").read_text())
+    assert written["gpu"]["memory_gb"] is None and "not modelled" in written["gpu"]["memory_gb_unknown"]
+    held = [p["held_out_error"] for p in written["calibration"]["points"]]
+    worst = max(held, key=abs)
+    [warning] = written["calibration"]["warnings"]
+    assert warning.startswith(f"a point held out of the fit is predicted {worst:+.1%} off (bound ±0%)")
+    assert f"calibration: {warning}" in written["notes"] and f"calibration: {warning}" in shown
+    assert warning.split(":")[0] in (tmp_path / "out" / "whatif.html").read_text()
