@@ -120,7 +120,13 @@ class Drafter:
         return [[replay_turn(propose, ctx, d) for ctx in batch] for batch in batches]
 
     def validate(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
-        """Raise ConfigError for settings vLLM would reject or silently mis-measure."""
+        """Raise ConfigError for settings vLLM would reject or silently mis-measure: the pair's
+        config-level checks, then those that need the checkpoint's files or this machine's vLLM."""
+        self.check_pair(d, target, draft)
+
+    def check_pair(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
+        """What the configs alone say against this target, draft and D: the one check evals.run,
+        evals.whatif and evals.guidelines share (a config-only folder is enough)."""
         limit = self.max_d()
         if d > limit:
             raise ConfigError(

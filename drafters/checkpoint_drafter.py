@@ -90,14 +90,19 @@ class CheckpointDrafter(Drafter):
         return spec | ({"parallel_drafting": True} if self.parallel else {})
 
     def validate(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
+        if draft is not None:
+            check_path_hints(self.vllm_method, draft.path, "drafter.model")
         super().validate(d, target, draft)
+        assert draft is not None
+        check_weights(self.name, Path(draft.path))
+
+    def check_pair(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
+        super().check_pair(d, target, draft)
         if draft is None:
             raise ConfigError(f"drafter={self.name} needs drafter.model=<local path or hub id>.")
-        check_path_hints(self.vllm_method, draft.path, "drafter.model")
         kind_error = self.checkpoint_kind_error(draft)
         if kind_error:
             raise ConfigError(f"drafter.model={draft.path} is not a {self.name} checkpoint: {kind_error}.")
-        check_weights(self.name, Path(draft.path))
         if self.parallel and parallel_drafting_token(draft.raw) is None:
             raise ConfigError(
                 f"drafter.parallel_drafting=true: drafter.model={draft.path} was not trained for parallel drafting: its "

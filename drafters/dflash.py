@@ -36,8 +36,8 @@ class Dflash(CheckpointDrafter):
         best_fit="long drafts at low batch sizes: many tokens from one draft pass",
     )
 
-    def validate(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
-        super().validate(d, target, draft)
+    def check_pair(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
+        super().check_pair(d, target, draft)
         assert draft is not None
         if "dflash_config" not in draft.raw:
             raise ConfigError(

@@ -46,6 +46,9 @@ class Dspark(CheckpointDrafter):
                 "decoding'). Run it on a GPU machine with the CUDA build of vLLM."
             )
         super().validate(d, target, draft)
+
+    def check_pair(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
+        super().check_pair(d, target, draft)
         assert draft is not None
         block = draft.raw.get("block_size")
         if block is not None and d > int(block):

@@ -52,8 +52,8 @@ class Eagle(CheckpointDrafter):
         """The key and width of the target hidden states the head takes in."""
         return "hidden_size", draft.hidden_size
 
-    def validate(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
-        super().validate(d, target, draft)
+    def check_pair(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
+        super().check_pair(d, target, draft)
         assert draft is not None
         # The head consumes the target's hidden states, so the widths must agree.
         key, width = self.input_width(draft)

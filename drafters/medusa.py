@@ -31,8 +31,8 @@ class Medusa(CheckpointDrafter):
         best_fit="cheap drafting where an EAGLE head is not available",
     )
 
-    def validate(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
-        super().validate(d, target, draft)
+    def check_pair(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
+        super().check_pair(d, target, draft)
         assert draft is not None
         heads = draft.raw.get("num_heads")
         # vLLM builds exactly D heads; fewer in the checkpoint fails at load.

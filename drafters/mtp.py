@@ -50,8 +50,11 @@ class Mtp(Drafter):
         return {"method": self.cfg.method or "mtp", "num_speculative_tokens": d}
 
     def validate(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
-        super().validate(d, target, draft)
         check_path_hints("mtp", target.path, "target.model")
+        super().validate(d, target, draft)
+
+    def check_pair(self, d: int, target: ModelFacts, draft: ModelFacts | None) -> None:
+        super().check_pair(d, target, draft)
         layers = mtp_layers(target)
         if layers < 1:
             raise ConfigError(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from evals.compose import compose_config, to_run_config
 from evals.plan import resolve_target
+from evals.whatif import check_pair
 from speclens import checkpoints
 from speclens.errors import ConfigError, guarded
 from speclens.gpu_model.guidelines import Guidelines
@@ -35,14 +36,19 @@ def _split_args(argv: list[str]) -> tuple[list[str], str | None, dict[str, str]]
     return overrides, draft, gpu
 
 
+def draft_mechanism(draft_config: dict | None) -> str:
+    """A draft model where drafter.model= names one (no draft vocabulary), else an EAGLE-3 head."""
+    return "draft_model" if draft_config is not None and not draft_config.get("draft_vocab_size") else "eagle3"
+
+
 def gpu_lines(settings: dict[str, str], target_config: dict, draft_config: dict | None) -> list[str]:
     """The guidelines for the GPU `settings` name, from the step-cost model."""
     from evals.whatif import hardware_from, ints
     from speclens.gpu_model.draft_cost import drafter_shape
     from speclens.gpu_model.gpu_guidelines import free_verification_limit, low_latency_break_even, verify_knees
     from speclens.gpu_model.model_shape import shape_of
-    from speclens.gpu_model.step_cost import check_tp
-    from speclens.gpu_model.whatif import DEFAULT_BATCH_SIZES
+    from speclens.gpu_model.step_cost import check_tp, memory_needed_gb
+    from speclens.gpu_model.whatif import DEFAULT_BATCH_SIZES, check_fits
 
     if "gpu" not in settings:
         raise ConfigError("give gpu=<name> with the GPU settings (tp=, weights=, batch_sizes=, context_len=).")
@@ -53,6 +59,7 @@ def gpu_lines(settings: dict[str, str], target_config: dict, draft_config: dict 
         parse_value(settings.get("batch_sizes", "null"), "batch_sizes") or DEFAULT_BATCH_SIZES, "batch_sizes"
     )
     context = ints(parse_value(settings.get("context_len", "4096"), "context_len"), "context_len")[0]
+    check_fits(hw, memory_needed_gb(shape, 1, context, 0, hw), 1, context)  # guidelines for a GPU it fits
     ds = [1, 2, 3, 4, 5, 7, 15, 31]
     out = [f"on {hw.gpu.name} (tp={hw.tp}, weights={hw.weights}, context {context} tokens; the step-cost model):"]
     limits = ", ".join(
@@ -66,8 +73,7 @@ def gpu_lines(settings: dict[str, str], target_config: dict, draft_config: dict 
         knees = verify_knees(shape, hw, b, context, 64)
         shown = ", ".join(map(str, knees[:6])) or "none up to D=64"
         out.append(f"guidelines 2-3 at B={b}: T_verif steps up after D = {shown}")
-    # a draft model where drafter.model= names one (no draft vocabulary), else an EAGLE-3 head
-    mechanism = "draft_model" if draft_config is not None and not draft_config.get("draft_vocab_size") else "eagle3"
+    mechanism = draft_mechanism(draft_config)
     draft = drafter_shape(mechanism, shape, draft_config)
     rho, pays = low_latency_break_even(mechanism, shape, draft, hw, context, [1, 3, 7])
     what = "the EAGLE-3 head" if mechanism == "eagle3" else "the draft model"
@@ -87,8 +93,12 @@ def main(argv: list[str]) -> int:
     target_config = checkpoints.read_config(target_dir, "target.model")
     draft_config = None
     if draft is not None:
-        draft_config = checkpoints.read_config(checkpoints.resolve(draft, "drafter.model"), "drafter.model")
+        draft_dir = checkpoints.resolve(draft, "drafter.model")
+        draft_config = checkpoints.read_config(draft_dir, "drafter.model")
+        # what evals.run refuses of this pair (another vocabulary, a head of another target), refused here
+        check_pair(draft_mechanism(draft_config), 1, str(target_dir), target_config, str(draft_dir), draft_config)
     guidelines = Guidelines.for_configs(target_config, draft_config)
+    on_gpu = gpu_lines(gpu, target_config, draft_config) if gpu else []  # refused before anything is printed
     text = text_config(target_config)
     print(
         f"target: {Path(target_dir)} ({', '.join(target_config.get('architectures') or ['?'])}, "
@@ -96,8 +106,8 @@ def main(argv: list[str]) -> int:
         f"{text.get('num_key_value_heads') or text.get('num_attention_heads')} KV heads)"
     )
     print("\n".join(guidelines.lines()))
-    if gpu:
-        print("\n".join(gpu_lines(gpu, target_config, draft_config)))
+    if on_gpu:
+        print("\n".join(on_gpu))
     return 0
 
 

@@ -37,6 +37,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from drafters import REGISTRY
 from reports.profile import PROFILE_FILE, dynamo_flags, read_profiles
 from reports.runs import find_runs
 from reports.table import text_table
@@ -57,10 +60,10 @@ from speclens.gpu_model.model_shape import ModelShape, shape_of
 from speclens.gpu_model.step_cost import Efficiency, Hardware, check_tp, expert_format, measurable
 from speclens.gpu_model.whatif import (
     DEFAULT_BATCH_SIZES,
-    MEMORY_HEADROOM,
     Drafting,
     best,
     best_label,
+    check_fits,
     mean_context,
     predict,
     schedule,
@@ -68,7 +71,7 @@ from speclens.gpu_model.whatif import (
     undrafted_step,
 )
 from speclens.metrics import conditional_acceptance, length_label
-from speclens.model_facts import text_config
+from speclens.model_facts import ModelFacts, text_config
 from speclens.options import nearest, number, parse_value, strict_json_loads
 from speclens.records import read_parquet
 from speclens.run_files import REQUESTS_FILE, read_stamp
@@ -265,11 +268,12 @@ def resolve_inputs(source: Path | None, options: dict[str, Any], arch: dict[str,
         if drafter not in MECHANISMS:
             raise ConfigError(f"drafter={drafter}: no draft-cost model for it; choose one of {', '.join(MECHANISMS)}.")
     if "target.model" in options:
-        target_config = _read_config(options["target.model"], "target.model")
+        target_ref = str(options["target.model"])
     elif stamps:
-        target_config = _read_config(stamps[0][1]["target_dir"], "target.model")
+        target_ref = str(stamps[0][1]["target_dir"])
     else:
         raise ConfigError("give target.model=<folder or hub id> (a folder holding its config.json is enough).")
+    target_config = _read_config(target_ref, "target.model")
     text = text_config(target_config)
     for field, value in arch.items():
         if field not in text and field not in checkpoints.COUNT_FIELDS:
@@ -286,7 +290,23 @@ def resolve_inputs(source: Path | None, options: dict[str, Any], arch: dict[str,
         if ref is None and needs_draft_config(drafter):
             raise ConfigError(f"drafter={drafter}: give drafter.model=<folder or hub id> for its config.json.")
         draft_configs[drafter] = _read_config(ref, "drafter.model") if ref else None
+        longest = max(ints(options["d"], "d")) if "d" in options else len(np.atleast_1d(acceptance[drafter]))
+        check_pair(drafter, longest, target_ref, target_config, ref, draft_configs[drafter])
     return target_config, acceptance, by_length, shares, draft_configs
+
+
+def check_pair(
+    drafter: str, d: int, target_ref: str, target_config: dict, draft_ref: str | None, draft_config: dict | None
+) -> None:
+    """What evals.run refuses about this target and drafter at this D from their configs (the
+    vocabulary, a head built for another target, MTP layers, the checkpoint's kind: drafters'
+    check_pair), refused here too. An EAGLE head given no config.json is estimated, so not checked."""
+    cls = REGISTRY[drafter]
+    if cls.needs_checkpoint and draft_config is None:
+        return
+    target = ModelFacts.from_config(target_ref, target_config)
+    draft = None if draft_config is None else ModelFacts.from_config(str(draft_ref), draft_config)
+    cls(drafter, cls.config_class()).check_pair(d, target, draft)
 
 
 def _hardware(options: dict[str, Any], gpu_fields: dict[str, Any], eff_fields: dict[str, Any]) -> Hardware:
@@ -434,11 +454,7 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
     with_intervals(points)
     if not any(p["fits"] for p in points):
         least = min(points, key=lambda p: p["memory_gb"])
-        raise ConfigError(
-            f"nothing fits {hw.gpu.name}: the target needs {least['memory_gb']:.3g} GB a GPU at its smallest point "
-            f"(B={least['batch_size']}, context {least['context_len']}), over {MEMORY_HEADROOM:.0%} of "
-            f"{hw.gpu.memory_gb:.3g} GB; give a larger tp= or smaller weights= / expert_weights=."
-        )
+        check_fits(hw, least["memory_gb"], least["batch_size"], least["context_len"])
     result = {
         "gpu": gpu_record(hw),
         "tp": hw.tp,
@@ -628,20 +644,21 @@ def length_lines(result: dict[str, Any]) -> list[str]:
             f"{drafter} " + ", ".join(f"D={d}: {v:.2f}" for d, v in by_d.items())
             for drafter, by_d in section["al_measured"].items()
         )
+        g2 = section["guideline_2_d"]
         out.append(
             f"at {section['length']} ({section['context_len']} tokens; AL measured there: {al}): guideline 2 "
-            f"D={section['guideline_2_d']} (G={section['g']}), guideline 3 D in {section['guideline_3_ds'][:4]}; "
-            "predicted:"
+            + (f"D={g2}" if g2 is not None else "does not apply")
+            + f" (G={section['g']}), guideline 3 D in {section['guideline_3_ds'][:4]}; predicted:"
         )
         best_at = {b["batch_size"]: b for b in section["best"]}
         for b in section["by_batch_size"]:
             knees = ", ".join(map(str, b["knees"][:4])) or "none up to D=64"
             chosen = best_at.get(b["batch_size"])
             what = best_label(chosen)
+            at_g2 = "" if g2 is None else f", {b['attention_share_at_starting_d']:.0%} at D={g2}"
             out.append(
-                f"  B={b['batch_size']}: attention {b['attention_share_plain']:.0%} of T_verif(B), "
-                f"{b['attention_share_at_starting_d']:.0%} at D={section['guideline_2_d']}; T_verif steps up after "
-                f"D = {knees}; best {what}"
+                f"  B={b['batch_size']}: attention {b['attention_share_plain']:.0%} of T_verif(B){at_g2}; "
+                f"T_verif steps up after D = {knees}; best {what}"
             )
     return out
 

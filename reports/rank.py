@@ -11,7 +11,6 @@ speculation_profile.json written beside them (reports/profile.py).
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Collection
@@ -33,8 +32,8 @@ from reports.ranking import (
 from reports.runs import Run
 from reports.serve import SERVE_FILE, serve_markdown, serve_plan
 from reports.table import cell, markdown_table, text_table
-from speclens import costs
-from speclens.errors import ArgumentParser, CorruptRecord, guarded
+from speclens import checkpoints, costs
+from speclens.errors import ArgumentParser, ConfigError, CorruptRecord, guarded
 from speclens.files import output_path, write_json_atomic
 from speclens.gpu_model.guidelines import Guidelines, low_latency_speedup
 from speclens.text import markdown_safe
@@ -46,10 +45,15 @@ def guideline_notes(runs: list[Run], ranking: pd.DataFrame) -> list[str]:
     config_file = Path(target_dir) / "config.json" if target_dir else None
     if config_file is None or not config_file.is_file():
         return [f"guidelines: the target's config.json ({config_file}) is not on this machine; not computed."]
-    target_config = json.loads(config_file.read_text())
-    base = Guidelines.for_configs(target_config)
+    try:  # a damaged config.json costs the report its guidelines, not the report
+        target_config = checkpoints.read_config(config_file.parent, "target.model")
+        base = Guidelines.for_configs(target_config)
+    except ConfigError as error:
+        return [f"guidelines: not computed: {error}"]
     notes = base.lines()[:3]
     overall = ranking[(ranking.domain == "all") & ranking.d.notna() & ranking.speedup.notna()]
+    if base.starting_d is None:  # G >= 128 (MLA): guidelines 2 and 3 name no D to set the best beside
+        overall = overall.iloc[0:0]
     for (drafter, b), group in overall.groupby(["drafter", "batch_size"], sort=True):
         best = group.loc[group.speedup.idxmax()]
         measured_ds = sorted(int(d) for d in group.d)
@@ -67,7 +71,11 @@ def guideline_notes(runs: list[Run], ranking: pd.DataFrame) -> list[str]:
         draft_file = Path(draft) / "config.json" if draft else None
         if draft_file is None or not draft_file.is_file() or run.summary.d is None:
             continue
-        g4 = Guidelines.for_configs(target_config, json.loads(draft_file.read_text()))
+        try:
+            g4 = Guidelines.for_configs(target_config, checkpoints.read_config(draft_file.parent, "drafter.model"))
+        except ConfigError as error:
+            notes.append(f"guideline 4, {run.summary.drafter}: not computed: {error}")
+            continue
         s = run.summary
         for point in s.operating_points:
             if point.al is None:

@@ -61,19 +61,25 @@ def length_section(lengths: list[dict[str, Any]]) -> Section:
             what = best_label(chosen)
             rows.append(
                 [at["length"], str(b["batch_size"]), f"{b['attention_share_plain']:.0%}"]
-                + [f"{b['attention_share_at_starting_d']:.0%}", ", ".join(map(str, b["knees"][:4])) or "-", what]
+                + [
+                    "-" if b["attention_share_at_starting_d"] is None else f"{b['attention_share_at_starting_d']:.0%}",
+                    ", ".join(map(str, b["knees"][:4])) or "-",
+                    what,
+                ]
             )
     g2 = lengths[0]["guideline_2_d"]
+    rule = f"D = 128/G - 1 = {g2}" if g2 is not None else "does not apply (one token's rows fill a tile)"
     return Section(
         "By context length",
         text=[
-            f"Guideline 2: D = 128/G - 1 = {g2} (G = {lengths[0]['g']}); guideline 3: D in "
+            f"Guideline 2: {rule} (G = {lengths[0]['g']}); guideline 3: D in "
             f"{lengths[0]['guideline_3_ds'][:4]}. At each length the AL measured there; the attention "
             "share, the D after which verification steps up and the best D are predicted by the step-cost model."
         ],
         tables=[
             (
-                ["length", "B", "attention share of T_verif(B)", f"at D={g2}", "T_verif steps up after D", "best"],
+                ["length", "B", "attention share of T_verif(B)", f"at D={g2}" if g2 is not None else "-"]
+                + ["T_verif steps up after D", "best"],
                 rows,
             )
         ],

@@ -88,7 +88,7 @@ class AtBatch:
     batch_size: int
     knees: list[int]  # each D after which T_verif(B·(1+D)) steps up
     attention_share_plain: float  # of T_verif(B)
-    attention_share_at_starting_d: float  # of T_verif(B·(1+D)) at guideline 2's D
+    attention_share_at_starting_d: float | None  # of T_verif(B·(1+D)) at guideline 2's D (None: no such D)
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ class AtLength:
 
     context_len: int
     g: int
-    starting_d: int
+    starting_d: int | None  # None: guideline 2 does not apply (G >= 128: MLA's one latent)
     tile_aligned: list[int]
     by_batch: list[AtBatch]
 
@@ -112,7 +112,7 @@ def at_length(shape: ModelShape, hw: Hardware, context: int, batch_sizes: list[i
             b,
             verify_knees(shape, hw, b, context, max_d),
             attention_share(shape, hw, b, 0, context),
-            attention_share(shape, hw, b, starting, context),
+            None if starting is None else attention_share(shape, hw, b, starting, context),
         )
         for b in batch_sizes
     ]

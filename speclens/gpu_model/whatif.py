@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from speclens.errors import ConfigError
 from speclens.gpu_model.draft_cost import draft_ms
 from speclens.gpu_model.model_shape import ModelShape
 from speclens.gpu_model.step_cost import Hardware, memory_needed_gb, verify_step
@@ -35,6 +36,17 @@ if TYPE_CHECKING:
 
 DEFAULT_BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 MEMORY_HEADROOM = 0.9  # the share of GPU memory weights and KV cache may take (vLLM's default utilisation)
+
+
+def check_fits(hw: Hardware, memory_gb: float, batch_size: int, context: int) -> None:
+    """Refuse a prediction for a GPU the target's smallest point (`memory_gb` a GPU at this B and
+    context) does not fit."""
+    if memory_gb > MEMORY_HEADROOM * hw.gpu.memory_gb:
+        raise ConfigError(
+            f"nothing fits {hw.gpu.name}: the target needs {memory_gb:.3g} GB a GPU at its smallest point "
+            f"(B={batch_size}, context {context}), over {MEMORY_HEADROOM:.0%} of "
+            f"{hw.gpu.memory_gb:.3g} GB; give a larger tp= or smaller weights= / expert_weights=."
+        )
 
 
 def nearest_length(lengths: list[int], context: int) -> int:

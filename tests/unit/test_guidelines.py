@@ -63,3 +63,45 @@ def test_cli_names_the_key_to_fix(tmp_path, capsys):
     assert "target.model=" in capsys.readouterr().err
     assert main(["drafter.num_speculative_tokens=3"]) == 2
     assert "only drafter.model=<path> is read here" in capsys.readouterr().err
+
+
+DEEPSEEK_V3_ATTENTION = {  # DeepSeek-V3's config.json: 128 query heads over one latent (kv_lora_rank)
+    "num_attention_heads": 128,
+    "num_key_value_heads": 128,
+    "kv_lora_rank": 512,
+    "qk_rope_head_dim": 64,
+    "qk_nope_head_dim": 128,
+    "v_head_dim": 128,
+    "q_lora_rank": 1536,
+}
+
+
+def test_mla_targets_get_the_guidelines_that_apply_to_them(tmp_path, capsys):
+    # its num_key_value_heads (128) counts heads the latent expands to: G is 128, not 1
+    assert query_heads_per_kv_head(DEEPSEEK_V3_ATTENTION) == 128
+    assert query_heads_per_kv_head(DEEPSEEK_V3_ATTENTION | {"num_attention_heads": 16}) == 16  # V2-Lite: D = 7
+    assert starting_draft_length(128) is None
+    moe = {"n_routed_experts": 256, "n_shared_experts": 1, "moe_intermediate_size": 2048, "first_k_dense_replace": 3}
+    moe["num_experts_per_tok"] = 8
+    shape = {"hidden_size": 7168, "intermediate_size": 18432, "num_hidden_layers": 61, "vocab_size": 129280}
+    target = write_checkpoint(tmp_path / "target", **shape, **moe, **DEEPSEEK_V3_ATTENTION)
+    assert main(["target=custom", f"target.model={target}"]) == 0
+    out = capsys.readouterr().out
+    assert "G (query heads per KV head) = 128 (MLA: every query head reads the one cached latent)" in out
+    assert "guideline 2: does not apply: one token's 128 query rows already fill a 128-row attention tile" in out
+    assert "guideline 3: does not apply: G*(1+D) is a multiple of 128 for every D" in out
+    assert "D = 127" not in out and "G (query heads per KV head) = 1\n" not in out
+    # 671B parameters in bf16 fit no single GPU: refused in one line, not guidelines for it
+    assert main(["target=custom", f"target.model={target}", "gpu=h200_sxm"]) == 2
+    refused = capsys.readouterr()
+    assert refused.err.startswith("speclens: error: nothing fits h200_sxm: the target needs ") and refused.out == ""
+
+
+def test_guidelines_refuse_a_draft_evals_run_refuses(tmp_path, capsys):
+    target = write_checkpoint(tmp_path / "target", num_attention_heads=32, num_key_value_heads=4, num_hidden_layers=32)
+    other_vocab = write_checkpoint(tmp_path / "draft", vocab_size=200, num_hidden_layers=4)
+    assert main(["target=custom", f"target.model={target}", f"drafter.model={other_vocab}"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"speclens: error: drafter.model={other_vocab} has vocab_size=200 but target.model={target} has "
+        "vocab_size=100; drafter=draft_model needs the target's vocabulary."
+    )

@@ -39,6 +39,8 @@ SMALL = {
     "head_dim": 128,
 }
 # 2 q/o + 2 k/v projections, the gated MLP, the LM head
+EAGLE3_HEAD = "LlamaForCausalLMEagle3"  # what vLLM's EAGLE-3 heads name themselves
+CAUSAL_LM = {"architectures": ["LlamaForCausalLM"]}
 SMALL_PARAMS = 1024 * 1024 * 2 + 2 * 1024 * 256 + 3 * 1024 * 4096 + 1000 * 1024
 # A made-up GPU: 1 TB/s, 1,000 TFLOPS (an H100's ratio of FLOPs to bytes is 295, a 128-row
 # attention tile's 128), every efficiency 1, no overhead.
@@ -531,8 +533,8 @@ def test_a_sweeps_drafters_each_get_their_own_draft_checkpoint(tmp_path):
     from speclens.gpu_model.step_cost import Hardware
 
     target = write_config(tmp_path / "target", {**SMALL, "num_hidden_layers": 8})
-    head = write_config(tmp_path / "head", {**SMALL, "draft_vocab_size": 500})
-    draft = write_config(tmp_path / "draft", {**SMALL, "num_hidden_layers": 2, "hidden_size": 512})
+    head = write_config(tmp_path / "head", {**SMALL, "draft_vocab_size": 500, "architectures": [EAGLE3_HEAD]})
+    draft = write_config(tmp_path / "draft", {**SMALL, "num_hidden_layers": 2, "hidden_size": 512} | CAUSAL_LM)
     sweep = tmp_path / "sweep"
     for name, model in (("eagle3", head), ("draft_model", draft)):
         run = sweep / name
@@ -638,3 +640,31 @@ def test_calibrate_writes_strict_json_and_its_warnings_where_the_user_reads(tmp_
     assert warning.startswith(f"a point held out of the fit is predicted {worst:+.1%} off (bound ±0%)")
     assert f"calibration: {warning}" in written["notes"] and f"calibration: {warning}" in shown
     assert warning.split(":")[0] in (tmp_path / "out" / "whatif.html").read_text()
+
+
+@pytest.mark.parametrize(
+    "drafter, draft_config, expected",
+    [
+        ("mtp", None, "has no multi-token-prediction layers (its config.json sets none of num_nextn_predict_layers"),
+        ("draft_model", {**SMALL, "vocab_size": 2000} | CAUSAL_LM, "has vocab_size=2000 but target.model="),
+        ("eagle3", {**SMALL, "hidden_size": 2048, "architectures": [EAGLE3_HEAD]}, "has hidden_size=2048 but target"),
+    ],
+)
+def test_whatif_refuses_the_pairs_evals_run_refuses_in_the_same_words(
+    tmp_path, capsys, drafter, draft_config, expected
+):
+    from evals.run import main as run_main
+    from evals.whatif import main as whatif_main
+    from tests.unit.conftest import fake_overrides
+    from tests.unit.test_commands_fake import ROWS
+
+    target = write_config(tmp_path / "target", SMALL | CAUSAL_LM)  # fake_overrides' target: this one
+    given = [] if draft_config is None else [f"drafter.model={write_config(tmp_path / 'draft', draft_config)}"]
+    assert whatif_main([f"target.model={target}", "gpu=h200_sxm", f"drafter={drafter}", "al=1.8", "d=2", *given]) == 2
+    predicted = capsys.readouterr().err.strip()
+    run_args = [*fake_overrides(tmp_path, ROWS), f"drafter={drafter}", "d=2", f"hydra.run.dir={tmp_path / 'run'}"]
+    with pytest.raises(SystemExit) as ended:  # a Hydra job reports its failure, then exits with its status
+        run_main([*run_args, *given])
+    assert ended.value.code == 2
+    measured = capsys.readouterr().err.strip().splitlines()[-1]
+    assert expected in predicted and predicted == measured
