@@ -35,7 +35,7 @@ from speclens.errors import (
     guarded,
 )
 from speclens.lossless import DIVERGENCE, UNEXPLAINED
-from speclens.run_files import STAMP_FILE
+from speclens.run_files import read_stamp
 from speclens.summary import SUMMARY_FILE, RunSummary, read_summary
 
 register_configs()
@@ -156,7 +156,7 @@ def run(cfg: DictConfig, out_dir: Path, progress=TqdmProgress, group: str | None
     print(result_table(summary))
     print(f"results: {out_dir}")
     if isinstance(run_config.logger, WandbLoggerConfig):
-        stamp = json.loads((out_dir / STAMP_FILE).read_text())
+        stamp = read_stamp(out_dir)
         try:
             log_run(out_dir, summary, stamp, run_config.logger, group)
         except Exception as exc:  # noqa: BLE001 - a dashboard hiccup must not stop a sweep

@@ -11,7 +11,6 @@ and the sweep's earlier file of it removed: the measurements are safe in their r
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import traceback
 from pathlib import Path
@@ -38,6 +37,7 @@ from speclens.errors import (
     user_message,
 )
 from speclens.files import write_json_atomic
+from speclens.options import strict_json_loads
 from speclens.redact import redact
 from speclens.run_files import FAILURE_FILE
 from speclens.summary import SUMMARY_FILE
@@ -60,13 +60,26 @@ def record_failure(job_dir: Path, overrides: list[str], message: str, status: in
     )
 
 
+def read_failure(file: Path) -> dict[str, Any]:
+    """A job's failure.json; one damaged since is still a failure, said to be unreadable."""
+    try:
+        record = strict_json_loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        record = None
+        why = f"{file} is unreadable ({exc})"
+    if isinstance(record, dict) and isinstance(record.get("error"), str):
+        return record
+    why = why if record is None else f"{file} does not have the layout of a failure record"
+    return {"job": file.parent.name, "overrides": [], "error": why, "exit_status": 1}
+
+
 def collect_failures(sweep_dir: Path) -> list[dict[str, Any]]:
     """Every job of the sweep that failed (and has not run since: a job's start removes its
     failure.json); written to failures.json. A job refused beside a finished result it did not
     write (another configuration's, a newer speclens's) failed too, whatever its dir holds."""
     failures = []
     for file in sorted(sweep_dir.glob(f"*/{FAILURE_FILE}")):
-        failures.append(json.loads(file.read_text()))
+        failures.append(read_failure(file))
     if failures:
         write_json_atomic(failures, sweep_dir / FAILURES_FILE)
     else:

@@ -106,17 +106,20 @@ def hover_template() -> str:
 # CI whiskers on bars, whatever the bar's colour.
 WHISKER_COLOUR = "#333333"
 # One colour per series name within a chart, whichever panel or trace it is drawn in.
+# Plain decoding is one colour on every chart, whichever series come before it.
+PLAIN_COLOUR = "#444444"
+PLAIN_NAMES = ("plain", "plain decoding", "none")
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
 
 
 def coloured(traces: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each series (traces of one name, e.g. a drafter's line in every domain's panel) in one colour;
     traces that set their own line colour (reference lines) keep it."""
-    names: dict[str, str] = {}
+    names: dict[str, str] = {name: PLAIN_COLOUR for name in PLAIN_NAMES}
     for trace in traces:
         if trace.get("type") == "waterfall" or "color" in (trace.get("line") or {}):
             continue
-        colour = names.setdefault(trace["name"], PALETTE[len(names) % len(PALETTE)])
+        colour = names.setdefault(trace["name"], PALETTE[(len(names) - len(PLAIN_NAMES)) % len(PALETTE)])
         trace["marker"] = {**(trace.get("marker") or {}), "color": colour}
         if trace.get("type") == "scatter":
             trace["line"] = {**(trace.get("line") or {}), "color": colour}
@@ -567,8 +570,9 @@ def waterfall_chart(key: str, title: str, factors: dict[str, float], measured: f
 
 
 def pareto_chart(points: pd.DataFrame, front: pd.DataFrame) -> Chart | Missing:
-    """Throughput against interactivity across every run, one series per mechanism, each point
-    labelled by its batch size (and D); the Pareto front dashed."""
+    """Throughput against interactivity across every run, one series per mechanism, the Pareto
+    front dashed and its points labelled by batch size (and D); every point says its own on hover
+    (labels on all of them overlap where points crowd)."""
     key, title = "pareto", "Throughput vs interactivity"
     if len(points) < 2:
         return Missing(
@@ -578,6 +582,7 @@ def pareto_chart(points: pd.DataFrame, front: pd.DataFrame) -> Chart | Missing:
     for mechanism, group in points.groupby("mechanism", sort=True):
         group = group.sort_values(["d", "batch_size"], na_position="first")
         labels = [f"B={r.batch_size}" + ("" if pd.isna(r.d) else f" d={int(r.d)}") for r in group.itertuples()]
+        on_front = group.index.isin(front.index)
         traces.append(
             {
                 "type": "scatter",
@@ -585,7 +590,7 @@ def pareto_chart(points: pd.DataFrame, front: pd.DataFrame) -> Chart | Missing:
                 "name": mechanism,
                 "x": list(group.tokens_per_s_per_request),
                 "y": list(group.output_tokens_per_s),
-                "text": labels,
+                "text": [label if shown else "" for label, shown in zip(labels, on_front)],
                 "textposition": "top right",
                 "customdata": [
                     f"{label}: {x:.1f} tokens/s per request, {y:.1f} tokens/s in all"

@@ -343,13 +343,14 @@ def speedups(runs: list[Run]) -> bytes | None:
 
 def pareto(points: pd.DataFrame, front: pd.DataFrame) -> bytes:
     """Total output tokens/s against tokens/s per request, one curve per (mechanism, D) over the
-    batch sizes; the Pareto front marked."""
+    batch sizes; the Pareto front marked, its points labelled by batch size (labels on every point
+    overlap where curves crowd; each curve runs from its smallest B at the right)."""
 
     def plot(ax):
         for label, g in points.groupby("label", sort=True):
             g = g.sort_values("batch_size")
             ax.plot(g.tokens_per_s_per_request, g.output_tokens_per_s, "o-", label=label, markersize=4)
-            for r in g.itertuples():
+            for r in g[g.index.isin(front.index)].itertuples():
                 ax.annotate(
                     f"B={r.batch_size}",
                     (r.tokens_per_s_per_request, r.output_tokens_per_s),

@@ -53,7 +53,7 @@ from speclens.acceptance import marginal_from_conditional
 from speclens.errors import CorruptRecord
 from speclens.files import write_json_atomic
 from speclens.records import read_parquet
-from speclens.run_files import REQUESTS_FILE, STEPS_FILE
+from speclens.run_files import REQUESTS_FILE, STEPS_FILE, read_stamp
 from speclens.summary import RunSummary
 
 PROFILE_FILE = "speculation_profile.json"
@@ -171,9 +171,10 @@ def per_k(profile: dict[str, Any], parallel: bool) -> dict[str, Any]:
 
 
 def read_stamp_or_empty(run_dir: Path) -> dict[str, Any]:
+    """The stamp, or {} where it is missing or damaged: what a profile says of its conditions is then unknown."""
     try:
-        return json.loads((run_dir / "stamp.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return read_stamp(run_dir)
+    except CorruptRecord:
         return {}
 
 

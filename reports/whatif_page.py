@@ -22,6 +22,7 @@ WHATIF_PAGE = "whatif.html"
 def speedup_chart(points: list[dict[str, Any]], drafter: str, context: int) -> Chart:
     traces = []
     mine = [p for p in points if p["drafter"] == drafter and p["context_len"] == context and p["fits"]]
+    batch_sizes = sorted({p["batch_size"] for p in mine})
     for d in sorted({p["d"] for p in mine}):
         series = sorted((p for p in mine if p["d"] == d), key=lambda p: p["batch_size"])
         traces.append(
@@ -40,7 +41,13 @@ def speedup_chart(points: list[dict[str, Any]], drafter: str, context: int) -> C
         )
     layout = base_layout(
         f"{drafter}: predicted speedup vs B, context {context}",
-        xaxis={"title": {"text": "batch size B"}, "type": "log"},
+        # labels at the batch sizes predicted only: a log axis's own minor ticks read as batch sizes
+        xaxis={
+            "title": {"text": "batch size B"},
+            "type": "log",
+            "tickvals": batch_sizes,
+            "ticktext": [str(b) for b in batch_sizes],
+        },
         yaxis={"title": {"text": "speedup over plain decoding"}},
         shapes=[{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1, "line": {"dash": "dot"}}],
     )

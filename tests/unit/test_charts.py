@@ -167,3 +167,47 @@ def test_hover_ci_text_says_why_an_interval_is_missing_and_signs_differences():
     assert charts.ci_text([-0.2, 0.05], signed=True) == "95% CI [-0.200, +0.050]"
     assert charts.ci_text(None) == f"no CI ({charts.NO_CI})"
     assert charts.ci_text([float("nan"), float("nan")], missing=charts.NO_PAIRED_CI) == "no CI (fewer than two prompts)"
+
+
+def test_plain_decoding_keeps_one_colour_and_only_the_front_is_labelled():
+    from reports.ranking import pareto_front
+    from reports.whatif_page import speedup_chart
+
+    rows = [  # plain beats ngram at B=16; ngram is faster per request at B=1 and 4
+        ("plain", None, 1, 50.0, 50.0),
+        ("plain", None, 16, 30.0, 480.0),
+        ("ngram", 3, 1, 80.0, 80.0),
+        ("ngram", 3, 4, 60.0, 240.0),
+        ("ngram", 3, 16, 20.0, 320.0),
+        ("suffix", 3, 1, 70.0, 70.0),
+    ]
+    points = pd.DataFrame(
+        [
+            {"mechanism": m, "d": d, "batch_size": b, "tokens_per_s_per_request": x, "output_tokens_per_s": y}
+            for m, d, b, x, y in rows
+        ]
+    )
+    colours = {}
+    for others in (["ngram"], ["suffix"], ["ngram", "suffix"]):  # plain sorts after ngram, before suffix
+        shown = points[points.mechanism.isin(["plain", *others])]
+        chart = charts.pareto_chart(shown, pareto_front(shown))
+        traces = {t["name"]: t for t in chart.figure["data"]}
+        colours[tuple(others)] = traces["plain"]["marker"]["color"]
+        front = pareto_front(shown)
+        for name, trace in traces.items():
+            if name == "Pareto front":
+                continue
+            mine = shown[shown.mechanism == name].sort_values(["d", "batch_size"], na_position="first")
+            labelled = [bool(text) for text in trace["text"]]
+            assert labelled == list(mine.index.isin(front.index))
+    assert set(colours.values()) == {charts.PLAIN_COLOUR}
+    full = {t["name"]: t.get("text") for t in charts.pareto_chart(points, pareto_front(points)).figure["data"]}
+    assert full["ngram"] == ["B=1 d=3", "B=4 d=3", ""] and full["plain"] == ["", "B=16"]
+    # whatif's speedup chart labels the batch sizes predicted, not a log axis's minor ticks
+    predicted = [
+        {"drafter": "eagle3", "d": 3, "batch_size": b, "context_len": 512, "fits": True, "speedup": 2.0}
+        | {"al": 2.5, "bound": "memory"}
+        for b in (1, 4, 64)
+    ]
+    axis = speedup_chart(predicted, "eagle3", 512).figure["layout"]["xaxis"]
+    assert (axis["type"], axis["tickvals"], axis["ticktext"]) == ("log", [1, 4, 64], ["1", "4", "64"])
