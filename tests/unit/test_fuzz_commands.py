@@ -258,7 +258,7 @@ WHATIF_KEYS = [
     "gpu", "tp", "weights", "batch_sizes", "context_len", "d", "al", "acceptance", "drafter", "domain", "out",
     "cost_model", "engine", "expert_weights", "draft_share", "model_runner", "slo.tokens_per_s_per_user",
     "gpu.hbm_tb_s", "gpu.tflops_bf16", "eff.token_us", "eff.hbm", "arch.num_key_value_heads",
-    "arch.hidden_size", "arch.num_hidden_layers", "arch.bogus", "calibrate", "nonsense",
+    "arch.hidden_size", "arch.num_hidden_layers", "arch.bogus", "calibrate", "drafter.model", "nonsense",
 ]  # fmt: skip
 
 
@@ -283,7 +283,9 @@ def test_whatif_holds_against_hostile_settings_and_profiles(sources, tmp_path_fa
     argv += ["gpu=h100_sxm", f"out={tmp / 'out'}"]
     for _ in range(data.draw(st.integers(1, 2))):
         key = data.draw(st.sampled_from(WHATIF_KEYS))
-        argv.append(f"{key}={data.draw(st.one_of(values, st.sampled_from(WHATIF_VALID.get(key, ['1']))))}")
+        value = data.draw(st.one_of(values, st.sampled_from(WHATIF_VALID.get(key, ["1"]))))
+        # the sources' own folders: a sweep measured with baseline=true, a draft checkpoint
+        argv.append(f"{key}={value.replace('SWEEP', str(sources['sweep'])).replace('DRAFT', str(sources['draft']))}")
     before = snapshot(tmp)
     with contextlib.chdir(tmp):  # what a command writes into the current folder unasked lands here
         outcome(whatif.main, argv, capsys)
@@ -295,7 +297,11 @@ WHATIF_VALID = {
     "d": ["1", "3", "[1,3,5]"], "al": ["2.5", "1"], "acceptance": ["[0.8,0.6,0.4]", "0.7"], "drafter": ["eagle3", "ngram", "mtp"],
     "engine": ["vllm", "sglang", "trtllm"], "model_runner": ["v1", "v2"], "draft_share": ["0.2"], "gpu": ["b200", "custom"],
     "gpu.hbm_tb_s": ["abc", "3.35"], "eff.token_us": ["NaN", "0"], "arch.num_key_value_heads": ["-3", "1"],
+    "calibrate": ["SWEEP"], "drafter.model": ["DRAFT"],
 }  # fmt: skip
+# DeepSeek-V3's attention (MLA), laid over the target's config in some guideline cases
+MLA = {"num_attention_heads": 128, "num_key_value_heads": 128, "kv_lora_rank": 512, "qk_rope_head_dim": 64}
+MLA |= {"qk_nope_head_dim": 128, "v_head_dim": 128}
 
 GUIDELINE_KEYS = ["gpu", "tp", "weights", "expert_weights", "batch_sizes", "context_len", "drafter.model", "d"]
 
@@ -310,8 +316,16 @@ def test_guidelines_hold_against_hostile_settings_and_configs(sources, tmp_path_
     shutil.copytree(sources["target"], target)
     config = target / "config.json"
     if data.draw(st.booleans()):
+        config.write_text(json.dumps(json.loads(config.read_text()) | MLA))
+    if data.draw(st.booleans()):
         config.write_text(data.draw(damaged_json(config.read_text())))
     argv = ["target=custom", f"target.model={target}"]
+    if data.draw(st.booleans()):  # a draft checkpoint, whole or damaged
+        draft = tmp / "draft"
+        shutil.copytree(sources["draft"], draft)
+        if data.draw(st.booleans()):
+            (draft / "config.json").write_text(data.draw(damaged_json((draft / "config.json").read_text())))
+        argv.append(f"drafter.model={draft}")
     for _ in range(data.draw(st.integers(0, 3))):
         argv.append(f"{data.draw(st.sampled_from(GUIDELINE_KEYS))}={data.draw(values)}")
     with contextlib.chdir(tmp):  # what a command writes into the current folder unasked lands here
