@@ -536,7 +536,58 @@ def read_summary(run_dir: Path) -> RunSummary:
     """The run's summary.json in the current layout, whatever version wrote it."""
     path = run_dir / SUMMARY_FILE
     data = _migrated(path, _read_json(path), SUMMARY_VERSION, MIGRATIONS)
-    return _typed(RunSummary, data, path)
+    summary = _typed(RunSummary, data, path)
+    check_ranges(data, path)
+    return summary
+
+
+# The figures a summary holds by name (the last key of their path), and the range each must lie in:
+# a layout of the right types can still hold an AL of 0.5, a rate above 1 or a negative count.
+# (Tokens per step is left out: a segment's, thinking or answer, can pass 1 + d where a step
+# straddles the boundary.)
+AT_MOST_1_PLUS_D = ("al", "al_ci95", "al_request_weighted", "al_emitted")
+RATES = ("per_position_acceptance", "conditional_acceptance", "draft_share", "rates")
+COUNTS = (
+    "acceptance_histogram", "n", "n_requests", "n_steps", "n_compared", "n_identical", "n_near_ties",
+    "n_divergences", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos",
+    "accepted_tokens_cut",
+)  # fmt: skip
+STEP_TIMES = ("median_ms", "p25_ms", "p75_ms")
+
+
+def check_ranges(data: dict[str, Any], path: Path) -> None:
+    """Every figure of `data` (a summary, parsed) in its range, else a CorruptRecord naming the
+    field and the rule: an AL in [1, 1 + d], a rate in [0, 1], a count a
+    whole number >= 0, a step time >= 0, d a whole number >= 1."""
+    d = data.get("d")
+    top = 1 + d if isinstance(d, int) and not isinstance(d, bool) else float("inf")
+    for key, value in _numbers(data):
+        name = key.rsplit(".", 1)[-1].split("[", 1)[0]
+        if name in AT_MOST_1_PLUS_D:
+            broken = not 1 - 1e-9 <= value <= top + 1e-9
+            rule = f"an AL is in [1, 1 + d] = [1, {top:g}]"
+        elif name in RATES:
+            broken, rule = not 0 <= value <= 1, "a rate is in [0, 1]"
+        elif name in COUNTS or key == "d":
+            low = 1 if key == "d" else 0
+            broken, rule = value != int(value) or value < low, f"a count is a whole number >= {low}"
+        elif name in STEP_TIMES:
+            broken, rule = value < 0, "a step time is >= 0 ms"
+        else:
+            continue
+        if broken:
+            raise CorruptRecord(f"{path}: field {key}={value!r}: {rule}; a corrupt record, measure the run again")
+
+
+def _numbers(node: Any, prefix: str = "") -> typing.Iterator[tuple[str, float]]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _numbers(value, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _numbers(value, f"{prefix}[{i}]")
+    elif isinstance(node, (int, float)) and not isinstance(node, bool):
+        yield prefix, node
 
 
 def _replay_1_to_2(data: dict[str, Any]) -> dict[str, Any]:

@@ -101,6 +101,12 @@ def fit(shape: ModelShape, points: list[Measured], weights: str = "bf16") -> Fit
             f"calibration fits {MIN_POINTS} numbers and needs at least {MIN_POINTS} measured step costs; "
             f"the runs given hold {len(points)} (measure with baseline=true at two batch sizes or more)."
         )
+    for p in points:
+        if not p.t_ms > 0:  # fitted in log space: a step that took no time is no measurement
+            raise ConfigError(
+                f"calibration: the step cost measured at B={p.batch_size}, D={p.d}, context {p.context} is "
+                f"{p.t_ms:g} ms; a step takes more than 0 ms, so the run's step timings are broken: measure it again."
+            )
     smallest = min(p.t_ms for p in points)
     start = np.array([math.log(0.05), math.log(0.5), math.log(smallest / 2)])  # a CPU's order of magnitude
     fits = []

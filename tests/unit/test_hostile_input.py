@@ -13,7 +13,7 @@ import pytest
 
 import speclens
 from evals.run import run
-from speclens.errors import CorruptRecord
+from speclens.errors import ConfigError, CorruptRecord
 from tests.unit.conftest import compose_run, fake_overrides
 
 ROWS = [{"question_id": f"q{i}", "category": "coding", "turns": [f"task {i}"]} for i in range(3)]
@@ -361,3 +361,50 @@ def test_p1_records_holding_a_non_finite_figure_are_corrupt(fake_run, file, valu
     write_parquet(frame, path)
     with pytest.raises(CorruptRecord, match=rf"{file} holds a non-finite {column} \({value}\) in row 1"):
         read_parquet(path)
+
+
+@pytest.mark.parametrize(
+    "where, value, rule",
+    [
+        (("al",), 0.5, r"field al=0\.5: an AL is in \[1, 1 \+ d\] = \[1, 4\]"),
+        (("by_domain", "coding", "al"), 4.5, r"field by_domain\.coding\.al=4\.5: an AL is in \[1, 1 \+ d\]"),
+        (("per_position_acceptance", 1), 1.2, r"field per_position_acceptance\[1\]=1\.2: a rate is in \[0, 1\]"),
+        (("n_steps",), -3, r"field n_steps=-3: a count is a whole number >= 0"),
+        (("acceptance_histogram", 0), -2, r"field acceptance_histogram\[0\]=-2: a count is a whole number >= 0"),
+        (("d",), 0, r"field d=0: a count is a whole number >= 1"),
+    ],
+)
+def test_p1_a_summary_figure_out_of_its_range_is_a_corrupt_record_naming_field_and_rule(fake_run, where, value, rule):
+    path = fake_run / "summary.json"
+    data = json.loads(path.read_text())
+    node = data
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = value
+    path.write_text(json.dumps(data))
+    with pytest.raises(CorruptRecord, match=rule):
+        _ = speclens.read_run(fake_run).summary
+
+
+def test_p1_calibration_on_a_negative_or_zero_step_cost_is_one_line(tmp_path, capsys):
+    from evals.whatif import main
+    from speclens.gpu_model.calibrate import Measured, fit
+    from speclens.gpu_model.model_shape import shape_of
+
+    config = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 2}
+    shape = shape_of(config | {"vocab_size": 100})
+    points = [Measured(1, 0, 100, 2.0), Measured(4, 0, 100, 0.0), Measured(4, 3, 100, 5.0)]
+    with pytest.raises(ConfigError, match=r"step cost measured at B=4, D=0, context 100 is 0 ms"):
+        fit(shape, points)
+    sweep = tmp_path / "sweep"
+    run(
+        compose_run(*fake_overrides(tmp_path, ROWS), "drafter=ngram", "d=3", "baseline=true", "batch_sizes=[1,2]"),
+        sweep / "d3",
+        progress=lambda label: None,
+    )
+    data = json.loads((sweep / "d3" / "summary.json").read_text())
+    data["operating_points"][0]["t_verif"]["median_ms"] = -3.0
+    (sweep / "d3" / "summary.json").write_text(json.dumps(data))
+    assert main([f"calibrate={sweep}", "drafter=ngram", "al=1.5", "d=1", f"out={tmp_path / 'out'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "t_verif.median_ms=-3.0: a step time is >= 0 ms" in err
