@@ -269,7 +269,7 @@ def resolve_inputs(source: Path | None, options: dict[str, Any], arch: dict[str,
             raise ConfigError(f"drafter={drafter}: no draft-cost model for it; choose one of {', '.join(MECHANISMS)}.")
     if "target.model" in options:
         target_ref = str(options["target.model"])
-    elif stamps:
+    elif stamps and stamps[0][1].get("target_dir"):
         target_ref = str(stamps[0][1]["target_dir"])
     else:
         raise ConfigError("give target.model=<folder or hub id> (a folder holding its config.json is enough).")
@@ -337,11 +337,11 @@ def hardware_from(settings: dict[str, str]) -> Hardware:
     return _hardware(options, gpu_fields, eff_fields)
 
 
-def calibration_points(folder: Path) -> tuple[list[Measured], str]:
+def calibration_points(folder: Path) -> tuple[list[Measured], str | None]:
     """The measured T_verif of every run under `folder` measured with baseline=true: plain steps
     at each B (D = 0) and the zero-cost verify pass's at B·(1+D); context: each B's requests' mean
     prompt plus half their output. Points measured by several runs are averaged. With the
-    runs' target folder."""
+    runs' target folder (None where the stamp names none)."""
     runs = [r for r in find_runs(folder) if any(op.t_verif for op in r.summary.operating_points)]
     if not runs:
         raise ConfigError(f"calibrate={folder}: no run there was measured with baseline=true (no step costs).")
@@ -356,7 +356,7 @@ def calibration_points(folder: Path) -> tuple[list[Measured], str]:
             if op.t_verif_spec is not None and run.summary.d:
                 found.setdefault((op.batch_size, run.summary.d, context), []).append(op.t_verif_spec.median_ms)
     points = [Measured(b, d, c, sum(ts) / len(ts)) for (b, d, c), ts in sorted(found.items())]
-    return points, runs[0].stamp["target_dir"]
+    return points, runs[0].stamp.get("target_dir")
 
 
 def run_point(run_dir: Path, batch_size: int, *settings: str) -> dict[str, Any]:
@@ -382,8 +382,9 @@ def run_point(run_dir: Path, batch_size: int, *settings: str) -> dict[str, Any]:
         f"context_len={mean_context(mine.prompt_tokens, mine.output_tokens)}",
         *settings,
     ]
-    if stamp["config"]["drafter"].get("model"):
-        argv.append(f"drafter.model={stamp['config']['drafter']['model']}")
+    draft = (stamp.get("config", {}).get("drafter") or {}).get("model")
+    if draft:
+        argv.append(f"drafter.model={draft}")
     result, _ = build(argv)
     (point,) = result["points"]
     return point
@@ -421,7 +422,7 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
                 "is for a GPU of the table."
             )
         calibration, measured_target = calibration_points(Path(options["calibrate"]).expanduser())
-        if "target.model" not in options and source is None:
+        if "target.model" not in options and source is None and measured_target is not None:
             options["target.model"] = measured_target
     else:
         hw = _hardware(options, gpu_fields, eff_fields)  # checked before any config is read

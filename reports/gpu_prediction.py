@@ -55,6 +55,8 @@ def prediction_rows(runs: list[Run], hw: Hardware) -> tuple[list[list[str]], lis
             notes.append(f"{run.path.name}: no draft-cost model for {summary.drafter}.")
             continue
         try:
+            if run.stamp.get("target_dir") is None:
+                raise SpeclensError("its stamp names no target folder")
             target = shape_of(read_config(Path(run.stamp["target_dir"]), "target.model"), "target.model")
             check_tp(target, hw.tp)
             draft_ref = (run.stamp.get("config", {}).get("drafter") or {}).get("model")

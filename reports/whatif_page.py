@@ -75,7 +75,7 @@ def length_section(lengths: list[dict[str, Any]]) -> Section:
                 ]
             )
     g2 = lengths[0]["guideline_2_d"]
-    rule = f"D = 128/G - 1 = {g2}" if g2 is not None else "does not apply (one token's rows fill a tile)"
+    rule = f"D = 128/G - 1 = {g2}" if g2 is not None else "does not apply (128/G - 1 < 1)"
     return Section(
         "By context length",
         text=[

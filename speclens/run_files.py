@@ -37,6 +37,20 @@ def holding(root: Path, name: str) -> list[Path]:
     return folders
 
 
+# The stamp fields readers use, and their types where present (absent or null: unknown).
+STAMP_FIELDS: dict[str, tuple[type, ...]] = {
+    "target_dir": (str,),
+    "runner": (str,),
+    "fingerprints": (dict,),
+    "versions": (dict,),
+    "speculative_config": (dict,),
+    "config.drafter": (dict,),
+    "config.drafter.model": (str,),
+    "config.sampling": (dict,),
+    "config.engine": (dict,),
+}
+
+
 def read_stamp(run_dir: Path) -> dict[str, Any]:
     """The run's stamp in today's layout ({} where there is none)."""
     stamp_file = run_dir / STAMP_FILE
@@ -48,6 +62,13 @@ def read_stamp(run_dir: Path) -> dict[str, Any]:
         raise CorruptRecord(f"{stamp_file} is unreadable ({exc})") from None
     if not isinstance(stamp, dict) or not isinstance(stamp.get("config", {}), dict):
         raise CorruptRecord(f"{stamp_file} does not have the layout of a run stamp")
+    for key, kinds in STAMP_FIELDS.items():
+        node: Any = stamp
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None and not isinstance(node, kinds):
+            wanted = " or ".join(k.__name__ for k in kinds)
+            raise CorruptRecord(f"{stamp_file}: field {key}={node!r}: expected {wanted} (a damaged stamp)")
     drafter = stamp.get("config", {}).get("drafter")
     if isinstance(drafter, dict):
         # Stamps before summary schema 3 restated the drafter's name inside its settings; keys added

@@ -42,7 +42,7 @@ def query_heads_per_kv_head(config: dict[str, Any]) -> int:
 
 
 def starting_draft_length(g: int) -> int | None:
-    """Guideline 2: D = 128/G − 1, rounded down; None where one token's G rows already fill a tile."""
+    """Guideline 2: D = 128/G − 1, rounded down; None where it is below 1 (G > 64: MLA's latent)."""
     d = TILE_ROWS // g - 1
     return d if d >= 1 else None
 
@@ -98,8 +98,9 @@ class Guidelines:
         out = [f"G (query heads per KV head) = {self.g}{latent}"]
         if self.starting_d is None:
             out.append(
-                f"guideline 2: does not apply: one token's {self.g} query rows already fill a 128-row attention tile, "
-                "so every draft token adds rows; size D by AL (guideline 4) and by a GPU's step costs (gpu=<name>)"
+                f"guideline 2: does not apply: 128/G - 1 = {exact:.2f} < 1, so not one draft token's {self.g} query "
+                "rows fit in the 128-row attention tile the verified token starts; size D by AL (guideline 4) and by a "
+                "GPU's step costs (gpu=<name>)"
             )
         else:
             out.append(

@@ -88,7 +88,7 @@ def test_mla_targets_get_the_guidelines_that_apply_to_them(tmp_path, capsys):
     assert main(["target=custom", f"target.model={target}"]) == 0
     out = capsys.readouterr().out
     assert "G (query heads per KV head) = 128 (MLA: every query head reads the one cached latent)" in out
-    assert "guideline 2: does not apply: one token's 128 query rows already fill a 128-row attention tile" in out
+    assert "guideline 2: does not apply: 128/G - 1 = 0.00 < 1, so not one draft token's 128 query rows fit" in out
     assert "guideline 3: does not apply: G*(1+D) is a multiple of 128 for every D" in out
     assert "D = 127" not in out and "G (query heads per KV head) = 1\n" not in out
     # 671B parameters in bf16 fit no single GPU: refused in one line, not guidelines for it

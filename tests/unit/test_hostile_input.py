@@ -408,3 +408,21 @@ def test_p1_calibration_on_a_negative_or_zero_step_cost_is_one_line(tmp_path, ca
     assert main([f"calibrate={sweep}", "drafter=ngram", "al=1.5", "d=1", f"out={tmp_path / 'out'}"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "t_verif.median_ms=-3.0: a step time is >= 0 ms" in err
+
+
+def test_p1_a_stamp_field_of_the_wrong_type_or_missing_is_one_line_or_a_note(fake_run, tmp_path, capsys):
+    from evals.whatif import main as whatif_main
+    from reports.build import main as build_main
+
+    sweep = fake_run.parent
+    path = fake_run / "stamp.json"
+    stamp = json.loads(path.read_text())
+    path.write_text(json.dumps(stamp | {"target_dir": 5}))
+    assert build_main([str(sweep)]) == 2
+    assert capsys.readouterr().err.strip().endswith("stamp.json: field target_dir=5: expected str (a damaged stamp)")
+    path.write_text(json.dumps({k: v for k, v in stamp.items() if k != "target_dir"}))
+    # a stamp naming no target: the GPU prediction says so in a note; whatif asks for target.model
+    assert build_main([str(sweep), "--gpu=h100_sxm"]) == 0
+    assert "run: not predicted (its stamp names no target folder)" in (sweep / "report.md").read_text()
+    assert whatif_main([str(fake_run), "gpu=h100_sxm", f"out={tmp_path / 'out'}"]) == 2
+    assert capsys.readouterr().err.strip().startswith("speclens: error: give target.model=<folder or hub id>")
