@@ -43,17 +43,20 @@ def write_text_atomic(path: Path, text: str) -> None:
     write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
-def non_finite_at(data: Any, prefix: str = "") -> str | None:
-    """The key path of the first NaN or infinity in `data`, or None."""
-    if isinstance(data, float) and not math.isfinite(data):
-        return prefix or "(the document)"
+def numbers_at(data: Any, prefix: str = "") -> Iterator[tuple[str, float]]:
+    """Every number in `data` (booleans are not numbers) with its key path, as `a.b[2].c`."""
+    if isinstance(data, (int, float)) and not isinstance(data, bool):
+        yield prefix, data
     items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, (list, tuple)) else ()
     for key, value in items:
         step = f"[{key}]" if isinstance(key, int) else (f".{key}" if prefix else str(key))
-        found = non_finite_at(value, prefix + step)
-        if found is not None:
-            return found
-    return None
+        yield from numbers_at(value, prefix + step)
+
+
+def non_finite_at(data: Any) -> str | None:
+    """The key path of the first NaN or infinity in `data`, or None."""
+    found = (key for key, value in numbers_at(data) if not math.isfinite(value))
+    return next((key or "(the document)" for key in found), None)
 
 
 def json_text(data: Any, path: Path) -> str:

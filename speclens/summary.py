@@ -45,7 +45,7 @@ from speclens.account import SpeedupAccount
 from speclens.costs import StepTiming
 from speclens.diagnostics import Diagnostic
 from speclens.errors import CorruptRecord, SpeclensError
-from speclens.files import non_finite_at, write_json_atomic
+from speclens.files import non_finite_at, numbers_at, write_json_atomic
 from speclens.generation import SpecCounters
 from speclens.latency import Latency
 from speclens.metrics import OMITTED_WHEN_NONE, GroupFigures, PositionBin, SegmentFigures
@@ -561,7 +561,7 @@ def check_ranges(data: dict[str, Any], path: Path) -> None:
     whole number >= 0, a step time >= 0, d a whole number >= 1."""
     d = data.get("d")
     top = 1 + d if isinstance(d, int) and not isinstance(d, bool) else float("inf")
-    for key, value in _numbers(data):
+    for key, value in numbers_at(data):
         name = key.rsplit(".", 1)[-1].split("[", 1)[0]
         if name in AT_MOST_1_PLUS_D:
             broken = not 1 - 1e-9 <= value <= top + 1e-9
@@ -577,17 +577,6 @@ def check_ranges(data: dict[str, Any], path: Path) -> None:
             continue
         if broken:
             raise CorruptRecord(f"{path}: field {key}={value!r}: {rule}; a corrupt record, measure the run again")
-
-
-def _numbers(node: Any, prefix: str = "") -> typing.Iterator[tuple[str, float]]:
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from _numbers(value, f"{prefix}.{key}" if prefix else str(key))
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            yield from _numbers(value, f"{prefix}[{i}]")
-    elif isinstance(node, (int, float)) and not isinstance(node, bool):
-        yield prefix, node
 
 
 def _replay_1_to_2(data: dict[str, Any]) -> dict[str, Any]:
