@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 
 BROWSER := /usr/bin/chromium
 
-.PHONY: install target drafters demo curves lint test unit fuzz fresh-check clean-venv
+.PHONY: install target drafters demo curves lint test unit fuzz fresh-check clean-venv resolve resolve-gpu gpu-check
 
 # Python writes the bytecode of what it imports, in every command here: where PYTHONDONTWRITEBYTECODE
 # is set (this machine kind sets it) and nothing was compiled at install (uv compiles nothing unless
@@ -40,14 +40,19 @@ CUDA_ONLY   := $(if $(filter cpu,$(DEVICE)),torchvision torchaudio torchcodec)
 # (on CPU only: a CPU torch wheel there would satisfy vLLM's CUDA build's torch pin as well)
 FIND_LINKS  := $(if $(filter cpu,$(DEVICE)),$(or $(PIP_FIND_LINKS),$(shell python3 -m pip config get global.find-links 2>/dev/null)))
 ARCTIC      := arctic-inference==0.1.1
-ARCTIC_BUILD_DEPS := nanobind==2.9.2 wheel setuptools==78.1.1
-# uv's venvs hold no pip, which speclens runs to fetch its PyPI assets (speclens/assets.py): the one a
-# stdlib venv of this Python brings.
-VENV_PIP    := pip==23.2.1
+# arctic-inference's build tools, and the pip a uv venv lacks (speclens runs it to fetch its PyPI assets,
+# speclens/assets.py): named here, pinned in the constraints file, so the two cannot disagree.
+ARCTIC_BUILD_DEPS := nanobind wheel setuptools
+VENV_PIP    := pip
 CONSTRAIN   := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+# The set `make install` resolves, as uv's arguments for the venv $(1): install-uv installs it,
+# `make resolve` only resolves it.
+UV_SET = --python $(1)/bin/python $(foreach f,$(FIND_LINKS),--find-links $(f)) \
+	$(if $(CUDA_ONLY),--excludes $(1)/cuda-only.txt) $(CONSTRAIN) -e '.[$(EXTRAS)]' $(ARCTIC_BUILD_DEPS) $(VENV_PIP)
+HAVE_UV = [ -n "$(UV)" ] && { [ -x "$(UV)" ] || python3 -m pip install --quiet --target "$(UV_HOME)" uv==$(UV_VERSION); }
 
 $(INSTALLED): pyproject.toml $(CONSTRAINTS)
-	@if [ -n "$(UV)" ] && { [ -x "$(UV)" ] || python3 -m pip install --quiet --target "$(UV_HOME)" uv==$(UV_VERSION); }; then \
+	@if $(HAVE_UV); then \
 		$(MAKE) --no-print-directory install-uv; else \
 		echo "speclens: uv $(UV_VERSION) could not be had; installing with pip" >&2; \
 		$(MAKE) --no-print-directory install-pip; fi
@@ -57,8 +62,7 @@ $(INSTALLED): pyproject.toml $(CONSTRAINTS)
 install-uv:
 	test -x $(PYTHON) || $(UV) venv --quiet --python python3 $(VENV)
 	printf '%s\n' $(CUDA_ONLY) > $(VENV)/cuda-only.txt
-	$(UV) pip install --quiet --python $(PYTHON) $(foreach f,$(FIND_LINKS),--find-links $(f)) \
-		$(if $(CUDA_ONLY),--excludes $(VENV)/cuda-only.txt) $(CONSTRAIN) -e '.[$(EXTRAS)]' $(ARCTIC_BUILD_DEPS) $(VENV_PIP)
+	$(UV) pip install --quiet $(call UV_SET,$(VENV))
 	CMAKE_ARGS="-DPython_EXECUTABLE=$(abspath $(PYTHON))" \
 		$(UV) pip install --quiet --python $(PYTHON) --no-build-isolation --no-deps $(ARCTIC)
 
@@ -116,10 +120,34 @@ XDIST = -n $(TEST_WORKERS) $(if $(filter-out 0,$(TEST_WORKERS)),--dist loadgroup
 # On a GPU machine the gpu-marked tests run too (tests/conftest.py --run-gpu).
 GPU_TESTS := $(if $(filter gpu,$(DEVICE)),--run-gpu)
 
-test: lint target $(BROWSER)
+test: resolve-gpu lint target $(BROWSER)
 	rm -f $(TEST_TIMES)
 	$(PYTHON) -m pytest $(XDIST) $(GPU_TESTS) --times-file=$(TEST_TIMES) $(PYTEST_ARGS); status=$$?; \
 		$(PYTHON) -m tests.suite_time $(STARTED) $(TEST_TIMES); exit $$status
+
+# Whether `make install`'s set for DEVICE resolves (uv's resolution into a throwaway venv, nothing
+# installed; seconds once uv's cache holds the metadata). `make test` checks the GPU set on every
+# machine (resolve-gpu): nothing else here would see a GPU user's set-up fail.
+resolve:
+	@$(HAVE_UV) || { echo "speclens: error: make resolve needs uv $(UV_VERSION), which could not be had" >&2; exit 1; }
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+		$(UV) venv --quiet --python python3 "$$tmp" && printf '%s\n' $(CUDA_ONLY) > "$$tmp/cuda-only.txt" && \
+		if ! $(UV) pip install --dry-run --quiet $(call UV_SET,$$tmp) 2> "$$tmp/uv.err"; then \
+			echo "speclens: error: make install DEVICE=$(DEVICE) does not resolve with $(or $(CONSTRAINTS),no constraints file):" \
+				"$$(grep -v '^error: No solution' "$$tmp/uv.err" | sed 's/^ *cause: //' | tr -s ' \n' ' ')" >&2; exit 1; fi
+
+resolve-gpu:
+	@$(MAKE) --no-print-directory resolve DEVICE=gpu
+
+# The GPU set on any machine, no GPU needed (docs/reproducibility.md): `make install DEVICE=gpu` into
+# its own venv (vLLM's CUDA build and its CUDA torch, about 9 GB), then in it: vLLM's CUDA build and
+# every speclens module imported and a runner=fake run from the command line (tests/gpu_set.py),
+# and the unit suite.
+GPU_VENV ?= .venv-gpu
+gpu-check: $(BROWSER)
+	$(MAKE) --no-print-directory install DEVICE=gpu VENV=$(GPU_VENV)
+	$(GPU_VENV)/bin/python -m tests.gpu_set
+	$(GPU_VENV)/bin/python -m pytest $(XDIST) -m "not integration" -p no:cacheprovider $(PYTEST_ARGS)
 
 # The unit and fault tests only: fake engine, no vLLM engine started (minutes, not the hour).
 unit: lint $(BROWSER)

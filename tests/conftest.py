@@ -35,12 +35,16 @@ def pytest_addoption(parser):
     )
 
 
-# Each test's seconds: its set-up (where shared fixtures are built), call and tear-down.
+# Each test's seconds: its set-up (where shared fixtures are built), call and tear-down; and the
+# xdist worker that ran it ("main" without xdist), whose chain of tests makes the critical path.
 _SECONDS: dict[str, float] = {}
+_WORKER: dict[str, str] = {}
 
 
 def pytest_runtest_logreport(report):
     _SECONDS[report.nodeid] = _SECONDS.get(report.nodeid, 0.0) + report.duration
+    node = getattr(report, "node", None)  # set by xdist on the reports the controller hears
+    _WORKER[report.nodeid] = node.gateway.id if node is not None else "main"
 
 
 def pytest_sessionfinish(session):
@@ -50,10 +54,12 @@ def pytest_sessionfinish(session):
     if path and not hasattr(session.config, "workerinput"):
         # Added to what an earlier session wrote there (`make test` runs two and removes it first).
         earlier = json.loads(Path(path).read_text()) if Path(path).is_file() else []
-        seconds = {row["test"]: row["seconds"] for row in earlier}
-        seconds.update((test, round(s, 3)) for test, s in _SECONDS.items())
-        ranked = sorted(seconds.items(), key=lambda item: -item[1])
-        Path(path).write_text(json.dumps([{"test": test, "seconds": s} for test, s in ranked], indent=1))
+        rows = {row["test"]: row for row in earlier}
+        rows.update(
+            (test, {"test": test, "seconds": round(s, 3), "worker": _WORKER[test]}) for test, s in _SECONDS.items()
+        )
+        ranked = sorted(rows.values(), key=lambda row: -row["seconds"])
+        Path(path).write_text(json.dumps(ranked, indent=1))
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's own -m deselection

@@ -166,3 +166,35 @@ def test_two_caches_are_an_axis_paired_in_the_report_and_compared_across_dirs(tm
     pooled = compared[(compared.domain == "all") & (compared.segment == "all")].iloc[0]
     assert (pooled.baseline_setting, pooled.setting) == ("", "kv_cache_dtype=fp8")
     assert pooled.al_diff == pytest.approx(row.al_diff)
+
+
+# Two turns per conversation (as MT-Bench's): the first answers agree under both caches, three of
+# the four second answers do not (the FP8 script accepts less there, so they stop sooner).
+TWO_TURN_ROWS = [
+    {"question_id": f"q{i}", "category": "chat", "turns": [f"say something about {i} " * 4, "and then?"]}
+    for i in range(4)
+]
+AUTO_TWO_TURNS = {**{f"q{i}#0": [3, 3] for i in range(4)}, **{f"q{i}#1": [2, 2] for i in range(4)}}
+FP8_TWO_TURNS = {**AUTO_TWO_TURNS, **{f"q{i}#1": [2, 1] for i in range(3)}}
+
+
+def test_plain_decodings_parting_counts_turns_not_conversations(tmp_path):
+    """The pairing's plain-decoding comparison on multi-turn prompts, on every host (the real-engine
+    twin, test_an_fp8_kv_cache_is_measured_and_paired_with_the_default_cache, runs only on CPUs that
+    keep an FP8 cache): 4 conversations of 2 turns compare 8 answers."""
+    from reports.runs import find_runs
+    from reports.settings import settings_table
+
+    sweep = tmp_path / "sweep"
+    for name, script, more in (
+        ("auto", AUTO_TWO_TURNS, []),
+        ("fp8", FP8_TWO_TURNS, ["engine.kv_cache_dtype=fp8"]),
+    ):
+        overrides = fake_overrides(tmp_path / name, TWO_TURN_ROWS, script, **SMOLLM2)
+        cfg = compose_run(*overrides, "drafter=ngram", "d=3", "baseline=true", "batch_sizes=[1]", *more)
+        run(cfg, sweep / name, progress=lambda label: None)
+    table, notes = settings_table(find_runs(sweep))
+    assert notes == [] and list(table.setting) == ["kv_cache_dtype=fp8"]
+    row = table.iloc[0]
+    assert row.n_requests == 4
+    assert (row.plain_turns_parted, row.plain_turns) == (3, 8)
