@@ -108,9 +108,10 @@ STARTED := $(shell date +%s)
 TEST_TIMES = $(VENV)/test-times.json
 
 # Every test in one pytest session, on two workers where there are two cores, each bound to one of
-# them (tests/conftest.py). xdist hands out the largest xdist_group first (the tests measuring the
-# embedded drafters' builds) and the single tests in collection order, integration before unit, so
-# the short unit tests fill the end on both cores. Measured on 2 cores, fresh clone and caches
+# them (tests/conftest.py). xdist hands out the largest xdist_groups first (one per embedded drafter
+# build: the tests that build and measure it, so the three builds spread over both workers) and the
+# single tests in collection order, integration before unit, so the short unit tests fill the end on
+# both cores; the closing line names the critical path, the worker whose chain ran longest. Measured on 2 cores, fresh clone and caches
 # (docs/extending.md): the unit and integration sessions one after the other, integration in one
 # process, 40 min 46 s; one session on two workers, 24 min 35 s with set-up (docs/reproducibility.md).
 # `make test TEST_WORKERS=0` runs one process; one core (a taskset) does by itself.

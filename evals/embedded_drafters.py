@@ -30,6 +30,7 @@ import time
 from dataclasses import asdict, dataclass
 from importlib import metadata
 
+from drafters.training.optimise import PROBE_STEPS
 from evals.embedded_target import SMOLLM2_DIRNAME, ensure_smollm2
 from speclens.assets import building, cache_dir, locked
 from speclens.console import console, quiet
@@ -53,6 +54,7 @@ __all__ = [
     "embedded_build",
     "ensure_drafter",
     "is_built",
+    "training_probe",
     "training_samples",
 ]
 
@@ -307,7 +309,17 @@ def is_built(mechanism: str, budget: Budget) -> bool:
     return recorded == json.loads(json.dumps(asdict(_plan(mechanism, budget))))
 
 
-def _train(mechanism: str, target: pathlib.Path, train, heldout, out: pathlib.Path, budget: Budget) -> dict:
+def _train(
+    mechanism: str,
+    target: pathlib.Path,
+    train,
+    heldout,
+    out: pathlib.Path | None,
+    budget: Budget,
+    stop_after: int | None = None,
+) -> dict:
+    """The budget's training of ``mechanism`` into ``out``; with ``stop_after``, only that many
+    steps, nothing saved (what `training_probe` checks)."""
     plan = _plan(mechanism, budget)
     if mechanism == "eagle3":
         from drafters.training.eagle3_head import train_eagle3_head
@@ -325,7 +337,7 @@ def _train(mechanism: str, target: pathlib.Path, train, heldout, out: pathlib.Pa
         trainer, library = train_draft_model, "transformers"
         bar = _Bar(plan.steps, "draft model")
     try:
-        result = trainer(target, train, heldout, out, plan, bar)
+        result = trainer(target, train, heldout, out, plan, bar, stop_after=stop_after)
     finally:
         bar.close()
     return {
@@ -333,7 +345,16 @@ def _train(mechanism: str, target: pathlib.Path, train, heldout, out: pathlib.Pa
         "plan": asdict(plan),
         "final_loss": result.final_loss,
         "agreement": result.heldout_agreement,
+        "probe": {"steps": PROBE_STEPS, "sha256": result.probe},
     }
+
+
+def training_probe(mechanism: str, budget: Budget) -> dict:
+    """The build's first PROBE_STEPS steps trained again from the cached answers: the weights'
+    digest, which a build of the same inputs records as `training_probe` (the same bytes, checked
+    in a few steps instead of a whole build)."""
+    target = ensure_smollm2()
+    return _train(mechanism, target, *training_samples(target, budget), None, budget, stop_after=PROBE_STEPS)["probe"]
 
 
 def build(mechanism: str, budget: Budget) -> pathlib.Path:
@@ -382,6 +403,7 @@ def build(mechanism: str, budget: Budget) -> pathlib.Path:
                     "evaluation_texts": chosen.evaluation_texts,
                 },
                 "training": {**trained["plan"], "final_loss": round(trained["final_loss"], 4)},
+                "training_probe": trained["probe"],
                 "heldout_greedy_agreement": trained["agreement"],
                 "build_seconds": {
                     "answers": round(answers_done - started, 1),

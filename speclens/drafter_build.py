@@ -26,8 +26,9 @@ DRAFTER_FACTS_FILE = "speclens_drafter.json"
 # drafters/training/selfdistill.py). 3: the head's held-out agreement counts as vLLM accepts, over
 # the target's whole vocabulary (drafters/training/eagle3_head.py: chain_agreement); the weights
 # are those of version 2. 4: answers decoded in float32 on one thread, every answer that recites an
-# evaluation set dropped (corpus.dropped_recitations). Builds of another version are rebuilt on use.
-DRAFTER_FACTS_VERSION = 4
+# evaluation set dropped (corpus.dropped_recitations). 5: `training_probe`, the weights' digest after
+# the first steps (the same weights as version 4). Builds of another version are rebuilt on use.
+DRAFTER_FACTS_VERSION = 5
 
 
 def _read_record(folder: Path) -> dict[str, Any] | None:

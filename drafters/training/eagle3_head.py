@@ -54,6 +54,7 @@ class HeadResult:
     final_loss: float
     # The saved (bf16) head's agreement on the held-out answers (see chain_agreement).
     heldout_agreement: list[float]
+    probe: str | None  # the weights' digest after PROBE_STEPS steps (drafters/training/optimise.py)
 
 
 def _verifier_states(target, samples: list[Sample], aux_layers: tuple[int, ...]) -> list[dict]:
@@ -191,9 +192,11 @@ def train_eagle3_head(
     out_dir: pathlib.Path,
     plan: HeadPlan,
     progress: Callable[[int, float], None] = lambda work, loss: None,
+    stop_after: int | None = None,
 ) -> HeadResult:
     """Train for ``plan.steps`` optimiser steps and save the head in ``out_dir`` (bf16). ``progress``
-    hears the work done so far (of ``plan.work``) and the last loss, from 0 when the steps begin."""
+    hears the work done so far (of ``plan.work``) and the last loss, from 0 when the steps begin.
+    With ``stop_after``, only that many steps, nothing checked or saved (the determinism probe)."""
     import torch
     from speculators.losses import resolve_loss_config
     from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
@@ -213,7 +216,7 @@ def train_eagle3_head(
     loss_value = float("nan")
     work = 0
     progress(work, loss_value)
-    for step in range(plan.steps):
+    for step in range(plan.steps if stop_after is None else min(stop_after, plan.steps)):
         batch = next(batches)
         ttt_steps = 1 if step < plan.first_position_steps else plan.ttt_steps
         with training_autocast():
@@ -221,12 +224,14 @@ def train_eagle3_head(
         loss_value = optimiser.step(loss)
         work += ttt_steps
         progress(work, loss_value)
+    if stop_after is not None:
+        return HeadResult(stop_after, loss_value, [], optimiser.probe)
 
     model.eval()
     model.to(torch.bfloat16).to(compute_dtype())  # the saved weights' values, computed as training computed
     agreement = _agreement(model, heldout_states, lm_head, plan.ttt_steps)
     model.to(torch.bfloat16).save_pretrained(str(out_dir))
-    return HeadResult(plan.steps, loss_value, agreement)
+    return HeadResult(plan.steps, loss_value, agreement, optimiser.probe)
 
 
 def chain_agreement(drafts: list, d2t, wanted, loss_mask) -> tuple[list[float], list[float]]:

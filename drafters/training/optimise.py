@@ -2,17 +2,34 @@
 
 from __future__ import annotations
 
-__all__ = ["Optimiser"]
+__all__ = ["PROBE_STEPS", "Optimiser", "weights_digest"]
+
+# The determinism probe: the trainable weights' digest after this many steps, recorded by a build
+# (speclens_drafter.json `training_probe`) and given again by training that many steps alone.
+PROBE_STEPS = 3
+
+
+def weights_digest(params: list) -> str:
+    """sha256 over the bytes of ``params`` (as trained: float32 masters), in order."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for param in params:
+        digest.update(param.detach().contiguous().numpy().tobytes())
+    return digest.hexdigest()
 
 
 class Optimiser:
     """AdamW over ``params`` for ``steps`` steps: a linear warm-up over the first 5%, then a linear
-    decay to a tenth of ``lr``; gradients clipped to norm 1."""
+    decay to a tenth of ``lr``; gradients clipped to norm 1. After PROBE_STEPS steps, ``probe``
+    holds the weights' digest (None before)."""
 
     def __init__(self, params: list, lr: float, steps: int):
         import torch
 
         self.params = params
+        self.done = 0
+        self.probe: str | None = None
         self.adamw = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
         warmup = max(1, steps // 20)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -28,4 +45,7 @@ class Optimiser:
         torch.nn.utils.clip_grad_norm_(self.params, 1.0)
         self.adamw.step()
         self.schedule.step()
+        self.done += 1
+        if self.done == PROBE_STEPS:
+            self.probe = weights_digest(self.params)
         return float(loss.detach())

@@ -42,6 +42,7 @@ class ParallelDraftResult:
     final_loss: float
     heldout_agreement: list[float]  # teacher-forced agreement with the target at draft positions 1..max_d
     num_layers: int
+    probe: str | None  # the weights' digest after PROBE_STEPS steps (drafters/training/optimise.py)
 
 
 @dataclass(frozen=True)
@@ -145,15 +146,19 @@ def train_parallel_draft_model(
     out_dir: pathlib.Path,
     plan: ParallelDraftPlan,
     progress: Callable[[int, float], None] = lambda step, loss: None,
+    stop_after: int | None = None,
 ) -> ParallelDraftResult:
     """Train for ``plan.steps`` optimiser steps and save the draft model in ``out_dir`` (bf16, its
-    config naming the mask token)."""
+    config naming the mask token). With ``stop_after``, only that many steps, nothing checked or
+    saved (the determinism probe)."""
 
     def scored(draft, samples: list[Sample], rng: random.Random):
         batch = _batch(samples, plan.max_d - 1, [_cuts(s, plan.cuts_per_sample, rng) for s in samples])
         return _hidden(draft, batch), batch.wanted
 
-    draft, loss_value = distil(target_dir, train, plan, progress, scored)
+    draft, loss_value, probe = distil(target_dir, train, plan, progress, scored, stop_after)
+    if stop_after is not None:
+        return ParallelDraftResult(stop_after, loss_value, [], len(plan.keep_layers), probe)
     agreement = _agreement(draft, heldout, plan)
     _save(draft, target_dir, out_dir)
-    return ParallelDraftResult(plan.steps, loss_value, agreement, len(plan.keep_layers))
+    return ParallelDraftResult(plan.steps, loss_value, agreement, len(plan.keep_layers), probe)

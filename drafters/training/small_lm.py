@@ -42,6 +42,7 @@ class DraftResult:
     final_loss: float
     heldout_agreement: float  # teacher-forced greedy agreement with the target on held-out answers
     num_layers: int
+    probe: str | None  # the weights' digest after PROBE_STEPS steps (drafters/training/optimise.py)
 
 
 def _pad(samples: list[Sample]):
@@ -109,11 +110,13 @@ def distil(
     plan: DraftPlan,
     progress: Callable[[int, float], None],
     scored: Callable,
+    stop_after: int | None = None,
 ):
     """The draft's start (`truncated_target`) trained for ``plan.steps`` optimiser steps of ``plan.samples_per_step``
     samples: ``scored(draft, samples, rng)`` gives the hidden states of the positions it trains and
     the token each should predict (-1: none), and the cross-entropy over the answers' most frequent
-    tokens is minimised. Returns the draft and the last loss."""
+    tokens is minimised. ``stop_after``: only that many of the plan's steps. Returns the draft, the
+    last loss and the determinism probe (Optimiser.probe)."""
     import torch
     import torch.nn.functional as F
     from transformers import AutoModelForCausalLM
@@ -139,7 +142,7 @@ def distil(
     draft.train()
     loss_value = float("nan")
     progress(0, loss_value)
-    for step in range(plan.steps):
+    for step in range(plan.steps if stop_after is None else min(stop_after, plan.steps)):
         if len(order) < plan.samples_per_step:
             order = list(range(len(train)))
             rng.shuffle(order)
@@ -152,7 +155,7 @@ def distil(
         loss = F.cross_entropy(logits.float(), wanted[kept])
         loss_value = optimiser.step(loss)
         progress(step + 1, loss_value)
-    return draft, loss_value
+    return draft, loss_value, optimiser.probe
 
 
 def save_draft(draft, target_dir: pathlib.Path, out_dir: pathlib.Path) -> None:
@@ -180,10 +183,14 @@ def train_draft_model(
     out_dir: pathlib.Path,
     plan: DraftPlan,
     progress: Callable[[int, float], None] = lambda step, loss: None,
+    stop_after: int | None = None,
 ) -> DraftResult:
     """Train for ``plan.steps`` optimiser steps and save the draft model in ``out_dir`` (bf16).
-    ``progress`` hears the steps done and the last loss, from 0 when the steps begin."""
-    draft, loss_value = distil(target_dir, train, plan, progress, _next_token)
+    ``progress`` hears the steps done and the last loss, from 0 when the steps begin. With
+    ``stop_after``, only that many steps, nothing checked or saved (the determinism probe)."""
+    draft, loss_value, probe = distil(target_dir, train, plan, progress, _next_token, stop_after)
+    if stop_after is not None:
+        return DraftResult(stop_after, loss_value, float("nan"), len(plan.keep_layers), probe)
     agreement = _agreement(draft, heldout)
     save_draft(draft, target_dir, out_dir)
-    return DraftResult(plan.steps, loss_value, round(agreement, 4), len(plan.keep_layers))
+    return DraftResult(plan.steps, loss_value, round(agreement, 4), len(plan.keep_layers), probe)

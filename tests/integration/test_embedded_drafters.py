@@ -3,7 +3,6 @@ minutes, cached between runs), measured by real vLLM against their untrained sta
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from drafters.training.corpus import CORPUS, shared_passages
+from drafters.training.optimise import PROBE_STEPS
 from evals.embedded_drafters import (
     BUDGETS,
     BUILD_OVERRIDES,
@@ -23,19 +23,19 @@ from evals.embedded_drafters import (
     training_set,
 )
 from evals.embedded_target import ensure_smollm2
-from speclens.drafter_build import DRAFTER_FACTS_FILE, describe_build, read_drafter_facts
+from speclens.drafter_build import describe_build, read_drafter_facts
 from speclens.run_files import read_outputs
 from tests.integration.conftest import measure
 
 REDUCED = BUDGETS["reduced"]
-# Under pytest-xdist, the tests reading `trained` run on one worker, which measures each build once.
-# The others read only what the builder cached (locked while a worker builds it) and run on either.
-MEASURED_BUILDS = pytest.mark.xdist_group("embedded_drafters")
 
 
-@pytest.fixture(scope="module")
-def built() -> dict[str, Path]:
-    return {mechanism: ensure_drafter(mechanism, "reduced") for mechanism in EMBEDDED_DRAFTERS}
+def by_build(test_mechanisms: list[str]) -> list:
+    """One parameter per build, each in the xdist group of its build: the tests that measure a build
+    run on one worker, which builds and measures it once (`measured` below), and the three builds
+    spread over both workers. The others read only what the builder cached (locked while a worker
+    builds it) and run on either."""
+    return [pytest.param(m, marks=pytest.mark.xdist_group(f"embedded_{m}")) for m in test_mechanisms]
 
 
 @pytest.fixture(scope="module")
@@ -45,47 +45,40 @@ def samples():
 
 # Trained in a child process, as the builder does: vLLM, run in this process by the other tests,
 # pins this process's threads, which makes torch training here many times slower.
-_TRAIN = """
-import sys
-from dataclasses import replace
-from pathlib import Path
-from evals.embedded_drafters import BUDGETS, _train, training_samples
-from evals.embedded_target import ensure_smollm2
-mechanism, steps, out = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
-budget = replace(BUDGETS["reduced"], head_steps=steps, draft_steps=steps)
-_train(mechanism, ensure_smollm2(), *training_samples(ensure_smollm2(), budget), out, budget)
+_PROBE = """
+import json, sys
+from evals.embedded_drafters import BUDGETS, training_probe
+print(json.dumps(training_probe(sys.argv[1], BUDGETS["reduced"])))
 """
-
-
-def _train(mechanism: str, steps: int, out: Path) -> Path:
-    """The builder's trainer on the cached reduced answers, ``steps`` steps (0: its untrained start)."""
-    subprocess.run(
-        [sys.executable, "-c", _TRAIN, mechanism, str(steps), str(out)], check=True, stdout=subprocess.DEVNULL
-    )
-    return out
-
-
-def _weights_digest(folder: Path) -> str:
-    return hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
 
 
 EVALUATED = ["dataset=mt_bench", "dataset.num_requests=6", "sampling.max_tokens=48", "d=3", "engine.dtype=float32"]
 
 
 @pytest.fixture(scope="module")
-def trained(built, tmp_path_factory) -> dict[str, tuple[Path, dict]]:
-    """Each built drafter measured once: its run dir and summary."""
-    runs = {}
-    for mechanism, folder in built.items():
-        out = tmp_path_factory.mktemp(f"trained-{EMBEDDED_DRAFTERS[mechanism]}")
-        runs[mechanism] = (out, measure(out, *EVALUATED, *BUILD_OVERRIDES[mechanism], f"drafter.model={folder}"))
-    return runs
+def measured(tmp_path_factory):
+    """measured(mechanism): the reduced build (built on first use) and its run dir and summary,
+    measured once on this worker."""
+    runs: dict[str, tuple[Path, Path, dict]] = {}
+
+    def get(mechanism: str) -> tuple[Path, Path, dict]:
+        if mechanism not in runs:
+            folder = ensure_drafter(mechanism, "reduced")
+            out = tmp_path_factory.mktemp(f"trained-{EMBEDDED_DRAFTERS[mechanism]}")
+            runs[mechanism] = (
+                folder,
+                out,
+                measure(out, *EVALUATED, *BUILD_OVERRIDES[mechanism], f"drafter.model={folder}"),
+            )
+        return runs[mechanism]
+
+    return get
 
 
 @pytest.fixture(scope="module")
 def plain_answers(tmp_path_factory) -> dict[tuple[str, int], list[int]]:
-    """Plain decoding of the evaluated prompts, once for both builds (what baseline=true would run
-    beside each, and its zero-cost timing pass, which nothing here reads)."""
+    """Plain decoding of the evaluated prompts, once per worker for the builds it measures (what
+    baseline=true would run beside each, and its zero-cost timing pass, which nothing here reads)."""
     out = tmp_path_factory.mktemp("plain")
     measure(out, *EVALUATED, "drafter=none")
     return answers_in(out)
@@ -95,26 +88,27 @@ def answers_in(run_dir: Path) -> dict[tuple[str, int], list[int]]:
     return {(row["request_id"], row["turn"]): row["token_ids"] for row in read_outputs(run_dir / "outputs.jsonl")}
 
 
-@MEASURED_BUILDS
-@pytest.mark.parametrize("mechanism", list(EMBEDDED_DRAFTERS))
-def test_a_reduced_build_beats_its_untrained_start_in_vllm(trained, plain_answers, tmp_path, mechanism):
+@pytest.mark.parametrize("mechanism", by_build(list(EMBEDDED_DRAFTERS)))
+def test_a_reduced_build_beats_its_untrained_start_in_vllm(measured, plain_answers, tmp_path, mechanism):
+    """Against the same shape untrained (the `untrained` budget's build, built in seconds: for the
+    draft models the trainer's very start, the target's kept layers; for the head a seeded one)."""
     overrides = [*EVALUATED, *BUILD_OVERRIDES[mechanism]]
-    summary = trained[mechanism][1]
-    untrained_dir = _train(mechanism, 0, tmp_path / f"untrained-{EMBEDDED_DRAFTERS[mechanism]}")
+    _, trained_dir, summary = measured(mechanism)
+    untrained_dir = ensure_drafter(mechanism, "untrained")
     untrained = measure(tmp_path / "untrained", *overrides, f"drafter.model={untrained_dir}")
     # Untrained, nothing is accepted (the draft model's kept layers agree with the target ~1% of the time).
     assert untrained["al"] < 1.05
     assert summary["al"] > untrained["al"] + 0.05
     # vLLM loaded it as it is, and greedy speculation with it stayed lossless (float32: every token).
-    assert answers_in(trained[mechanism][0]) == plain_answers
+    assert answers_in(trained_dir) == plain_answers
     assert len({request for request, _ in plain_answers}) == summary["n_requests"]
     assert all(len(answer) > 0 for answer in plain_answers.values())
 
 
-@MEASURED_BUILDS
-@pytest.mark.parametrize("mechanism", list(EMBEDDED_DRAFTERS))
-def test_the_build_record_says_what_was_trained_and_the_stamp_carries_it(built, trained, mechanism):
-    facts = read_drafter_facts(built[mechanism])
+@pytest.mark.parametrize("mechanism", by_build(list(EMBEDDED_DRAFTERS)))
+def test_the_build_record_says_what_was_trained_and_the_stamp_carries_it(measured, mechanism):
+    built, trained_dir, _ = measured(mechanism)
+    facts = read_drafter_facts(built)
     assert facts["mechanism"] == mechanism and facts["budget"] == "reduced"
     assert facts["corpus"]["name"] == CORPUS["name"]
     chosen = training_set(ensure_smollm2(), REDUCED)
@@ -132,8 +126,9 @@ def test_the_build_record_says_what_was_trained_and_the_stamp_carries_it(built, 
     first = agreement[0] if isinstance(agreement, list) else agreement
     assert 0.0 < first <= 1.0
     assert f"{steps} steps" in describe_build(facts)
+    assert facts["training_probe"]["steps"] == PROBE_STEPS  # (checked again: the byte test below)
     # A run drafting with it stamps the build record (the report shows it from there).
-    stamp = json.loads((trained[mechanism][0] / "stamp.json").read_text())
+    stamp = json.loads((trained_dir / "stamp.json").read_text())
     assert stamp["draft_build"] == facts
 
 
@@ -174,12 +169,14 @@ def test_the_answers_trained_on_hold_no_evaluation_text(samples):
 
 
 @pytest.mark.parametrize("mechanism", list(EMBEDDED_DRAFTERS))
-def test_training_again_from_the_cached_answers_gives_the_same_bytes(tmp_path, mechanism):
-    built = ensure_drafter(mechanism, "reduced")
-    steps = REDUCED.head_steps if mechanism == "eagle3" else REDUCED.draft_steps
-    again = _train(mechanism, steps, tmp_path / f"again-{EMBEDDED_DRAFTERS[mechanism]}")
-    assert _weights_digest(again) == _weights_digest(built)
-    assert (built / DRAFTER_FACTS_FILE).is_file()
+def test_training_again_from_the_cached_answers_gives_the_same_bytes(mechanism):
+    """The build's first steps again, in a child pinned as this worker is: the weights' digest the
+    build recorded after PROBE_STEPS steps (the whole build again costs a minute or more each)."""
+    recorded = read_drafter_facts(ensure_drafter(mechanism, "reduced"))["training_probe"]
+    proc = subprocess.run([sys.executable, "-c", _PROBE, mechanism], check=True, capture_output=True, text=True)
+    again = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert again == recorded
+    assert recorded["steps"] == PROBE_STEPS and len(recorded["sha256"]) == 64
 
 
 _AGREEMENT = """
@@ -195,15 +192,15 @@ print(json.dumps(head_agreement(ensure_smollm2(), Path(sys.argv[1]), {"heldout":
 
 def test_the_heads_recorded_agreement_comes_back_from_its_saved_weights():
     head = ensure_drafter("eagle3", "reduced")
-    # In a child process for the same reason as _train.
+    # In a child process for the same reason as _PROBE.
     proc = subprocess.run([sys.executable, "-c", _AGREEMENT, str(head)], check=True, capture_output=True, text=True)
     again = json.loads(proc.stdout.strip().splitlines()[-1])
     assert again == read_drafter_facts(head)["heldout_greedy_agreement"]
     assert len(again) == 3 and again[0] > 0.0
 
 
-@MEASURED_BUILDS
-def test_the_parallel_draft_model_is_measured_at_each_d_and_stays_lossless(built, trained, plain_answers, tmp_path):
+@pytest.mark.xdist_group("embedded_draft_model_parallel")
+def test_the_parallel_draft_model_is_measured_at_each_d_and_stays_lossless(measured, plain_answers, tmp_path):
     """drafter.parallel_drafting=true on the embedded parallel draft model: one measured run per D,
     three measured curve points on a line of their own, and greedy speculation at every D gives
     plain decoding's tokens (float32)."""
@@ -212,11 +209,12 @@ def test_the_parallel_draft_model_is_measured_at_each_d_and_stays_lossless(built
     from reports.curves import collect
 
     mechanism = "draft_model_parallel"
+    built, trained_dir, _ = measured(mechanism)
     sweep = tmp_path / "sweep"
-    shutil.copytree(trained[mechanism][0], sweep / "d3")
+    shutil.copytree(trained_dir, sweep / "d3")
     others = [o for o in EVALUATED if not o.startswith("d=")]
     for d in (1, 5):
-        measure(sweep / f"d{d}", *others, f"d={d}", *BUILD_OVERRIDES[mechanism], f"drafter.model={built[mechanism]}")
+        measure(sweep / f"d{d}", *others, f"d={d}", *BUILD_OVERRIDES[mechanism], f"drafter.model={built}")
     for d in (1, 3, 5):
         assert answers_in(sweep / f"d{d}") == plain_answers, d
         profile = json.loads((sweep / f"d{d}" / "speculation_profile.json").read_text())["profiles"][0]
@@ -228,14 +226,14 @@ def test_the_parallel_draft_model_is_measured_at_each_d_and_stays_lossless(built
     assert all(1.0 < al <= 1 + d for al, d in zip(whole.al, whole.d, strict=True))
 
 
-@MEASURED_BUILDS
-def test_a_w8a8_copy_of_the_head_runs_in_vllm_and_is_labelled(built, trained, plain_answers, tmp_path):
+@pytest.mark.xdist_group("embedded_eagle3")
+def test_a_w8a8_copy_of_the_head_runs_in_vllm_and_is_labelled(measured, plain_answers, tmp_path):
     """evals.quantize's copy of the head (its decoder layer and `fc` int8) is read by vLLM's CPU
     build as int8 (weights read as floats would accept nothing), and its runs say so."""
     from evals.quantize import main as quantize
 
     quantized = tmp_path / "head-w8a8"
-    assert quantize([str(built["eagle3"]), "--out", str(quantized)]) == 0
+    assert quantize([str(measured("eagle3")[0]), "--out", str(quantized)]) == 0
     out = tmp_path / "run"
     summary = measure(out, *EVALUATED, "drafter=eagle3", f"drafter.model={quantized}")
     assert summary["al"] > 1.05

@@ -153,3 +153,29 @@ def test_a_bf16_target_is_fitted_to_float32_where_this_cpu_has_no_native_bf16(
     chosen = plan.fit_engine_defaults(cfg, facts)["engine.dtype"]
     assert str(cfg.engine.dtype) == chosen["value"] == fitted
     assert ("has no native bf16" in chosen["why"]) is (fitted == "float32")
+
+
+@pytest.mark.parametrize(
+    "flags, native, fp8",
+    [
+        ("fpu avx avx2 fma", False, False),  # the kind's AVX2-only hosts
+        ("avx2 avx512f avx512bw avx512_bf16 avx512_vnni", True, True),  # its AVX-512 hosts
+        ("avx2 avx512f avx512bw", False, True),  # AVX-512 without bf16 (an older Xeon)
+        ("avx2 avx512f avx512_bf16 amx_bf16 amx_tile", True, True),  # AMX (Sapphire Rapids)
+    ],
+)
+def test_the_cpu_label_decides_bf16_and_the_fp8_cache_on_every_host(tmp_path, monkeypatch, flags, native, fp8):
+    """What the host-conditional tests branch on (the FP8 cache measured or refused, bf16 fitted or
+    not), read from a /proc/cpuinfo of each kind of host, whichever host runs this."""
+    from speclens import machine
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu {flags}\n")
+    real_path = machine.Path
+    monkeypatch.setattr(machine, "Path", lambda p: cpuinfo if p == "/proc/cpuinfo" else real_path(p))
+    machine.cpu_label.cache_clear()
+    try:
+        assert machine.cpu_label().startswith("AMD EPYC (")
+        assert (machine.native_bf16(), machine.fp8_kv_cache_isa()) == (native, fp8)
+    finally:
+        machine.cpu_label.cache_clear()
