@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "evals.embedded_drafters",
         "train the embedded target's EAGLE-3 head and draft model (one time)",
     ),
+    "quantize": ("evals.quantize", "a W8A8 copy of a checkpoint (target, draft model or EAGLE-3 head) to measure"),
     "report": ("reports.build", "report.html and report.md for a run or sweep dir"),
     "curves": ("reports.curves", "AL-vs-D curves of a sweep dir"),
     "rank": ("reports.rank", "rank (mechanism, D) by speedup over plain decoding"),

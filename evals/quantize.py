@@ -27,6 +27,7 @@ from speclens.assets import building
 from speclens.checkpoints import read_config
 from speclens.drafter_build import DRAFTER_FACTS_FILE
 from speclens.errors import ArgumentParser, ConfigError, guarded
+from speclens.files import output_path
 from speclens.model_facts import ModelFacts
 
 SCHEMES = ("W8A8",)
@@ -160,11 +161,12 @@ def main(argv: list[str]) -> int:
         "source", help="a Hugging Face folder, or `target`, `draft_model`, `eagle3` (the embedded ones)"
     )
     parser.add_argument("--scheme", default="W8A8", help="W8A8 (int8 weights and activations)")
-    parser.add_argument("--out", type=Path, help="where to write it (default: beside the source, <name>-w8a8)")
+    parser.add_argument("--out", help="where to write it (default: beside the source, <name>-w8a8)")
     args = parser.parse_args(argv)
     check_scheme(args.scheme)
     src = source_dir(args.source)
-    out = args.out or src.with_name(f"{src.name}-{args.scheme.lower()}")
+    # (empty, under a file, a name too long, an unwritable parent: one line, before any work)
+    out = output_path(src.with_name(f"{src.name}-{args.scheme.lower()}") if args.out is None else args.out, "--out")
     if out.exists():
         raise ConfigError(f"--out {out} exists; remove it or give another --out.")
     count = write_quantized(src, out)

@@ -159,6 +159,15 @@ def test_the_front_door_lists_every_command_and_reaches_each(capsys):
     assert speclens_main(["--help"]) == 0
     listed = capsys.readouterr().out
     assert all(f"  {name} " in listed and f"python -m {module}" in listed for name, (module, _) in COMMANDS.items())
+    # every command module (`python -m` runs it) is behind the front door (issue 56: quantize was not)
+    root = Path(__file__).resolve().parents[2]
+    runnable = {
+        f"{path.parent.name}.{path.stem}"
+        for package in ("evals", "reports")
+        for path in (root / package).glob("*.py")
+        if 'if __name__ == "__main__"' in path.read_text()
+    }
+    assert runnable - {"evals.cli"} == {module for module, _ in COMMANDS.values()}
     assert speclens_main(["nonsense"]) == 2 and "unknown command 'nonsense'" in capsys.readouterr().err
     assert speclens_main(["drafters", "--format", "csv"]) == 0
     assert capsys.readouterr().out.splitlines()[0].startswith("drafter,checkpoint,replay")

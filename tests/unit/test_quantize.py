@@ -72,6 +72,32 @@ def test_a_format_the_cpu_build_cannot_run_is_refused_naming_where_it_runs(tiny_
     assert not (tmp_path / "q").exists()
 
 
+@pytest.mark.parametrize(
+    "out, said",
+    [
+        ("file/q", r"^--out=file/q: \S+/file is a file, and no folder can be made under it; choose another --out\.$"),
+        ("x" * 300, r"^--out=x+…: the name 'x+…' is 300 bytes long, and this file system takes at most \d+ per name"),
+        ("", r"^--out is empty; give the folder to write into"),
+    ],
+)
+def test_an_out_that_cannot_be_written_is_one_line_before_any_work(tiny_llama, tmp_path, capsys, out, said):
+    """Issue 56: `--out` under a file or too long was a traceback (exit 1)."""
+    import os
+
+    (tmp_path / "file").write_text("")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        with pytest.raises(ConfigError, match=said):
+            main.__wrapped__([str(tiny_llama), "--out", out])
+        assert main([str(tiny_llama), "--out", out]) == 2
+    finally:
+        os.chdir(cwd)
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("speclens: error: --out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
 def test_a_quantized_checkpoint_is_not_quantized_again(tiny_llama, tmp_path):
     main([str(tiny_llama), "--out", str(tmp_path / "once")])
     with pytest.raises(ConfigError, match=r"is quantized already \(w8a8\)\.$"):
