@@ -421,6 +421,8 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
                 f"calibrate= fits the engine that measured its runs, overheads included; engine={options['engine']} "
                 "is for a GPU of the table."
             )
+        if not str(options["calibrate"]).strip():  # (Path("") is the current folder: never meant)
+            raise ConfigError("calibrate= is empty; give the run or sweep dir measured with baseline=true.")
         calibration, measured_target = calibration_points(Path(options["calibrate"]).expanduser())
         if "target.model" not in options and source is None and measured_target is not None:
             options["target.model"] = measured_target

@@ -668,3 +668,14 @@ def test_whatif_refuses_the_pairs_evals_run_refuses_in_the_same_words(
     assert ended.value.code == 2
     measured = capsys.readouterr().err.strip().splitlines()[-1]
     assert expected in predicted and predicted == measured
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_calibrate_is_refused_not_read_as_the_current_folder(tmp_path, capsys, monkeypatch, value):
+    """Issue 56: `calibrate=` with nothing after it scanned the current folder for runs."""
+    from evals.whatif import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main([f"calibrate={value}", "drafter=ngram", "al=1.8", "d=2"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == "speclens: error: calibrate= is empty; give the run or sweep dir measured with baseline=true."
