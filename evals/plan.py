@@ -22,6 +22,7 @@ from evals.datasets.base import fingerprint as dataset_fingerprint
 from evals.embedded_drafters import BUDGETS, embedded_build, ensure_drafter, is_built
 from evals.reasoning import Segmenter, check_template_kwargs, make_segmenter
 from runners.chat import PLAIN
+from runners.model_runner import check_requested
 from runners.registry import runner_name, runner_of
 from speclens import checkpoints
 from speclens.config import (
@@ -242,6 +243,9 @@ def check_scalars(cfg: RunConfig) -> None:
             raise ConfigError(
                 f"{key}={value}: must be >= {low}" + (" (or null for all)." if key == "dataset.num_requests" else ".")
             )
+    # every runner's (a fake run records it as a setting); the method-dependent refusals are the
+    # runners' own (runners/model_runner.py)
+    check_requested(cfg.engine.model_runner, None)
     temperature = cfg.sampling.temperature
     if not math.isfinite(temperature) or temperature < 0:
         raise ConfigError(f"sampling.temperature={temperature}: must be a finite number >= 0 (0 is greedy).")

@@ -114,3 +114,18 @@ def test_the_gpu_selfcheck_compares_a_measured_ngram_run_with_its_runners_replay
     assert check.passed and f"model runner v2: measured AL {summary.al:.4f}" in check.detail
     summary.numerics.model_runner = "v1"  # the same run read as V1's: V1's proposer's point differs
     assert not replay_check("n-gram", summary, pd.DataFrame(rows)).passed
+
+
+def test_an_unknown_model_runner_is_refused_whatever_the_runner_and_leaves_no_run_dir(tmp_path, capsys):
+    """Issue 56: `engine.model_runner=v3` passed with runner=fake (only vLLM's runners checked it)."""
+    from evals.run import main
+    from tests.unit.conftest import fake_overrides
+    from tests.unit.test_commands_fake import ROWS
+
+    out = tmp_path / "run"
+    overrides = [*fake_overrides(tmp_path, ROWS), "drafter=ngram", "d=3", "engine.model_runner=v3"]
+    with pytest.raises(SystemExit) as ended:  # a Hydra job reports its failure, then exits with its status
+        main([*overrides, f"hydra.run.dir={out}"])
+    assert ended.value.code == 2 and not out.exists()
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line == "speclens: error: engine.model_runner=v3: choose one of auto, v1, v2."
