@@ -49,10 +49,13 @@ CONSTRAIN   := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 # `make resolve` only resolves it.
 UV_SET = --python $(1)/bin/python $(foreach f,$(FIND_LINKS),--find-links $(f)) \
 	$(if $(CUDA_ONLY),--excludes $(1)/cuda-only.txt) $(CONSTRAIN) -e '.[$(EXTRAS)]' $(ARCTIC_BUILD_DEPS) $(VENV_PIP)
-HAVE_UV = [ -n "$(UV)" ] && { [ -x "$(UV)" ] || python3 -m pip install --quiet --target "$(UV_HOME)" uv==$(UV_VERSION); }
+# Whether the uv at $(1) can be had: there, or fetched into UV_HOME (pinned).
+have_uv = [ -n "$(1)" ] && { [ -x "$(1)" ] || python3 -m pip install --quiet --target "$(UV_HOME)" uv==$(UV_VERSION); }
+# `make resolve` asks the pinned uv even where `UV=` makes the install use pip (same pins, same set).
+RESOLVE_UV := $(UV_HOME)/bin/uv
 
 $(INSTALLED): pyproject.toml $(CONSTRAINTS)
-	@if $(HAVE_UV); then \
+	@if $(call have_uv,$(UV)); then \
 		$(MAKE) --no-print-directory install-uv; else \
 		echo "speclens: uv $(UV_VERSION) could not be had; installing with pip" >&2; \
 		$(MAKE) --no-print-directory install-pip; fi
@@ -111,9 +114,10 @@ TEST_TIMES = $(VENV)/test-times.json
 # them (tests/conftest.py). xdist hands out the largest xdist_groups first (one per embedded drafter
 # build: the tests that build and measure it, so the three builds spread over both workers) and the
 # single tests in collection order, integration before unit, so the short unit tests fill the end on
-# both cores; the closing line names the critical path, the worker whose chain ran longest. Measured on 2 cores, fresh clone and caches
-# (docs/extending.md): the unit and integration sessions one after the other, integration in one
-# process, 40 min 46 s; one session on two workers, 24 min 35 s with set-up (docs/reproducibility.md).
+# both cores; the closing line names the critical path, the worker whose chain ran longest.
+# Measured on 2 cores, fresh clone and caches (docs/extending.md): the unit and integration sessions
+# one after the other, integration in one process, 40 min 46 s; one session on two workers, 24 min
+# 35 s with set-up (docs/reproducibility.md; 21 min 9 s at issue 57).
 # `make test TEST_WORKERS=0` runs one process; one core (a taskset) does by itself.
 TEST_WORKERS ?= $(shell n=$$(nproc); [ $$n -gt 2 ] && n=2; [ $$n -lt 2 ] && n=0; echo $$n)
 XDIST = -n $(TEST_WORKERS) $(if $(filter-out 0,$(TEST_WORKERS)),--dist loadgroup)
@@ -130,10 +134,11 @@ test: resolve-gpu lint target $(BROWSER)
 # installed; seconds once uv's cache holds the metadata). `make test` checks the GPU set on every
 # machine (resolve-gpu): nothing else here would see a GPU user's set-up fail.
 resolve:
-	@$(HAVE_UV) || { echo "speclens: error: make resolve needs uv $(UV_VERSION), which could not be had" >&2; exit 1; }
+	@$(call have_uv,$(RESOLVE_UV)) || { \
+		echo "speclens: error: make resolve needs uv $(UV_VERSION), which could not be had" >&2; exit 1; }
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
-		$(UV) venv --quiet --python python3 "$$tmp" && printf '%s\n' $(CUDA_ONLY) > "$$tmp/cuda-only.txt" && \
-		if ! $(UV) pip install --dry-run --quiet $(call UV_SET,$$tmp) 2> "$$tmp/uv.err"; then \
+		$(RESOLVE_UV) venv --quiet --python python3 "$$tmp" && printf '%s\n' $(CUDA_ONLY) > "$$tmp/cuda-only.txt" && \
+		if ! $(RESOLVE_UV) pip install --dry-run --quiet $(call UV_SET,$$tmp) 2> "$$tmp/uv.err"; then \
 			echo "speclens: error: make install DEVICE=$(DEVICE) does not resolve with $(or $(CONSTRAINTS),no constraints file):" \
 				"$$(grep -v '^error: No solution' "$$tmp/uv.err" | sed 's/^ *cause: //' | tr -s ' \n' ' ')" >&2; exit 1; fi
 
