@@ -69,10 +69,10 @@ def main(argv: list[str]) -> int:
     uv = argv[0] if argv else "uv"
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        (work / "floors.txt").write_text(floors(pins(CPU_SET)))
+        cpu, preferred = pins(CPU_SET), pins(GPU_SET)
+        (work / "floors.txt").write_text(floors(cpu))
         (work / "build-tools.in").write_text("".join(f"{tool}\n" for tool in BUILD_TOOLS))
         output = work / "gpu-constraints.txt"
-        cpu, preferred = pins(CPU_SET), pins(GPU_SET)
         preferred.update({name: version for name, version in cpu.items() if name not in CUDA_PINNED})
         output.write_text("".join(f"{name}=={version}\n" for name, version in sorted(preferred.items())))
         command = [uv, "pip", "compile", str(REPO / "pyproject.toml"), str(work / "build-tools.in")]

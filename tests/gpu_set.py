@@ -60,17 +60,11 @@ def check_imports() -> tuple[int, list[str]]:
 
 
 def check_fake_run(work: Path) -> list[str]:
-    target = work / "target"
-    target.mkdir()
-    config = {"architectures": ["LlamaForCausalLM"], "vocab_size": 100, "hidden_size": 16, "num_hidden_layers": 2}
-    (target / "config.json").write_text(json.dumps(config))
-    questions = work / "q.jsonl"
-    questions.write_text(json.dumps({"question_id": "q1", "category": "coding", "turns": ["write code"]}) + "\n")
-    script = work / "script.json"
-    script.write_text(json.dumps(SCRIPT))
+    from tests.unit.conftest import fake_overrides
+
     out = work / "run"
-    command = [sys.executable, "-m", "evals.run", "runner=fake", f"runner.script={script}", "target=custom"]
-    command += [f"target.model={target}", "dataset=jsonl", f"dataset.path={questions}", "drafter=ngram", "d=3"]
+    rows = [{"question_id": "q1", "category": "coding", "turns": ["write code"]}]
+    command = [sys.executable, "-m", "evals.run", *fake_overrides(work, rows, SCRIPT), "drafter=ngram", "d=3"]
     command += [f"hydra.run.dir={out}"]
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:

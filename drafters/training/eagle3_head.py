@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from drafters.training.optimise import Optimiser
+from drafters.training.optimise import Optimiser, steps_to_train
 from drafters.training.selfdistill import Sample, compute_dtype, training_autocast, training_threads
 
 __all__ = ["HeadPlan", "HeadResult", "chain_agreement", "head_agreement", "train_eagle3_head"]
@@ -216,7 +216,7 @@ def train_eagle3_head(
     loss_value = float("nan")
     work = 0
     progress(work, loss_value)
-    for step in range(plan.steps if stop_after is None else min(stop_after, plan.steps)):
+    for step in range(steps_to_train(plan.steps, stop_after)):
         batch = next(batches)
         ttt_steps = 1 if step < plan.first_position_steps else plan.ttt_steps
         with training_autocast():

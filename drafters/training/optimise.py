@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-__all__ = ["PROBE_STEPS", "Optimiser", "weights_digest"]
+__all__ = ["PROBE_STEPS", "Optimiser", "steps_to_train", "weights_digest"]
 
 # The determinism probe: the trainable weights' digest after this many steps, recorded by a build
 # (speclens_drafter.json `training_probe`) and given again by training that many steps alone.
 PROBE_STEPS = 3
+
+
+def steps_to_train(planned: int, stop_after: int | None) -> int:
+    """The plan's steps, or its first ``stop_after`` of them (the determinism probe)."""
+    return planned if stop_after is None else min(stop_after, planned)
 
 
 def weights_digest(params: list) -> str:

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from drafters.training.optimise import Optimiser
+from drafters.training.optimise import Optimiser, steps_to_train
 from drafters.training.selfdistill import Sample, training_autocast, training_threads
 
 __all__ = ["DraftPlan", "DraftResult", "distil", "save_draft", "train_draft_model", "truncated_target"]
@@ -142,7 +142,7 @@ def distil(
     draft.train()
     loss_value = float("nan")
     progress(0, loss_value)
-    for step in range(plan.steps if stop_after is None else min(stop_after, plan.steps)):
+    for step in range(steps_to_train(plan.steps, stop_after)):
         if len(order) < plan.samples_per_step:
             order = list(range(len(train)))
             rng.shuffle(order)

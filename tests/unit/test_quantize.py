@@ -80,19 +80,15 @@ def test_a_format_the_cpu_build_cannot_run_is_refused_naming_where_it_runs(tiny_
         ("", r"^--out is empty; give the folder to write into"),
     ],
 )
-def test_an_out_that_cannot_be_written_is_one_line_before_any_work(tiny_llama, tmp_path, capsys, out, said):
+def test_an_out_that_cannot_be_written_is_one_line_before_any_work(
+    tiny_llama, tmp_path, capsys, monkeypatch, out, said
+):
     """Issue 56: `--out` under a file or too long was a traceback (exit 1)."""
-    import os
-
     (tmp_path / "file").write_text("")
-    cwd = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        with pytest.raises(ConfigError, match=said):
-            main.__wrapped__([str(tiny_llama), "--out", out])
-        assert main([str(tiny_llama), "--out", out]) == 2
-    finally:
-        os.chdir(cwd)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=said):
+        main.__wrapped__([str(tiny_llama), "--out", out])
+    assert main([str(tiny_llama), "--out", out]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("speclens: error: --out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
