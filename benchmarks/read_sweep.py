@@ -67,7 +67,8 @@ def main(argv: list[str]) -> int:
         sweep = speclens.read_sweep(path)
         mine = regrouped(sweep)
         curves = pd.read_csv(path / "curves.csv")
-        curves = curves[(curves.source == "measured") & (curves.segment == "all")]
+        # the runs' own points (measured, or the fake engine's), not a replay's
+        curves = curves[~curves.source.isin(["replayed", "estimated"]) & (curves.segment == "all")]
         joined = mine.merge(
             curves[["drafter", "d", "domain", "al"]], on=["drafter", "d", "domain"], suffixes=("", "_curves")
         )

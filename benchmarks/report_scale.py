@@ -24,7 +24,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from evals.stamp import Provenance  # noqa: E402
+from evals.stamp import RunOrigin  # noqa: E402
 from evals.summarise import build_summary, operating_points  # noqa: E402
 from speclens import records  # noqa: E402
 from speclens.generation import RecordGranularity  # noqa: E402
@@ -145,7 +145,7 @@ def summarize(run: dict, drafter: str, d: int, out_dir: Path) -> None:
         counters=None,
         seed=0,
         timing=Timing(generate_s=20.0, output_tokens_per_s=100.0),
-        provenance=Provenance({}, {"target": "t", "draft": None, "dataset": "p"}, None, None),
+        origin=RunOrigin({}, {"target": "t", "draft": None, "dataset": "p"}, None, None),
         operating_points=points,
     )
     out_dir.mkdir(parents=True)

@@ -1,10 +1,10 @@
 """The step-cost model checked on this machine's engine, held out: a grid of runs at synthetic
-acceptance (one per D, each at its own rates, every run at B = 1 and B = 4, with baseline=true),
-then for each D the model calibrated (`evals.whatif calibrate=`, `gpu=measured`) on the step costs
-of the other D's runs only and asked for that D's steady decode speedup at each B. Prints one row
-per held-out point (predicted, measured from the run's own step timings, the run's end-to-end
-speedup beside) and the median and worst held-out error that docs/whatif.md quotes, with the
-in-sample error (calibrated on every run) beside it.
+acceptance (one per D, each at its own rates, every run at B = 1 and B = 4, capped at --requests,
+with baseline=true), then for each D the model calibrated (`evals.whatif calibrate=`,
+`gpu=measured`) on the step costs of the other D's runs only and asked for that D's steady decode
+speedup at each B. Prints one row per held-out point (predicted, measured from the run's own step
+timings, the run's end-to-end speedup beside) and the median and worst held-out error that
+docs/whatif.md quotes, with the in-sample error (calibrated on every run) beside it.
 
     python benchmarks/synthetic_grid.py [--out DIR] [--drafter eagle3] [--requests 8] [--max-tokens 48] [OVERRIDE ...]
 
@@ -29,11 +29,35 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evals import whatif  # noqa: E402
 from reports.runs import find_runs  # noqa: E402
+from speclens.errors import (  # noqa: E402
+    EXIT_USER_ERROR,
+    ArgumentParser,
+    ConfigError,
+    MeasurementError,
+    guarded,
+)
 from speclens.summary import SUMMARY_FILE  # noqa: E402
 
 # Marginal per-position rates per D: non-increasing, ALs from 1.7 to 4.5 across the grid.
 GRID = {1: [0.7], 3: [0.8, 0.6, 0.4], 5: [0.9, 0.8, 0.7, 0.6, 0.5]}
 BATCH_SIZES = [1, 4]
+REPO = Path(__file__).resolve().parents[1]
+
+
+def batch_sizes(requests: int) -> list[int]:
+    """BATCH_SIZES capped at the request count (a batch of B needs B prompts)."""
+    return sorted({min(b, requests) for b in BATCH_SIZES})
+
+
+def run_child(command: list[str]) -> None:
+    """Run one evals.run: its own error, on the terminal above, is followed by one line naming it
+    (a refusal exits 2 like the child's; a failed measurement 3)."""
+    status = subprocess.run(command, cwd=REPO).returncode
+    if status == 0:
+        return
+    shown = " ".join(command[2:])  # from `evals.run`, without the interpreter's path
+    message = f"synthetic_grid: `{shown}` exited with status {status} (its error is above)."
+    raise (ConfigError if status == EXIT_USER_ERROR else MeasurementError)(message)
 
 
 def run_grid(out: Path, drafter: str, requests: int, max_tokens: int, overrides: list[str]) -> None:
@@ -49,14 +73,14 @@ def run_grid(out: Path, drafter: str, requests: int, max_tokens: int, overrides:
             f"d={d}",
             f"acceptance.synthetic={json.dumps(rates)}",
             "baseline=true",
-            f"batch_sizes={json.dumps(BATCH_SIZES)}",
+            f"batch_sizes={json.dumps(batch_sizes(requests))}",
             f"dataset.num_requests={requests}",
             f"sampling.max_tokens={max_tokens}",
             f"hydra.run.dir={run_dir}",
             *overrides,
         ]
         print(f"synthetic_grid: d={d} rates={rates}", file=sys.stderr, flush=True)
-        subprocess.run(command, check=True, cwd=Path(__file__).resolve().parents[1])
+        run_child(command)
 
 
 def rows_for(held: list, calibrate_on: Path) -> list[dict]:
@@ -98,11 +122,13 @@ def checked(runs: list) -> list:
     """One run per D, each with step costs at every B: what a fold holds out and predicts."""
     ds = [run.summary.d for run in runs]
     if len(set(ds)) != len(ds):
-        raise SystemExit(f"synthetic_grid: two runs at one D under --out ({sorted(ds)}); give each grid its own --out")
+        raise ConfigError(
+            f"synthetic_grid: two runs at one D under --out ({sorted(ds)}); give each grid its own --out."
+        )
     for run in runs:
         for op in run.summary.operating_points:
             if op.predicted_speedup is None or op.t_step is None:
-                raise SystemExit(f"synthetic_grid: {run.path} has too few steady steps at B={op.batch_size}")
+                raise MeasurementError(f"synthetic_grid: {run.path} has too few steady steps at B={op.batch_size}.")
     return runs
 
 
@@ -120,8 +146,16 @@ def report(title: str, rows: list[dict]) -> None:
     print(f"median |error| {statistics.median(errs):.1%}, worst {max(errs):.1%} over {len(rows)} points")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def check_counts(args: argparse.Namespace) -> None:
+    """--requests and --max-tokens refused here, in one line, before any run is started."""
+    for flag, value in (("--requests", args.requests), ("--max-tokens", args.max_tokens)):
+        if value < 1:
+            raise ConfigError(f"synthetic_grid: {flag} {value}: must be >= 1.")
+
+
+@guarded
+def main(argv: list[str]) -> int:
+    parser = ArgumentParser(prog="synthetic_grid", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("outputs/benchmarks/synthetic_grid"))
     parser.add_argument("--drafter", default="eagle3")
     parser.add_argument("--requests", type=int, default=8)
@@ -129,7 +163,8 @@ def main() -> int:
     parser.add_argument(
         "overrides", nargs="*", help="more evals.run overrides for every run (runner=fake in the tests)"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    check_counts(args)
     run_grid(args.out, args.drafter, args.requests, args.max_tokens, args.overrides)
     runs = checked(sorted(find_runs(args.out), key=lambda r: r.summary.d))
     held_out = []
@@ -148,4 +183,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

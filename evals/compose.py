@@ -9,15 +9,18 @@ only presets that differ from them (targets, sampling, engines, experiments, lau
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import math
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
+from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
 from drafters import REGISTRY as DRAFTERS
 from drafters import drafter_name
@@ -101,7 +104,41 @@ def compose_config(overrides: list[str], config_name: str = "config", with_hydra
 
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return compose(config_name=config_name, overrides=overrides, return_hydra_config=with_hydra)
+        try:
+            return compose(config_name=config_name, overrides=overrides, return_hydra_config=with_hydra)
+        except ConfigCompositionException as exc:
+            message = unknown_override_message(exc)
+            if message is None:
+                raise
+            raise ConfigError(message) from None
+
+
+def nearest(name: str, choices: Iterable[str]) -> str | None:
+    """The choice closest to a mistyped `name` (difflib's ratio), or None where none is close."""
+    found = difflib.get_close_matches(name, list(choices), n=1)
+    return found[0] if found else None
+
+
+def unknown_override_message(exc: ConfigCompositionException) -> str | None:
+    """One line for an override of a key its typed node does not have, with the nearest key's full
+    dotted name where one is close; None for any other composition error (speclens/errors.py)."""
+    cause: BaseException | None = exc.__cause__
+    while cause is not None and not isinstance(cause, (ConfigKeyError, ConfigAttributeError)):
+        cause = cause.__cause__
+    kind = getattr(cause, "object_type", None)
+    fields = getattr(kind, "__dataclass_fields__", None)
+    full_key = getattr(cause, "full_key", None)
+    if fields is None or not full_key:
+        return None
+    parent, _, name = str(full_key).rpartition(".")
+    match = nearest(name, fields)
+    if match is None:
+        return None
+    # the rest of the override's key below the mistyped part (`engin.dtype`: `.dtype`)
+    given = re.search(r"Could not override '([^']+)'", str(exc))
+    rest = given.group(1)[len(full_key) :] if given and given.group(1).startswith(f"{full_key}.") else ""
+    suggestion = f"{parent}.{match}{rest}" if parent else f"{match}{rest}"
+    return f"{full_key}: no such key in {kind.__name__}; did you mean {suggestion}? (its keys: {', '.join(fields)})."
 
 
 def unknown_keys(node: DictConfig, prefix: str = "") -> list[str]:
@@ -113,7 +150,9 @@ def unknown_keys(node: DictConfig, prefix: str = "") -> list[str]:
     for key in node.keys():
         path = f"{prefix}{key}"
         if fields is not None and key not in fields:
-            found.append(f"{path} (not a key of {kind.__name__}; its keys: {', '.join(fields) or 'none'})")
+            match = nearest(str(key), fields)
+            hint = f"did you mean {prefix}{match}? " if match else ""
+            found.append(f"{path} (not a key of {kind.__name__}; {hint}its keys: {', '.join(fields) or 'none'})")
             continue
         if OmegaConf.is_missing(node, key):
             continue

@@ -20,7 +20,7 @@ from evals.passes import (
 )
 from evals.plan import RunPlan
 from evals.reasoning import split_outputs, warn_about
-from evals.stamp import Provenance, run_stamp
+from evals.stamp import RunOrigin, run_stamp
 from evals.summarise import (
     build_summary,
     lossless,
@@ -291,8 +291,8 @@ def _execute(
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = plan.config
     spec = plan.speculative_config()
-    provenance = Provenance.of(plan, config_fingerprint)
-    stamp = run_stamp(plan, runner, provenance)
+    origin = RunOrigin.of(plan, config_fingerprint)
+    stamp = run_stamp(plan, runner, origin)
     write_json_atomic(stamp, out_dir / STAMP_FILE)
 
     mode = PassMode.speculative if spec is not None else PassMode.plain
@@ -360,7 +360,7 @@ def _execute(
         schedule=plan.schedule,
         seed=cfg.seed,
         timing=timing,
-        provenance=provenance,
+        origin=origin,
         lossless_check=merge_lossless([op.lossless for op in points]) if baseline else None,
         speedup=speedup,
         operating_points=points,
@@ -375,7 +375,9 @@ def _execute(
     ran_on = {"model_runner": numerics.model_runner, "gpu": numerics.gpu} if numerics is not None else {}
     if any(ran_on.values()):
         # what the config asked for (engine.*) is in the stamp already; now what computed the run
-        write_json_atomic(stamp | {k: v for k, v in ran_on.items() if v is not None}, out_dir / STAMP_FILE)
+        stamp = stamp | {k: v for k, v in ran_on.items() if v is not None}
+        write_json_atomic(stamp, out_dir / STAMP_FILE)
+    summary.provenance = summary.provenance_of(stamp)
     profiles = [] if plan.synthetic is not None else run_profiles(out_dir, summary)  # acceptance set, not measured
     if profiles:
         write_profiles(profiles, out_dir)

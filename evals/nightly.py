@@ -271,14 +271,19 @@ def night_rows(args: NightlyArgs, comparison: pd.DataFrame | None) -> pd.DataFra
                     "al": group.al,
                     "context_extension": extension_over(s.context_window, group_lengths(domain, lengths)) or "",
                     "setting": measured.setting,
+                    "_path": str(measured.path),
                 }
             )
     frame = pd.DataFrame(rows)
     if comparison is not None and not frame.empty:
         # the history's rows are of whole outputs; the comparison's segments are in compare.csv
+        # each row beside its own run's comparison (its setting label there names what the pair differs in)
         own = ["candidate_al", "n_requests", "segment", "input_tokens", "context_extension", "baseline_setting"]
+        own += ["setting", "baseline_run"]
         diff = comparison[comparison.segment == "all"].drop(columns=own)
-        frame = frame.merge(diff, on=["drafter", "d", "domain", "setting"], how="left")
+        diff = diff.assign(job_path=diff.pop("candidate_run").map(lambda p: str(Path(p).resolve())))
+        frame = frame.assign(job_path=[str(Path(p).resolve()) for p in frame.pop("_path")])
+        frame = frame.merge(diff, on=["drafter", "d", "domain", "job_path"], how="left")
         frame["baseline_dir"] = str(args.baseline.resolve()) if args.baseline else None
         frame["regressed"] = regressed(frame, args.threshold)
     return frame.reindex(columns=HISTORY_COLUMNS)

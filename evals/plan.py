@@ -27,6 +27,7 @@ from runners.registry import runner_name, runner_of
 from speclens import checkpoints
 from speclens.config import (
     DEFAULT_DTYPE,
+    VLLM_MAX_SPEC_LEN,
     Dtype,
     RunConfig,
     WandbLoggerConfig,
@@ -34,7 +35,7 @@ from speclens.config import (
 from speclens.console import console
 from speclens.errors import ConfigError, TemplateFailed
 from speclens.generation import Prompt, SamplingSpec
-from speclens.machine import cpu_label, native_bf16
+from speclens.machine import cpu_label, memory_total, native_bf16
 from speclens.model_facts import ModelFacts
 from speclens.schedule import read_schedule
 from speclens.summary import ContextWindow, SyntheticAcceptance
@@ -243,6 +244,13 @@ def check_scalars(cfg: RunConfig) -> None:
             raise ConfigError(
                 f"{key}={value}: must be >= {low}" + (" (or null for all)." if key == "dataset.num_requests" else ".")
             )
+    if cfg.d > VLLM_MAX_SPEC_LEN:
+        raise ConfigError(
+            f"d={cfg.d}: must be at most {VLLM_MAX_SPEC_LEN}, vLLM's limit on num_speculative_tokens "
+            f"(its rejection sampler verifies at most {VLLM_MAX_SPEC_LEN} draft tokens a step)."
+        )
+    # whatever the runner, as the model runner below: a fake run records the value as its setting
+    check_kv_space_fits(cfg, memory_total())
     # every runner's (a fake run records it as a setting); the method-dependent refusals are the
     # runners' own (runners/model_runner.py)
     check_requested(cfg.engine.model_runner, None)
@@ -270,6 +278,23 @@ def check_scalars(cfg: RunConfig) -> None:
         raise ConfigError(f"engine.gpu_memory_utilization={cfg.engine.gpu_memory_utilization}: must be in (0, 1].")
 
 
+def check_kv_space_fits(cfg: RunConfig, total_bytes: int | None) -> None:
+    """engine.cpu_kvcache_space_gib (or the environment's VLLM_CPU_KVCACHE_SPACE standing in for
+    it) against this machine's total memory (`total_bytes`; None: unknown, not checked): vLLM's CPU
+    build would fail allocating it only after the run dir is made."""
+    gib, source = cfg.engine.cpu_kvcache_space_gib, ""
+    if gib is None and capacity.env_kv_space() is not None:
+        gib, source = capacity.env_kv_space(), " (VLLM_CPU_KVCACHE_SPACE)"
+    if gib is None or total_bytes is None or gib * capacity.GIB <= total_bytes:
+        return
+    unset = "unset VLLM_CPU_KVCACHE_SPACE" if source else "leave it unset"
+    raise ConfigError(
+        f"engine.cpu_kvcache_space_gib={gib}{source} is more than this machine's memory "
+        f"({total_bytes / capacity.GIB:.1f} GiB); give at most {total_bytes // capacity.GIB} (less, to leave "
+        f"room for the weights), or {unset} to fit it to the prompts."
+    )
+
+
 def check_logger(cfg: RunConfig) -> None:
     if isinstance(cfg.logger, WandbLoggerConfig) and importlib.util.find_spec("wandb") is None:
         raise ConfigError("logger=wandb needs the wandb package: pip install -e '.[wandb]' (make install has it).")
@@ -283,6 +308,26 @@ def check_context_window(cfg: RunConfig, window: ContextWindow) -> None:
             f"engine.max_model_len={cfg.engine.max_model_len} is above target.model's context window "
             f"{where}; set engine.max_model_len <= {window.window}{fix}."
         )
+
+
+def note_unneeded_extension(
+    cfg: RunConfig, window: ContextWindow, longest_need: int | None, max_model_len_set: bool
+) -> None:
+    """Say so where a context extension widens the window though every prompt with its answer fits
+    the target's own: it is applied as asked (a user may measure it on purpose), but it changes the
+    target at every length, and every figure measured under it is labelled with it."""
+    native = window.native
+    if not window.extended or not native or not window.window or window.window <= native:
+        return
+    if longest_need is None or longest_need > native or (max_model_len_set and cfg.engine.max_model_len > native):
+        return  # a prompt, or the engine.max_model_len the user set, needs the wider window
+    key = "engine.rope_scaling" if cfg.engine.rope_scaling else "engine.extra_args.hf_overrides"
+    print(
+        f"speclens: note: {key} ({window.extension}) is applied though no prompt needs it: every prompt with its "
+        f"answer fits target.model's own window of {native} tokens (the longest needs {longest_need}); figures "
+        f"measured under it are labelled with it (drop {key} to measure the target as it ships).",
+        file=console(),
+    )
 
 
 def first_messages(prompt: Prompt) -> list[dict[str, Any]]:
@@ -452,6 +497,7 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     prompts = load_prompts(cfg.dataset, cfg.seed, encoder)
     check_template_kwargs(cfg, encoder, first_messages(prompts[0]) if prompts else [])
     needs = prompt_needs(prompts, encoder, cfg.sampling.max_tokens)
+    note_unneeded_extension(cfg, window, max(needs.values(), default=None), max_model_len_set)
     # with dataset.drop_too_long the user chose to drop what max_model_len does not hold
     if needs and not attached and not getattr(cfg.dataset, "drop_too_long", False):
         capacity.fit_max_model_len(cfg, fitted, max(needs.values()), window.window)
@@ -503,6 +549,11 @@ def resolve_schedule(cfg: RunConfig, drafter: Drafter) -> list[list[int]] | None
         raise ConfigError("drafter.schedule needs a drafter that drafts; drafter=none has no draft length.")
     schedule = read_schedule(cfg.drafter.schedule, drafter.name, "drafter.schedule", cfg.sampling.temperature)
     top = max(k for _, _, k in schedule)
+    if top > VLLM_MAX_SPEC_LEN:
+        raise ConfigError(
+            f"drafter.schedule={cfg.drafter.schedule}: its largest k is {top}, above {VLLM_MAX_SPEC_LEN} (vLLM's "
+            f"limit on num_speculative_tokens); keep every k <= {VLLM_MAX_SPEC_LEN}."
+        )
     if top != cfg.d:
         raise ConfigError(
             f"drafter.schedule={cfg.drafter.schedule}: its largest k is {top} but d={cfg.d}; set "

@@ -1,5 +1,5 @@
 """The run stamp: what exactly was measured, written before the engine starts; and the run's
-provenance (versions, fingerprints, commit, config fingerprint), taken once for both the stamp and
+origin (versions, fingerprints, commit, config fingerprint), taken once for both the stamp and
 the summary."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import OmegaConf
 
 from speclens.drafter_build import read_drafter_facts
-from speclens.redact import redact
+from speclens.redact import redact, redact_overrides
 from speclens.summary import SUMMARY_VERSION
 
 if TYPE_CHECKING:
@@ -60,8 +60,23 @@ def git_sha() -> str | None:
     return sha + ("-dirty" if dirty else "")
 
 
+# Overrides a re-run command must not repeat: where the run went, and re-running over a finished one.
+NOT_REPEATED = ("hydra.", "force=", "verbose=", "logger")
+
+
+def command_overrides() -> list[str] | None:
+    """The command line's overrides of this job (credentials out), as a re-run repeats them; None
+    outside a Hydra job (the API)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    task = HydraConfig.get().overrides.task
+    return [redact_overrides(o) for o in task if not o.lstrip("+~").startswith(NOT_REPEATED)]
+
+
 @dataclass(frozen=True)
-class Provenance:
+class RunOrigin:
     """What a run was measured with and by: package versions, the target's, draft's and prompts'
     fingerprints, speclens's commit, and the resolved config's fingerprint."""
 
@@ -71,31 +86,33 @@ class Provenance:
     config_fingerprint: str | None
 
     @classmethod
-    def of(cls, plan: RunPlan, config_fingerprint: str | None) -> Provenance:
+    def of(cls, plan: RunPlan, config_fingerprint: str | None) -> RunOrigin:
         return cls(package_versions(), plan.fingerprints, git_sha(), config_fingerprint)
 
 
-def run_stamp(plan: RunPlan, runner: str, provenance: Provenance) -> dict[str, Any]:
+def run_stamp(plan: RunPlan, runner: str, origin: RunOrigin) -> dict[str, Any]:
     """The stamp.json of a run about to measure `plan` (credentials redacted)."""
     cfg = plan.config
     stamp = {
         "schema_version": SUMMARY_VERSION,
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "config": redact(OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True)),
-        "config_fingerprint": provenance.config_fingerprint,
+        "config_fingerprint": origin.config_fingerprint,
         "runner": runner,
         "speculative_config": redact(plan.speculative_config()),
         # Engine keys left unset, fitted to the target: value and why.
         "fitted_defaults": plan.fitted,
         "target_dir": str(plan.target_dir),
-        "versions": provenance.versions,
-        "fingerprints": provenance.fingerprints,
+        "versions": origin.versions,
+        "fingerprints": origin.fingerprints,
         # How speclens built the draft checkpoint, when it did (speclens_drafter.json).
         "draft_build": read_drafter_facts(plan.draft_dir) if plan.draft_dir else None,
         # The checkpoints' weight quantization (speclens/model_facts.py; null: unquantized): a
         # setting of the run (reports/runs.py SETTING_KEYS).
         "quantization": {"target": plan.target.quantization, "draft": plan.draft.quantization if plan.draft else None},
-        "git_sha": provenance.git_sha,
+        "git_sha": origin.git_sha,
+        # The command line's overrides, which a suggested re-run command repeats.
+        "overrides": command_overrides(),
     }
     if plan.dropped_too_long:  # prompts dropped as too long for the engine (dataset.drop_too_long), per category
         stamp["dropped_too_long"] = plan.dropped_too_long

@@ -6,9 +6,10 @@ from typing import Mapping, Protocol, Sequence
 
 import pandas as pd
 
-from evals.stamp import Provenance
+from evals.stamp import RunOrigin
 from speclens import costs, metrics
 from speclens.account import SpeedupAccount, speedup_account
+from speclens.costs import PassMode
 from speclens.generation import EngineStep, RecordGranularity, SpecCounters, TurnResult
 from speclens.latency import Latency, latency_of
 from speclens.lossless import (
@@ -169,8 +170,10 @@ def _length_point(
     ids = set(requests["request_id"])
     spec_rate = _length_rate(spec, ids, length)
     base_rate = _length_rate(base, ids, length) if base is not None else None
+    held = costs.held(engine_steps, PassMode.speculative if d else PassMode.plain, b, length)
     return LengthPoint(
         **vars(figures),
+        batch_size_held=held if held is not None and held != b else None,
         predicted_speedup=predicted,
         predicted_speedup_range=predicted_range,
         output_tokens_per_s=spec_rate,
@@ -258,10 +261,12 @@ def operating_points(
         }
         for point in [overall, *by_domain.values()]:
             _corrected(point, account)
+        held = costs.held(engine_steps, PassMode.speculative if d else PassMode.plain, b)
         points.append(
             OperatingPoint(
                 **vars(overall),
                 batch_size=b,
+                batch_size_held=held if held is not None and held != b else None,
                 request_rate=request_rate,
                 output_tokens_per_s=p.output_tokens_per_s,
                 generate_s=p.generate_s,
@@ -337,7 +342,7 @@ def build_summary(
     record_granularity: RecordGranularity = RecordGranularity.step,
     domain_counters: dict[str, SpecCounters] | None = None,
     schedule: list[list[int]] | None = None,
-    provenance: Provenance,
+    origin: RunOrigin,
     lossless_check: LosslessCheck | None = None,
     speedup: float | None = None,
     operating_points: list[OperatingPoint] | None = None,
@@ -385,10 +390,10 @@ def build_summary(
         speedup=speedup,
         operating_points=operating_points or [],
         timing=timing,
-        versions=provenance.versions,
-        fingerprints=Fingerprints(**provenance.fingerprints),
-        git_sha=provenance.git_sha,
-        config_fingerprint=provenance.config_fingerprint,
+        versions=origin.versions,
+        fingerprints=Fingerprints(**origin.fingerprints),
+        git_sha=origin.git_sha,
+        config_fingerprint=origin.config_fingerprint,
         runner=runner,
         record_granularity=str(record_granularity.value),
         schedule=schedule,

@@ -17,15 +17,19 @@ ones, so no lossless check is made (summary.json `synthetic_acceptance`).
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
-from reports.profile import PROFILE_FILE, read_profiles
+from omegaconf import OmegaConf
+
+from reports.profile import PROFILE_FILE, choose_profiles, profile_provenance, read_profiles
 from runners import cpu_synthetic_fix
 from runners.cpu_plugins import disabled
 from runners.registry import runner_name
 from speclens.config import RunConfig
 from speclens.errors import ConfigError, CorruptRecord
+from speclens.provenance import config_setting
 from speclens.summary import SyntheticAcceptance
 
 KEY = "acceptance.synthetic"
@@ -64,9 +68,10 @@ def _shown(values: list[Any]) -> str:
     )
 
 
-def profile_rates(path: Path, drafter: str, d: int) -> tuple[list[float], str]:
+def profile_rates(path: Path, drafter: str, d: int, setting: str = "") -> tuple[list[float], str]:
     """The marginal rates a profile file (or a run or sweep dir holding one) measured for this
-    drafter at this d over all its prompts, and where they came from."""
+    drafter at this d over all its prompts, under `setting` where it holds several, and where they
+    came from (with what its figures are)."""
     folder = path.parent if path.name == PROFILE_FILE else path
     if not (folder / PROFILE_FILE).is_file():
         raise ConfigError(f"{KEY}={path}: holds no {PROFILE_FILE} (a run or sweep dir speclens wrote, or that file).")
@@ -87,8 +92,16 @@ def profile_rates(path: Path, drafter: str, d: int) -> tuple[list[float], str]:
     if not at_d:
         ds = ", ".join(str(p["d"]) for p in sorted(mine, key=lambda p: p["d"]))
         raise ConfigError(f"{KEY}={path}: drafter={drafter} was measured at d={ds}, not d={d}; give one of those.")
-    source = f"{folder / PROFILE_FILE}: drafter={drafter} d={d} domain=all"
-    return check_rates(at_d[0]["marginal"], d, f"{KEY} ({source})"), source
+    where = f"{KEY}={path}"
+    # of several (a sweep's, one per setting), the one measured under this run's own setting
+    chosen, what, note = (
+        (at_d, None, None) if len(at_d) == 1 else choose_profiles(at_d, drafter, setting or "defaults", where)
+    )
+    if note:
+        print(f"speclens: note: {note}", file=sys.stderr)
+    what = what or profile_provenance(chosen[0], where)
+    source = f"{folder / PROFILE_FILE}: drafter={drafter} d={d} domain=all" + (f", {what.label()}" if what else "")
+    return check_rates(chosen[0]["marginal"], d, f"{KEY} ({source})"), source
 
 
 def resolve(cfg: RunConfig, drafter: str, speculative: bool) -> SyntheticAcceptance | None:
@@ -111,7 +124,8 @@ def resolve(cfg: RunConfig, drafter: str, speculative: bool) -> SyntheticAccepta
             "(runners/cpu_synthetic_fix.py); unset it."
         )
     if isinstance(given, str):
-        rates, source = profile_rates(Path(given).expanduser(), drafter, cfg.d)
+        own = OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)
+        rates, source = profile_rates(Path(given).expanduser(), drafter, cfg.d, config_setting(own))
     else:
         rates, source = check_rates(given, cfg.d, KEY), "given"
     return SyntheticAcceptance(rates=rates, expected_al=1.0 + sum(rates), source=source)

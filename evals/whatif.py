@@ -3,8 +3,20 @@
 
 Acceptance: a run or sweep dir (its speculation_profile.json; `domain=` picks a domain, default
 all), or `drafter=<name>` with `al=<AL> d=<D>` or `acceptance=[c1,c2,…]` (conditional per position), and
-optionally `draft_share=` (the share of target passes that verify a draft, default 1) and
+optionally `draft_share=` (the share of target passes that verify a draft, default 1; a lookup
+drafter given without it gets a note: it drafts only where it finds a match) and
 `model_runner=v1|v2` (what a step without a draft costs: a plain step, or a full verify on V2).
+A drafter's profile is chosen by its whole identity (provenance: source, runner, dtype, model
+runner, settings): where a folder holds several (a sweep over settings, fake and real runs), the
+one measured under the defaults is taken where exactly one is, and the others named in a note;
+otherwise whatif refuses, listing how they differ, and `setting=<label>` picks one (`setting=`
+or `setting=defaults`: the defaults; a label the refusal names, e.g. `verify.method=block`,
+`engine.dtype=float32`). A serial drafter's AL at a D below its profile's is derived from its
+rates and marked `derived`; a profile measured at its own D only (`measured_per_k`: parallel
+drafting, Model-Optimizer's accept_length_model measured_per_k) gives AL at that D only. D is at most
+128 (vLLM's limit on num_speculative_tokens). Every point says what it is (`source`: predicted;
+`al_source`: measured, derived, fake, synthetic or given), whatif.json's `provenance` what its
+acceptance and step costs are, and the terminal and whatif.html mark every AL not measured.
 Architecture: `target.model=<folder or hub id>` (default: the run's target), `drafter.model=…`
 (default: the run's draft; EAGLE heads without one are taken as one target-shaped layer),
 `arch.<config field>=<value>` applied to the target's config before anything is derived.
@@ -32,20 +44,29 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from drafters import REGISTRY
-from reports.profile import PROFILE_FILE, dynamo_flags, read_profiles
-from reports.runs import find_runs
+from reports.profile import (
+    PROFILE_FILE,
+    check_al_by_k,
+    choose_profiles,
+    dynamo_cut_note,
+    dynamo_flags,
+    identity_of,
+    profile_provenance,
+    read_profiles,
+)
+from reports.runs import Run, find_runs
 from reports.table import text_table
-from reports.whatif_page import write_page
+from reports.whatif_page import acceptance_lines, write_page
 from speclens import checkpoints
+from speclens import provenance as prov
 from speclens.acceptance import al_at, check_rates, marginal_from_conditional
+from speclens.config import VLLM_MAX_SPEC_LEN
 from speclens.errors import ConfigError, CorruptRecord, guarded
 from speclens.files import output_dir, output_path, write_json_atomic
 from speclens.gpu_model import calibrate
@@ -73,6 +94,7 @@ from speclens.gpu_model.whatif import (
 from speclens.metrics import conditional_acceptance, length_label
 from speclens.model_facts import ModelFacts, text_config
 from speclens.options import nearest, number, parse_value, strict_json_loads
+from speclens.provenance import Provenance, mark
 from speclens.records import read_parquet
 from speclens.run_files import REQUESTS_FILE, read_stamp
 from speclens.summary import read_summary
@@ -81,9 +103,9 @@ WHATIF_FILE = "whatif.json"
 DEFAULT_CONTEXT_LEN = 4096
 KEYS = ("gpu", "tp", "weights", "batch_sizes", "context_len", "d", "al", "acceptance", "drafter", "domain", "out")
 KEYS += ("target.model", "drafter.model", "calibrate", "slo.tokens_per_s_per_user", "cost_model", "engine")
-KEYS += ("expert_weights", "draft_share", "model_runner")
+KEYS += ("expert_weights", "draft_share", "model_runner", "setting")
 TEXT_KEYS = ("target.model", "drafter.model", "out", "gpu", "calibrate", "cost_model", "engine", "expert_weights")
-TEXT_KEYS += ("model_runner", "drafter", "domain", "weights")
+TEXT_KEYS += ("model_runner", "drafter", "domain", "weights", "setting")
 MODEL_RUNNERS = ("v1", "v2")
 
 
@@ -159,44 +181,162 @@ class Share:
         return undrafted_step(self.model_runner)
 
 
-def measured_acceptance(source: Path, domain: str) -> dict[str, dict[str, Any]]:
-    """Per drafter, the profile of its longest measured D."""
+# What an AL given on the command line (al=, acceptance=) is: neither measured nor derived here.
+GIVEN = "given"
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """AL at each D one source holds, and what each figure is: the source's own (measured, fake,
+    synthetic, given) or derived from its rates at a larger D (a serial drafter's acceptance at a
+    smaller D is a prefix of its acceptance at D). A parallel drafter's (`measured_per_k`) holds the
+    D it measured only."""
+
+    al_by_d: dict[int, float]
+    source_by_d: dict[int, str]
+    # the per-position rates (marginal) where known: Dynamo's flags
+    marginal: list[float] | None = None
+    measured_per_k: bool = False
+
+    @property
+    def own_ds(self) -> list[int]:
+        """The D whose AL the source states itself (not derived here)."""
+        return sorted(d for d, source in self.source_by_d.items() if source != prov.DERIVED)
+
+
+def serial_acceptance(marginal: list[float], source: str, derived_below: bool = True) -> Acceptance:
+    """A chain's AL at every D up to its rates' (at most vLLM's limit): at the rates' own D the
+    source's figure; below it derived from them (`derived_below`), or the source's where the rates
+    were given per position (acceptance=)."""
+    top = min(len(marginal), VLLM_MAX_SPEC_LEN)
+    ds = range(1, top + 1)
+    return Acceptance(
+        {d: al_at(marginal, d) for d in ds},
+        {d: source if d == len(marginal) or not derived_below else prov.DERIVED for d in ds},
+        marginal,
+    )
+
+
+def profile_acceptance(profiles: list[dict[str, Any]], source: str, where: str) -> Acceptance:
+    """The acceptance of one drafter's profiles of one identity: a serial drafter's from the rates
+    of its longest D; a parallel drafter's (measured_per_k) AL at each D its profiles measured."""
+    longest = max(profiles, key=lambda p: p["d"])
+    marginal = check_rates(longest["marginal"], f"{where}: drafter={longest['drafter']} d={longest['d']} marginal")
+    if not any(p.get("measured_per_k") for p in profiles):
+        return serial_acceptance(marginal, source)
+    al: dict[int, float] = {}
+    for p in sorted(profiles, key=lambda p: p["d"]):
+        al |= {
+            int(k): v
+            for k, v in check_al_by_k(p.get("acceptance_length_by_k") or {str(p["d"]): p["al"]}, where).items()
+        }
+    kept = {d: v for d, v in sorted(al.items()) if d <= VLLM_MAX_SPEC_LEN}
+    if not kept:
+        raise ConfigError(
+            f"{where}: drafter={longest['drafter']} was measured at D={', '.join(map(str, sorted(al)))} only, above "
+            f"{VLLM_MAX_SPEC_LEN} (vLLM's limit on num_speculative_tokens); its AL at a smaller D is not known."
+        )
+    return Acceptance(kept, {d: source for d in kept}, marginal, measured_per_k=True)
+
+
+@dataclass(frozen=True)
+class DrafterInput:
+    """One drafter's acceptance as whatif takes it: pooled and per measured length bucket, its
+    share of drafting steps, what its figures are (whatif.json `provenance.acceptance`), and the
+    notes a reader needs (what was passed over, what was assumed)."""
+
+    acceptance: Acceptance
+    share: Share
+    what: dict[str, Any]
+    by_length: dict[int, Acceptance] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def profile_folder(source: Path) -> Path:
     folder = source.parent if source.name == PROFILE_FILE else source
     if not (folder / PROFILE_FILE).is_file():
         raise ConfigError(f"{source}: holds no {PROFILE_FILE} (a run or sweep dir speclens wrote, with a drafter).")
-    chosen: dict[str, dict[str, Any]] = {}
-    for p in read_profiles(folder):
-        if p["domain"] != domain or p.get("segment", "all") != "all" or "input_tokens" in p:
-            continue
-        if p["drafter"] not in chosen or p["d"] > chosen[p["drafter"]]["d"]:
-            chosen[p["drafter"]] = p
-    if not chosen:
-        domains = sorted({p["domain"] for p in read_profiles(folder)})
+    return folder
+
+
+def whole_output(p: dict[str, Any]) -> bool:
+    return p.get("segment", "all") == "all"
+
+
+def measured_acceptance(source: Path, domain: str, setting: str | None = None) -> dict[str, DrafterInput]:
+    """Per drafter, its acceptance from the profiles of one identity (reports/profile.py
+    choose_profiles: the one `setting=` names, else the only one, else the one measured under the
+    defaults): the rates of its longest D, a parallel drafter's AL at each D measured, and where
+    measured per length (domain all only: a long-context domain is one length already) the same
+    per length bucket."""
+    folder = profile_folder(source)
+    where = str(folder / PROFILE_FILE)
+    profiles = read_profiles(folder)
+    pooled = [p for p in profiles if p["domain"] == domain and whole_output(p) and "input_tokens" not in p]
+    if not pooled:
+        domains = sorted({p["domain"] for p in profiles})
         raise ConfigError(f"{source}: no acceptance profile for domain={domain}; it has {', '.join(domains)}.")
+    chosen: dict[str, DrafterInput] = {}
+    for drafter in dict.fromkeys(p["drafter"] for p in pooled):
+        mine, what, note = choose_profiles([p for p in pooled if p["drafter"] == drafter], drafter, setting, where)
+        figures = what.source if what is not None else prov.MEASURED
+        lengths = length_groups(profiles, drafter, identity_of(what), where) if domain == "all" else {}
+        by_length = {tokens: profile_acceptance(found, figures, where) for tokens, found in lengths.items()}
+        longest = {tokens: max(found, key=lambda p: p["d"]) for tokens, found in lengths.items()}
+        share = measured_share(max(mine, key=lambda p: p["d"]), longest)
+        acceptance = profile_acceptance(mine, figures, where)
+        notes = [note] if note else []
+        chosen[drafter] = DrafterInput(
+            acceptance, share, profile_what(what, acceptance, where), by_length, notes + what_notes(drafter, what)
+        )
     return chosen
 
 
-# Per drafter, per length bucket's input tokens: the profile measured there.
-LengthAcceptance = dict[str, dict[int, dict[str, Any]]]
-
-
-def measured_length_acceptance(source: Path, domain: str) -> LengthAcceptance:
-    """Per drafter and length bucket, the profile of its longest D measured at that length, from
-    the length profiles of all prompts (reports/profile.py); {} where the source has none, or a
-    domain other than all is asked for (a long-context domain is one length already)."""
-    folder = source.parent if source.name == PROFILE_FILE else source
-    if domain != "all" or not (folder / PROFILE_FILE).is_file():
-        return {}
-    chosen: dict[tuple[str, int], dict[str, Any]] = {}
-    for p in read_profiles(folder):
-        if "input_tokens" not in p or p.get("segment", "all") != "all":
+def length_groups(
+    profiles: list[dict[str, Any]], drafter: str, identity: tuple[Any, ...], where: str
+) -> dict[int, list[dict[str, Any]]]:
+    """A drafter's length profiles of all prompts (reports/profile.py) of one identity, per bucket's
+    input tokens, shortest first."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    for p in profiles:
+        if p["drafter"] != drafter or "input_tokens" not in p or not whole_output(p):
             continue
-        key = (p["drafter"], int(p["input_tokens"]))
-        if key not in chosen or p["d"] > chosen[key]["d"]:
-            chosen[key] = p
-    out: LengthAcceptance = {}
-    for (drafter, tokens), p in sorted(chosen.items()):
-        out.setdefault(drafter, {})[tokens] = p
+        if identity_of(profile_provenance(p, where)) == identity:
+            out.setdefault(int(p["input_tokens"]), []).append(p)
+    return dict(sorted(out.items()))
+
+
+def profile_what(what: Provenance | None, acceptance: Acceptance, where: str) -> dict[str, Any]:
+    """What a chosen profile's figures are, as whatif.json states them."""
+    recorded = what is not None
+    found = what if recorded else prov.Provenance(source=prov.MEASURED, runner="unknown")
+    return found.to_dict() | {
+        "label": found.label() if recorded else "measured (taken as: its profile records no provenance)",
+        "recorded": recorded,
+        "profile": where,
+        "measured_per_k": acceptance.measured_per_k,
+        "own_d": acceptance.own_ds,
+        "derived_d": sorted(set(acceptance.al_by_d) - set(acceptance.own_ds)),
+    }
+
+
+def what_notes(drafter: str, what: Provenance | None) -> list[str]:
+    """What a reader of the predictions needs told about the acceptance they start from."""
+    if what is None:
+        return [
+            f"{drafter}: its profile records no provenance (written before speclens recorded it): its AL is taken "
+            "as measured; whether it was measured, synthetic or from the scripted engine is not known"
+        ]
+    out = []
+    if what.source == prov.FAKE:
+        out.append(
+            f"{drafter}: its acceptance is the scripted engine's (runner=fake): these predictions are of a script, "
+            "not of any model"
+        )
+    elif not what.measured:
+        out.append(f"{drafter}: its acceptance is {what.source}, not measured: {what.label()}")
+    if what.setting:
+        out.append(f"{drafter}: its profile was measured under {what.setting}: the predictions are of that setting")
     return out
 
 
@@ -223,48 +363,82 @@ def given_share(options: dict[str, Any]) -> Share:
     return Share(float(value), runner)
 
 
-def given_acceptance(options: dict[str, Any]) -> dict[str, list[float] | float]:
+def draft_lengths(value: Any) -> list[int]:
+    """d= checked: whole numbers from 1 to vLLM's limit on num_speculative_tokens."""
+    ds = ints(value, "d")
+    if ds[-1] > VLLM_MAX_SPEC_LEN:
+        raise ConfigError(
+            f"d={json.dumps(value)}: D={ds[-1]} is above {VLLM_MAX_SPEC_LEN}, vLLM's limit on num_speculative_tokens "
+            "(no engine serves it); give D from 1 to 128."
+        )
+    return ds
+
+
+def given_acceptance(options: dict[str, Any]) -> dict[str, DrafterInput]:
+    """drafter= with al= at one d=, or acceptance= (conditional rates per position): AL given, not
+    measured (with draft_share= and model_runner= where given)."""
     drafter = options.get("drafter")
     if drafter is None:
         raise ConfigError("give drafter=<name> with al= or acceptance= (or a run dir measured with one).")
     if "al" in options and "acceptance" in options:
         raise ConfigError("give al= (with one d=) or acceptance=[…], not both.")
     if "acceptance" in options:
-        return {drafter: marginal_from_conditional(check_rates(options["acceptance"], "acceptance"))}
-    ds = ints(options.get("d"), "d") if "d" in options else []
-    al = options["al"]
-    if len(ds) != 1 or not isinstance(al, (int, float)) or isinstance(al, bool) or not 1 <= al <= 1 + ds[0]:
-        raise ConfigError(f"al={al} needs one d= and 1 <= al <= 1 + d.")
-    return {drafter: float(al)}
+        rates = check_rates(options["acceptance"], "acceptance")
+        acceptance = serial_acceptance(marginal_from_conditional(rates), GIVEN, derived_below=False)
+        said = f"acceptance={json.dumps(options['acceptance'])}"
+    else:
+        ds = draft_lengths(options.get("d")) if "d" in options else []
+        al = options["al"]
+        if len(ds) != 1 or not isinstance(al, (int, float)) or isinstance(al, bool) or not 1 <= al <= 1 + ds[0]:
+            raise ConfigError(f"al={al} needs one d= and 1 <= al <= 1 + d.")
+        acceptance = Acceptance({ds[0]: float(al)}, {ds[0]: GIVEN})
+        said = f"al={al:g} at d={ds[0]}"
+    what = {"source": GIVEN, "label": f"given ({said})", "own_d": acceptance.own_ds, "derived_d": []}
+    share = given_share(options)
+    return {drafter: DrafterInput(acceptance, share, what, notes=lookup_notes(drafter, options))}
+
+
+def drafts_on_a_match_only(drafter: str) -> bool:
+    """Whether a drafter drafts only where it finds a match (a lookup: n-gram, suffix), so on
+    Model Runner V1 some steps verify no draft (drafters' facts: generation "one lookup")."""
+    cls = REGISTRY.get(drafter)
+    return cls is not None and cls.facts.generation == "one lookup"
+
+
+def lookup_notes(drafter: str, options: dict[str, Any]) -> list[str]:
+    """The note a given AL of a lookup drafter needs where no share of drafting steps was given."""
+    if "draft_share" in options or options.get("model_runner") == "v2" or not drafts_on_a_match_only(drafter):
+        return []
+    return [
+        f"{drafter}: the prediction assumes every step drafts (draft_share=1), but {drafter} drafts only where its "
+        "lookup finds a match; give draft_share=<share of target passes that draft> (a run's summary.json "
+        "draft_share) to set it"
+    ]
 
 
 def resolve_inputs(source: Path | None, options: dict[str, Any], arch: dict[str, Any]):
-    """The target's config (arch.* applied), and per drafter its acceptance, its acceptance per
-    length bucket where measured, and its draft config."""
+    """The target's config (arch.* applied), per drafter its acceptance (pooled and per measured
+    length bucket, with what it is), and its draft config."""
     stamps = _stamps(source) if source is not None and source.is_dir() else []
-    by_length: dict[str, dict[int, list[float]]] = {}
     if "al" in options or "acceptance" in options:
-        acceptance = given_acceptance(options)
-        shares = {drafter: given_share(options) for drafter in acceptance}
+        if "setting" in options:
+            raise ConfigError(
+                "setting= picks among a run or sweep's profiles; al= and acceptance= are given, not chosen."
+            )
+        inputs = given_acceptance(options)
     elif source is not None:
         for key in ("draft_share", "model_runner"):
             if key in options:
                 raise ConfigError(
                     f"{key}= goes with drafter= and al= or acceptance=; a run's profile measured its own."
                 )
-        chosen = measured_acceptance(source, options.get("domain", "all"))
-        length_profiles = measured_length_acceptance(source, options.get("domain", "all"))
-        acceptance = {drafter: p["marginal"] for drafter, p in chosen.items()}
-        by_length = {
-            drafter: {tokens: p["marginal"] for tokens, p in found.items()}
-            for drafter, found in length_profiles.items()
-        }
-        shares = {drafter: measured_share(p, length_profiles.get(drafter, {})) for drafter, p in chosen.items()}
+        setting = options.get("setting")
+        inputs = measured_acceptance(source, options.get("domain", "all"), None if setting is None else str(setting))
     else:
         raise ConfigError(
             "no acceptance: give a run or sweep dir, or drafter=<name> with al=<AL> d=<D> or acceptance=[…]."
         )
-    for drafter in acceptance:
+    for drafter in inputs:
         if drafter not in MECHANISMS:
             raise ConfigError(f"drafter={drafter}: no draft-cost model for it; choose one of {', '.join(MECHANISMS)}.")
     if "target.model" in options:
@@ -275,24 +449,24 @@ def resolve_inputs(source: Path | None, options: dict[str, Any], arch: dict[str,
         raise ConfigError("give target.model=<folder or hub id> (a folder holding its config.json is enough).")
     target_config = _read_config(target_ref, "target.model")
     text = text_config(target_config)
-    for field, value in arch.items():
-        if field not in text and field not in checkpoints.COUNT_FIELDS:
+    for field_name, value in arch.items():
+        if field_name not in text and field_name not in checkpoints.COUNT_FIELDS:
             known = sorted(set(text) | set(checkpoints.COUNT_FIELDS))
-            raise ConfigError(f"arch.{field}: the target's config has no such field{nearest(field, known)}.")
-        text[field] = value
+            raise ConfigError(f"arch.{field_name}: the target's config has no such field{nearest(field_name, known)}.")
+        text[field_name] = value
     checkpoints.check_config(target_config, "the target's config with the arch. overrides")
     draft_configs: dict[str, dict[str, Any] | None] = {}
-    for drafter in acceptance:
-        ref = options.get("drafter.model") if len(acceptance) == 1 else None
+    for drafter in inputs:
+        ref = options.get("drafter.model") if len(inputs) == 1 else None
         for name, stamp in stamps:
             if ref is None and name == drafter:
                 ref = (stamp.get("config", {}).get("drafter") or {}).get("model")
         if ref is None and needs_draft_config(drafter):
             raise ConfigError(f"drafter={drafter}: give drafter.model=<folder or hub id> for its config.json.")
         draft_configs[drafter] = _read_config(ref, "drafter.model") if ref else None
-        longest = max(ints(options["d"], "d")) if "d" in options else len(np.atleast_1d(acceptance[drafter]))
+        longest = max(draft_lengths(options["d"])) if "d" in options else max(inputs[drafter].acceptance.al_by_d)
         check_pair(drafter, longest, target_ref, target_config, ref, draft_configs[drafter])
-    return target_config, acceptance, by_length, shares, draft_configs
+    return target_config, inputs, draft_configs
 
 
 def check_pair(
@@ -337,24 +511,39 @@ def hardware_from(settings: dict[str, str]) -> Hardware:
     return _hardware(options, gpu_fields, eff_fields)
 
 
+def calibration_runs(folder: Path) -> list[Run]:
+    """The runs under `folder` measured with baseline=true (step costs to fit)."""
+    runs = [r for r in find_runs(folder) if any(op.t_verif for op in r.summary.operating_points)]
+    if not runs:
+        raise ConfigError(f"calibrate={folder}: no run there was measured with baseline=true (no step costs).")
+    return runs
+
+
+def calibration_what(folder: Path) -> dict[str, Any]:
+    """What the step costs a calibration fits are: each run's provenance label, and whether any
+    came from the scripted engine (runner=fake), whose step times are a script's."""
+    found = [r.provenance for r in calibration_runs(folder)]
+    sources = sorted({p.source for p in found})
+    return {"sources": sources, "runs": sorted({p.label() for p in found}), "fake": prov.FAKE in sources}
+
+
 def calibration_points(folder: Path) -> tuple[list[Measured], str | None]:
     """The measured T_verif of every run under `folder` measured with baseline=true: plain steps
     at each B (D = 0) and the zero-cost verify pass's at B·(1+D); context: each B's requests' mean
     prompt plus half their output. Points measured by several runs are averaged. With the
     runs' target folder (None where the stamp names none)."""
-    runs = [r for r in find_runs(folder) if any(op.t_verif for op in r.summary.operating_points)]
-    if not runs:
-        raise ConfigError(f"calibrate={folder}: no run there was measured with baseline=true (no step costs).")
+    runs = calibration_runs(folder)
     found: dict[tuple[int, int, int], list[float]] = {}
     for run in runs:
         requests = read_parquet(run.path / REQUESTS_FILE)
         for op in run.summary.operating_points:
             mine = requests[requests.batch_size == op.batch_size]
             context = mean_context(mine.prompt_tokens, mine.output_tokens)
+            # the step costs are of the requests held in flight (fewer than B where a pass had fewer)
             if op.t_verif is not None:
-                found.setdefault((op.batch_size, 0, context), []).append(op.t_verif.median_ms)
+                found.setdefault((op.held, 0, context), []).append(op.t_verif.median_ms)
             if op.t_verif_spec is not None and run.summary.d:
-                found.setdefault((op.batch_size, run.summary.d, context), []).append(op.t_verif_spec.median_ms)
+                found.setdefault((op.held, run.summary.d, context), []).append(op.t_verif_spec.median_ms)
     points = [Measured(b, d, c, sum(ts) / len(ts)) for (b, d, c), ts in sorted(found.items())]
     return points, runs[0].stamp.get("target_dir")
 
@@ -362,7 +551,8 @@ def calibration_points(folder: Path) -> tuple[list[Measured], str | None]:
 def run_point(run_dir: Path, batch_size: int, *settings: str) -> dict[str, Any]:
     """whatif's point for one operating point of a run: the run's target and drafter, its AL, D and
     that B's draft share and context (mean prompt plus half the output, as calibration takes it),
-    on the machine `settings` name (`gpu=…` or `calibrate=…`). What a measured speed is set beside."""
+    on the machine `settings` name (`gpu=…` or `calibrate=…`), at the requests that operating point
+    held in flight (OperatingPoint.held). What a measured speed is set beside."""
     summary, stamp = read_summary(run_dir), read_stamp(run_dir)
     (op,) = [op for op in summary.operating_points if op.batch_size == batch_size]
     requests = read_parquet(run_dir / REQUESTS_FILE)
@@ -378,7 +568,7 @@ def run_point(run_dir: Path, batch_size: int, *settings: str) -> dict[str, Any]:
             if summary.numerics and summary.numerics.model_runner
             else []
         ),
-        f"batch_sizes=[{batch_size}]",
+        f"batch_sizes=[{op.held}]",  # the requests it held in flight: what its speed is of
         f"context_len={mean_context(mine.prompt_tokens, mine.output_tokens)}",
         *settings,
     ]
@@ -410,7 +600,8 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
         raise ConfigError(f"cost_model={cost_model}: choose one of {', '.join(COST_MODELS)}.")
     if cost_model == "aiconfigurator" and "calibrate" in options:
         raise ConfigError("cost_model=aiconfigurator predicts for a GPU of its tables; calibrate= fits this machine.")
-    calibration = None
+    ds = draft_lengths(options["d"]) if "d" in options else None
+    calibration, calibrated_on = None, None
     if "calibrate" in options:
         if options.get("gpu", "measured") != "measured":
             raise ConfigError(
@@ -424,13 +615,14 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
         if not str(options["calibrate"]).strip():  # (Path("") is the current folder: never meant)
             raise ConfigError("calibrate= is empty; give the run or sweep dir measured with baseline=true.")
         calibration, measured_target = calibration_points(Path(options["calibrate"]).expanduser())
+        calibrated_on = calibration_what(Path(options["calibrate"]).expanduser())
         if "target.model" not in options and source is None and measured_target is not None:
             options["target.model"] = measured_target
     else:
         hw = _hardware(options, gpu_fields, eff_fields)  # checked before any config is read
         if cost_model == "aiconfigurator":
             hw = replace(hw, ops=AiconfiguratorOps(str(options["gpu"]), str(options.get("engine", "vllm"))))
-    target_config, acceptance, by_length, shares, draft_configs = resolve_inputs(source, options, arch)
+    target_config, inputs, draft_configs = resolve_inputs(source, options, arch)
     target = shape_of(target_config, "target.model")
     fitted, calibration_warnings = None, []
     if calibration is not None:  # the machine measured, in place of a GPU of the table
@@ -440,14 +632,13 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
         calibration_warnings = calibrate.implausible(fitted, [h for _, _, h in calibrated])
         hw = fitted.hardware(weights, ints(options.get("tp", 1), "tp")[0], options.get("expert_weights"))
     check_tp(target, hw.tp)
-    ds = ints(options["d"], "d") if "d" in options else None
     draftings = []
-    for drafter, rates in acceptance.items():
+    for drafter, found in inputs.items():
         draft = drafter_shape(drafter, target, draft_configs[drafter])
         if draft is not None:
             check_tp(draft, hw.tp, "the draft")
-        drafting = drafting_of(drafter, rates, by_length.get(drafter, {}), ds, draft)
-        draftings.append(with_share(drafting, shares[drafter]))
+        drafting = drafting_of(drafter, found.acceptance, found.by_length, ds, draft)
+        draftings.append(with_share(drafting, found.share))
     measured_lengths = sorted({length for d in draftings for length in d.al_by_length or {}})
     batch_sizes = ints(options.get("batch_sizes", DEFAULT_BATCH_SIZES), "batch_sizes")
     context_lens = ints(options.get("context_len", measured_lengths or DEFAULT_CONTEXT_LEN), "context_len")
@@ -455,6 +646,7 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
         raise ConfigError("batch_sizes and context_len are whole numbers >= 1.")
     points = predict(draftings, target, hw, batch_sizes, context_lens, ds)
     with_intervals(points)
+    with_sources(points, draftings, inputs)
     if not any(p["fits"] for p in points):
         least = min(points, key=lambda p: p["memory_gb"])
         check_fits(hw, least["memory_gb"], least["batch_size"], least["context_len"])
@@ -487,12 +679,18 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
             ],
             "held_out_bound": calibrate.HELD_OUT_BOUND,
             "warnings": calibration_warnings,
+            "provenance": calibrated_on,
+        },
+        "provenance": {
+            "source": prov.PREDICTED,
+            "acceptance": {drafter: found.what for drafter, found in inputs.items()},
+            "step_costs": step_costs_what(hw, calibrated_on),
         },
         "draft_shares": {
             d.drafter: {
-                "draft_share": shares[d.drafter].value,
-                "model_runner": shares[d.drafter].model_runner,
-                "undrafted_step": shares[d.drafter].undrafted,
+                "draft_share": inputs[d.drafter].share.value,
+                "model_runner": inputs[d.drafter].share.model_runner,
+                "undrafted_step": inputs[d.drafter].share.undrafted,
                 **(
                     {"by_length": {length_label(t): v for t, v in d.share_by_length.items()}}
                     if d.share_by_length
@@ -501,15 +699,25 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
             }
             for d in draftings
         },
-        "notes": [f"calibration: {w}" for w in calibration_warnings] + share_notes(draftings, shares),
+        "notes": [f"calibration: {w}" for w in calibration_warnings]
+        + calibration_notes(calibrated_on)
+        + [note for found in inputs.values() for note in found.notes]
+        + share_notes(draftings, {drafter: found.share for drafter, found in inputs.items()}),
         # the same acceptance as Dynamo's planner and mocker take it (reports/profile.py dynamo_flags)
         "dynamo_flags": {
-            drafter: dynamo_flags(conditional_acceptance(rates), len(rates))
-            for drafter, rates in acceptance.items()
-            if isinstance(rates, list)
+            drafter: dynamo_flags(conditional_acceptance(found.acceptance.marginal), len(found.acceptance.marginal))
+            for drafter, found in inputs.items()
+            if found.acceptance.marginal is not None
+        },
+        # what those flags leave out: AIC's five slots hold five positions
+        "dynamo_flags_notes": {
+            drafter: note
+            for drafter, found in inputs.items()
+            if found.acceptance.marginal is not None
+            and (note := dynamo_cut_note(found.acceptance.marginal)) is not None
         },
         "points": points,
-        "best": best(points),
+        "best": with_best_sources(best(points), points),
         "schedules": {d.drafter: schedule(points, d.drafter, context_lens[0]) for d in draftings},
         "schedules_by_context_len": {
             str(c): {d.drafter: schedule(points, d.drafter, c) for d in draftings} for c in context_lens
@@ -517,7 +725,7 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
     }
     if measured_lengths:
         result["by_length"] = [
-            length_section(length, draftings, target, hw, batch_sizes, ds) for length in measured_lengths
+            length_section(length, draftings, inputs, target, hw, batch_sizes, ds) for length in measured_lengths
         ]
     if "slo.tokens_per_s_per_user" in options:
         wanted = options["slo.tokens_per_s_per_user"]
@@ -535,20 +743,76 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
 
 
 def drafting_of(
-    drafter: str, rates: list[float] | float, by_length: dict[int, list[float]], ds: list[int] | None, draft
+    drafter: str, acceptance: Acceptance, by_length: dict[int, Acceptance], ds: list[int] | None, draft
 ) -> Drafting:
     """A drafter's AL by D (and per measured length where it has lengths) at the asked D (default:
-    every D its acceptance covers, at every length)."""
-    if isinstance(rates, float):  # al= at one d
-        return Drafting(drafter, {ds[0]: rates}, draft)
-    covered = min([len(rates), *(len(r) for r in by_length.values())])
-    wanted = [d for d in (ds if ds is not None else range(1, covered + 1)) if d > 0]
-    al_by_d = {d: al_at(rates, d) for d in wanted}
+    every D its acceptance holds at every length, up to vLLM's limit)."""
+    held = set(acceptance.al_by_d).intersection(*(set(found.al_by_d) for found in by_length.values()))
+    wanted = ds if ds is not None else sorted(held)
+    for d in wanted:
+        if d not in held:
+            raise ConfigError(missing_d(drafter, d, acceptance, by_length))
+    al_by_d = {d: acceptance.al_by_d[d] for d in wanted}
     if not by_length:
         return Drafting(drafter, al_by_d, draft)
-    al_by_length = {tokens: {d: al_at(r, d) for d in wanted} for tokens, r in by_length.items()}
+    al_by_length = {tokens: {d: found.al_by_d[d] for d in wanted} for tokens, found in by_length.items()}
     labels = {tokens: length_label(tokens) for tokens in by_length}
     return Drafting(drafter, al_by_d, draft, al_by_length, labels)
+
+
+def missing_d(drafter: str, d: int, acceptance: Acceptance, by_length: dict[int, Acceptance]) -> str:
+    """Why a D asked for has no AL: a parallel drafter's profile holds the D it measured only; a
+    serial one's rates end before it."""
+    short = next((found for found in (acceptance, *by_length.values()) if d not in found.al_by_d), acceptance)
+    if short.measured_per_k:
+        measured = ", ".join(map(str, sorted(short.al_by_d)))
+        return (
+            f"drafter={drafter} was measured at D={measured} only (measured_per_k: it drafts in parallel, so its AL at "
+            f"another D is measured there, never derived); D={d} was not measured: give d={measured.split(', ')[-1]}."
+        )
+    return f"acceptance is known for {max(short.al_by_d)} positions; D={d} needs {d}."
+
+
+def al_source(found: DrafterInput, drafting: Drafting, d: int, context: int) -> str:
+    """What the AL of a point at (D, context) is: the source's own figure or derived."""
+    length = drafting.measured_at(context)
+    acceptance = found.acceptance if length is None else found.by_length[length]
+    return acceptance.source_by_d[d]
+
+
+def with_sources(points: list[dict[str, Any]], draftings: list[Drafting], inputs: dict[str, DrafterInput]) -> None:
+    """Each point says what it is: its speedup predicted, its AL measured, derived, fake, given…"""
+    by_drafter = {d.drafter: d for d in draftings}
+    for p in points:
+        p["source"] = prov.PREDICTED
+        p["al_source"] = al_source(inputs[p["drafter"]], by_drafter[p["drafter"]], p["d"], p["context_len"])
+
+
+def with_best_sources(chosen: list[dict[str, Any]], points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The best per (B, context) with the AL and its source of the point each took (none for plain)."""
+    at = {(p["batch_size"], p["context_len"], p["drafter"], p["d"]): p for p in points}
+    out = []
+    for b in chosen:
+        point = at.get((b["batch_size"], b["context_len"], b["drafter"], b["d"]))
+        out.append(b if point is None else b | {"al": point["al"], "al_source": point["al_source"]})
+    return out
+
+
+def step_costs_what(hw: Hardware, calibrated_on: dict[str, Any] | None) -> str:
+    """What the step costs the predictions rest on are."""
+    if calibrated_on is None:
+        return f"the step-cost model for {hw.gpu.name}"
+    fake = " (runner=fake: a script's step times, not a machine's)" if calibrated_on["fake"] else ""
+    return "fitted to the step costs of " + ", ".join(calibrated_on["runs"]) + fake
+
+
+def calibration_notes(calibrated_on: dict[str, Any] | None) -> list[str]:
+    if calibrated_on is None or not calibrated_on["fake"]:
+        return []
+    return [
+        "calibration: fitted on runs of the scripted engine (runner=fake): their step times are a script's, so the "
+        "machine predicted is no real one [fake]"
+    ]
 
 
 INTERVAL_SOURCE = (
@@ -615,27 +879,42 @@ PREDICTED = "predicted by the step-cost model from the acceptance measured at th
 
 
 def length_section(
-    length: int, draftings: list[Drafting], target: ModelShape, hw: Hardware, batch_sizes: list[int], ds
+    length: int,
+    draftings: list[Drafting],
+    inputs: dict[str, DrafterInput],
+    target: ModelShape,
+    hw: Hardware,
+    batch_sizes: list[int],
+    ds,
 ) -> dict[str, Any]:
-    """At one measured length: the AL measured there, guidelines 2 and 3 with the share of the step
-    attention takes, and the best (drafter, D) per B, all but the AL predicted."""
+    """At one measured length: the AL measured there (at the D measured only; what its source is
+    where not measured) and the AL the points derive from its rates at a smaller D, guidelines 2 and
+    3 with the share of the step attention takes, and the best (drafter, D) per B, all but the AL
+    predicted."""
     guidelines = at_length(target, hw, length, batch_sizes)
     points = predict(draftings, target, hw, batch_sizes, [length], ds)
     with_intervals(points)
+    with_sources(points, draftings, inputs)
+    here = {drafter: found.by_length[length] for drafter, found in inputs.items() if length in found.by_length}
+    used = {d.drafter: d.al_by_length[length] for d in draftings if d.al_by_length and length in d.al_by_length}
     return {
         "length": length_label(length),
         "context_len": length,
         "source": PREDICTED,
-        "al_measured": {
-            d.drafter: {str(k): al for k, al in sorted(d.al_by_length[length].items())}
-            for d in draftings
-            if d.al_by_length and length in d.al_by_length
+        "al_measured": {drafter: {str(d): found.al_by_d[d] for d in found.own_ds} for drafter, found in here.items()},
+        "al_measured_source": {drafter: found.source_by_d[found.own_ds[-1]] for drafter, found in here.items()},
+        "al_derived": {
+            drafter: {
+                str(d): al for d, al in sorted(used[drafter].items()) if here[drafter].source_by_d[d] == prov.DERIVED
+            }
+            for drafter in here
+            if drafter in used
         },
         "g": guidelines.g,
         "guideline_2_d": guidelines.starting_d,
         "guideline_3_ds": guidelines.tile_aligned,
         "by_batch_size": [asdict(b) for b in guidelines.by_batch],
-        "best": best(points),
+        "best": with_best_sources(best(points), points),
     }
 
 
@@ -643,10 +922,7 @@ def length_lines(result: dict[str, Any]) -> list[str]:
     """Per measured length: guidelines 2 and 3, the attention share and the best D, one block each."""
     out = []
     for section in result.get("by_length") or []:
-        al = "; ".join(
-            f"{drafter} " + ", ".join(f"D={d}: {v:.2f}" for d, v in by_d.items())
-            for drafter, by_d in section["al_measured"].items()
-        )
+        al = "; ".join(measured_there(section, drafter) for drafter in section["al_measured"])
         g2 = section["guideline_2_d"]
         out.append(
             f"at {section['length']} ({section['context_len']} tokens; AL measured there: {al}): guideline 2 "
@@ -666,6 +942,18 @@ def length_lines(result: dict[str, Any]) -> list[str]:
     return out
 
 
+def measured_there(section: dict[str, Any], drafter: str) -> str:
+    """`eagle3 D=3: 1.80 (D=1, 2 derived from its rates [derived])`: the AL a length's profile
+    measured, marked where its source is not a measurement, and the D derived from it."""
+    measured = section["al_measured"][drafter]
+    source = section.get("al_measured_source", {}).get(drafter, prov.MEASURED)
+    text = f"{drafter} " + ", ".join(f"D={d}: {v:.2f}" for d, v in measured.items()) + mark(source)
+    derived = section.get("al_derived", {}).get(drafter)
+    if derived:
+        text += f" (D={', '.join(derived)} derived from its rates{mark(prov.DERIVED)})"
+    return text
+
+
 def table(result: dict[str, Any]) -> str:
     """The best per (B, context length), predicted; where plain decoding wins, its own step. With
     acceptance per length, the length whose AL each row took."""
@@ -682,8 +970,9 @@ def table(result: dict[str, Any]) -> str:
             if chosen is None
             else (chosen["al"], chosen["tokens_per_step"], chosen["t_step_ms"], chosen["bound"])
         )
+        al_mark = "" if chosen is None else mark(chosen.get("al_source", prov.MEASURED))
         what = "plain" if b["drafter"] == "none" else f"{b['drafter']} d={b['d']}"
-        rows.append([str(b["batch_size"]), str(b["context_len"]), what, f"{al:.2f}", f"{per_step:.2f}"])
+        rows.append([str(b["batch_size"]), str(b["context_len"]), what, f"{al:.2f}{al_mark}", f"{per_step:.2f}"])
         interval = None if chosen is None else chosen["speedup_interval"]
         rows[-1] += [f"{t_plain:.2f}", f"{t_step:.2f}", f"{b['speedup']:.2f}", interval_label(interval), bound]
         if by_length:
@@ -742,12 +1031,15 @@ def main(argv: list[str]) -> int:
         f"speclens whatif: {gpu}, tp={result['tp']}, weights={result['weights']}{experts}; engine: {engine}; "
         f"cost model: {result['cost_model']}"
     )
+    for line in acceptance_lines(result):
+        print(line)
     if result["model"]["arch_overrides"]:
         print("arch overrides: " + ", ".join(f"{k}={v}" for k, v in result["model"]["arch_overrides"].items()))
     if result["calibration"] is not None:
         fitted = result["calibration"]["fit"]
+        fake = mark(prov.FAKE) if (result["calibration"].get("provenance") or {}).get("fake") else ""
         print(
-            f"calibrated on {result['calibration']['source']}: {fitted['hbm_tb_s'] * 1e3:.1f} GB/s, "
+            f"calibrated on {result['calibration']['source']}{fake}: {fitted['hbm_tb_s'] * 1e3:.1f} GB/s, "
             f"{fitted['tflops']:.3f} TFLOPS, {fitted['overhead_ms']:.2f} ms a pass, attention "
             + ("in 128-row tiles" if fitted["tile_rows"] else "on the real query rows")
         )
@@ -763,6 +1055,8 @@ def main(argv: list[str]) -> int:
         print(line)
     for drafter, flags in result["dynamo_flags"].items():
         print(f"{drafter} for Dynamo's planner and mocker: {flags}")
+        if drafter in result["dynamo_flags_notes"]:
+            print(f"  {result['dynamo_flags_notes'][drafter]}")
     for line in length_lines(result):
         print(line)
     left_out = sum(not p["fits"] for p in result["points"])

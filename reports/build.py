@@ -35,6 +35,7 @@ from reports.runs import (
     Run,
     check_consistent,
     find_runs,
+    measured_runs,
     template_label,
 )
 from reports.serve import serve_markdown, serve_plan
@@ -46,6 +47,7 @@ from speclens.errors import ArgumentParser, SpeclensError, guarded
 from speclens.gpu_model.engines import DEFAULT_ENGINE, ENGINES, engine_named
 from speclens.gpu_model.gpus import GPUS, gpu_named
 from speclens.gpu_model.step_cost import Hardware
+from speclens.provenance import SYNTHETIC
 from speclens.summary import WHOLE_RUN_GROUP
 from speclens.text import Shown, markdown_safe
 
@@ -124,47 +126,87 @@ def _ranked_entry(ranking: pd.DataFrame, winner: dict) -> pd.Series | None:
     return None if rows.empty else rows.iloc[0]
 
 
-def rank_command(root: Path, runs: list[Run]) -> str:
-    """The command that measures these runs again with what ranking needs."""
+# Overrides a rank command sets itself (the drafters and Ds it lists, the baseline it adds).
+SET_BY_RANK_COMMAND = ("drafter=", "d=", "baseline=")
+
+
+def rank_commands(root: Path, runs: list[Run]) -> list[str]:
+    """The commands that measure these runs again with what ranking needs: one per set of other
+    overrides the runs were measured with (stamp.json `overrides`), each repeating them."""
     spec = [r for r in runs if r.summary.d is not None]
-    drafters = sorted({r.summary.drafter for r in spec}) or ["ngram"]
-    ds = sorted({r.summary.d for r in spec}) or [3]
-    datasets = sorted({r.summary.dataset for r in runs})
+    groups: dict[tuple[str, ...], list[Run]] = {}
+    for run in spec or runs:
+        kept = tuple(o for o in run.stamp.get("overrides") or [] if not o.startswith(SET_BY_RANK_COMMAND))
+        groups.setdefault(kept, []).append(run)
     sweep = len(runs) > 1
-    return (
-        "python -m evals.run "
-        + ("-m " if sweep else "")
-        + f"drafter={','.join(drafters)} d={','.join(map(str, ds))} dataset={','.join(datasets)} "
-        + f"baseline=true force=true hydra.{'sweep' if sweep else 'run'}.dir={root}"
-    )
+    commands = []
+    for kept, members in sorted(groups.items()):
+        drafters = sorted({r.summary.drafter for r in members if r.summary.d is not None}) or ["ngram"]
+        ds = sorted({r.summary.d for r in members if r.summary.d is not None}) or [3]
+        given = {o.split("=", 1)[0] for o in kept}
+        datasets = [] if "dataset" in given else [f"dataset={','.join(sorted({r.summary.dataset for r in members}))}"]
+        commands.append(
+            " ".join(
+                [
+                    "python -m evals.run",
+                    *(["-m"] if sweep else []),
+                    f"drafter={','.join(drafters)}",
+                    f"d={','.join(map(str, ds))}",
+                    *datasets,
+                    *kept,
+                    "baseline=true force=true",
+                    f"hydra.{'sweep' if sweep else 'run'}.dir={root}",
+                ]
+            )
+        )
+    return commands
+
+
+def headline_runs(runs: list[Run]) -> tuple[list[Run], str]:
+    """The runs a headline AL may name, and what their figures are: the measured ones; where there
+    are none, the fake (scripted) ones, said so. Synthetic acceptance (set, not measured) never."""
+    spec = [r for r in runs if r.summary.d is not None and r.provenance.source != SYNTHETIC]
+    measured = [r for r in spec if r.provenance.measured]
+    if measured or not spec:
+        return measured, ""
+    sources = sorted({r.provenance.source for r in spec})
+    return spec, f" ({', '.join(sources)}, not measured)"
 
 
 def headline_section(root: Path, runs: list[Run], reason: SpeclensError) -> Section:
     spec = [r for r in runs if r.summary.d is not None]
     rows = [
         [
-            r.summary.mechanism,
+            r.summary.mechanism + (f" ({r.setting})" if r.setting else ""),
             str(r.summary.d),
             cell(r.summary.al, al_digits(r.summary.al_ci95)),
             _ci_cell(r.summary.al_ci95),
             cell(r.summary.tokens_per_step, 3),
             str(r.summary.n_requests),
+            r.provenance.source,
         ]
-        for r in sorted(spec, key=lambda r: (r.summary.drafter, r.summary.d))
+        for r in sorted(spec, key=lambda r: (r.summary.drafter, r.summary.d, r.setting))
     ]
-    best = max(spec, key=lambda r: r.summary.al or 0, default=None)
+    candidates, what = headline_runs(runs)
+    best = max(candidates, key=lambda r: r.summary.al or 0, default=None)
+    if best is not None:
+        answer = (
+            f"Highest AL{what}: {best.summary.label}{f' ({best.setting})' if best.setting else ''}, "
+            f"{cell(best.summary.al, al_digits(best.summary.al_ci95))} {_ci_cell(best.summary.al_ci95)}."
+        )
+    elif spec:
+        answer = "No measured AL: these runs' acceptance is synthetic (acceptance.synthetic: set, not measured)."
+    else:
+        answer = None
     section = Section(
         "Headline AL",
-        answer=None
-        if best is None
-        else f"Highest AL: {best.summary.label}, {cell(best.summary.al, al_digits(best.summary.al_ci95))} "
-        f"{_ci_cell(best.summary.al_ci95)}.",
+        answer=answer,
         text=[
             "Not ranked: speedups need plain decoding's timings at every operating point (baseline=true). "
             "Measure them with the same other keys as these runs:"
         ],
-        code=[rank_command(root, runs)],
-        tables=[(["drafter", "D", "AL", "95% CI", "tokens/step", "requests"], rows)],
+        code=rank_commands(root, runs),
+        tables=[(["drafter", "D", "AL", "95% CI", "tokens/step", "requests", "source"], rows)],
     )
     if "missing:" not in str(reason):  # refused for another reason than missing baselines: say which
         section.text.append(f"Not ranked: {reason}")
@@ -227,7 +269,7 @@ def al_section(root: Path, runs: list[Run]) -> Section:
         section.images.append(("al_by_domain", figures.al_by_domain(whole)))
     rows = [
         [
-            r.drafter,
+            r.drafter + (f" ({r.setting})" if r.setting else ""),
             str(r.d),
             r.domain,
             cell(r.al, 3),
@@ -637,7 +679,8 @@ def build_sections(root: Path, gpu: Hardware | None = None) -> list[Section]:
     check_consistent(runs, CONSISTENT_ACROSS_TEMPERATURES)
     spec_runs = [r for r in runs if r.summary.d is not None]
     try:
-        ranking: pd.DataFrame | SpeclensError = rank_runs(runs)
+        # a synthetic acceptance ranks no mechanism: its AL is set, not measured
+        ranking: pd.DataFrame | SpeclensError = rank_runs(measured_runs(runs))
     except SpeclensError as exc:
         ranking = exc
     sections = [decision_section(root, runs, ranking)]

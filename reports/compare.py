@@ -29,10 +29,11 @@ import pandas as pd
 from reports.charts import extension_over, forest_chart
 from reports.curves import length_group
 from reports.page import Section, render_page
-from reports.runs import CONSISTENT_KEYS, Run, check_consistent, find_runs
+from reports.runs import CONSISTENT_KEYS, Run, check_consistent, find_runs, shown_identity
 from reports.table import cell, markdown_table, text_table
 from speclens.errors import ArgumentParser, SpeclensError, guarded
 from speclens.metrics import BOOTSTRAP_SAMPLES, MIN_REQUESTS_FOR_CI, length_label, per_request, resample_indices
+from speclens.provenance import IDENTITY_FIELDS, differences, field_label
 from speclens.records import read_parquet
 from speclens.run_files import REQUESTS_FILE, STEPS_FILE
 from speclens.segments import SEGMENTS
@@ -52,10 +53,13 @@ COMPARE_COLUMNS = [
     "segment",
     "input_tokens",
     "context_extension",
-    # The engine settings changed from their defaults (reports/runs.py Measured.setting) of the
-    # candidate's run and of the baseline's: the same where both sides measured that setting.
+    # Everything the candidate's run and the baseline's differ in, each side's value (pair_labels):
+    # the settings changed from their defaults, and the runner, dtype or model runner where they differ.
     "setting",
     "baseline_setting",
+    # The two runs paired (their dirs).
+    "baseline_run",
+    "candidate_run",
 ]
 # The target may differ between the two sides; nothing else that shapes acceptance may.
 PAIRED_KEYS = tuple(k for k in CONSISTENT_KEYS if k != "fingerprints.target") + ("config.chat_template_kwargs",)
@@ -102,8 +106,8 @@ def _named(key: tuple[str, int, str]) -> str:
     return f"drafter={key[0]} d={key[1]}" + (f" ({key[2]})" if key[2] else "")
 
 
-def _speculative_runs(root: Path) -> dict[tuple[str, int, str], Run]:
-    runs: dict[tuple[str, int, str], Run] = {}
+def _speculative_runs(root: Path) -> list[Run]:
+    runs = []
     for run in find_runs(root):
         if run.summary.d is None:
             continue
@@ -111,13 +115,35 @@ def _speculative_runs(root: Path) -> dict[tuple[str, int, str], Run]:
             raise SpeclensError(
                 f"{run.path}: its acceptance is synthetic (acceptance.synthetic, set, not measured); compare measured runs."
             )
-        key = (run.summary.mechanism, run.summary.d, run.setting)
-        if key in runs:
-            raise SpeclensError(f"{root} holds {_named(key)} twice ({runs[key].path} and {run.path}).")
-        runs[key] = run
+        runs.append(run)
     if not runs:
         raise SpeclensError(f"{root}: no finished speculative runs (summary.json) in it.")
     return runs
+
+
+def keyed(root: Path, runs: list[Run]) -> dict[tuple[str, int, str], Run]:
+    """Each run by (drafter, D, setting), its setting naming what the runs of both sides differ in."""
+    found: dict[tuple[str, int, str], Run] = {}
+    for run in runs:
+        key = (run.summary.mechanism, run.summary.d, run.setting)
+        if key in found:
+            raise SpeclensError(f"{root} holds {_named(key)} twice ({found[key].path} and {run.path}).")
+        found[key] = run
+    return found
+
+
+def pair_labels(base: Run, cand: Run) -> tuple[str, str]:
+    """Each side's label of everything the pair differs in: the identity fields where they differ
+    (speclens/provenance.py: source, runner, engine.dtype, engine.model_runner) and each side's setting."""
+    mine, theirs = base.provenance, cand.provenance
+    differ = [name for name in IDENTITY_FIELDS if name != "setting" and getattr(mine, name) != getattr(theirs, name)]
+
+    def label(run: Run) -> str:
+        found = run.provenance
+        parts = [field_label(found, name) for name in differ]
+        return ", ".join(parts + ([run.axis_setting] if run.axis_setting else []))
+
+    return label(base), label(cand)
 
 
 def _check_same_prompts(base: Run, cand: Run, base_requests: pd.DataFrame, cand_requests: pd.DataFrame) -> None:
@@ -263,6 +289,7 @@ def compare_pair(key: tuple[str, int, str], base: Run, cand: Run, seed: int) -> 
     _check_same_prompts(base, cand, b_req, c_req)
     lengths, lengths_of, note = prompt_lengths(base, cand, b_req, c_req)
     b_steps, c_steps = read_parquet(base.path / STEPS_FILE), read_parquet(cand.path / STEPS_FILE)
+    labels = pair_labels(base, cand)
     # With a reasoning boundary on both sides, each segment is compared too (its steps on each side).
     segments = ["all"] + (list(SEGMENTS) if "segment" in b_steps.columns and "segment" in c_steps.columns else [])
     rows = []
@@ -278,7 +305,8 @@ def compare_pair(key: tuple[str, int, str], base: Run, cand: Run, seed: int) -> 
             c_seg = c_part if segment == "all" else c_part[c_part.segment == segment]
             figures = paired_al_difference(b_seg, c_seg, ids, seed)
             group = {"drafter": key[0], "d": key[1], "domain": domain, "n_requests": len(ids), "segment": segment}
-            rows.append(group | figures | where | {"setting": cand.setting, "baseline_setting": base.setting})
+            runs = {"baseline_run": str(base.path), "candidate_run": str(cand.path)}
+            rows.append(group | figures | where | dict(zip(("baseline_setting", "setting"), labels)) | runs)
     return rows, note
 
 
@@ -308,7 +336,10 @@ def compare(baseline_dir: Path, candidate_dir: Path, seed: int = 0) -> tuple[pd.
     """The comparison table and notes on runs found on one side only."""
     if baseline_dir.resolve() == candidate_dir.resolve():
         raise SpeclensError(f"{baseline_dir} is given as both baseline and candidate; compare two different dirs.")
-    base_runs, cand_runs = _speculative_runs(baseline_dir), _speculative_runs(candidate_dir)
+    base_list, cand_list = _speculative_runs(baseline_dir), _speculative_runs(candidate_dir)
+    both = shown_identity(base_list + cand_list)
+    base_runs = keyed(baseline_dir, both[: len(base_list)])
+    cand_runs = keyed(candidate_dir, both[len(base_list) :])
     _check_same_lengths(baseline_dir, base_runs, candidate_dir, cand_runs)
     check_consistent(list(base_runs.values()) + list(cand_runs.values()), PAIRED_KEYS)
     rows, length_notes = [], set()
@@ -320,6 +351,13 @@ def compare(baseline_dir: Path, candidate_dir: Path, seed: int = 0) -> tuple[pd.
         drafts = [run.get("config.drafter.model") for run in (base, cand)]
         if drafts[0] != drafts[1]:
             length_notes.add(f"{_named(key)}: another draft checkpoint, drafter.model {drafts[0]} → {drafts[1]}")
+        beyond = differences(base.provenance.but(setting=""), cand.provenance.but(setting=""))
+        if beyond:
+            length_notes.add(
+                f"{_named(key)}: the two runs differ in more than the setting ({'; '.join(beyond)}): "
+                "the difference is theirs together, not one setting's"
+            )
+    length_notes |= set(unmeasured_notes(pairs))
     notes = [f"only in the baseline: {_named(k)}" for k in only_base]
     notes += [f"only in the candidate: {_named(k)}" for k in only_cand]
     if not rows:
@@ -327,6 +365,22 @@ def compare(baseline_dir: Path, candidate_dir: Path, seed: int = 0) -> tuple[pd.
     notes += sorted(length_notes)
     table = pd.DataFrame(rows, columns=COMPARE_COLUMNS).astype({"input_tokens": "Int64"})
     return table, notes
+
+
+def unmeasured_notes(pairs: list[tuple[RunKey, Run, Run]]) -> list[str]:
+    """What the compared figures are where they were not measured (speclens/provenance.py): one
+    note for both sides where they agree, else one per side."""
+    sides = [
+        {run.provenance.label() for _, *both in pairs for run in [both[i]] if not run.provenance.measured}
+        for i in (0, 1)
+    ]
+    if sides[0] == sides[1]:
+        return [f"both sides' figures are {label}, not measured" for label in sorted(sides[0])]
+    return [
+        f"the {side}'s figures are {label}, not measured"
+        for side, labels in zip(("baseline", "candidate"), sides)
+        for label in sorted(labels)
+    ]
 
 
 def setting_shown(baseline: str, candidate: str) -> str:

@@ -1,7 +1,7 @@
 """`python -m reports.curves <sweep dir>`: AL-vs-D curves per domain and drafter.
 
 Writes curves.parquet and curves.csv (drafter, d, domain, al, al_ci95_lo, al_ci95_hi,
-tokens_per_step, source = measured|replayed|estimated, temperature, segment, chat_template_kwargs,
+tokens_per_step, source = measured|replayed|estimated|fake, temperature, segment, chat_template_kwargs,
 setting (the engine settings changed from their defaults: `kv_cache_dtype=fp8`, `verify.method=block`),
 proposer = v1|v2 for n-gram (the model runner whose proposer drafted), empty for the others; domain
 `all` is the pooled figure, segment `all` the whole output) and curve_<domain>.png (one
@@ -23,7 +23,8 @@ against D per drafter and length.
 `draft_share`: the share of target passes that verified a draft (speclens/metrics.py draft_share),
 so tokens_per_step = 1 + draft_share·(al − 1) less the tokens cut at the turns' ends; for n-gram
 each proposer's own (V1 drafts where it finds a match, V2 on every decode step). Empty for segment
-rows and where passes were not counted.
+rows and where passes were not counted. `runner` and `dtype`: the engine that computed the point
+(speclens/provenance.py); runs that differ in them are lines of their own, their setting naming it.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from reports.runs import (
     find_replays,
     find_runs,
     measured_runs,
+    shown_identity,
 )
 from speclens.errors import ArgumentParser, SpeclensError, guarded
 from speclens.files import output_path
@@ -70,6 +72,9 @@ CURVE_COLUMNS = [
     "input_tokens",
     "context_extension",
     "draft_share",
+    # The engine that computed the point (speclens/provenance.py): its runner and dtype.
+    "runner",
+    "dtype",
 ]
 # One point of one curve.
 CURVE_KEY = ["drafter", "d", "domain", "segment", "temperature", "chat_template_kwargs", "setting", "proposer"]
@@ -77,7 +82,9 @@ WHOLE_OUTPUT = "all"
 # A length's own group: every prompt of that length, whatever its domain (`all@32k`).
 LENGTH_GROUP_PREFIX = f"{WHOLE_RUN_GROUP}@"
 # Where several sources give the same (drafter, d, domain), the first of these wins.
-SOURCE_ORDER = {"measured": 0, "replayed": 1, "estimated": 2}
+# (A fake run's own point wins over a replay as a measured one does: both are the run's, and the
+# fake one is labelled so.)
+SOURCE_ORDER = {"measured": 0, "fake": 0, "replayed": 1, "estimated": 2}
 
 
 def curve_row(
@@ -167,18 +174,21 @@ def measured_groups(summary: RunSummary) -> dict[str, GroupFigures]:
 def measured_rows(run: Run) -> list[dict]:
     s = run.summary
     proposer = measured_proposer(s)
+    found = run.provenance
+    engine = {"runner": found.runner, "dtype": found.dtype}
     rows = []
     for domain, g in measured_groups(s).items():
         lengths = s.by_length or {}
         extension = extension_over(s.context_window, group_lengths(domain, lengths)) or ""
         point = dict(input_tokens=length_of(domain, lengths), extension=extension, setting=run.setting)
+        source = found.source
         rows.append(
-            curve_row(
-                s.drafter, s.d, domain, g, "measured", run.temperature, WHOLE_OUTPUT, run.template, proposer, **point
-            )
+            curve_row(s.drafter, s.d, domain, g, source, run.temperature, WHOLE_OUTPUT, run.template, proposer, **point)
+            | engine
         )
         rows += [
-            curve_row(s.drafter, s.d, domain, f, "measured", run.temperature, segment, run.template, proposer, **point)
+            curve_row(s.drafter, s.d, domain, f, source, run.temperature, segment, run.template, proposer, **point)
+            | engine
             for segment, f in (g.by_segment or {}).items()
         ]
     return rows
@@ -196,6 +206,9 @@ def collect(root: Path, exclude: Collection[Path] = ()) -> pd.DataFrame:
     # A run at synthetic acceptance has no acceptance of its own to draw.
     runs = [r for r in measured_runs(find_runs(root, exclude)) if r.summary.d is not None and not r.summary.schedule]
     replays = find_replays(root, exclude)
+    # one setting label over both: what the runs and the replays differ in, each names
+    both = shown_identity([*runs, *replays])
+    runs, replays = both[: len(runs)], both[len(runs) :]
     if not runs and not replays:
         raise SpeclensError(f"{root}: no finished speculative runs (summary.json) or replayed curves in it.")
     check_consistent(runs + replays, CONSISTENT_ACROSS_TEMPERATURES)
@@ -230,7 +243,14 @@ def _replay_rows(replay: Replay) -> pd.DataFrame:
         frame["input_tokens"], frame["context_extension"] = None, ""
     if "draft_share" not in frame.columns:  # replayed before curves carried the share of drafting passes
         frame["draft_share"] = None
-    frame = frame.assign(temperature=replay.temperature, chat_template_kwargs=replay.template, setting=replay.setting)
+    found = replay.provenance
+    frame = frame.assign(
+        temperature=replay.temperature,
+        chat_template_kwargs=replay.template,
+        setting=replay.setting,
+        runner=found.runner,
+        dtype=found.dtype,
+    )
     return frame[CURVE_COLUMNS]
 
 

@@ -30,6 +30,16 @@ Each profile also has `draft_share` (drafted steps / target passes, metrics.draf
 
 Checked on writing: 1 + Σ marginal = AL and the marginal never increases.
 
+Each profile also has `provenance` (speclens/provenance.py): what its figures are (measured,
+synthetic, fake), the runner, engine, dtype and model runner that measured them and the settings
+axis (`verify.method=block`, `kv_cache_dtype=fp8`), so a sweep's gathered file tells the profiles of
+one drafter under different settings apart; `choose_profiles` picks one by that whole identity or
+refuses, naming the differences. A run's file written before profiles carried it gets it on reading
+from the run's summary and stamp. Model-Optimizer's schema "1.0" profile (one dict, as specdec_bench
+writes it, or a list of them) is read with its own record: `measured: false` (a stub) and a failed
+`validation` are refused, `verification_method: block` is the setting `verify.method=block`, and
+`accept_length_model: measured_per_k` holds AL at the K it measured only (`measured_per_k`).
+
 Where the prompts state their lengths (long context), a run also has one profile per length
 bucket over all its prompts of that length (`domain` all, with `length` and `input_tokens`), and a
 ranked sweep's file gains `num_speculative_tokens_by_context`: the (B, context) -> D table of the
@@ -41,20 +51,23 @@ are as before (schema version 1: readers of it ignore the added key).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import pandas as pd
 
 from reports.serve import SERVE_FILE, context_table
 from runners.zero_cost_proposer import CLASS_PATH
 from speclens import metrics
+from speclens import provenance as prov
 from speclens.acceptance import marginal_from_conditional
-from speclens.errors import CorruptRecord
+from speclens.errors import ConfigError, CorruptRecord, SpeclensError
 from speclens.files import write_json_atomic
+from speclens.provenance import Provenance
 from speclens.records import read_parquet
 from speclens.run_files import REQUESTS_FILE, STEPS_FILE, read_stamp
-from speclens.summary import RunSummary
+from speclens.summary import SUMMARY_FILE, RunSummary, read_summary
 
 PROFILE_FILE = "speculation_profile.json"
 PROFILE_VERSION = 1
@@ -152,10 +165,12 @@ def run_profiles(run_dir: Path, summary: RunSummary) -> list[dict[str, Any]]:
         found = profile(summary.mechanism, summary.d, domain, group, segment, mine, runner)
         if found is not None:
             profiles.append(found)
+    stamp = read_stamp_or_empty(run_dir)
     conditions = measurement_conditions(run_dir, summary)
-    parallel = bool((read_stamp_or_empty(run_dir).get("speculative_config") or {}).get("parallel_drafting"))
+    parallel = bool((stamp.get("speculative_config") or {}).get("parallel_drafting"))
+    what = summary.provenance_of(stamp).to_dict()
     return [
-        per_k(p, parallel) | {"measurement_conditions": conditions}
+        per_k(p, parallel) | {"measurement_conditions": conditions, "provenance": what}
         for p in profiles + length_profiles(summary, steps, requests, runner)
     ]
 
@@ -233,68 +248,206 @@ PROFILE_KEYS = ("drafter", "d", "domain", "al", "marginal")
 # Model-Optimizer's proposed layout: what one of its profiles holds (with one of its rate lists).
 FOREIGN_KEYS = ("num_speculative_tokens",)
 FOREIGN_RATES = ("marginal_accept_rates", "conditional_accept_rates")
+# The runner a profile of Model-Optimizer's layout names (its specdec_bench measured it).
+FOREIGN_RUNNER = "specdec_bench"
+# Its verification methods that are speclens's default (Model-Optimizer's name, speclens's).
+STANDARD_VERIFICATION = ("longest_prefix", "standard")
+# Its accept_length_model: a chain extrapolates over K from the rates; measured_per_k does not.
+ACCEPT_LENGTH_MODELS = ("chain_analytic", "measured_per_k")
+# Model-Optimizer's own tolerance on 1 + Σ marginal against the mean (specdec_bench's
+# `_consistency_check`), applied where a profile of its schema records no validation.
+MEAN_TOLERANCE = 0.02
 
 
-def from_foreign(entry: Any, path: Path) -> dict[str, Any]:
-    """A profile in Model-Optimizer's proposed layout as speclens's (domain `all`; the drafter its
-    `method`, else `unknown`), or CorruptRecord naming what it lacks or breaks."""
+def from_foreign(entry: Any, path: Path, index: int | None = None) -> dict[str, Any]:
+    """A profile in Model-Optimizer's layout as speclens's (domain `all`; the drafter its `method`,
+    else `unknown`; `source_path` the file, and its place in a list), or CorruptRecord naming what
+    it lacks or breaks: a stub (`measured: false`) and a profile whose own validation failed too."""
+    where = str(path) if index is None else f"{path} (profile {index + 1})"
     if not isinstance(entry, dict) or "num_speculative_tokens" not in entry:
-        raise CorruptRecord(f"{path}: a profile without num_speculative_tokens")
+        raise CorruptRecord(f"{where}: a profile without num_speculative_tokens")
+    _check_schema(entry, where)
     d = entry["num_speculative_tokens"]
     if not isinstance(d, int) or isinstance(d, bool) or d < 1:
-        raise CorruptRecord(f"{path}: num_speculative_tokens={d!r} is not a draft length (a whole number >= 1)")
+        raise CorruptRecord(f"{where}: num_speculative_tokens={d!r} is not a draft length (a whole number >= 1)")
+    if entry.get("measured") is False:
+        raise CorruptRecord(
+            f"{where}: measured: false, a placeholder written before any acceptance was measured (its rates "
+            f"are no measurement, mean_accept_length {entry.get('mean_accept_length')}); measure "
+            f"method={entry.get('method')} at num_speculative_tokens={d}, then give that profile."
+        )
     if entry.get("marginal_accept_rates") is not None:
         marginal = entry["marginal_accept_rates"]
     elif entry.get("conditional_accept_rates") is not None:
-        marginal = marginal_from_conditional(list(entry["conditional_accept_rates"]))
+        conditional = entry["conditional_accept_rates"]
+        if not isinstance(conditional, list) or not all(_is_number(c) for c in conditional):
+            raise CorruptRecord(f"{where}: conditional_accept_rates={conditional!r} is not a list of rates")
+        marginal = marginal_from_conditional(list(conditional))
     else:
-        raise CorruptRecord(f"{path}: a profile with neither marginal_accept_rates nor conditional_accept_rates")
+        raise CorruptRecord(f"{where}: a profile with neither marginal_accept_rates nor conditional_accept_rates")
     if (
         not isinstance(marginal, list)
         or len(marginal) != d
-        or not all(isinstance(m, (int, float)) and not isinstance(m, bool) and 0 <= m <= 1 for m in marginal)
+        or not all(_is_number(m) and 0 <= m <= 1 for m in marginal)
         or any(b > a + 1e-9 for a, b in zip(marginal, marginal[1:]))
     ):
         raise CorruptRecord(
-            f"{path}: its acceptance rates are not {d} non-increasing rates in [0, 1] (num_speculative_tokens={d})"
+            f"{where}: its acceptance rates are not {d} non-increasing rates in [0, 1] (num_speculative_tokens={d})"
         )
     marginal = [float(m) for m in marginal]
+    _check_own_validation(entry, marginal, where)
+    measured_per_k = _accept_length_model(entry, where) == "measured_per_k"
+    al = 1.0 + sum(marginal)
+    by_k = (
+        _foreign_al_by_k(entry, d, al, where)
+        if measured_per_k
+        else {str(k): 1.0 + sum(marginal[:k]) for k in range(1, d + 1)}
+    )
     drafter = str(entry.get("method") or "unknown")
     return {
         "drafter": drafter,
         "d": d,
         "domain": "all",
         "segment": "all",
-        "al": 1.0 + sum(marginal),
+        "al": al,
         "marginal": marginal,
         "conditional": metrics.conditional_acceptance(marginal),
+        "acceptance_length_by_k": by_k,
+        "measured_per_k": measured_per_k,
         "source_layout": "model-optimizer",
+        "source_path": where,
+        "provenance": foreign_provenance(entry, where).to_dict(),
         **{k: entry[k] for k in ("measurement_conditions",) if k in entry},
     }
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_schema(entry: dict[str, Any], where: str) -> None:
+    """Model-Optimizer's schema "1.x" (or none: the layout it proposed first)."""
+    version = entry.get("schema_version")
+    if version is not None and not (isinstance(version, str) and version.split(".")[0] == "1"):
+        raise CorruptRecord(f"{where}: schema_version {version!r} is not Model-Optimizer's 1.x, which speclens reads")
+
+
+def _check_own_validation(entry: dict[str, Any], marginal: list[float], where: str) -> None:
+    """Refuse a profile whose own self-checks failed (its `validation`), or, where a profile of the
+    versioned schema records none, whose mean disagrees with its rates as those checks measure it:
+    such rates were cut short of the K measured, so they describe another drafter than was measured."""
+    implied = 1.0 + sum(marginal)
+    mean = entry.get("mean_accept_length")
+    validation = entry.get("validation")
+    if isinstance(validation, dict):
+        failed = [
+            name for name, check in validation.items() if isinstance(check, dict) and check.get("passed") is False
+        ]
+        if failed:
+            raise CorruptRecord(
+                f"{where}: its own validation failed ({', '.join(failed)}): mean_accept_length {mean} against "
+                f"{implied:.4g} from its acceptance rates; its rates do not describe what was measured "
+                "(cut short of the K measured?), so it is not used."
+            )
+        return
+    if "schema_version" in entry and _is_number(mean) and abs(mean - implied) > MEAN_TOLERANCE:
+        raise CorruptRecord(
+            f"{where}: mean_accept_length {mean:g} against {implied:.4g} from its acceptance rates (Model-Optimizer's "
+            f"own check allows {MEAN_TOLERANCE:g}); its rates do not describe what was measured, so it is not used."
+        )
+
+
+def _accept_length_model(entry: dict[str, Any], where: str) -> str:
+    model = entry.get("accept_length_model")
+    if model is None:
+        return "chain_analytic"
+    if model not in ACCEPT_LENGTH_MODELS:
+        raise CorruptRecord(f"{where}: accept_length_model={model!r} is not one of {', '.join(ACCEPT_LENGTH_MODELS)}")
+    return str(model)
+
+
+def _foreign_al_by_k(entry: dict[str, Any], d: int, al: float, where: str) -> dict[str, float]:
+    """A measured_per_k profile's AL at each K it measured (its accept_length_by_k; its own K at least)."""
+    found = entry.get("accept_length_by_k") or {}
+    if not isinstance(found, dict):
+        raise CorruptRecord(f"{where}: accept_length_by_k={found!r} is not a map of K to AL")
+    return check_al_by_k(found | {str(d): al}, where)
+
+
+def check_al_by_k(found: Any, where: str) -> dict[str, float]:
+    """A profile's measured AL by K, checked: whole K >= 1, each AL in [1, 1 + K]."""
+    if not isinstance(found, dict) or not found:
+        raise CorruptRecord(f"{where}: its AL by K ({found!r}) is not a map of K to AL")
+    out = {}
+    for key, value in found.items():
+        k = int(key) if isinstance(key, str) and key.isdigit() else None
+        if k is None or k < 1 or not _is_number(value) or not 1 <= value <= 1 + k:
+            raise CorruptRecord(f"{where}: AL {value!r} at K={key!r} is not an AL at a draft length (1 <= AL <= 1 + K)")
+        out[str(k)] = float(value)
+    return out
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def foreign_provenance(entry: dict[str, Any], where: str) -> Provenance:
+    """What a Model-Optimizer profile is: measured by specdec_bench on the engine its conditions
+    name, under block verification where it says so (the setting `verify.method=block`)."""
+    conditions = entry.get("measurement_conditions")
+    conditions = conditions if isinstance(conditions, dict) else {}
+    method = entry.get("verification_method")
+    if method is not None and not isinstance(method, str):
+        raise CorruptRecord(f"{where}: verification_method={method!r} is not a method's name")
+    setting = "" if method is None or method in STANDARD_VERIFICATION else f"verify.method={method}"
+    return Provenance(
+        source=prov.MEASURED,
+        runner=FOREIGN_RUNNER,
+        engine=_text(conditions.get("engine")),
+        engine_version=_text(conditions.get("engine_version")),
+        dtype=_text(conditions.get("dtype")),
+        setting=setting,
+    )
+
+
+# Dynamo's planner and mocker take acceptance in AIC's five slots (Dynamo PR #10436).
+DYNAMO_SLOTS = 5
 
 
 def dynamo_flags(conditional: list[float | None], d: int) -> str:
     """A profile as Dynamo's mocker and planner take it (`--aic-nextn N --aic-nextn-accept-rates
     c1,…,c5`: conditional rates in AIC's five slots, zero-padded; N at most 5)."""
-    slots = [0.0 if c is None else float(c) for c in conditional[:5]]
-    slots += [0.0] * (5 - len(slots))
-    return f"--aic-nextn {min(d, 5)} --aic-nextn-accept-rates " + ",".join(f"{c:.4g}" for c in slots)
+    slots = [0.0 if c is None else float(c) for c in conditional[:DYNAMO_SLOTS]]
+    slots += [0.0] * (DYNAMO_SLOTS - len(slots))
+    return f"--aic-nextn {min(d, DYNAMO_SLOTS)} --aic-nextn-accept-rates " + ",".join(f"{c:.4g}" for c in slots)
+
+
+def dynamo_cut_note(marginal: list[float]) -> str | None:
+    """What Dynamo's flags leave out of a profile measured past its five slots (None where nothing)."""
+    d = len(marginal)
+    if d <= DYNAMO_SLOTS:
+        return None
+    return (
+        f"Dynamo's flags hold {DYNAMO_SLOTS} positions: positions {DYNAMO_SLOTS + 1} to {d} were cut, so Dynamo "
+        f"models this drafter at D={DYNAMO_SLOTS} at most, AL {1.0 + sum(marginal[:DYNAMO_SLOTS]):.2f} "
+        f"(this profile: {1.0 + sum(marginal):.2f} at D={d})"
+    )
 
 
 def read_profiles(run_dir: Path) -> list[dict[str, Any]]:
     """A run's profiles from its speculation_profile.json (or a file of that name in
-    Model-Optimizer's proposed layout), or CorruptRecord for a file that is not readable JSON in
-    either layout (of this version or an earlier one)."""
+    Model-Optimizer's layout: one profile or a list), or CorruptRecord for a file that is not
+    readable JSON in either layout (of this version or an earlier one). Profiles written before
+    they carried provenance get the run's, where `run_dir` holds a run."""
     path = run_dir / PROFILE_FILE
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CorruptRecord(f"{path} is unreadable ({exc})") from None
-    entries = (
-        data if isinstance(data, list) else [data] if isinstance(data, dict) and "schema_version" not in data else None
-    )
-    if entries is not None and entries and all(isinstance(e, dict) and "num_speculative_tokens" in e for e in entries):
-        return [from_foreign(e, path) for e in entries]
+    if isinstance(data, dict) and "num_speculative_tokens" in data:  # one profile (specdec_bench writes one dict)
+        return [from_foreign(data, path)]
+    if isinstance(data, list) and data and all(isinstance(e, dict) and "num_speculative_tokens" in e for e in data):
+        return [from_foreign(e, path, i if len(data) > 1 else None) for i, e in enumerate(data)]
     version = data.get("schema_version") if isinstance(data, dict) else None
     if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= PROFILE_VERSION:
         raise CorruptRecord(
@@ -305,7 +458,226 @@ def read_profiles(run_dir: Path) -> list[dict[str, Any]]:
         isinstance(p, dict) and all(k in p for k in PROFILE_KEYS) for p in profiles
     ):
         raise CorruptRecord(f"{path} does not hold a list of profiles (each with {', '.join(PROFILE_KEYS)})")
+    for p in profiles:
+        check_profile(p, str(path))
+    if any("provenance" not in p for p in profiles):
+        found = run_provenance(run_dir)
+        if found is not None:
+            return [p if "provenance" in p else p | {"provenance": found} for p in profiles]
     return profiles
+
+
+def check_profile(p: dict[str, Any], where: str) -> None:
+    """CorruptRecord for a profile whose figures are not of the kinds speclens writes (a damaged file)."""
+    d = p["d"]
+    checks = {
+        "drafter": isinstance(p["drafter"], str),
+        "domain": isinstance(p["domain"], str),
+        "segment": isinstance(p.get("segment", "all"), str),
+        "d": isinstance(d, int) and not isinstance(d, bool) and d >= 1,
+        "al": _is_number(p["al"]) and isinstance(d, int) and 1 <= p["al"] <= 1 + d,
+        "marginal": isinstance(p["marginal"], list) and all(_is_number(m) and 0 <= m <= 1 for m in p["marginal"]),
+        "input_tokens": p.get("input_tokens") is None
+        or (isinstance(p["input_tokens"], int) and not isinstance(p["input_tokens"], bool)),
+        "draft_share": p.get("draft_share") is None or (_is_number(p["draft_share"]) and 0 <= p["draft_share"] <= 1),
+    }
+    bad = next((key for key, ok in checks.items() if not ok), None)
+    if bad is not None:
+        raise CorruptRecord(f"{where}: a profile has {bad}={p.get(bad)!r}, which no profile speclens writes holds")
+    profile_provenance(p, where)
+
+
+def run_provenance(run_dir: Path) -> dict[str, Any] | None:
+    """The provenance of the run in `run_dir` from its summary and stamp (None where it holds no
+    readable run: a sweep's folder, a damaged summary)."""
+    if not (run_dir / SUMMARY_FILE).is_file():
+        return None
+    try:
+        return read_summary(run_dir).provenance_of(read_stamp_or_empty(run_dir)).to_dict()
+    except (SpeclensError, AttributeError, TypeError, ValueError):
+        return None
+
+
+# What a Provenance's text fields must be (None allowed where the field may be unknown).
+_PROVENANCE_TEXT = ("source", "runner", "setting")
+_PROVENANCE_OPTIONAL_TEXT = ("engine", "engine_version", "dtype", "model_runner", "context_extension")
+
+
+def profile_provenance(profile: dict[str, Any], where: str) -> Provenance | None:
+    """What a profile's figures are (None where it predates provenance), or CorruptRecord for a
+    provenance that is not one speclens wrote."""
+    found = profile.get("provenance")
+    if found is None:
+        return None
+    if not isinstance(found, dict):
+        raise CorruptRecord(f"{where}: a profile's provenance is {found!r}, not a record")
+    bad = [k for k in _PROVENANCE_TEXT if not isinstance(found.get(k, ""), str)]
+    bad += [k for k in _PROVENANCE_OPTIONAL_TEXT if found.get(k) is not None and not isinstance(found[k], str)]
+    if bad:
+        raise CorruptRecord(f"{where}: a profile's provenance has {bad[0]}={found[bad[0]]!r}, not a name")
+    try:
+        return prov.from_dict(found)
+    except (TypeError, ValueError) as exc:
+        raise CorruptRecord(f"{where}: a profile's provenance is not one speclens reads ({exc})") from None
+
+
+# -- choosing one drafter's profile by its whole identity ------------------------------------------
+
+# The identity fields a label names as `key=value` where the profiles read together differ in them
+# (the settings axis is named always, as changed from its defaults).
+LABELLED_FIELDS = ("source", "runner", "dtype", "model_runner")
+# The words `setting=` takes for the defaults.
+DEFAULTS = ("", "defaults")
+UNRECORDED = "provenance not recorded"
+Identity = tuple[Any, ...]
+
+
+def identity_of(found: Provenance | None) -> Identity:
+    return (UNRECORDED,) if found is None else found.identity()
+
+
+def identity_label(found: Provenance | None, among: list[Provenance | None]) -> str:
+    """How `setting=` names a profile's identity among others': each field the others differ in
+    where its value is not the one most of them share (`runner=fake`; both values where none is),
+    then its settings ('defaults' where it has none and names no field)."""
+    if found is None:
+        return UNRECORDED
+    known = [p for p in among if p is not None]
+    parts = []
+    for name in LABELLED_FIELDS:
+        counts = Counter(getattr(p, name) for p in known)
+        if len(counts) < 2:
+            continue
+        (top, most), (_, next_most) = counts.most_common(2)
+        if most == next_most or getattr(found, name) != top:
+            parts.append(f"{prov.FIELD_NAMES[name]}={getattr(found, name)}")
+    return ", ".join(parts + ([found.setting] if found.setting else [])) or "defaults"
+
+
+def setting_matches(found: Provenance | None, wanted: str) -> bool:
+    """Whether `setting=<wanted>` names this identity: its settings exactly (`defaults` or '' for
+    none), with any identity field it names (`runner=fake`, `engine.dtype=float32`) equal."""
+    if found is None:
+        return False
+    if wanted.strip() in DEFAULTS:
+        return found.setting == ""
+    if wanted == found.setting:
+        return True
+    by_name = {prov.FIELD_NAMES[name]: name for name in LABELLED_FIELDS}
+    settings = set()
+    for part in (p.strip() for p in wanted.split(",")):
+        key, _, value = part.partition("=")
+        if key in by_name:
+            if str(getattr(found, by_name[key])) != value:
+                return False
+        elif part and part != "defaults":
+            settings.add(part)
+    return settings == {p.strip() for p in found.setting.split(",") if p.strip()}
+
+
+def choose_profiles(
+    found: list[dict[str, Any]], drafter: str, setting: str | None, where: str
+) -> tuple[list[dict[str, Any]], Provenance | None, str | None]:
+    """Of one drafter's profiles (one domain, whole outputs), those of one identity (source,
+    runner, dtype, model runner, settings): the one `setting=` names, else the only one, else the
+    one measured under the defaults where exactly one is; otherwise ConfigError listing how they
+    differ. With what they are, and a note naming those passed over (None where none were)."""
+    groups: dict[Identity, list[dict[str, Any]]] = {}
+    what: dict[Identity, Provenance | None] = {}
+    for p in found:
+        found_prov = profile_provenance(p, where)
+        groups.setdefault(identity_of(found_prov), []).append(p)
+        what[identity_of(found_prov)] = found_prov
+    among = list(what.values())
+    labels = {key: identity_label(what[key], among) for key in groups}
+    keys = list(groups)
+    if setting is not None:
+        keys = [k for k in keys if labels[k] == setting.strip() or setting_matches(what[k], setting)]
+        if not keys:
+            raise ConfigError(
+                f"setting={setting}: {where} holds no profile of drafter={drafter} under it; it has "
+                + "; ".join(_described(k, labels, what) for k in groups)
+                + "."
+            )
+    if len(keys) > 1:
+        preferred = [
+            k for k in keys if what[k] is not None and what[k].measured and (setting is not None or not what[k].setting)
+        ]
+        if len(preferred) != 1:
+            raise ConfigError(_ambiguous(drafter, keys, labels, what, where))
+        keys = preferred
+    (chosen,) = keys
+    _check_one_measurement(groups[chosen], drafter, where)
+    passed = [k for k in groups if k != chosen]
+    note = None
+    if passed:
+        note = (
+            f"{drafter}: the profile under {labels[chosen]} ({_label(what[chosen])}) was taken; also there: "
+            + "; ".join(f"{labels[k]} ({', '.join(_differences(what[chosen], what[k]))})" for k in passed)
+            + f"; setting=<{_options(labels[k] for k in passed)}> takes another"
+        )
+    return groups[chosen], what[chosen], note
+
+
+def _options(labels: Iterable[str]) -> str:
+    """`a|'b, c'`: the labels setting= takes, quoted where the shell would split one."""
+    return "|".join(f"'{label}'" if " " in label else label for label in labels)
+
+
+def _label(found: Provenance | None) -> str:
+    return UNRECORDED if found is None else found.label()
+
+
+def _differences(a: Provenance | None, b: Provenance | None) -> list[str]:
+    if a is None or b is None:
+        return ["one's provenance is not recorded"]
+    return prov.differences(a, b)
+
+
+def _described(key: Identity, labels: dict[Identity, str], what: dict[Identity, Provenance | None]) -> str:
+    return f"{labels[key]}: {_label(what[key])}"
+
+
+def _ambiguous(
+    drafter: str, keys: list[Identity], labels: dict[Identity, str], what: dict[Identity, Provenance | None], where: str
+) -> str:
+    first = keys[0]
+    differ = "; ".join(
+        f"{labels[first]} against {labels[k]}: {', '.join(_differences(what[first], what[k]))}" for k in keys[1:]
+    )
+    return (
+        f"{where}: {len(keys)} profiles of drafter={drafter} that are not the same kind of figure, and not exactly "
+        f"one was measured under the defaults: {'; '.join(_described(k, labels, what) for k in keys)} ({differ}); "
+        f"pick one with setting=<{_options(labels[k] for k in keys)}>."
+    )
+
+
+def _check_one_measurement(group: list[dict[str, Any]], drafter: str, where: str) -> None:
+    """Refuse profiles of one identity that are not one measurement's: two files of another tool
+    (named), or two at one D whose figures disagree (a sweep over another axis: datasets, temperatures)."""
+    paths = sorted({p["source_path"] for p in group if isinstance(p.get("source_path"), str)})
+    if len(paths) > 1:
+        raise ConfigError(
+            f"{where}: {len(paths)} profiles of drafter={drafter} from other tools under one setting: "
+            f"{' and '.join(paths)}; give one of those files."
+        )
+    by_d: dict[Any, dict[str, Any]] = {}
+    for p in group:
+        other = by_d.setdefault(p["d"], p)
+        if other is not p and other["marginal"] != p["marginal"]:
+            conditions = _condition_differences(other, p)
+            raise ConfigError(
+                f"{where}: two profiles of drafter={drafter} at d={p['d']} under one setting disagree "
+                f"(AL {other['al']:.4g} and {p['al']:.4g}{'; ' + conditions if conditions else ''}); "
+                "give the run dir of the one to use."
+            )
+
+
+def _condition_differences(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """The measurement conditions two profiles differ in, `key: a vs b` (what tells them apart)."""
+    ca = a.get("measurement_conditions") if isinstance(a.get("measurement_conditions"), dict) else {}
+    cb = b.get("measurement_conditions") if isinstance(b.get("measurement_conditions"), dict) else {}
+    return ", ".join(f"{k}: {ca.get(k)} vs {cb.get(k)}" for k in sorted(set(ca) | set(cb)) if ca.get(k) != cb.get(k))
 
 
 CONTEXT_TABLE_KEY = "num_speculative_tokens_by_context"

@@ -54,15 +54,19 @@ def guideline_notes(runs: list[Run], ranking: pd.DataFrame) -> list[str]:
     overall = ranking[(ranking.domain == "all") & ranking.d.notna() & ranking.speedup.notna()]
     if base.starting_d is None:  # G >= 128 (MLA): guidelines 2 and 3 name no D to set the best beside
         overall = overall.iloc[0:0]
-    for (drafter, b), group in overall.groupby(["drafter", "batch_size"], sort=True):
+    # the best D of one mode (temperature, template, setting): D is never pooled across settings
+    by = ["drafter", "batch_size", "temperature", "chat_template_kwargs", "setting"]
+    for (drafter, b, t, template, setting), group in overall.groupby(by, sort=True):
         best = group.loc[group.speedup.idxmax()]
         measured_ds = sorted(int(d) for d in group.d)
         best_d = int(best.d)
         advice = {base.starting_d} | set(base.tile_aligned)
         verdict = "agrees" if best_d in advice else "disagrees"
         untried = base.starting_d not in measured_ds
+        mode = mode_label(t, template, setting, overall)
         notes.append(
-            f"{drafter} at B={b}: measured best D={best_d} (x{best.speedup:.2f}, of D in {measured_ds}); "
+            f"{drafter} at B={b}{f' ({mode})' if mode else ''}: measured best D={best_d} "
+            f"(x{best.speedup:.2f} {best.speedup_source}, of D in {measured_ds}); "
             f"guideline 2 suggests D={base.starting_d}, guideline 3 D in {base.tile_aligned[:4]} — {verdict}"
             + (f" (D={base.starting_d} was not measured)" if untried and verdict == "disagrees" else "")
         )
@@ -239,7 +243,7 @@ def length_tables(lengths: pd.DataFrame):
     for (t, template, setting, _, b), group in lengths.groupby(LENGTH_TABLE, sort=True):
         mode = mode_label(t, template, setting, lengths)
         extension = next((e for e in group.context_extension if isinstance(e, str)), None)
-        label = group.length.iloc[0] + (f" (past the native window: {extension})" if extension else "")
+        label = group.length.iloc[0] + (f" (measured under the context extension {extension})" if extension else "")
         yield (f"{mode}, " if mode else "") + f"length {label}, batch size {b}", group
 
 

@@ -31,10 +31,12 @@ from reports.runs import (
     check_one_each,
     find_runs,
     measured_runs,
+    shown_identity,
 )
 from reports.table import median_ms
 from speclens import costs
 from speclens.errors import SpeclensError
+from speclens.provenance import MEASURED
 from speclens.summary import DomainPoint, LengthPoint, OperatingPoint
 
 RANK_COLUMNS = [
@@ -82,6 +84,12 @@ RANK_COLUMNS = [
     "temperature",
     "chat_template_kwargs",
     "setting",
+    # What the entry's figures are (speclens/provenance.py): measured, fake, ...; the engine's
+    # runner, dtype and model runner.
+    "source",
+    "runner",
+    "dtype",
+    "model_runner",
 ]
 # One table of the ranking: entries in the same mode, domain and batch size.
 TABLE = ["temperature", "chat_template_kwargs", "setting", "domain", "batch_size"]
@@ -137,6 +145,12 @@ def _plain_latency(point: OperatingPoint | None, speculative_run: bool) -> dict[
     return {"ttft_p50_ms": None, "tpot_p50_ms": tpot * point.latency_speedup, "latency_speedup": 1.0}
 
 
+def identity_columns(run: Run) -> dict[str, Any]:
+    """The provenance columns of a run's rows (RANK_COLUMNS)."""
+    found = run.provenance
+    return {"source": found.source, "runner": found.runner, "dtype": found.dtype, "model_runner": found.model_runner}
+
+
 def _facts(drafter: str) -> tuple[str, str]:
     facts = facts_of(drafter)
     return (facts.serve_memory, facts.training_cost) if facts else ("?", "?")
@@ -147,18 +161,21 @@ def _row(run: Run, point: OperatingPoint, domain: str, figures: DomainPoint, mea
     lo, hi = figures.predicted_speedup_range or (None, None)
     measured_speedup = point.speedup if measured else None
     predicted = figures.predicted_speedup
+    origin = run.provenance.source
+    # a prediction from figures that were not measured says from what
+    of = "" if origin == MEASURED else f" from {origin}"
     if measured_speedup is not None:
-        speedup, source = measured_speedup, "measured"
+        speedup, source = measured_speedup, origin
     elif figures.predicted_corrected is not None:
-        speedup, source = figures.predicted_corrected, "predicted (corrected)"
+        speedup, source = figures.predicted_corrected, f"predicted (corrected){of}"
     else:
-        speedup, source = predicted, "predicted"
+        speedup, source = predicted, f"predicted{of}"
     t_step, t_draft = median_ms(point.t_step), point.t_draft_ms
     serve_memory, training_cost = _facts(s.drafter)
     tokens_per_s = point.output_tokens_per_s if measured else None
-    return {
+    return identity_columns(run) | {
         "domain": domain,
-        "batch_size": point.batch_size,
+        "batch_size": point.held,
         "drafter": s.mechanism,
         "d": s.d,
         "speedup": speedup,
@@ -177,7 +194,7 @@ def _row(run: Run, point: OperatingPoint, domain: str, figures: DomainPoint, mea
         "t_step_ms": t_step,
         "draft_overhead": t_draft / t_step if t_draft is not None and t_step else None,
         "output_tokens_per_s": tokens_per_s,
-        "tokens_per_s_per_request": tokens_per_s / point.batch_size if tokens_per_s is not None else None,
+        "tokens_per_s_per_request": tokens_per_s / point.held if tokens_per_s is not None else None,
         "serve_memory": serve_memory,
         "training_cost": training_cost,
         "run": str(run.path),
@@ -197,13 +214,13 @@ def _plain_row(run: Run, point: OperatingPoint, domain: str) -> dict[str, Any]:
     """Plain decoding at this operating point: speedup 1 by definition."""
     tokens_per_s = point.baseline_output_tokens_per_s if run.summary.d is not None else point.output_tokens_per_s
     memory, training = _facts("none")
-    return {
+    return identity_columns(run) | {
         "domain": domain,
-        "batch_size": point.batch_size,
+        "batch_size": point.held,
         "drafter": "none",
         "d": None,
         "speedup": 1.0,
-        "speedup_source": "measured",
+        "speedup_source": run.provenance.source,
         "measured_speedup": 1.0,
         "predicted_speedup": None,
         "predicted_lo": None,
@@ -218,7 +235,7 @@ def _plain_row(run: Run, point: OperatingPoint, domain: str) -> dict[str, Any]:
         "t_step_ms": median_ms(point.t_verif),
         "draft_overhead": None,
         "output_tokens_per_s": tokens_per_s,
-        "tokens_per_s_per_request": tokens_per_s / point.batch_size if tokens_per_s else None,
+        "tokens_per_s_per_request": tokens_per_s / point.held if tokens_per_s else None,
         "serve_memory": memory,
         "training_cost": training,
         "run": str(run.path),
@@ -273,7 +290,7 @@ def ranking_rows(runs: list[Run]) -> pd.DataFrame:
                 if s.d is not None:
                     rows.append(_row(run, point, domain, group, measured))
                 # Plain decoding's row: from a drafter=none run first, else from any baseline pass.
-                key = (run.temperature, run.template, run.setting, domain, point.batch_size)
+                key = (run.temperature, run.template, run.setting, domain, point.held)
                 if point.t_verif is not None and (key not in plain or s.d is None):
                     plain[key] = _plain_row(run, point, domain)
     frame = pd.DataFrame(rows + list(plain.values()), columns=RANK_COLUMNS)
@@ -304,7 +321,7 @@ def check_unique(runs: list[Run]) -> None:
     check_one_each(
         runs,
         lambda run: [
-            (run.summary.mechanism, run.summary.d, run.temperature, point.batch_size, run.template, run.setting)
+            (run.summary.mechanism, run.summary.d, run.temperature, point.held, run.template, run.setting)
             for point in run.summary.operating_points
         ],
         lambda key: (
@@ -323,7 +340,7 @@ def find_all_runs(dirs: list[Path], exclude: Collection[Path] = ()) -> list[Run]
     for root in dirs:
         for run in find_runs(root, exclude):
             unique.setdefault(run.path.resolve(), run)
-    found = list(unique.values())
+    found = shown_identity(list(unique.values()))
     runs = measured_runs(found)  # a synthetic acceptance ranks no mechanism
     if not runs:
         synthetic = " (only runs at synthetic acceptance, which rank no mechanism)" if found else ""
@@ -337,6 +354,8 @@ def rank(dirs: list[Path]) -> pd.DataFrame:
 
 def rank_runs(runs: list[Run]) -> pd.DataFrame:
     """The ranking of these runs; refused when they disagree on settings or lack baseline timings."""
+    if not runs:
+        raise SpeclensError("no runs with measured acceptance to rank (a synthetic acceptance ranks no mechanism)")
     check_consistent(runs, CONSISTENT_ACROSS_TEMPERATURES)
     check_unique(runs)
     missing = missing_baselines(runs)
@@ -379,34 +398,42 @@ LENGTH_RANK_COLUMNS = [
     "setting",
     # Entries of one table with the same speedup share a rank (no repeats' ranges per length).
     "tie",
+    "source",
+    "runner",
+    "dtype",
+    "model_runner",
 ]
 # One table of the per-length ranking: entries in the same mode, length bucket and batch size.
 LENGTH_TABLE = ["temperature", "chat_template_kwargs", "setting", "input_tokens", "batch_size"]
 
 
 def extension_at(run: Run, input_tokens: int | None) -> str | None:
-    """The context extension a length's figures depend on: the run's, where the length is past the
-    target's own window (None within it, or without an extension)."""
+    """The context extension a length's figures were measured under: the run's, at every length
+    (the extension rescales every position's rotary embedding, within the native window too);
+    None without one."""
     window = run.summary.context_window
-    if window is None or not window.extended or window.native is None or input_tokens is None:
+    if window is None or not window.extended or input_tokens is None:
         return None
-    return window.extension if input_tokens > window.native else None
+    return window.extension
 
 
-def _length_speedup(figures: LengthPoint) -> tuple[float | None, str]:
+def _length_speedup(run: Run, figures: LengthPoint) -> tuple[float | None, str]:
     """The length's measured speedup where its passes measured one, else its prediction."""
+    origin = run.provenance.source
+    of = "" if origin == MEASURED else f" from {origin}"
     if figures.speedup is not None:
-        return figures.speedup, "measured"
+        return figures.speedup, origin
     if figures.predicted_corrected is not None:
-        return figures.predicted_corrected, "predicted (corrected)"
-    return figures.predicted_speedup, "predicted"
+        return figures.predicted_corrected, f"predicted (corrected){of}"
+    return figures.predicted_speedup, f"predicted{of}"
 
 
 def _length_common(run: Run, label: str, batch_size: int, figures: LengthPoint) -> dict[str, Any]:
-    return {
+    return identity_columns(run) | {
         "length": label,
         "input_tokens": figures.input_tokens,
-        "batch_size": batch_size,
+        # the requests this length's pass held in flight
+        "batch_size": figures.batch_size_held or batch_size,
         "t_verif_ms": median_ms(figures.t_verif),
         "context_extension": extension_at(run, figures.input_tokens),
         "run": str(run.path),
@@ -417,7 +444,7 @@ def _length_common(run: Run, label: str, batch_size: int, figures: LengthPoint) 
 
 
 def _length_row(run: Run, batch_size: int, label: str, figures: LengthPoint) -> dict[str, Any]:
-    speedup, source = _length_speedup(figures)
+    speedup, source = _length_speedup(run, figures)
     lo, hi = figures.al_ci95 or (None, None)
     return _length_common(run, label, batch_size, figures) | {
         "drafter": run.summary.mechanism,
@@ -444,7 +471,7 @@ def _plain_length_row(run: Run, batch_size: int, label: str, figures: LengthPoin
         "drafter": "none",
         "d": None,
         "speedup": 1.0,
-        "speedup_source": "measured",
+        "speedup_source": run.provenance.source,
         "measured_speedup": 1.0,
         "tokens_per_step": 1.0,
         "t_step_ms": median_ms(figures.t_verif),
@@ -469,7 +496,13 @@ def length_ranking_rows(runs: list[Run]) -> pd.DataFrame:
             for label, figures in (point.by_length or {}).items():
                 if s.d is not None:
                     rows.append(_length_row(run, point.batch_size, label, figures))
-                key = (run.temperature, run.template, run.setting, figures.input_tokens, point.batch_size)
+                key = (
+                    run.temperature,
+                    run.template,
+                    run.setting,
+                    figures.input_tokens,
+                    figures.batch_size_held or point.batch_size,
+                )
                 if figures.t_verif is not None and (key not in plain or s.d is None):
                     plain[key] = _plain_length_row(run, point.batch_size, label, figures)
     frame = pd.DataFrame(rows + list(plain.values()), columns=LENGTH_RANK_COLUMNS)

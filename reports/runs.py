@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Collection, Hashable, Iterable
+from typing import Any, Callable, Collection, Hashable, Iterable, Sequence, TypeVar
 
+from speclens import provenance as prov
 from speclens.config import dotted_get
 from speclens.errors import SpeclensError
+from speclens.provenance import SETTING_DEFAULTS, SETTING_KEYS, Provenance, config_setting, setting_label
 from speclens.run_files import holding, read_stamp
 from speclens.summary import (
     REPLAY_FILE,
@@ -36,15 +38,9 @@ LATER_KEY_DEFAULTS: dict[str, Any] = {
     "config.reasoning": {"parser": None, "end": None, "start": None},
     "config.chat_template_kwargs": {},
     "config.engine.model_runner": "auto",
-    "config.engine.kv_cache_dtype": "auto",
-    "config.verify.method": "standard",
-    # A drafter without probabilities (n-gram, suffix) drafts as greedy drafting does: one-hot.
-    "config.drafter.sample_method": "greedy",
-    "config.drafter.parallel_drafting": False,
-    # Unquantized checkpoints (stamps before the stamp said).
-    "quantization.target": None,
-    "quantization.draft": None,
+    **SETTING_DEFAULTS,
 }
+__all__ = ["SETTING_KEYS", "config_setting", "setting_label"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +50,12 @@ class Measured:
     path: Path
     fingerprints: Fingerprints
     stamp: dict[str, Any]
+    # The identity fields its setting names beside the settings axis (shown_identity).
+    shown: tuple[str, ...] = field(default=(), kw_only=True)
+
+    @property
+    def provenance(self) -> Provenance:
+        raise NotImplementedError
 
     @property
     def temperature(self) -> float:
@@ -68,10 +70,18 @@ class Measured:
         return template_label(self.get("config.chat_template_kwargs") or {})
 
     @property
-    def setting(self) -> str:
-        """The settings it changed from their defaults (setting_label; '': none). An axis like the
-        temperature: runs with an FP8 KV cache are never drawn in one curve with bf16's."""
+    def axis_setting(self) -> str:
+        """The settings it changed from their defaults (setting_label; '': none)."""
         return setting_label({key: self.get(key) for key in SETTING_KEYS})
+
+    @property
+    def setting(self) -> str:
+        """The settings it changed from their defaults, and the identity fields the runs read with
+        it differ in (shown_identity): an axis like the temperature. Runs with an FP8 KV cache, or
+        on the fake engine, are never drawn in one curve with the defaults' real ones."""
+        found = self.provenance
+        identity = [prov.field_label(found, name) for name in self.shown]
+        return ", ".join([*identity, *([self.axis_setting] if self.axis_setting else [])])
 
     def get(self, dotted: str) -> Any:
         node = dotted_get(
@@ -90,50 +100,40 @@ def template_label(kwargs: dict[str, Any]) -> str:
     return ", ".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in sorted(kwargs.items()))
 
 
-# Settings that are an axis of their own (issue 49: the KV cache, verification, draft sampling,
-# parallel drafting, the checkpoints' quantization), like the temperature and the chat template: a
-# run's `setting` names those it changed from the default, and curves, rankings and serve.json hold
-# one line per setting; the report pairs each against the default's run (reports/settings.py).
-SETTING_KEYS = {
-    "config.engine.kv_cache_dtype": "kv_cache_dtype",
-    "config.verify.method": "verify.method",
-    # verify.draft_sampling is stored as drafter.sample_method (evals/verify.py fold_draft_sampling).
-    "config.drafter.sample_method": "verify.draft_sampling",
-    "config.drafter.parallel_drafting": "drafter.parallel_drafting",
-    # The checkpoints' weight quantization, from their config.json (stamp.json `quantization`).
-    "quantization.target": "target.quantization",
-    "quantization.draft": "drafter.quantization",
-}
 # Runs at different sampling temperatures are one more axis of curves and rankings, not a conflict.
 CONSISTENT_ACROSS_TEMPERATURES = tuple(k for k in CONSISTENT_KEYS if k != "config.sampling.temperature")
+# The identity fields (speclens/provenance.py) a setting label names where the runs read together
+# differ in them: the settings axis itself is named always, as changed from its defaults.
+SHOWN_WHEN_MIXED = ("runner", "dtype", "model_runner")
 
 
-def setting_label(values: dict[str, Any]) -> str:
-    """`kv_cache_dtype=fp8, verify.method=block`: the SETTING_KEYS (dotted) a run changed from their
-    defaults, by their short names ('': every default)."""
-    changed = [
-        f"{name}={values[key] if isinstance(values[key], str) else json.dumps(values[key])}"
-        for key, name in SETTING_KEYS.items()
-        if values.get(key) is not None and values[key] != LATER_KEY_DEFAULTS[key]
-    ]
-    return ", ".join(changed)
+def shown_identity(runs: Sequence[M]) -> list[M]:
+    """`runs`, each naming in its `setting` every identity field (SHOWN_WHEN_MIXED) the runs differ
+    in: a fake run beside a vLLM one, a float32 run beside a bfloat16 one, are lines and rows of
+    their own, labelled so."""
+    mixed = tuple(name for name in SHOWN_WHEN_MIXED if len({getattr(r.provenance, name) for r in runs}) > 1)
+    return [replace(run, shown=mixed) for run in runs]
 
 
-def config_setting(config: dict[str, Any], quantization: dict[str, Any] | None = None) -> str:
-    """setting_label of a resolved run config (a stamp's `config`) and its checkpoints'
-    quantization (a stamp's `quantization`), for what is written before a stamp."""
-    found = {"config": config, "quantization": quantization or {}}
-    return setting_label({key: dotted_get(found, key) for key in SETTING_KEYS})
+M = TypeVar("M", bound=Measured)
 
 
 @dataclass(frozen=True)
 class Run(Measured):
     summary: RunSummary
 
+    @property
+    def provenance(self) -> Provenance:
+        return self.summary.provenance_of(self.stamp)
+
 
 @dataclass(frozen=True)
 class Replay(Measured):
     record: ReplayRecord
+
+    @property
+    def provenance(self) -> Provenance:
+        return prov.of_stamp(self.stamp, runner=self.record.summary.runner, replay_kind=self.record.summary.replay)
 
 
 def _found(root: Path, name: str, exclude: Collection[Path]) -> list[Path]:
@@ -156,7 +156,7 @@ def find_runs(root: Path, exclude: Collection[Path] = ()) -> list[Run]:
     for run_dir in _found(root, SUMMARY_FILE, exclude):
         summary = read_summary(run_dir)
         runs.append(Run(run_dir, summary.fingerprints, read_stamp(run_dir), summary))
-    return runs
+    return shown_identity(runs)
 
 
 def measured_runs(runs: list[Run]) -> list[Run]:
@@ -171,7 +171,7 @@ def find_replays(root: Path, exclude: Collection[Path] = ()) -> list[Replay]:
     for replay_dir in _found(root, REPLAY_FILE, exclude):
         record = read_replay(replay_dir)
         replays.append(Replay(replay_dir, record.summary.fingerprints, record.stamp, record))
-    return replays
+    return shown_identity(replays)
 
 
 def check_consistent(runs: list[Measured], keys: tuple[str, ...] = CONSISTENT_KEYS) -> None:

@@ -10,8 +10,9 @@ counting as D = 0: where the data cannot tell two settings apart, the cheaper on
 Where the runs measured length buckets (summary.json `by_length`), each plan also holds `by_length`:
 per length bucket, the same winners, schedules and schedule configs decided from that length's own
 figures (reports/ranking.py `length_ranking_rows`), the contexts it serves (`context_range`: those
-nearer to it than to any other measured length, ties to the shorter; speclens/gpu_model/whatif.py) and, past
-the target's own window, the context extension its figures were measured under.
+nearer to it than to any other measured length, ties to the shorter; speclens/gpu_model/whatif.py) and the
+context extension its figures were measured under, where the run had one (at every length: it rescales
+every position, within the target's own window too).
 """
 
 from __future__ import annotations
@@ -121,9 +122,17 @@ def serve_plan(ranking: pd.DataFrame, runs: list[Run], lengths: pd.DataFrame | N
                 "chat_template_kwargs": kwargs or {},
                 "setting": setting,
                 "kv_cache_dtype": one.get("config.engine.kv_cache_dtype") if one else "auto",
+                "provenance": plan_provenance([by_path[p] for p in dict.fromkeys(group.run) if p in by_path]),
             }
         )
     return plans[0] if len(plans) == 1 else {"by_temperature": plans}
+
+
+def plan_provenance(runs: list[Run]) -> list[dict[str, Any]]:
+    """What the figures of one plan are (speclens/provenance.py), each distinct record once: one
+    where every run agrees, measured or not."""
+    distinct = {json.dumps(run.provenance.to_dict(), sort_keys=True): run.provenance.to_dict() for run in runs}
+    return [distinct[key] for key in sorted(distinct)]
 
 
 def _configs(runs: list[Run]) -> dict[str, dict[str, Any] | None]:
@@ -293,7 +302,7 @@ def _plan_markdown(plan: dict[str, Any]) -> list[str]:
 
 
 def _extension_note(extension: str | None) -> str:
-    return f" [measured past the native window under {extension}]" if extension else ""
+    return f" [measured under the context extension {extension}]" if extension else ""
 
 
 def _lengths_markdown(buckets: list[dict[str, Any]]) -> list[str]:

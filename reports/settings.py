@@ -19,6 +19,7 @@ from reports.runs import Run
 from reports.table import cell
 from speclens.errors import SpeclensError
 from speclens.lossless import first_divergence
+from speclens.provenance import IDENTITY_FIELDS, differences
 from speclens.run_files import BASELINE_OUTPUTS_FILE, read_outputs
 
 # reports.compare's figures of the pooled group, as they are named there.
@@ -29,6 +30,8 @@ SETTINGS_COLUMNS = [
     "temperature",
     "chat_template_kwargs",
     "setting",
+    # What both runs' figures are (speclens/provenance.py label): measured, fake, ...
+    "provenance",
     *PAIRED_FIGURES,
     "baseline_tokens_per_step",
     "candidate_tokens_per_step",
@@ -56,21 +59,41 @@ def mode_of(run: Run) -> tuple:
     return run.summary.mechanism, run.summary.d, run.temperature, run.template
 
 
+BESIDE_THE_SETTING = tuple(name for name in IDENTITY_FIELDS if name != "setting")
+
+
+def identity_but_setting(run: Run) -> tuple:
+    """What must agree besides the setting for two runs to be paired (speclens/provenance.py):
+    the source, runner, dtype and model runner."""
+    found = run.provenance
+    return found.source, found.runner, found.dtype, found.model_runner
+
+
 def setting_pairs(runs: list[Run]) -> tuple[list[tuple[Run, Run]], list[str]]:
     """(defaults' run, setting's run) for each measured speculative run under a changed setting,
-    and a note for each such run with no defaults' run to pair with."""
+    paired only where everything but the setting agrees, and a note for each such run with no
+    defaults' run to pair with, naming every difference of those that differ in more."""
     speculative = [r for r in runs if r.summary.d is not None and r.summary.synthetic_acceptance is None]
-    defaults = {mode_of(r): r for r in speculative if not r.setting}
+    defaults = [r for r in speculative if not r.axis_setting]
     pairs, notes = [], []
-    for run in sorted((r for r in speculative if r.setting), key=lambda r: (mode_of(r)[:2], r.setting)):
-        base = defaults.get(mode_of(run))
-        if base is None:
+    for run in sorted((r for r in speculative if r.axis_setting), key=lambda r: (mode_of(r)[:2], r.setting)):
+        same_mode = [r for r in defaults if mode_of(r) == mode_of(run)]
+        same = [r for r in same_mode if identity_but_setting(r) == identity_but_setting(run)]
+        if same:
+            pairs.append((same[0], run))
+        elif same_mode:
+            other = same_mode[0]
+            differ = "; ".join(differences(other.provenance, run.provenance, BESIDE_THE_SETTING))
+            notes.append(
+                f"{run.path.name} ({run.setting}) is not paired with {other.path.name}, the defaults' run of "
+                f"drafter={run.summary.drafter} d={run.summary.d}: they differ in more than the setting ({differ}); "
+                "measure the defaults under the same runner, engine.dtype and engine.model_runner"
+            )
+        else:
             notes.append(
                 f"{run.path.name} ({run.setting}): no run of drafter={run.summary.drafter} d={run.summary.d} under the "
                 "engine defaults beside it to pair with; measure one in the same sweep"
             )
-        else:
-            pairs.append((base, run))
     return pairs, notes
 
 
@@ -97,7 +120,7 @@ def settings_table(runs: list[Run], seed: int = 0) -> tuple[pd.DataFrame, list[s
     rows = []
     for base, cand in pairs:
         try:
-            paired, _ = compare_pair((cand.summary.mechanism, cand.summary.d, cand.setting), base, cand, seed)
+            paired, _ = compare_pair((cand.summary.mechanism, cand.summary.d, cand.axis_setting), base, cand, seed)
         except SpeclensError as exc:  # other prompts, another checkpoint: said, not paired
             notes.append(f"{cand.path.name} ({cand.setting}) is not paired: {exc}")
             continue
@@ -109,7 +132,9 @@ def settings_table(runs: list[Run], seed: int = 0) -> tuple[pd.DataFrame, list[s
                 "d": cand.summary.d,
                 "temperature": cand.temperature,
                 "chat_template_kwargs": cand.template,
-                "setting": cand.setting,
+                # everything the pair differs in: the setting alone (setting_pairs pairs no other)
+                "setting": cand.axis_setting,
+                "provenance": cand.provenance.but(setting="").label(),
                 **{k: whole[k] for k in PAIRED_FIGURES},
                 "baseline_tokens_per_step": base.summary.tokens_per_step,
                 "candidate_tokens_per_step": cand.summary.tokens_per_step,
@@ -138,9 +163,11 @@ def _plain_cell(row) -> str:
 
 def settings_section(runs: list[Run]) -> Section | None:
     """The report's section: each setting's run beside the defaults' (None where no run changed one)."""
-    if not any(r.setting for r in runs):
+    if not any(r.axis_setting for r in runs):
         return None
     table, notes = settings_table(runs)
+    # what the paired figures are, where any pair's were not measured (the fake engine's)
+    unmeasured = not table.provenance.str.startswith("measured").all()
     header = [
         "drafter",
         "D",
@@ -153,6 +180,7 @@ def settings_section(runs: list[Run]) -> Section | None:
         "tokens/step defaults → setting",
         "per position defaults → setting",
         "plain decoding vs defaults",
+        *(["figures"] if unmeasured else []),
     ]
     rows = [
         [
@@ -172,6 +200,7 @@ def settings_section(runs: list[Run]) -> Section | None:
             f"{cell(r.baseline_tokens_per_step, 3)} → {cell(r.candidate_tokens_per_step, 3)}",
             f"{r.baseline_per_position or '-'} → {r.candidate_per_position or '-'}",
             _plain_cell(r),
+            *([r.provenance] if unmeasured else []),
         ]
         for r in table.itertuples()
     ]

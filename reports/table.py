@@ -9,6 +9,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from speclens.costs import GAP_TOLERANCE, StepTiming
+from speclens.provenance import FAKE
 from speclens.summary import LosslessCheck, OperatingPoint, RunSummary, SyntheticAcceptance
 from speclens.text import markdown_safe, terminal_safe
 
@@ -66,6 +67,8 @@ def result_table(summary: RunSummary) -> str:
     synthetic = summary.synthetic_acceptance
     if synthetic is not None:
         title += ", SYNTHETIC acceptance"
+    if summary.runner == FAKE:
+        title += ", FAKE engine (runner=fake): scripted figures, not a model's"
     out = [title, text_table(header, rows)]
     if synthetic is not None:
         out.append(synthetic_line(synthetic))
@@ -265,7 +268,9 @@ def operating_point_line(point: OperatingPoint) -> str:
         )
     )
     return (
-        f"B={point.batch_size}: {point.output_tokens_per_s:.1f} output tokens/s{speedups}; "
+        f"B={point.held}"
+        + (f" in flight (batch_sizes asked {point.batch_size})" if point.held != point.batch_size else "")
+        + f": {point.output_tokens_per_s:.1f} output tokens/s{speedups}; "
         f"T_verif(B) {cell(median_ms(point.t_verif), 1)} ms, T_step {cell(median_ms(point.t_step), 1)} ms, "
         f"T_verif(B(1+D)) {cell(median_ms(point.t_verif_spec), 1)} ms, T_draft {cell(point.t_draft_ms, 1)} ms" + waits
     )

@@ -23,9 +23,12 @@ from speclens.summary import RunSummary
 MAX_TAG = 64
 
 
-def run_tags(summary: RunSummary) -> list[str]:
+def run_tags(summary: RunSummary, stamp: dict[str, Any] | None = None) -> list[str]:
     target = summary.fingerprints.target or "unknown"
+    found = summary.provenance_of(stamp or {})
     tags = [
+        # what its figures are: a dashboard filters fake and synthetic runs out by it
+        f"source={found.source}",
         f"drafter={summary.drafter}",
         f"d={summary.d}",
         f"domains={'+'.join(sorted(summary.by_domain))}",
@@ -157,6 +160,7 @@ def log_run(out_dir: Path, summary: RunSummary, stamp: dict[str, Any], logger: A
             "d": summary.d,
             "dataset": summary.dataset,
             "runner": summary.runner,
+            "provenance": summary.provenance_of(stamp).to_dict(),
             "config": stamp.get("config"),
             "fingerprints": asdict(summary.fingerprints),
             "versions": summary.versions,
@@ -171,11 +175,11 @@ def log_run(out_dir: Path, summary: RunSummary, stamp: dict[str, Any], logger: A
         group=group or logger.group,
         job_type="run",
         name=name,
-        tags=run_tags(summary) + list(logger.tags),
+        tags=run_tags(summary, stamp) + list(logger.tags),
         config=config,
     )
     try:
-        run.summary.update(summary_figures(summary))
+        run.summary.update(summary_figures(summary) | {"source": summary.provenance_of(stamp).source})
         tables = {key: wandb.Table(dataframe=frame) for key, frame in _tables(summary).items() if not frame.empty}
         plots = {}
         if "per_position_acceptance" in tables:
@@ -228,6 +232,14 @@ def log_sweep(sweep_dir: Path, curves: pd.DataFrame, ranking: pd.DataFrame | Non
         if ranking is not None:
             logged["table/ranking"] = wandb.Table(dataframe=ranking.astype({"rank": "float64", "d": "float64"}))
         run.log(logged)
-        run.summary.update({f"al/{r.drafter}/d{r.d}": r.al for r in curves[curves.domain == "all"].itertuples()})
+        # a point's key names what it is where it is not measured, and its setting: no two collide
+        run.summary.update(
+            {
+                f"al/{r.drafter}/d{r.d}"
+                + (f"/{r.setting}" if r.setting else "")
+                + ("" if r.source == "measured" else f"/{r.source}"): r.al
+                for r in curves[(curves.domain == "all") & (curves.segment == "all")].itertuples()
+            }
+        )
     finally:
         run.finish()

@@ -2,7 +2,9 @@
 (drafter, D) per B, predicted speedup vs B for each D, and the throughput–interactivity Pareto
 front with and without each mechanism (NVIDIA's co-design post, Figure 1, for your model). With
 acceptance measured per length: the length each best took its AL from, and guidelines 2 and 3 at
-each measured length with the share of the step attention takes there."""
+each measured length with the share of the step attention takes there. Every AL that is not a
+measurement (derived from rates at a larger D, given, fake, synthetic) is marked beside it
+(speclens/provenance.py mark), and the page opens with what each drafter's acceptance is."""
 
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ import pandas as pd
 from reports.charts import Chart, base_layout, coloured, hover_template, pareto_chart
 from reports.page import Section, render_page
 from reports.ranking import pareto_front
+from speclens import provenance as prov
 from speclens.gpu_model.whatif import best_label, operating_rows
+from speclens.provenance import mark
 
 WHATIF_PAGE = "whatif.html"
 
@@ -33,7 +37,8 @@ def speedup_chart(points: list[dict[str, Any]], drafter: str, context: int) -> C
                 "x": [p["batch_size"] for p in series],
                 "y": [p["speedup"] for p in series],
                 "customdata": [
-                    f"B={p['batch_size']} d={d}: x{p['speedup']:.2f} (AL {p['al']:.2f}, {p['bound']}-bound)"
+                    f"B={p['batch_size']} d={d}: x{p['speedup']:.2f} (AL {p['al']:.2f}"
+                    f"{mark(p.get('al_source', prov.MEASURED))}, {p['bound']}-bound)"
                     for p in series
                 ],
                 "hovertemplate": hover_template(),
@@ -93,6 +98,52 @@ def length_section(lengths: list[dict[str, Any]]) -> Section:
     )
 
 
+def ds_text(ds: list[int]) -> str:
+    """D values with runs of three or more shortened: `1-4, 6, 7`."""
+    runs: list[list[int]] = []
+    for d in sorted(ds):
+        if runs and d == runs[-1][-1] + 1:
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    return ", ".join(", ".join(map(str, r)) if len(r) < 3 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+def acceptance_lines(result: dict[str, Any]) -> list[str]:
+    """What each drafter's acceptance is, one line each: its source and conditions, the D whose AL
+    it states, and the D derived from its rates (marked)."""
+    out = []
+    for drafter, what in ((result.get("provenance") or {}).get("acceptance") or {}).items():
+        line = f"{drafter} acceptance: {what['label']}{mark(what['source'])}; AL at D={ds_text(what['own_d'])}"
+        if what.get("measured_per_k"):
+            line += " (measured_per_k: each D measured on its own, none derived)"
+        if what.get("derived_d"):
+            line += f"; at D={ds_text(what['derived_d'])} derived from its rates{mark(prov.DERIVED)}"
+        out.append(line)
+    return out
+
+
+def al_text(b: dict[str, Any]) -> str:
+    return "-" if "al" not in b else f"{b['al']:.2f}{mark(b.get('al_source', prov.MEASURED))}"
+
+
+def acceptance_sources(result: dict[str, Any]) -> str:
+    """`measured`, `fake [fake]`, `measured and derived [derived]`: what the page's AL are."""
+    acceptance = (result.get("provenance") or {}).get("acceptance") or {}
+    sources = sorted({what["source"] for what in acceptance.values()})
+    if any(what.get("derived_d") for what in acceptance.values()):
+        sources.append(prov.DERIVED)
+    return " and ".join(f"{s}{mark(s)}" for s in sources) or prov.MEASURED
+
+
+def dynamo_lines(result: dict[str, Any]) -> list[str]:
+    notes = result.get("dynamo_flags_notes") or {}
+    return [
+        f"{drafter} for Dynamo's planner and mocker: {flags}" + (f" ({notes[drafter]})" if drafter in notes else "")
+        for drafter, flags in (result.get("dynamo_flags") or {}).items()
+    ]
+
+
 def write_page(result: dict[str, Any], out: Path, slo_line: str | None = None) -> Path:
     points = result["points"]
     contexts = sorted({p["context_len"] for p in points})
@@ -103,6 +154,7 @@ def write_page(result: dict[str, Any], out: Path, slo_line: str | None = None) -
             str(b["batch_size"]),
             str(b["context_len"]),
             "plain" if b["drafter"] == "none" else f"{b['drafter']} d={b['d']}",
+            al_text(b),
         ]
         + [f"x{b['speedup']:.2f}"]
         + [f"[{b['speedup_interval'][0]:.2f}, {b['speedup_interval'][1]:.2f}]" if "speedup_interval" in b else "-"]
@@ -114,12 +166,17 @@ def write_page(result: dict[str, Any], out: Path, slo_line: str | None = None) -
         f"Best per batch size on {gpu}",
         answer=slo_line,
         text=[
-            f"tp={result['tp']}, weights={result['weights']}, cost model: {result['cost_model']}. All figures "
+            f"tp={result['tp']}, weights={result['weights']}, cost model: {result['cost_model']}. All speedups "
             f"predicted; {result.get('speedup_interval', '')}."
         ]
-        + list(result.get("notes", [])),
+        + acceptance_lines(result)
+        + list(result.get("notes", []))
+        + dynamo_lines(result),
         tables=[
-            (["B", "context", "best", "speedup", "80% range"] + (["AL measured at"] if by_length else []), best_rows)
+            (
+                ["B", "context", "best", "AL", "speedup", "80% range"] + (["AL measured at"] if by_length else []),
+                best_rows,
+            )
         ],
     )
     operating = pd.DataFrame(operating_rows(points, result["tp"]))
@@ -145,6 +202,7 @@ def write_page(result: dict[str, Any], out: Path, slo_line: str | None = None) -
     ]
     path = out / WHATIF_PAGE
     path.write_text(
-        render_page("speclens whatif", f"{gpu}: predicted from measured acceptance", sections), encoding="utf-8"
+        render_page("speclens whatif", f"{gpu}: predicted from {acceptance_sources(result)} acceptance", sections),
+        encoding="utf-8",
     )
     return path

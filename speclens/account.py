@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from speclens.costs import PassMode
+from speclens.costs import PassMode, in_flight
 
 # The corrections, in the order the account applies them after the steady-state model.
 CORRECTIONS = ("prefill", "ramp_up_and_tail", "slow_outliers", "token_yield")
@@ -56,9 +56,12 @@ def pass_factors(
 ) -> dict[str, float] | None:
     """The four corrections of one pass (module docstring); None without steady steps."""
     s = engine_steps[(engine_steps["mode"] == mode) & (engine_steps["batch_size"] == batch_size)]
+    if s.empty or output_tokens <= 0:
+        return None
     decode = s["num_tokens"] == s["num_requests"] + s["num_draft_tokens"]
-    steady = decode & (s["num_requests"] == batch_size)
-    if not steady.any() or output_tokens <= 0:
+    held = in_flight(s)  # B, or fewer where a length pass had fewer prompts
+    steady = decode & (s["num_requests"] == held)
+    if not steady.any():
         return None
     walls = s["wall_s"].to_numpy(dtype=float)
     mean_steady = walls[steady.to_numpy()].mean()
@@ -66,7 +69,7 @@ def pass_factors(
     request_steps = int(s["num_requests"].sum())
     return {
         "prefill": mean_decode / walls.mean(),
-        "ramp_up_and_tail": mean_steady / mean_decode * (request_steps / len(s)) / batch_size,
+        "ramp_up_and_tail": mean_steady / mean_decode * (request_steps / len(s)) / float(held.mean()),
         "slow_outliers": float(np.median(walls[steady.to_numpy()])) / mean_steady,
         "token_yield": output_tokens / (request_steps * tokens_per_request_step),
     }

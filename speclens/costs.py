@@ -8,7 +8,8 @@ B = requests in flight, D = draft length. Three passes over the same prompts at 
   D proposals per request and drafting costs nothing
 and T_draft(B, D) = T_step(B, D) − T_verif(B·(1+D)).
 
-Only steady decode steps count: exactly B requests, no prefill tokens (tokens = requests +
+Only steady decode steps count: as many requests as the pass held in flight (B, or fewer where a
+length pass had fewer prompts), no prefill tokens (tokens = requests +
 draft tokens), and in the verify pass all B·D proposals. Each term is the median over those
 steps (robust to the odd slow step of a shared machine) with the quartiles as its spread.
 
@@ -68,18 +69,37 @@ class PointCosts:
     t_draft_ms: float | None
 
 
-def steady_walls(engine_steps: pd.DataFrame, mode: str, batch_size: int, d: int | None = None) -> np.ndarray:
-    """Wall times (s) of the pass's decode steps that carried exactly `batch_size` requests and
-    no prefill; with `d`, only steps in which every request verified `d` proposals."""
+def in_flight(pass_steps: pd.DataFrame) -> pd.Series:
+    """Per step of one pass, the most requests its pass held in flight: per length bucket where the
+    pass runs one length at a time (evals/passes.py), which may hold fewer than B."""
+    if "input_tokens" in pass_steps.columns and pass_steps["input_tokens"].notna().any():
+        return pass_steps.groupby(pass_steps["input_tokens"].fillna(-1))["num_requests"].transform("max")
+    return pd.Series(pass_steps["num_requests"].max(), index=pass_steps.index)
+
+
+def held(engine_steps: pd.DataFrame, mode: str, batch_size: int, input_tokens: int | None = None) -> int | None:
+    """The most requests the pass at `batch_size` held in flight (of one length where given);
+    None where the engine shows no steps (an attached server)."""
     s = engine_steps
-    keep = (
-        (s["mode"] == mode)
-        & (s["batch_size"] == batch_size)
-        & (s["num_requests"] == batch_size)
-        & (s["num_tokens"] == s["num_requests"] + s["num_draft_tokens"])
-    )
+    if s.empty:
+        return None
+    keep = (s["mode"] == mode) & (s["batch_size"] == batch_size)
+    if input_tokens is not None and "input_tokens" in s.columns:
+        keep &= s["input_tokens"] == input_tokens
+    most = s.loc[keep, "num_requests"].max()
+    return None if pd.isna(most) else int(most)
+
+
+def steady_walls(engine_steps: pd.DataFrame, mode: str, batch_size: int, d: int | None = None) -> np.ndarray:
+    """Wall times (s) of the pass's decode steps that carried as many requests as the pass held in
+    flight (B, or fewer where a length pass had fewer prompts: in_flight) and no prefill; with
+    `d`, only steps in which every request verified `d` proposals."""
+    s = engine_steps[(engine_steps["mode"] == mode) & (engine_steps["batch_size"] == batch_size)]
+    if s.empty:
+        return np.array([], dtype=float)
+    keep = (s["num_requests"] == in_flight(s)) & (s["num_tokens"] == s["num_requests"] + s["num_draft_tokens"])
     if d is not None:
-        keep &= s["num_draft_tokens"] == batch_size * d
+        keep &= s["num_draft_tokens"] == s["num_requests"] * d
     return s.loc[keep, "wall_s"].to_numpy(dtype=float)
 
 

@@ -9,10 +9,11 @@ machines is claimed only between machines of the same `cpu_label()`.
 from __future__ import annotations
 
 import functools
+import os
 import platform
 from pathlib import Path
 
-__all__ = ["cpu_label", "fp8_kv_cache_isa", "native_bf16"]
+__all__ = ["cpu_label", "fp8_kv_cache_isa", "memory_total", "native_bf16"]
 
 # The instruction sets that pick the float kernels, most capable first.
 ISA_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
@@ -46,3 +47,18 @@ def fp8_kv_cache_isa() -> bool:
     """Whether vLLM's CPU build can keep an FP8 KV cache here: x86 with AVX-512 or AMX
     (vllm/v1/attention/backends/cpu_attn.py _get_attn_isa)."""
     return any(isa in cpu_label() for isa in ("amx_bf16", "avx512f"))
+
+
+def memory_total() -> int | None:
+    """This machine's total memory in bytes (/proc/meminfo MemTotal, else the physical pages the
+    OS reports), or None where neither says."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return None

@@ -29,6 +29,10 @@ Schema versions of summary.json:
    (domains, lengths, turns); absent where the passes were not counted. `synthetic_acceptance`
    where drafts were accepted at set rates (acceptance.synthetic): its AL is set, not measured,
    and no lossless check was made; absent otherwise.
+11 `provenance` (speclens/provenance.py): what the run's figures are (measured, synthetic, fake),
+   the engine, dtype and model runner that computed them, the settings axis, the requests held in
+   flight, the lengths and any context extension; and, per operating point and length, the
+   requests held in flight (`batch_size_held`). Read from the stamp for older summaries.
 """
 
 from __future__ import annotations
@@ -50,13 +54,14 @@ from speclens.generation import SpecCounters
 from speclens.latency import Latency
 from speclens.metrics import OMITTED_WHEN_NONE, GroupFigures, PositionBin, SegmentFigures
 from speclens.peer_figures import PeerFigures
+from speclens.provenance import Provenance, of_stamp
 
 SUMMARY_FILE = "summary.json"
 # The group of every request, beside the domains in by_domain, curves.csv and the tables: no prompt
 # set's category may take its name (evals/datasets/base.py check_group_names).
 WHOLE_RUN_GROUP = "all"
 RESERVED_GROUP_NAMES = frozenset({WHOLE_RUN_GROUP})
-SUMMARY_VERSION = 10
+SUMMARY_VERSION = 11
 REPLAY_FILE = "replay.json"
 # replay.json: 1 had no version field (summary and stamp only); 2 carries `schema_version`, the
 # config fingerprint and the runner.
@@ -87,6 +92,8 @@ class LengthPoint(DomainPoint):
     t_step: StepTiming | None = None
     t_verif_spec: StepTiming | None = None
     t_draft_ms: float | None = None
+    # The most requests this length's pass held in flight, where that is not the point's B.
+    batch_size_held: int | None = field(default=None, metadata=OMITTED_WHEN_NONE)
 
 
 @dataclass
@@ -252,6 +259,14 @@ class OperatingPoint(DomainPoint):
     speedup_account: SpeedupAccount | None = None
     # Each length bucket (prompts that state their length), keyed by its label ("1k", "32k").
     by_length: dict[str, LengthPoint] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    # The most requests its speculative pass held in flight (engine steps), where that is not
+    # batch_size: a length pass of fewer prompts than B, a pass of fewer requests (absent: B).
+    batch_size_held: int | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+
+    @property
+    def held(self) -> int:
+        """The requests in flight it measured: what B its figures are of."""
+        return self.batch_size_held or self.batch_size
 
 
 @dataclass
@@ -335,6 +350,25 @@ class RunSummary:
     draft_share: float | None = field(default=None, metadata=OMITTED_WHEN_NONE)
     # Where drafts were accepted at set rates (acceptance.synthetic): AL set, not measured.
     synthetic_acceptance: SyntheticAcceptance | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    # What its figures are (absent before version 11: provenance_of reads it from the stamp).
+    provenance: Provenance | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+
+    def provenance_of(self, stamp: dict[str, Any]) -> Provenance:
+        """Its provenance as written, else as its stamp and figures say (summaries before 11)."""
+        if self.provenance is not None:
+            return self.provenance
+        numerics = self.numerics
+        lengths = [g.input_tokens for g in (self.by_length or {}).values() if g.input_tokens is not None]
+        return of_stamp(
+            stamp,
+            runner=self.runner,
+            synthetic=self.synthetic_acceptance is not None,
+            dtype=numerics.dtype if numerics else None,
+            model_runner=numerics.model_runner if numerics else None,
+            batch_sizes=sorted({p.held for p in self.operating_points}),
+            lengths=lengths,
+            context_extension=self.context_window.extension if self.context_window else None,
+        )
 
     @property
     def label(self) -> str:
@@ -488,6 +522,10 @@ def _summary_9_to_10(data: dict[str, Any]) -> dict[str, Any]:
     return data  # the share of drafting steps was not recorded: draft_share absent (None)
 
 
+def _summary_10_to_11(data: dict[str, Any]) -> dict[str, Any]:
+    return data  # provenance absent: read from the stamp (RunSummary.provenance_of)
+
+
 # version -> the step from that version to the next.
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     1: _summary_1_to_2,
@@ -499,6 +537,7 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     7: _summary_7_to_8,
     8: _summary_8_to_9,
     9: _summary_9_to_10,
+    10: _summary_10_to_11,
 }
 
 
@@ -594,5 +633,5 @@ def read_replay(run_dir: Path) -> ReplayRecord:
 def _typed(kind: type, data: dict[str, Any], path: Path) -> Any:
     try:
         return from_plain(kind, data, path.name)
-    except (SpeclensError, TypeError) as exc:
+    except (SpeclensError, TypeError, ValueError) as exc:
         raise CorruptRecord(f"{path} does not have the layout of a {kind.__name__} ({exc})") from None

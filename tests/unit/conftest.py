@@ -28,6 +28,10 @@ def write_checkpoint(folder: Path, vocab_size: int = 100, hidden_size: int = 16,
     return folder
 
 
+# reports.compare's note where both sides ran on the fake engine (speclens/provenance.py).
+FAKE_PAIR_NOTE = "both sides' figures are fake (scripted engine, runner=fake), not measured"
+
+
 def compose_run(*overrides: str):
     return compose_config(list(overrides))
 

@@ -15,6 +15,7 @@ from reports.compare import compare, paired_al_difference, write_comparison
 from reports.compare import main as compare_main
 from speclens.errors import SpeclensError
 from tests.unit.conftest import (
+    FAKE_PAIR_NOTE,
     compose_run,
     fake_overrides,
     write_checkpoint,
@@ -51,7 +52,7 @@ def test_a_shift_on_every_prompt_is_exact_and_significant(tmp_path):
     assert overall.al_diff == pytest.approx(-1.0)
     # every prompt moved by the same amount: the paired CI has no width
     assert (overall.diff_ci95_lo, overall.diff_ci95_hi) == pytest.approx((-1.0, -1.0))
-    assert overall.significant and set(table.domain) == {"all", "coding", "writing"} and notes == []
+    assert overall.significant and set(table.domain) == {"all", "coding", "writing"} and notes == [FAKE_PAIR_NOTE]
 
 
 def test_a_difference_carried_by_one_prompt_is_not_significant(tmp_path):

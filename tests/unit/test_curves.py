@@ -53,6 +53,8 @@ def test_curves_from_a_sweep_match_the_golden_file(tmp_path):
         "input_tokens",
         "context_extension",
         "draft_share",
+        "runner",
+        "dtype",
     ]
     assert set(curves.segment) == {"all"} and set(curves.chat_template_kwargs) == {""} and set(curves.setting) == {""}
     # every point: its share of drafting passes gives its tokens per step (no tokens cut here)
@@ -62,7 +64,7 @@ def test_curves_from_a_sweep_match_the_golden_file(tmp_path):
     # d=1: every drafted step accepts min(x,1): 1,1,0 | 1 | 1,1 -> 5 of 6 -> AL 1 + 5/6
     assert pooled.loc[1, "al"] == pytest.approx(1 + 5 / 6)
     assert pooled.loc[4, "al"] == pytest.approx(1 + 14 / 6)
-    assert set(curves.source) == {"measured"}
+    assert set(curves.source) == {"fake"} and set(curves.runner) == {"fake"}
     assert pd.read_parquet(root / "curves.parquet").equals(curves)
     for domain in ("all", "coding", "writing"):
         png = root / f"curve_{domain}.png"
@@ -96,8 +98,9 @@ def test_replayed_points_fill_in_and_measured_points_win(tmp_path):
     stamp = json.loads((root / "drafter=ngram,d=2" / "stamp.json").read_text())
     summary = json.loads((root / "drafter=ngram,d=2" / "summary.json").read_text())
     # measured on V1, as an in-process run on the CPU build records it (the fake engine shows none)
-    summary["numerics"]["model_runner"] = "v1"
+    summary["numerics"]["model_runner"] = stamp["model_runner"] = summary["provenance"]["model_runner"] = "v1"
     (root / "drafter=ngram,d=2" / "summary.json").write_text(json.dumps(summary))
+    (root / "drafter=ngram,d=2" / "stamp.json").write_text(json.dumps(stamp))
     replay_dir = root / "replay"
     replay_dir.mkdir()
     (replay_dir / "replay.json").write_text(
@@ -109,6 +112,8 @@ def test_replayed_points_fill_in_and_measured_points_win(tmp_path):
                     "fingerprints": summary["fingerprints"],
                     "replay": "exact",
                     "elapsed_s": 1.0,
+                    # replayed on the engine that measured the run
+                    "runner": "fake",
                 },
                 "stamp": stamp,
             }
@@ -131,14 +136,14 @@ def test_replayed_points_fill_in_and_measured_points_win(tmp_path):
     pd.DataFrame(rows).to_parquet(replay_dir / "curves.parquet")
     curves = collect(root)
     pooled = curves[curves.domain == "all"].set_index("d")
-    assert list(pooled.source) == ["replayed", "measured", "replayed"] and set(pooled.proposer) == {"v1"}
+    assert list(pooled.source) == ["replayed", "fake", "replayed"] and set(pooled.proposer) == {"v1"}
     assert pooled.loc[2, "al"] != 9.0
     # both proposers replayed: V2's is a curve of its own, which the V1 run measured nothing of
     both = [row | {"proposer": proposer, "al": al} for row in rows for proposer, al in (("v1", 9.0), ("v2", 7.0))]
     pd.DataFrame(both).to_parquet(replay_dir / "curves.parquet")
     pooled = collect(root)[lambda c: c.domain == "all"]
     v1, v2 = (pooled[pooled.proposer == p].set_index("d") for p in ("v1", "v2"))
-    assert list(v1.source) == ["replayed", "measured", "replayed"] and list(v2.source) == ["replayed"] * 3
+    assert list(v1.source) == ["replayed", "fake", "replayed"] and list(v2.source) == ["replayed"] * 3
     assert set(v2.al) == {7.0}
 
 

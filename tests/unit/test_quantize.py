@@ -11,6 +11,7 @@ import torch
 
 from evals.quantize import QUANTIZATION_CONFIG, main, quantize_w8a8
 from speclens.errors import ConfigError
+from tests.unit.conftest import FAKE_PAIR_NOTE
 
 
 @pytest.fixture(scope="module")
@@ -128,8 +129,9 @@ def test_the_checkpoints_quantization_is_a_setting_paired_with_the_float_draft(t
 
     _, compared_notes = compare(tmp_path / "sweep" / "float", tmp_path / "sweep" / "w8a8")
     assert compared_notes == [
+        FAKE_PAIR_NOTE,
         f"drafter=draft_model d=3 (drafter.quantization=w8a8): another draft checkpoint, drafter.model "
-        f"{drafts['float']} → {drafts['w8a8']}"
+        f"{drafts['float']} → {drafts['w8a8']}",
     ]
 
 

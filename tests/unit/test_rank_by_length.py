@@ -93,7 +93,7 @@ def test_the_best_d_differs_by_length_where_each_lengths_own_figures_say_so(tmp_
     top = lengths[lengths["rank"] == 1].set_index(["length", "batch_size"])
     assert top.loc[("300", 1), "d"] == 3 and top.loc[("1k", 1), "d"] == 1
     entry = lengths[(lengths.length == "1k") & (lengths.batch_size == 1) & (lengths.d == 3)].iloc[0]
-    assert entry.al == pytest.approx(2.0) and entry.speedup_source == "measured"
+    assert entry.al == pytest.approx(2.0) and entry.speedup_source == "fake"  # the fake engine's, said so
     summary = read_summary(root / "d=3")
     at_1k = next(p for p in summary.operating_points if p.batch_size == 1).by_length["1k"]
     assert entry.speedup == pytest.approx(at_1k.speedup) and entry.t_verif_spec_ms == at_1k.t_verif_spec.median_ms
@@ -101,7 +101,7 @@ def test_the_best_d_differs_by_length_where_each_lengths_own_figures_say_so(tmp_
     assert (root / LENGTH_RANKING_FILE).is_file()
 
     plan = json.loads((root / "serve.json").read_text())
-    assert set(plan) == PLAN_KEYS | {"by_length"}  # the pooled plan stays as it was
+    assert set(plan) == PLAN_KEYS | {"by_length", "provenance"}  # the pooled plan stays as it was, and says what it is
     short, long = plan["by_length"]
     limit = summary.context_window.max_model_len
     assert (short["length"], short["input_tokens"], short["context_range"]) == ("300", 300, [1, 650])
@@ -146,15 +146,15 @@ def test_lengths_past_the_native_window_name_the_extension_they_were_measured_un
     measure(tmp_path, target, root / "d=3", 3, EXTENDED)
     _, lengths, _ = write_rankings([root])
     extension = read_summary(root / "d=3").context_window.extension
-    assert extension and set(lengths[lengths.length == "1k"].context_extension) == {extension}
-    assert lengths[lengths.length == "300"].context_extension.isna().all()
+    # every length was measured under it, the one within the native window too (it rescales every position)
+    assert extension and set(lengths.context_extension) == {extension}
 
     short, long = json.loads((root / "serve.json").read_text())["by_length"]
-    assert short["context_extension"] is None and long["context_extension"] == extension
-    assert {w["context_extension"] for w in long["winners"]} == {extension}
-    assert f"length 1k (past the native window: {extension})" in (root / "ranking.md").read_text()
+    assert short["context_extension"] == long["context_extension"] == extension
+    assert {w["context_extension"] for w in long["winners"] + short["winners"]} == {extension}
+    assert f"length 1k (measured under the context extension {extension})" in (root / "ranking.md").read_text()
     table = json.loads((root / PROFILE_FILE).read_text())[CONTEXT_TABLE_KEY]
-    assert [r["context_extension"] for r in table] == [None, extension]
+    assert [r["context_extension"] for r in table] == [extension, extension]
 
 
 ROWS = [
@@ -178,13 +178,20 @@ def test_runs_without_lengths_rank_and_serve_as_before(tmp_path):
     ranking, lengths, _ = write_rankings([root])
     assert lengths.empty and not (root / LENGTH_RANKING_FILE).exists()
     assert "length" not in ranking.columns and "input_tokens" not in ranking.columns
-    assert set(json.loads((root / "serve.json").read_text())) == PLAN_KEYS
+    assert set(json.loads((root / "serve.json").read_text())) == PLAN_KEYS | {"provenance"}
     assert "By context length" not in (root / "ranking.md").read_text()
     assert not (root / PROFILE_FILE).exists()  # ranking writes no profile file without lengths
     profile = json.loads((root / "d=2" / PROFILE_FILE).read_text())
     assert set(profile) == {"schema_version", "profiles"} and profile["schema_version"] == 1
     assert not any("length" in p or "input_tokens" in p for p in profile["profiles"])
-    assert list(pd.read_csv(root / "ranking.csv").columns[-2:]) == ["chat_template_kwargs", "setting"]
+    assert list(pd.read_csv(root / "ranking.csv").columns[-6:]) == [
+        "chat_template_kwargs",
+        "setting",
+        "source",
+        "runner",
+        "dtype",
+        "model_runner",
+    ]
 
 
 def test_each_context_goes_to_the_nearest_measured_length_ties_to_the_shorter():

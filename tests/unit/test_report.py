@@ -115,7 +115,8 @@ def test_a_single_unranked_run_opens_with_its_headline_and_the_command_that_rank
     md = md_file.read_text()
     lo, hi = summary["al_ci95"]
     shown = f"{summary['al']:.{al_digits([lo, hi])}f} [{lo:.3f}, {hi:.3f}]"  # the decimals its CI justifies
-    assert f"Highest AL: ngram d=2, {shown}." in md
+    # the fake engine's figures headline only where nothing was measured, and say so
+    assert f"Highest AL (fake, not measured): ngram d=2, {shown}." in md
     assert f"python -m evals.run drafter=ngram d=2 dataset=jsonl baseline=true force=true hydra.run.dir={out}" in md
 
 

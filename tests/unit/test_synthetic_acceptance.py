@@ -95,7 +95,10 @@ def test_rates_are_read_from_a_measured_profile_and_a_profile_without_them_is_on
         compose(tmp_path, f"acceptance.synthetic={measured}"), tmp_path / "again", progress=lambda label: None
     )
     assert summary.synthetic_acceptance.rates == whole["marginal"]
-    assert summary.synthetic_acceptance.source.endswith("speculation_profile.json: drafter=ngram d=3 domain=all")
+    # where the rates came from, and what they are: the fake engine's
+    assert summary.synthetic_acceptance.source.endswith(
+        "speculation_profile.json: drafter=ngram d=3 domain=all, fake (scripted engine, runner=fake)"
+    )
     for more, message in (
         (("drafter=suffix",), r"no profile of drafter=suffix over domain all; it has ngram"),
         (("d=2",), r"drafter=ngram was measured at d=3, not d=2"),

@@ -139,7 +139,8 @@ def test_guidelines_2_and_3_are_stated_at_each_length_with_the_predicted_attenti
             assert at["attention_share_at_starting_d"] == pytest.approx(at_d7.attention_ms / at_d7.total_ms)
         assert {b["context_len"] for b in section["best"]} == {context}
     out = capsys.readouterr().out
-    assert "at 32k (32000 tokens; AL measured there: eagle3 D=1: 1.50" in out
+    # the AL measured there at the D measured only; the smaller D derived from its rates, marked so (issue 56)
+    assert "at 32k (32000 tokens; AL measured there: eagle3 D=3: 1.80 (D=1, 2 derived from its rates [derived]))" in out
     assert "AL measured at" in out
     page = (run / "whatif.html").read_text()
     assert "By context length" in page and "attention share of T_verif(B)" in page

@@ -1,0 +1,231 @@
+"""What a figure is: where it came from (measured, synthetic, fake, replayed, estimated, derived,
+predicted), which engine computed it and under what (runner, version, dtype, model runner, the
+settings axis, the requests held in flight, the prompt lengths, a context extension).
+
+One record, written into every file that holds figures (summary.json, speculation profiles,
+curves, ranking rows, serve.json, whatif.json, wandb) and read by every report: two figures are
+paired, or one chosen over another, only where their identity (IDENTITY_FIELDS) agrees but for the
+axis under study, and a figure that was not measured never headlines as measured.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+# Acceptance measured by the target verifying a real drafter's drafts.
+MEASURED = "measured"
+# Drafts accepted at rates the user set (acceptance.synthetic): a drafter's speed at that acceptance.
+SYNTHETIC = "synthetic"
+# The scripted engine (runner=fake): figures of a script, not of a model.
+FAKE = "fake"
+# Acceptance replayed exactly from recorded target outputs (evals.replay, exact drafters).
+REPLAYED = "replayed"
+# Replayed where the drafter's proposals are approximated (evals.replay, estimated drafters).
+ESTIMATED = "estimated"
+# Computed from a figure measured elsewhere (AL at a smaller D from the rates measured at a larger one).
+DERIVED = "derived"
+# The speedup model's or the GPU model's prediction.
+PREDICTED = "predicted"
+SOURCES = (MEASURED, SYNTHETIC, FAKE, REPLAYED, ESTIMATED, DERIVED, PREDICTED)
+
+# The runners whose engine is vLLM itself (in process, or its OpenAI server).
+VLLM_RUNNERS = ("vllm", "server")
+
+# What must agree for two figures to be paired or one chosen over another, in the order a label
+# names them. `setting` is the settings axis (reports/runs.py SETTING_KEYS) and is compared by
+# the reader that studies it.
+IDENTITY_FIELDS = ("source", "runner", "dtype", "model_runner", "setting")
+# How a label names each field: as the command line names the key where there is one.
+FIELD_NAMES = {
+    "source": "source",
+    "runner": "runner",
+    "dtype": "engine.dtype",
+    "model_runner": "engine.model_runner",
+    "setting": "setting",
+}
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What one figure (or every figure of one record) is."""
+
+    source: str
+    runner: str
+    # The engine that computed it ("vllm", "fake", a server's dialect) and its version.
+    engine: str | None = None
+    engine_version: str | None = None
+    dtype: str | None = None
+    # vLLM's model runner that computed every pass ("v1", "v2"), else what the config asked for.
+    model_runner: str | None = None
+    # The settings changed from their defaults (reports/runs.py setting_label; '': none).
+    setting: str = ""
+    # The requests held in flight at each operating point (what the engine steps show).
+    batch_sizes: list[int] = field(default_factory=list)
+    # The prompt lengths (input tokens) where the prompts state them; [] otherwise.
+    lengths: list[int] = field(default_factory=list)
+    # e.g. "yarn x4.0 from 8192" where the target ran past its own window; None otherwise.
+    context_extension: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"source {self.source!r} is not one of {', '.join(SOURCES)}")
+
+    @property
+    def measured(self) -> bool:
+        return self.source == MEASURED
+
+    def identity(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in IDENTITY_FIELDS)
+
+    def but(self, **changes: Any) -> Provenance:
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def label(self) -> str:
+        """One line: `measured (vllm 0.32.0, bfloat16, v1)`, `fake (scripted engine)`, ..."""
+        if self.source == FAKE:
+            return "fake (scripted engine, runner=fake)"
+        engine = " ".join(p for p in (self.engine, self.engine_version) if p)
+        parts = [p for p in (engine, self.dtype, self.model_runner, self.setting, self.extension_label()) if p]
+        return f"{self.source} ({', '.join(parts)})" if parts else self.source
+
+    def extension_label(self) -> str:
+        return f"context extended: {self.context_extension}" if self.context_extension else ""
+
+
+def from_dict(data: dict[str, Any]) -> Provenance:
+    known = {k: v for k, v in data.items() if k in Provenance.__dataclass_fields__}
+    return Provenance(**known)
+
+
+def mark(source: str) -> str:
+    """What a figure's headline carries beside it: '' for a measured figure, ` [fake]` otherwise."""
+    return "" if source == MEASURED else f" [{source}]"
+
+
+def differences(a: Provenance, b: Provenance, fields: tuple[str, ...] = IDENTITY_FIELDS) -> list[str]:
+    """Every identity field two figures differ in, each with both values, in label order:
+    ["runner: fake vs vllm", "engine.dtype: float32 vs bfloat16"]."""
+    return [
+        f"{FIELD_NAMES[name]}: {_shown(getattr(a, name))} vs {_shown(getattr(b, name))}"
+        for name in fields
+        if getattr(a, name) != getattr(b, name)
+    ]
+
+
+def field_label(found: Provenance, name: str) -> str:
+    """`engine.dtype=float32`: one identity field as a setting label names it."""
+    return f"{FIELD_NAMES[name]}={_shown(getattr(found, name))}"
+
+
+def _shown(value: Any) -> str:
+    if value == "":
+        return "defaults"
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def source_of(runner: str, synthetic: bool, replay_kind: str | None = None) -> str:
+    """The source of a run's acceptance figures: a replay's kind, set rates, the scripted engine,
+    or measured."""
+    if replay_kind is not None:
+        return REPLAYED if replay_kind == "exact" else ESTIMATED
+    if synthetic:  # set rates, whatever engine drew them
+        return SYNTHETIC
+    return FAKE if runner == FAKE else MEASURED
+
+
+def engine_of(runner: str) -> str:
+    return "vllm" if runner in VLLM_RUNNERS else runner
+
+
+# Settings that are an axis of their own (issue 49: the KV cache, verification, draft sampling,
+# parallel drafting, the checkpoints' quantization), like the temperature and the chat template: a
+# run's setting names those it changed from the default, and curves, rankings and serve.json hold
+# one line per setting; the report pairs each against the default's run (reports/settings.py).
+# Dotted as a stamp holds them (`config.` the resolved config, `quantization.` the checkpoints').
+SETTING_KEYS = {
+    "config.engine.kv_cache_dtype": "kv_cache_dtype",
+    "config.verify.method": "verify.method",
+    # verify.draft_sampling is stored as drafter.sample_method (evals/verify.py fold_draft_sampling).
+    "config.drafter.sample_method": "verify.draft_sampling",
+    "config.drafter.parallel_drafting": "drafter.parallel_drafting",
+    # The checkpoints' weight quantization, from their config.json (stamp.json `quantization`).
+    "quantization.target": "target.quantization",
+    "quantization.draft": "drafter.quantization",
+}
+# Each setting's default (also what a stamp from before the key existed meant).
+SETTING_DEFAULTS: dict[str, Any] = {
+    "config.engine.kv_cache_dtype": "auto",
+    "config.verify.method": "standard",
+    # A drafter without probabilities (n-gram, suffix) drafts as greedy drafting does: one-hot.
+    "config.drafter.sample_method": "greedy",
+    "config.drafter.parallel_drafting": False,
+    # Unquantized checkpoints (stamps before the stamp said).
+    "quantization.target": None,
+    "quantization.draft": None,
+}
+
+
+def setting_label(values: dict[str, Any]) -> str:
+    """`kv_cache_dtype=fp8, verify.method=block`: the SETTING_KEYS (dotted) a run changed from their
+    defaults, by their short names ('': every default)."""
+    changed = [
+        f"{name}={values[key] if isinstance(values[key], str) else json.dumps(values[key])}"
+        for key, name in SETTING_KEYS.items()
+        if values.get(key) is not None and values[key] != SETTING_DEFAULTS[key]
+    ]
+    return ", ".join(changed)
+
+
+def _dotted(node: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
+def config_setting(config: dict[str, Any], quantization: dict[str, Any] | None = None) -> str:
+    """setting_label of a resolved run config (a stamp's `config`) and its checkpoints'
+    quantization (a stamp's `quantization`)."""
+    found = {"config": config, "quantization": quantization or {}}
+    return setting_label({key: _dotted(found, key) for key in SETTING_KEYS})
+
+
+def of_stamp(
+    stamp: dict[str, Any],
+    *,
+    runner: str,
+    synthetic: bool = False,
+    replay_kind: str | None = None,
+    dtype: str | None = None,
+    model_runner: str | None = None,
+    batch_sizes: list[int] | None = None,
+    lengths: list[int] | None = None,
+    context_extension: str | None = None,
+) -> Provenance:
+    """A run's (or replay's) provenance from its stamp and what its engine reported: the dtype and
+    model runner that computed it where known, else what the config asked for."""
+    config = stamp.get("config") or {}
+    engine = config.get("engine") or {}
+    versions = stamp.get("versions") or {}
+    asked_runner = engine.get("model_runner")
+    return Provenance(
+        source=source_of(runner, synthetic, replay_kind),
+        runner=runner,
+        engine=engine_of(runner),
+        engine_version=None if runner == FAKE else versions.get("vllm"),
+        dtype=dtype or engine.get("dtype"),
+        # what ran (the stamp's `model_runner`, written once the engine said), else what was asked
+        model_runner=model_runner
+        or stamp.get("model_runner")
+        or (None if asked_runner in (None, "auto") else asked_runner),
+        setting=config_setting(config, stamp.get("quantization")),
+        batch_sizes=sorted(batch_sizes or []),
+        lengths=sorted(lengths or []),
+        context_extension=context_extension,
+    )

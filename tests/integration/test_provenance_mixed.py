@@ -1,0 +1,90 @@
+"""One folder of mixed runs (issue 56): the real engine's float32 n-gram run beside the fake engine's
+under bfloat16, an FP8 KV cache, block verification and synthetic acceptance. Every report over
+it labels each figure with what it is and each pair with every difference, and chooses nothing
+across sources or settings without saying so."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from reports.build import build_sections
+from reports.compare import compare
+from reports.ranking import rank
+from reports.runs import find_runs
+from reports.settings import setting_pairs
+from tests.integration.conftest import measure
+from tests.integration.shared_runs import SMOLLM2_NGRAM
+
+# The shared real run's prompts, sampling and reasoning split, on the fake engine.
+FAKE = [*(o for o in SMOLLM2_NGRAM if not o.startswith("engine.dtype=")), "runner=fake"]
+
+
+@pytest.fixture(scope="module")
+def mixed(smollm2_ngram, tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("mixed")
+    shutil.copytree(smollm2_ngram.out, root / "real_f32")
+    measure(root / "fake_bf16", *FAKE, "engine.dtype=bfloat16")
+    measure(root / "fake_f32_fp8", *FAKE, "engine.dtype=float32", "engine.kv_cache_dtype=fp8")
+    measure(root / "fake_f32_block", *FAKE, "engine.dtype=float32", "verify.method=block")
+    # set rates read from the real run's profile: synthetic, whatever engine drew them
+    measure(root / "fake_synthetic", *FAKE, "engine.dtype=float32", f"acceptance.synthetic={root / 'real_f32'}")
+    return root
+
+
+def test_every_figure_of_a_mixed_folder_says_what_it_is_and_no_pair_hides_a_difference(mixed):
+    runs = {run.path.name: run for run in find_runs(mixed)}
+    sources = {name: run.provenance.source for name, run in runs.items()}
+    assert sources == {
+        "real_f32": "measured",
+        "fake_bf16": "fake",
+        "fake_f32_fp8": "fake",
+        "fake_f32_block": "fake",
+        "fake_synthetic": "synthetic",
+    }
+    synthetic = runs["fake_synthetic"].summary.synthetic_acceptance
+    assert synthetic is not None and synthetic.source.endswith("measured (vllm 0.32.0, float32, v1)")
+    assert synthetic.rates == pytest.approx(runs["real_f32"].summary.per_position_acceptance)
+
+    # every run's line names what it differs in from the others: the runner and dtype vary here
+    assert runs["real_f32"].setting == "runner=vllm, engine.dtype=float32, engine.model_runner=v1"
+    assert (
+        runs["fake_f32_fp8"].setting
+        == "runner=fake, engine.dtype=float32, engine.model_runner=null, kv_cache_dtype=fp8"
+    )
+
+    # "Settings, paired": no defaults' run shares the fake float32 runs' identity, so none is paired,
+    # and each note names every difference beside the setting
+    pairs, notes = setting_pairs(list(runs.values()))
+    assert pairs == []
+    for name in ("fake_f32_fp8", "fake_f32_block"):
+        (note,) = [n for n in notes if n.startswith(name)]
+        assert "differ in more than the setting" in note
+        other = note.split("not paired with ", 1)[1].split(",", 1)[0]
+        expected = {"fake_bf16": ["engine.dtype: bfloat16 vs float32"]}.get(
+            other, ["source: measured vs fake", "runner: vllm vs fake", "engine.model_runner: v1 vs null"]
+        )
+        assert all(part in note for part in expected), note
+
+    # reports.compare across folders: the label names the runner, the model runner and the cache
+    table, compare_notes = compare(mixed / "real_f32", mixed / "fake_f32_fp8")
+    whole = table[(table.domain == "all") & (table.segment == "all")].iloc[0]
+    assert whole.baseline_setting == "source=measured, runner=vllm, engine.model_runner=v1"
+    assert whole.setting == "source=fake, runner=fake, engine.model_runner=null, kv_cache_dtype=fp8"
+    assert "the candidate's figures are fake (scripted engine, runner=fake), not measured" in compare_notes
+
+    # the ranking: the synthetic run is not in it, each row says what it is, fake ones never "measured"
+    ranking = rank([mixed])
+    assert set(ranking.run) == {str(runs[n].path) for n in ("real_f32", "fake_bf16", "fake_f32_fp8", "fake_f32_block")}
+    assert set(ranking[ranking.source == "measured"].run) == {str(runs["real_f32"].path)}
+    assert not ranking[(ranking.source == "fake") & ranking.speedup_source.str.startswith("measured")].size
+
+    # the report's headline: each mode's answer says what its speedup is
+    decision = build_sections(mixed)[0]
+    clauses = decision.answer.removeprefix("Serve ").rstrip(".").split("; ")
+    assert len(clauses) == 4, decision.answer
+    for clause in clauses:
+        assert clause.endswith("measured)") == ("runner=vllm" in clause), clause
+        assert clause.endswith("fake)") == ("runner=fake" in clause), clause
