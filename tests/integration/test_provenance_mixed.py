@@ -5,11 +5,14 @@ across sources or settings without saying so."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
+from evals import whatif
+from evals.sweep_report import gather_profiles
 from reports.build import build_sections
 from reports.compare import compare
 from reports.ranking import rank
@@ -27,10 +30,12 @@ def mixed(smollm2_ngram, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("mixed")
     shutil.copytree(smollm2_ngram.out, root / "real_f32")
     measure(root / "fake_bf16", *FAKE, "engine.dtype=bfloat16")
-    measure(root / "fake_f32_fp8", *FAKE, "engine.dtype=float32", "engine.kv_cache_dtype=fp8")
+    # its own script: rates no other run of the folder has
+    measure(root / "fake_f32_fp8", *FAKE, "engine.dtype=float32", "engine.kv_cache_dtype=fp8", "runner.pattern=[3,3,0]")
     measure(root / "fake_f32_block", *FAKE, "engine.dtype=float32", "verify.method=block")
     # set rates read from the real run's profile: synthetic, whatever engine drew them
     measure(root / "fake_synthetic", *FAKE, "engine.dtype=float32", f"acceptance.synthetic={root / 'real_f32'}")
+    assert gather_profiles(root) == []  # the folder's speculation_profile.json, as a sweep's
     return root
 
 
@@ -88,3 +93,43 @@ def test_every_figure_of_a_mixed_folder_says_what_it_is_and_no_pair_hides_a_diff
     for clause in clauses:
         assert clause.endswith("measured)") == ("runner=vllm" in clause), clause
         assert clause.endswith("fake)") == ("runner=fake" in clause), clause
+
+
+def test_whatif_and_synthetic_rates_over_a_mixed_folder_choose_by_identity_and_say_so(mixed, capsys):
+    # whatif: of four n-gram profiles, the one measured under the defaults, the others named
+    assert whatif.main([str(mixed), "gpu=h100_sxm"]) == 0
+    result = json.loads((mixed / "whatif.json").read_text())
+    taken = result["provenance"]["acceptance"]["ngram"]
+    assert (taken["source"], taken["runner"], taken["dtype"], taken["setting"]) == ("measured", "vllm", "float32", "")
+    assert taken["own_d"] == [3] and taken["derived_d"] == [1, 2]
+    (note,) = [n for n in result["notes"] if "was taken; also there" in n]
+    for other in ("engine.dtype=bfloat16", "verify.method=block", "kv_cache_dtype=fp8"):
+        assert other in note
+    assert result["provenance"]["source"] == "predicted"
+    # setting= picks another, and what it is goes with it
+    assert whatif.main([str(mixed), "gpu=h100_sxm", "setting=kv_cache_dtype=fp8"]) == 0
+    fp8 = json.loads((mixed / "whatif.json").read_text())["provenance"]["acceptance"]["ngram"]
+    assert (fp8["source"], fp8["setting"]) == ("fake", "kv_cache_dtype=fp8")
+    capsys.readouterr()
+
+    # acceptance.synthetic=<folder>: under an FP8 cache, the folder's FP8 profile is the run's own
+    fp8_rates = measure(
+        mixed.parent / "synthetic_fp8",
+        *FAKE,
+        "engine.dtype=float32",
+        "engine.kv_cache_dtype=fp8",
+        f"acceptance.synthetic={mixed}",
+    )
+    assert fp8_rates["synthetic_acceptance"]["source"].endswith(
+        "drafter=ngram d=3 domain=all, fake (scripted engine, runner=fake)"
+    )
+    fp8_profile = json.loads((mixed / "fake_f32_fp8" / "speculation_profile.json").read_text())["profiles"][0]
+    assert fp8_rates["synthetic_acceptance"]["rates"] == pytest.approx(fp8_profile["marginal"])
+    others = [json.loads((mixed / n / "speculation_profile.json").read_text()) for n in ("fake_bf16", "real_f32")]
+    assert all(other["profiles"][0]["marginal"] != pytest.approx(fp8_profile["marginal"]) for other in others)
+    assert fp8_rates["provenance"]["source"] == "synthetic"
+    # under the defaults, the one measured profile of the defaults
+    defaults_rates = measure(
+        mixed.parent / "synthetic_defaults", *FAKE, "engine.dtype=bfloat16", f"acceptance.synthetic={mixed}"
+    )
+    assert defaults_rates["synthetic_acceptance"]["source"].endswith("measured (vllm 0.32.0, float32, v1)")
