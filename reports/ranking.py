@@ -277,6 +277,53 @@ def missing_baselines(runs: list[Run]) -> list[str]:
     return missing
 
 
+def one_length(point: OperatingPoint, domain: str, group: DomainPoint) -> LengthPoint | None:
+    """The length bucket that holds exactly this domain's prompts (a `<tier>@<length>` domain): the
+    pass ran that length on its own, so its own steps measured the domain's speedup, at the
+    requests that length held (serve.json's domain and per-length winners then agree)."""
+    if "@" not in domain:
+        return None
+    found = (point.by_length or {}).get(domain.rpartition("@")[2])
+    return found if found is not None and found.n_requests == group.n_requests else None
+
+
+def _length_figures(run: Run, point: OperatingPoint, length: LengthPoint) -> dict[str, Any]:
+    """A one-length domain's speedup, step costs and throughput: its length's own (one_length)."""
+    speedup, source = _length_speedup(run, length)
+    t_step, t_draft, rate = median_ms(length.t_step), length.t_draft_ms, length.output_tokens_per_s
+    held = length.batch_size_held or point.held
+    return {
+        "batch_size": held,
+        "speedup": speedup,
+        "speedup_source": source,
+        "measured_speedup": length.speedup,
+        "speedup_gap": costs.speedup_gap(length.predicted_speedup, length.speedup),
+        "gap_above_tolerance": costs.gap_above_tolerance(length.predicted_speedup, length.speedup),
+        "t_verif_ms": median_ms(length.t_verif),
+        "t_verif_spec_ms": median_ms(length.t_verif_spec),
+        "t_draft_ms": t_draft,
+        "t_step_ms": t_step,
+        "draft_overhead": t_draft / t_step if t_draft is not None and t_step else None,
+        "output_tokens_per_s": rate,
+        "tokens_per_s_per_request": rate / held if rate is not None else None,
+        "speedup_lo": None,
+        "speedup_hi": None,
+    }
+
+
+def _plain_length_figures(run: Run, point: OperatingPoint, length: LengthPoint) -> dict[str, Any]:
+    """Plain decoding over a one-length domain: its length's own step time and throughput."""
+    held = length.batch_size_held or point.held
+    rate = length.baseline_output_tokens_per_s if run.summary.d is not None else length.output_tokens_per_s
+    return {
+        "batch_size": held,
+        "t_verif_ms": median_ms(length.t_verif),
+        "t_step_ms": median_ms(length.t_verif),
+        "output_tokens_per_s": rate,
+        "tokens_per_s_per_request": rate / held if rate else None,
+    }
+
+
 def ranking_rows(runs: list[Run]) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
     plain: dict[tuple[str, int], dict] = {}
@@ -287,12 +334,17 @@ def ranking_rows(runs: list[Run]) -> pd.DataFrame:
             # A single-domain run measured that domain's speedup itself.
             groups = [("all", point, True)] + [(dom, point.by_domain[dom], len(domains) == 1) for dom in domains]
             for domain, group, measured in groups:
+                length = one_length(point, domain, group)
                 if s.d is not None:
-                    rows.append(_row(run, point, domain, group, measured))
+                    row = _row(run, point, domain, group, measured)
+                    rows.append(row if length is None else row | _length_figures(run, point, length))
                 # Plain decoding's row: from a drafter=none run first, else from any baseline pass.
-                key = (run.temperature, run.template, run.setting, domain, point.held)
-                if point.t_verif is not None and (key not in plain or s.d is None):
-                    plain[key] = _plain_row(run, point, domain)
+                own = _plain_row(run, point, domain)
+                if length is not None:
+                    own |= _plain_length_figures(run, point, length)
+                key = (run.temperature, run.template, run.setting, domain, own["batch_size"])
+                if own["t_verif_ms"] is not None and (key not in plain or s.d is None):
+                    plain[key] = own
     frame = pd.DataFrame(rows + list(plain.values()), columns=RANK_COLUMNS)
     frame = frame.sort_values([*TABLE, "speedup"], ascending=[True] * len(TABLE) + [False], na_position="last")
     frame = frame.reset_index(drop=True)

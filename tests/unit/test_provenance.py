@@ -92,9 +92,8 @@ def test_a_length_pass_of_fewer_prompts_than_b_is_ranked_and_served_at_the_reque
     runs = find_runs(out.parent)
     ranking = rank_runs(runs)
     assert set(ranking.batch_size) == {2}
-    # domains' speedups are predicted from the whole pass's figures: from fake ones, said so
-    assert set(ranking.source) == {"fake"}
-    assert set(ranking.speedup_source) == {"fake", "predicted (corrected) from fake"}
+    # each domain is one length, whose own pass measured it: the fake engine's, said so
+    assert set(ranking.source) == set(ranking.speedup_source) == {"fake"}
     plan = serve_plan(ranking, runs)
     assert {w["batch_size"] for w in plan["winners"]} == {2}
     assert [w["speedup_source"] for w in plan["winners"] if w["domain"] == "all"] == ["fake"]
@@ -102,3 +101,32 @@ def test_a_length_pass_of_fewer_prompts_than_b_is_ranked_and_served_at_the_reque
     assert [p["source"] for p in plan["provenance"]] == ["fake"]
     stamp = json.loads((out / "stamp.json").read_text())
     assert run_tags(summary, stamp)[0] == "source=fake"
+
+
+def test_a_one_length_domain_is_ranked_by_its_lengths_own_steps_so_serve_json_agrees_with_itself(
+    tmp_path,
+    smollm2,  # noqa: F811
+):
+    """`mixed@300` holds exactly the 300-token prompts, which their own pass measured: its ranking
+    row is that length's (measured speedup, step costs), and serve.json's winner for the domain is
+    its winner for the length."""
+    out = measure(tmp_path, smollm2, tmp_path / "sweep" / "ngram", {"300": 3, "1k": 0}, 3, "baseline=true")
+    runs = find_runs(out.parent)
+    ranking = rank_runs(runs)
+    (point,) = runs[0].summary.operating_points
+    for label in ("300", "1k"):
+        row = ranking[(ranking.domain == f"mixed@{label}") & (ranking.drafter == "ngram")].iloc[0]
+        length = point.by_length[label]
+        assert (row.speedup, row.measured_speedup, row.speedup_source) == (length.speedup, length.speedup, "fake")
+        assert row.t_step_ms == length.t_step.median_ms and row.batch_size == 2
+    plan = serve_plan(ranking, runs)
+    by_domain = {w["domain"]: (w["batch_size"], w["drafter"], w["d"], w["speedup"]) for w in plan["winners"]}
+    for bucket in plan["by_length"]:
+        (winner,) = bucket["winners"]
+        assert by_domain[f"mixed@{bucket['length']}"] == (
+            winner["batch_size"],
+            winner["drafter"],
+            winner["d"],
+            winner["speedup"],
+        )
+    assert {by_domain["mixed@300"][1], by_domain["mixed@1k"][1]} == {"ngram", "none"}  # they differ by length
