@@ -9,12 +9,11 @@ only presets that differ from them (targets, sampling, engines, experiments, lau
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import math
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
@@ -38,6 +37,7 @@ from speclens.config import (
     config_fingerprint,
 )
 from speclens.errors import ConfigError
+from speclens.options import closest
 from speclens.redact import redact_overrides
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -113,12 +113,6 @@ def compose_config(overrides: list[str], config_name: str = "config", with_hydra
             raise ConfigError(message) from None
 
 
-def nearest(name: str, choices: Iterable[str]) -> str | None:
-    """The choice closest to a mistyped `name` (difflib's ratio), or None where none is close."""
-    found = difflib.get_close_matches(name, list(choices), n=1)
-    return found[0] if found else None
-
-
 def unknown_override_message(exc: ConfigCompositionException) -> str | None:
     """One line for an override of a key its typed node does not have, with the nearest key's full
     dotted name where one is close; None for any other composition error (speclens/errors.py)."""
@@ -131,7 +125,7 @@ def unknown_override_message(exc: ConfigCompositionException) -> str | None:
     if fields is None or not full_key:
         return None
     parent, _, name = str(full_key).rpartition(".")
-    match = nearest(name, fields)
+    match = closest(name, fields)
     if match is None:
         return None
     # the rest of the override's key below the mistyped part (`engin.dtype`: `.dtype`)
@@ -150,7 +144,7 @@ def unknown_keys(node: DictConfig, prefix: str = "") -> list[str]:
     for key in node.keys():
         path = f"{prefix}{key}"
         if fields is not None and key not in fields:
-            match = nearest(str(key), fields)
+            match = closest(str(key), fields)
             hint = f"did you mean {prefix}{match}? " if match else ""
             found.append(f"{path} (not a key of {kind.__name__}; {hint}its keys: {', '.join(fields) or 'none'})")
             continue

@@ -11,9 +11,12 @@ from typing import Callable, Iterator
 import pandas as pd
 
 from evals.passes import (
+    IDLE_NEEDS_STEPS,
+    IDLE_NOT_ON_V2,
     SERVER_LOG,
     Pass,
     ProgressFactory,
+    idle_spec,
     run_passes,
     top2_margins,
     zero_cost_spec,
@@ -322,13 +325,22 @@ def _execute(
     steps, requests = write_records(passes, plan, out_dir)
     engine_steps = write_engine_steps(passes, out_dir / ENGINE_STEPS_FILE)
     verify: list[Pass] = []
+    idle: list[Pass] = []
+    k0_tax_note = None  # why no pass could time the K=0 tax, where the baseline ran
     if baseline:
         write_outputs(baseline, out_dir / BASELINE_OUTPUTS_FILE)
-        # The zero-cost pass only times engine steps: useless where the engine shows none (a server).
+        # The zero-cost and idle passes only time engine steps: useless where the engine shows none (a server).
         if any(p.engine_steps for p in passes):
             verify_spec = zero_cost_spec(plan.config.d, passes[0].model_runner)
             verify = run_passes(plan, factory, verify_spec, PassMode.verify, progress, out_dir)
-            engine_steps = write_engine_steps(passes + baseline + verify, out_dir / ENGINE_STEPS_FILE)
+            idle_config = idle_spec(plan.config.d, passes[0].model_runner)
+            if idle_config is not None:
+                idle = run_passes(plan, factory, idle_config, PassMode.idle, progress, out_dir)
+            else:
+                k0_tax_note = IDLE_NOT_ON_V2
+            engine_steps = write_engine_steps(passes + baseline + verify + idle, out_dir / ENGINE_STEPS_FILE)
+        else:
+            k0_tax_note = IDLE_NEEDS_STEPS
 
     counters = sum((p.counters for p in passes), SpecCounters()) if spec is not None else None
     # synthetic acceptance emits drafts the target did not choose: its outputs are not compared
@@ -342,7 +354,17 @@ def _execute(
         for p, b in zip(passes, baseline)
     }
     points = operating_points(
-        passes, baseline, steps, requests, engine_steps, plan.d, cfg.seed, checks, cfg.request_rate, spreads
+        passes,
+        baseline,
+        steps,
+        requests,
+        engine_steps,
+        plan.d,
+        cfg.seed,
+        checks,
+        cfg.request_rate,
+        spreads,
+        k0_tax_note=k0_tax_note,
     )
     granularity = passes[0].record_granularity if spec is not None else RecordGranularity.step
     timing, speedup = pooled_timing(sum(p.load_s for p in passes), passes, baseline)
@@ -364,7 +386,7 @@ def _execute(
         lossless_check=merge_lossless([op.lossless for op in points]) if baseline else None,
         speedup=speedup,
         operating_points=points,
-        numerics=engine_numerics(plan, passes + baseline + verify),
+        numerics=engine_numerics(plan, passes + baseline + verify + idle),
         reasoning=split,
         request_histograms=request_histograms(passes),
         context_window=plan.context_window,

@@ -11,7 +11,7 @@ from typing import Any, Callable
 from evals.conversation import run_conversations
 from evals.plan import RunPlan
 from runners.engine import Engine, EngineFactory, EngineFailed, ProgressFn
-from runners.zero_cost_proposer import CLASS_PATH
+from runners.zero_cost_proposer import CLASS_PATH, IDLE_CLASS_PATH
 from speclens.costs import PassMode
 from speclens.generation import (
     COUNTER_NAMES,
@@ -239,3 +239,20 @@ def zero_cost_spec(d: int, model_runner: str | None = None) -> dict[str, Any]:
     if model_runner == "v2":
         return {"method": "ngram", "num_speculative_tokens": d, "prompt_lookup_min": 1, "prompt_lookup_max": 1}
     return {"method": "custom_class", "model": CLASS_PATH, "num_speculative_tokens": d}
+
+
+# Why an operating point has no K=0 tax though its baseline ran (OperatingPoint.k0_tax_note).
+IDLE_NEEDS_STEPS = "the engine shows no engine steps (a server): the idle pass has nothing to time"
+IDLE_NOT_ON_V2 = (
+    "vLLM's Model Runner V2 loads no custom proposer and its n-gram speculator always proposes D: "
+    "no pass with speculation on and nothing drafted runs on it"
+)
+
+
+def idle_spec(d: int, model_runner: str | None = None) -> dict[str, Any] | None:
+    """vLLM's speculative config for the idle pass: speculation on at D (vLLM refuses D = 0) with
+    speclens's proposer that proposes nothing at any step (runners/zero_cost_proposer.py), so every
+    step takes the speculative path with no drafts; None on Model Runner V2 (IDLE_NOT_ON_V2)."""
+    if model_runner == "v2":
+        return None
+    return {"method": "custom_class", "model": IDLE_CLASS_PATH, "num_speculative_tokens": d}

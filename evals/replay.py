@@ -33,7 +33,7 @@ from evals.measure import ENGINE_LOG, ERROR_LOG, failures_logged, measure
 from evals.plan import make_plan
 from evals.run_dir import claimed, staged
 from reports.curves import curve_row
-from reports.runs import config_setting, template_label
+from reports.runs import template_label
 from reports.table import cell, text_table
 from runners.registry import runner_name, runner_of
 from speclens import metrics
@@ -44,6 +44,7 @@ from speclens.errors import (
     CorruptRecord,
     guarded,
 )
+from speclens.provenance import config_setting
 from speclens.records import SEGMENT_REQUEST_COLUMNS, read_parquet
 from speclens.redact import redact
 from speclens.run_files import REQUESTS_FILE, STAMP_FILE, STEPS_FILE

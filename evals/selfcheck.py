@@ -264,6 +264,7 @@ def synthetic_check(summary: RunSummary, run_dir: Path) -> CheckResult:
     """Passes where the measured AL's CI holds the rates' AL (the synthetic sampler works on this
     engine); beside it, per B, the speedup measured and the one evals.whatif predicts for this GPU."""
     from evals.whatif import interval_label, run_point
+    from speclens.gpu_model.model_error import HELD_OUT
 
     expected = summary.synthetic_acceptance.expected_al
     low, high = summary.al_ci95 or (summary.al, summary.al)
@@ -278,7 +279,9 @@ def synthetic_check(summary: RunSummary, run_dir: Path) -> CheckResult:
             except ConfigError as exc:  # a target the step-cost model cannot shape: the check stands
                 line += f", no prediction on {gpu}: {exc}"
             else:
-                line += f", predicted on {gpu} x{point['speedup']:.2f} {interval_label(point.get('speedup_interval'))}"
+                unscored = point.get("speedup_interval_derived_on", HELD_OUT.derived_on) != HELD_OUT.derived_on
+                shown = interval_label(point.get("speedup_interval"), unscored)
+                line += f", predicted on {gpu} x{point['speedup']:.2f} {shown}"
         parts.append(line)
     if gpu is None:
         where = "the run saw no GPU" if device is None else f"{device} is not in evals.whatif's table"

@@ -210,9 +210,11 @@ def operating_points(
     lossless_checks: Mapping[int, LosslessCheck],
     request_rate: float | None = None,
     spreads: Mapping[int, list[float]] | None = None,
+    k0_tax_note: str | None = None,
 ) -> list[OperatingPoint]:
     """Per batch size: acceptance, throughput, the cost decomposition and both speedups;
-    `lossless_checks` holds each batch size's comparison with plain decoding, if it ran."""
+    `lossless_checks` holds each batch size's comparison with plain decoding, if it ran;
+    `k0_tax_note`: why no idle pass ran beside the baseline (a server, Model Runner V2), if so."""
     base_by_size = {p.batch_size: p for p in baseline}
     steps_by_size = dict(tuple(steps.groupby("batch_size", sort=False)))
     requests_by_size = dict(tuple(requests.groupby("batch_size", sort=False)))
@@ -246,6 +248,7 @@ def operating_points(
                 measured,
                 (p.output_tokens, base.output_tokens),
                 (p.elapsed_s, base.elapsed_s),
+                point_costs,
             )
         )
         by_domain = {
@@ -284,9 +287,19 @@ def operating_points(
                 latency=latency,
                 speedup_account=account,
                 by_length=by_length or None,
+                k0_tax_note=_k0_tax_note(point_costs, base is not None and d is not None, k0_tax_note),
             )
         )
     return points
+
+
+def _k0_tax_note(point_costs: costs.PointCosts, baseline: bool, why: str | None) -> str | None:
+    """Why a point measured with a baseline has no K=0 tax (None where it has one, or no baseline)."""
+    if not baseline or point_costs.k0_tax is not None:
+        return None
+    if why is not None:
+        return why
+    return f"fewer than {costs.MIN_STEADY_STEPS} steady steps in the idle or plain pass at this B"
 
 
 def _range(speedups: list[float] | None) -> list[float] | None:

@@ -16,6 +16,7 @@ ones, so no lossless check is made (summary.json `synthetic_acceptance`).
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from pathlib import Path
@@ -23,13 +24,16 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from reports.profile import PROFILE_FILE, choose_profiles, profile_provenance, read_profiles
+from reports.profile import PROFILE_FILE, profile_provenance, read_profiles
 from runners import cpu_synthetic_fix
 from runners.cpu_plugins import disabled
 from runners.registry import runner_name
 from speclens.config import RunConfig
 from speclens.errors import ConfigError, CorruptRecord
-from speclens.provenance import config_setting
+from speclens.provenance import IDENTITY_FIELDS, Provenance, differences, of_stamp
+
+# What a profile is compared with the run in (its source: the run's own is synthetic, by definition).
+BESIDE_SOURCE = tuple(name for name in IDENTITY_FIELDS if name != "source")
 from speclens.summary import SyntheticAcceptance
 
 KEY = "acceptance.synthetic"
@@ -68,10 +72,14 @@ def _shown(values: list[Any]) -> str:
     )
 
 
-def profile_rates(path: Path, drafter: str, d: int, setting: str = "") -> tuple[list[float], str]:
+# A run under the defaults on vLLM: whom the rates are for where the caller names no run.
+DEFAULT_RUN = Provenance(source="measured", runner="vllm")
+
+
+def profile_rates(path: Path, drafter: str, d: int, own: Provenance = DEFAULT_RUN) -> tuple[list[float], str]:
     """The marginal rates a profile file (or a run or sweep dir holding one) measured for this
-    drafter at this d over all its prompts, under `setting` where it holds several, and where they
-    came from (with what its figures are)."""
+    drafter at this d over all its prompts (of several, the one nearest the run `own`:
+    closest_profile), and where they came from, with what its figures are."""
     folder = path.parent if path.name == PROFILE_FILE else path
     if not (folder / PROFILE_FILE).is_file():
         raise ConfigError(f"{KEY}={path}: holds no {PROFILE_FILE} (a run or sweep dir speclens wrote, or that file).")
@@ -93,15 +101,41 @@ def profile_rates(path: Path, drafter: str, d: int, setting: str = "") -> tuple[
         ds = ", ".join(str(p["d"]) for p in sorted(mine, key=lambda p: p["d"]))
         raise ConfigError(f"{KEY}={path}: drafter={drafter} was measured at d={ds}, not d={d}; give one of those.")
     where = f"{KEY}={path}"
-    # of several (a sweep's, one per setting), the one measured under this run's own setting
-    chosen, what, note = (
-        (at_d, None, None) if len(at_d) == 1 else choose_profiles(at_d, drafter, setting or "defaults", where)
-    )
-    if note:
-        print(f"speclens: note: {note}", file=sys.stderr)
-    what = what or profile_provenance(chosen[0], where)
+    chosen, what = closest_profile(at_d, own, where)
     source = f"{folder / PROFILE_FILE}: drafter={drafter} d={d} domain=all" + (f", {what.label()}" if what else "")
-    return check_rates(chosen[0]["marginal"], d, f"{KEY} ({source})"), source
+    return check_rates(chosen["marginal"], d, f"{KEY} ({source})"), source
+
+
+def closest_profile(candidates: list[dict[str, Any]], own: Provenance, where: str) -> tuple[dict, Provenance | None]:
+    """The profile (one drafter and d) nearest this run: measured under its setting, then measured,
+    then under its dtype and runner. Where one stands out it is taken, with a note naming what
+    differs from the run; where several tie, refused naming each."""
+    found = [(p, profile_provenance(p, where)) for p in candidates]
+
+    def rank(item: tuple[dict, Provenance | None]) -> tuple[bool, ...]:
+        what = item[1]
+        if what is None:  # not recorded: last
+            return (False, False, False, False)
+        return (what.setting == own.setting, what.measured, what.dtype == own.dtype, what.runner == own.runner)
+
+    ranked = sorted(found, key=rank, reverse=True)
+    top = [item for item in ranked if rank(item) == rank(ranked[0])]
+    distinct = {json.dumps(p["marginal"]) for p, _ in top}
+    if len(distinct) > 1:
+        shown = "; ".join(what.label() if what else "provenance not recorded" for _, what in top)
+        raise ConfigError(
+            f"{where}: {len(top)} profiles of this drafter and d as near this run as each other ({shown}); give the "
+            f"{PROFILE_FILE} of the one run to take the rates from."
+        )
+    chosen, what = top[0]
+    differ = differences(what, own, BESIDE_SOURCE) if what is not None else ["its provenance is not recorded"]
+    if differ:
+        print(
+            f"speclens: note: {where}: the rates are those of a profile that differs from this run in "
+            f"{'; '.join(differ)} (profile vs this run).",
+            file=sys.stderr,
+        )
+    return chosen, what
 
 
 def resolve(cfg: RunConfig, drafter: str, speculative: bool) -> SyntheticAcceptance | None:
@@ -124,8 +158,9 @@ def resolve(cfg: RunConfig, drafter: str, speculative: bool) -> SyntheticAccepta
             "(runners/cpu_synthetic_fix.py); unset it."
         )
     if isinstance(given, str):
-        own = OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)
-        rates, source = profile_rates(Path(given).expanduser(), drafter, cfg.d, config_setting(own))
+        config = OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)
+        own = of_stamp({"config": config}, runner=runner_name(cfg.runner), synthetic=False)
+        rates, source = profile_rates(Path(given).expanduser(), drafter, cfg.d, own)
     else:
         rates, source = check_rates(given, cfg.d, KEY), "given"
     return SyntheticAcceptance(rates=rates, expected_al=1.0 + sum(rates), source=source)

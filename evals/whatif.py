@@ -37,6 +37,10 @@ context_len defaults to the measured lengths, and whatif.json's `by_length` stat
 baseline=true>` fits the model to that machine's step costs and predicts for it (gpu=measured),
 printing each point's error, fitted and held out. Writes whatif.json to `out=` (default: the run
 or sweep dir, else outputs/whatif/<date>/<time>/) and prints the best (drafter, D) per B.
+Every predicted speedup carries `speedup_interval`, the 80% range derived on published GPU speedups
+held out by source, with the share of them it held when built without their source
+(speclens/gpu_model/model_error.py); where the path was never scored (calibrate=, an engine= term
+that moves the drafter's steps, cost_model=aiconfigurator, eff.*) it is widened and marked *.
 """
 
 from __future__ import annotations
@@ -53,13 +57,12 @@ from drafters import REGISTRY
 from reports.profile import (
     PROFILE_FILE,
     check_al_by_k,
-    choose_profiles,
     dynamo_cut_note,
     dynamo_flags,
-    identity_of,
     profile_provenance,
     read_profiles,
 )
+from reports.profile_choice import choose_profiles, identity_of
 from reports.runs import Run, find_runs
 from reports.table import text_table
 from reports.whatif_page import acceptance_lines, write_page
@@ -76,7 +79,7 @@ from speclens.gpu_model.engines import DEFAULT_ENGINE, engine_named
 from speclens.gpu_model.gpu_guidelines import at_length
 from speclens.gpu_model.gpus import GPUS, gpu_named
 from speclens.gpu_model.measured_ops import AiconfiguratorOps
-from speclens.gpu_model.model_error import HELD_OUT
+from speclens.gpu_model.model_error import HELD_OUT, interval_for
 from speclens.gpu_model.model_shape import ModelShape, shape_of
 from speclens.gpu_model.step_cost import Efficiency, Hardware, check_tp, expert_format, measurable
 from speclens.gpu_model.whatif import (
@@ -201,7 +204,7 @@ class Acceptance:
     @property
     def own_ds(self) -> list[int]:
         """The D whose AL the source states itself (not derived here)."""
-        return sorted(d for d, source in self.source_by_d.items() if source != prov.DERIVED)
+        return sorted(d for d, source in self.source_by_d.items() if not prov.is_derived(source))
 
 
 def serial_acceptance(marginal: list[float], source: str, derived_below: bool = True) -> Acceptance:
@@ -212,7 +215,7 @@ def serial_acceptance(marginal: list[float], source: str, derived_below: bool = 
     ds = range(1, top + 1)
     return Acceptance(
         {d: al_at(marginal, d) for d in ds},
-        {d: source if d == len(marginal) or not derived_below else prov.DERIVED for d in ds},
+        {d: source if d == len(marginal) or not derived_below else prov.derived_from(source) for d in ds},
         marginal,
     )
 
@@ -223,7 +226,10 @@ def profile_acceptance(profiles: list[dict[str, Any]], source: str, where: str) 
     longest = max(profiles, key=lambda p: p["d"])
     marginal = check_rates(longest["marginal"], f"{where}: drafter={longest['drafter']} d={longest['d']} marginal")
     if not any(p.get("measured_per_k") for p in profiles):
-        return serial_acceptance(marginal, source)
+        chain = serial_acceptance(marginal, source)
+        # a D a profile measured itself is its own figure, not one derived from the longest's rates
+        own = {p["d"]: float(p["al"]) for p in profiles if p["d"] in chain.al_by_d}
+        return replace(chain, al_by_d=chain.al_by_d | own, source_by_d=chain.source_by_d | dict.fromkeys(own, source))
     al: dict[int, float] = {}
     for p in sorted(profiles, key=lambda p: p["d"]):
         al |= {
@@ -645,7 +651,7 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
     if 0 in batch_sizes or 0 in context_lens:
         raise ConfigError("batch_sizes and context_len are whole numbers >= 1.")
     points = predict(draftings, target, hw, batch_sizes, context_lens, ds)
-    with_intervals(points)
+    with_intervals(points, hw)
     with_sources(points, draftings, inputs)
     if not any(p["fits"] for p in points):
         least = min(points, key=lambda p: p["memory_gb"])
@@ -667,7 +673,7 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
         },
         "cost_model": cost_label(hw, fitted is not None, target),
         "engine": None if hw.engine is None else hw.engine.as_dict(),
-        "speedup_interval": INTERVAL_SOURCE,
+        "speedup_interval": interval_source(points),
         "calibration": None
         if fitted is None
         else {
@@ -815,24 +821,27 @@ def calibration_notes(calibrated_on: dict[str, Any] | None) -> list[str]:
     ]
 
 
-INTERVAL_SOURCE = (
-    f"each point's speedup_interval: where 8 of 10 published speedups fell when their source was left out of "
-    f"the model's fit ({HELD_OUT.cases} cases, {HELD_OUT.sources} sources; held-out median |error| "
-    f"{HELD_OUT.median_abs:.0%}, worst {HELD_OUT.worst_abs:.0%}; speclens/gpu_model/model_error.py)"
-)
+def interval_source(points: list[dict[str, Any]]) -> str:
+    """What every point's speedup_interval is, and which points' path no published case scored."""
+    unscored = sorted({p["speedup_interval_derived_on"] for p in points} - {HELD_OUT.derived_on})
+    widened = "".join(f"; ranges marked *: {u.removeprefix(HELD_OUT.derived_on + '; ')}" for u in unscored)
+    return f"each point's speedup_interval: the {HELD_OUT.describe()}{widened}"
 
 
-def with_intervals(points: list[dict[str, Any]]) -> None:
-    """Each point's speedup_interval from the model's held-out error (speclens/gpu_model/model_error.py),
-    its top held at the point's tokens per step, which no speedup exceeds (a verify costs at least a
+def with_intervals(points: list[dict[str, Any]], hw: Hardware) -> None:
+    """Each point's speedup_interval and the kind of case it was derived on
+    (speclens/gpu_model/model_error.py interval_for: widened where the path was never scored), its
+    top held at the point's tokens per step, which no speedup exceeds (a verify costs at least a
     plain step on any real engine, whatever the model's error)."""
     for p in points:
-        low, high = HELD_OUT.interval(p["speedup"])
-        p["speedup_interval"] = [round(min(low, p["tokens_per_step"]), 4), round(min(high, p["tokens_per_step"]), 4)]
+        p["speedup_interval"], p["speedup_interval_derived_on"] = interval_for(
+            p["speedup"], p["tokens_per_step"], hw, p["drafter"]
+        )
 
 
-def interval_label(interval: list[float] | None) -> str:
-    return "-" if not interval else f"[{interval[0]:.2f}, {interval[1]:.2f}]"
+def interval_label(interval: list[float] | None, unscored: bool = False) -> str:
+    """`[low, high]`, with `*` where the interval was widened for a path no published case scored."""
+    return "-" if not interval else f"[{interval[0]:.2f}, {interval[1]:.2f}]" + ("*" if unscored else "")
 
 
 def with_share(drafting: Drafting, share: Share) -> Drafting:
@@ -893,7 +902,7 @@ def length_section(
     predicted."""
     guidelines = at_length(target, hw, length, batch_sizes)
     points = predict(draftings, target, hw, batch_sizes, [length], ds)
-    with_intervals(points)
+    with_intervals(points, hw)
     with_sources(points, draftings, inputs)
     here = {drafter: found.by_length[length] for drafter, found in inputs.items() if length in found.by_length}
     used = {d.drafter: d.al_by_length[length] for d in draftings if d.al_by_length and length in d.al_by_length}
@@ -905,7 +914,7 @@ def length_section(
         "al_measured_source": {drafter: found.source_by_d[found.own_ds[-1]] for drafter, found in here.items()},
         "al_derived": {
             drafter: {
-                str(d): al for d, al in sorted(used[drafter].items()) if here[drafter].source_by_d[d] == prov.DERIVED
+                str(d): al for d, al in sorted(used[drafter].items()) if prov.is_derived(here[drafter].source_by_d[d])
             }
             for drafter in here
             if drafter in used
@@ -950,7 +959,7 @@ def measured_there(section: dict[str, Any], drafter: str) -> str:
     text = f"{drafter} " + ", ".join(f"D={d}: {v:.2f}" for d, v in measured.items()) + mark(source)
     derived = section.get("al_derived", {}).get(drafter)
     if derived:
-        text += f" (D={', '.join(derived)} derived from its rates{mark(prov.DERIVED)})"
+        text += f" (D={', '.join(derived)} derived from its rates{mark(prov.derived_from(source))})"
     return text
 
 
@@ -974,7 +983,9 @@ def table(result: dict[str, Any]) -> str:
         what = "plain" if b["drafter"] == "none" else f"{b['drafter']} d={b['d']}"
         rows.append([str(b["batch_size"]), str(b["context_len"]), what, f"{al:.2f}{al_mark}", f"{per_step:.2f}"])
         interval = None if chosen is None else chosen["speedup_interval"]
-        rows[-1] += [f"{t_plain:.2f}", f"{t_step:.2f}", f"{b['speedup']:.2f}", interval_label(interval), bound]
+        unscored = chosen is not None and chosen.get("speedup_interval_derived_on", "") != HELD_OUT.derived_on
+        shown = interval_label(interval, unscored)
+        rows[-1] += [f"{t_plain:.2f}", f"{t_step:.2f}", f"{b['speedup']:.2f}", shown, bound]
         if by_length:
             rows[-1].append("-" if chosen is None else chosen.get("al_measured_at", "-"))
     header = [

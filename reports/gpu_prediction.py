@@ -18,7 +18,7 @@ from speclens import metrics
 from speclens.checkpoints import read_config
 from speclens.errors import SpeclensError
 from speclens.gpu_model.draft_cost import MECHANISMS, drafter_shape
-from speclens.gpu_model.model_error import HELD_OUT
+from speclens.gpu_model.model_error import HELD_OUT, UNSCORED_WIDENING, interval_for, unscored_because
 from speclens.gpu_model.model_shape import shape_of
 from speclens.gpu_model.step_cost import Hardware, check_tp
 from speclens.gpu_model.whatif import Drafting, mean_context, point, undrafted_step
@@ -86,17 +86,29 @@ def prediction_rows(runs: list[Run], hw: Hardware) -> tuple[list[list[str]], lis
                         f"{p['tokens_per_step']:.2f}",
                         here,
                         f"x{p['speedup']:.2f}",
-                        _range(p["speedup"], p["tokens_per_step"]),
+                        _range(p, hw),
                         p["bound"],
                     ]
                 )
     return rows, notes
 
 
-def _range(speedup: float, tokens_per_step: float) -> str:
-    """The held-out interval, its top held at the tokens per step no speedup exceeds."""
-    low, high = HELD_OUT.interval(speedup)
-    return f"[{min(low, tokens_per_step):.2f}, {min(high, tokens_per_step):.2f}]"
+def _range(p: dict, hw: Hardware) -> str:
+    """The held-out interval, its top held at the tokens per step no speedup exceeds; `*` where it
+    was widened for a path no published case was scored on (model_error.interval_for)."""
+    (low, high), derived_on = interval_for(p["speedup"], p["tokens_per_step"], hw, p["drafter"])
+    return f"[{low:.2f}, {high:.2f}]" + ("*" if derived_on != HELD_OUT.derived_on else "")
+
+
+def _widened(runs: list[Run], hw: Hardware) -> list[str]:
+    """Why each widened (`*`) range was not scored, once per reason."""
+    drafters = sorted({r.summary.drafter for r in runs if r.summary.d is not None and r.summary.drafter in MECHANISMS})
+    reasons = dict.fromkeys(why for drafter in drafters if (why := unscored_because(hw, drafter)) is not None)
+    return [
+        f"Ranges marked * were not scored on this path ({why}): half-width ×{UNSCORED_WIDENING:g} in log, "
+        "no coverage claimed."
+        for why in reasons
+    ]
 
 
 def _groups(al: float, op: OperatingPoint, requests: pd.DataFrame) -> list[tuple[float, float | None, pd.DataFrame]]:
@@ -123,9 +135,9 @@ def gpu_section(runs: list[Run], hw: Hardware) -> Section:
             "acceptance measured here, at each run's batch sizes and mean context (prompt plus half the "
             "output): acceptance under greedy decoding does not depend on the hardware, step costs do "
             "(docs/whatif.md; `python -m evals.whatif` for other batch sizes and D). A speedup follows "
-            "tokens per step (1 + the share of passes that drafted × (AL − 1)), not AL. The 80% range: where 8 "
-            f"of 10 published speedups fell when their source was left out of the model's fit (held-out median "
-            f"|error| {HELD_OUT.median_abs:.0%}, worst {HELD_OUT.worst_abs:.0%}; docs/whatif.md).",
+            "tokens per step (1 + the share of passes that drafted × (AL − 1)), not AL. The "
+            f"{HELD_OUT.describe()}; docs/whatif.md.",
+            *_widened(runs, hw),
             *notes,
         ],
         tables=[(HEADER, rows)] if rows else [],

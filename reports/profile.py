@@ -28,13 +28,19 @@ Each profile also has `draft_share` (drafted steps / target passes, metrics.draf
 `tokens_per_step` and the `model_runner` that measured them: a speedup follows tokens per step,
 1 + draft_share·(AL − 1), and on Model Runner V1 a lookup drafter drafts on some steps only.
 
-Checked on writing: 1 + Σ marginal = AL and the marginal never increases.
+For the planners' newest forms each profile also has aiconfigurator's `nextn` (D) and
+`nextn_accepted` (accepted draft tokens per decode step: (AL − 1)·draft_share; aiconfigurator PR
+#1383), its SDK's `speculative_decoding_profile.expected_accepted_tokens` (the same figure, PR #1405)
+and `dynamo` (`aic_nextn`, `aic_nextn_accept_rates`: the conditional rates in Dynamo's five slots).
+
+Checked on writing: 1 + Σ marginal = AL and the marginal never increases; on reading, those and
+every planner field against the profile's own figures (check_planner_fields).
 
 Each profile also has `provenance` (speclens/provenance.py): what its figures are (measured,
 synthetic, fake), the runner, engine, dtype and model runner that measured them and the settings
 axis (`verify.method=block`, `kv_cache_dtype=fp8`), so a sweep's gathered file tells the profiles of
-one drafter under different settings apart; `choose_profiles` picks one by that whole identity or
-refuses, naming the differences. A run's file written before profiles carried it gets it on reading
+one drafter under different settings apart (reports/profile_choice.py picks one by that whole
+identity or refuses, naming the differences). A run's file written before profiles carried it gets it on reading
 from the run's summary and stamp. Model-Optimizer's schema "1.0" profile (one dict, as specdec_bench
 writes it, or a list of them) is read with its own record: `measured: false` (a stub) and a failed
 `validation` are refused, `verification_method: block` is the setting `verify.method=block`, and
@@ -51,9 +57,8 @@ are as before (schema version 1: readers of it ignore the added key).
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pandas as pd
 
@@ -62,7 +67,7 @@ from runners.zero_cost_proposer import CLASS_PATH
 from speclens import metrics
 from speclens import provenance as prov
 from speclens.acceptance import marginal_from_conditional
-from speclens.errors import ConfigError, CorruptRecord, SpeclensError
+from speclens.errors import CorruptRecord, SpeclensError
 from speclens.files import write_json_atomic
 from speclens.provenance import Provenance
 from speclens.records import read_parquet
@@ -130,7 +135,58 @@ def profile(
         "draft_share": None if requests is None else metrics.draft_share(requests),
         "tokens_per_step": None if requests is None else metrics.tokens_per_step(requests),
         "model_runner": model_runner,
+    } | planner_fields(d, al, conditional, None if requests is None else metrics.draft_share(requests))
+
+
+def planner_fields(d: int, al: float, conditional: list[float | None], draft_share: float | None) -> dict[str, Any]:
+    """A profile as the planners take it, beside Model-Optimizer's layout:
+    - aiconfigurator (PR #1383): `nextn`, the draft length, and `nextn_accepted`, the average
+      accepted draft tokens per decode step (each step yields 1 + it tokens): (AL − 1) times the
+      share of steps that drafted, where a lookup drafter drafts on some steps only;
+    - its SDK's SpeculativeDecodingProfile (PR #1405): `expected_accepted_tokens`, the same figure;
+    - Dynamo's planner and mocker: `aic_nextn` and the conditional rates in its five slots
+      (dynamo_flags; positions past five are cut).
+    read_profiles checks each against the others and against AL (check_planner_fields)."""
+    accepted = (al - 1.0) * (1.0 if draft_share is None else draft_share)
+    slots = [0.0 if c is None else float(c) for c in conditional[:DYNAMO_SLOTS]]
+    return {
+        "nextn": d,
+        "nextn_accepted": accepted,
+        "speculative_decoding_profile": {"expected_accepted_tokens": accepted},
+        "dynamo": {
+            "aic_nextn": min(d, DYNAMO_SLOTS),
+            "aic_nextn_accept_rates": slots + [0.0] * (DYNAMO_SLOTS - len(slots)),
+        },
     }
+
+
+def check_planner_fields(p: dict[str, Any], where: str) -> None:
+    """A speclens profile's planner fields (planner_fields) agree with its own figures: the mean
+    (1 + Σ marginal = AL), the marginal never rising, `nextn` its D, `nextn_accepted` in [0, nextn]
+    and equal to its AL and draft share, the SDK's figure equal to it, Dynamo's slots its
+    conditional rates. CorruptRecord naming the first that does not (profiles before these fields
+    were written are read as they are)."""
+    if "nextn" not in p:
+        return
+    marginal, al, d = p["marginal"], p["al"], p["d"]
+    expected = planner_fields(d, al, p.get("conditional") or [], p.get("draft_share"))
+    checks = {
+        "mean_accept_length": abs(1.0 + sum(marginal) - al) <= 1e-6,
+        "marginal": all(b <= a + 1e-12 for a, b in zip(marginal, marginal[1:])),
+        "nextn": p["nextn"] == d,
+        "nextn_accepted": _is_number(p.get("nextn_accepted"))
+        and 0 <= p["nextn_accepted"] <= d
+        and abs(p["nextn_accepted"] - expected["nextn_accepted"]) <= 1e-6,
+        "speculative_decoding_profile": p.get("speculative_decoding_profile")
+        == {"expected_accepted_tokens": p["nextn_accepted"]},
+        "dynamo": p.get("dynamo") == expected["dynamo"],
+    }
+    bad = next((key for key, ok in checks.items() if not ok), None)
+    if bad is not None:
+        raise CorruptRecord(
+            f"{where}: drafter={p['drafter']} d={d}: its {bad} ({p.get(bad, marginal)!r}) disagrees with its AL "
+            f"{al:.4g}, rates and draft share (expected {expected.get(bad, 'a mean of 1 + Σ marginal, never rising')})"
+        )
 
 
 def run_profiles(run_dir: Path, summary: RunSummary) -> list[dict[str, Any]]:
@@ -485,6 +541,8 @@ def check_profile(p: dict[str, Any], where: str) -> None:
     if bad is not None:
         raise CorruptRecord(f"{where}: a profile has {bad}={p.get(bad)!r}, which no profile speclens writes holds")
     profile_provenance(p, where)
+    if not isinstance(p.get("source_path"), str):  # speclens's own; another tool's checks its own way
+        check_planner_fields(p, where)
 
 
 def run_provenance(run_dir: Path) -> dict[str, Any] | None:
@@ -494,8 +552,25 @@ def run_provenance(run_dir: Path) -> dict[str, Any] | None:
         return None
     try:
         return read_summary(run_dir).provenance_of(read_stamp_or_empty(run_dir)).to_dict()
-    except (SpeclensError, AttributeError, TypeError, ValueError):
+    except SpeclensError:  # a damaged summary: the profile's own conditions say what they can
         return None
+
+
+def conditions_provenance(conditions: Any) -> Provenance | None:
+    """What a profile written before provenance was recorded is, from the `measurement_conditions`
+    speclens wrote beside it (its runner: a fake run's figures stay fake); None where it has none."""
+    if not isinstance(conditions, dict) or not isinstance(conditions.get("runner"), str):
+        return None
+    runner = conditions["runner"]
+    version = conditions.get("engine_version")
+    model_runner = conditions.get("model_runner")
+    return Provenance(
+        source=prov.source_of(runner, synthetic=False),
+        runner=runner,
+        engine=prov.engine_of(runner),
+        engine_version=version if isinstance(version, str) and runner != prov.FAKE else None,
+        model_runner=model_runner if isinstance(model_runner, str) else None,
+    )
 
 
 # What a Provenance's text fields must be (None allowed where the field may be unknown).
@@ -508,7 +583,7 @@ def profile_provenance(profile: dict[str, Any], where: str) -> Provenance | None
     provenance that is not one speclens wrote."""
     found = profile.get("provenance")
     if found is None:
-        return None
+        return conditions_provenance(profile.get("measurement_conditions"))
     if not isinstance(found, dict):
         raise CorruptRecord(f"{where}: a profile's provenance is {found!r}, not a record")
     bad = [k for k in _PROVENANCE_TEXT if not isinstance(found.get(k, ""), str)]
@@ -519,165 +594,6 @@ def profile_provenance(profile: dict[str, Any], where: str) -> Provenance | None
         return prov.from_dict(found)
     except (TypeError, ValueError) as exc:
         raise CorruptRecord(f"{where}: a profile's provenance is not one speclens reads ({exc})") from None
-
-
-# -- choosing one drafter's profile by its whole identity ------------------------------------------
-
-# The identity fields a label names as `key=value` where the profiles read together differ in them
-# (the settings axis is named always, as changed from its defaults).
-LABELLED_FIELDS = ("source", "runner", "dtype", "model_runner")
-# The words `setting=` takes for the defaults.
-DEFAULTS = ("", "defaults")
-UNRECORDED = "provenance not recorded"
-Identity = tuple[Any, ...]
-
-
-def identity_of(found: Provenance | None) -> Identity:
-    return (UNRECORDED,) if found is None else found.identity()
-
-
-def identity_label(found: Provenance | None, among: list[Provenance | None]) -> str:
-    """How `setting=` names a profile's identity among others': each field the others differ in
-    where its value is not the one most of them share (`runner=fake`; both values where none is),
-    then its settings ('defaults' where it has none and names no field)."""
-    if found is None:
-        return UNRECORDED
-    known = [p for p in among if p is not None]
-    parts = []
-    for name in LABELLED_FIELDS:
-        counts = Counter(getattr(p, name) for p in known)
-        if len(counts) < 2:
-            continue
-        (top, most), (_, next_most) = counts.most_common(2)
-        if most == next_most or getattr(found, name) != top:
-            parts.append(f"{prov.FIELD_NAMES[name]}={getattr(found, name)}")
-    return ", ".join(parts + ([found.setting] if found.setting else [])) or "defaults"
-
-
-def setting_matches(found: Provenance | None, wanted: str) -> bool:
-    """Whether `setting=<wanted>` names this identity: its settings exactly (`defaults` or '' for
-    none), with any identity field it names (`runner=fake`, `engine.dtype=float32`) equal."""
-    if found is None:
-        return False
-    if wanted.strip() in DEFAULTS:
-        return found.setting == ""
-    if wanted == found.setting:
-        return True
-    by_name = {prov.FIELD_NAMES[name]: name for name in LABELLED_FIELDS}
-    settings = set()
-    for part in (p.strip() for p in wanted.split(",")):
-        key, _, value = part.partition("=")
-        if key in by_name:
-            if str(getattr(found, by_name[key])) != value:
-                return False
-        elif part and part != "defaults":
-            settings.add(part)
-    return settings == {p.strip() for p in found.setting.split(",") if p.strip()}
-
-
-def choose_profiles(
-    found: list[dict[str, Any]], drafter: str, setting: str | None, where: str
-) -> tuple[list[dict[str, Any]], Provenance | None, str | None]:
-    """Of one drafter's profiles (one domain, whole outputs), those of one identity (source,
-    runner, dtype, model runner, settings): the one `setting=` names, else the only one, else the
-    one measured under the defaults where exactly one is; otherwise ConfigError listing how they
-    differ. With what they are, and a note naming those passed over (None where none were)."""
-    groups: dict[Identity, list[dict[str, Any]]] = {}
-    what: dict[Identity, Provenance | None] = {}
-    for p in found:
-        found_prov = profile_provenance(p, where)
-        groups.setdefault(identity_of(found_prov), []).append(p)
-        what[identity_of(found_prov)] = found_prov
-    among = list(what.values())
-    labels = {key: identity_label(what[key], among) for key in groups}
-    keys = list(groups)
-    if setting is not None:
-        keys = [k for k in keys if labels[k] == setting.strip() or setting_matches(what[k], setting)]
-        if not keys:
-            raise ConfigError(
-                f"setting={setting}: {where} holds no profile of drafter={drafter} under it; it has "
-                + "; ".join(_described(k, labels, what) for k in groups)
-                + "."
-            )
-    if len(keys) > 1:
-        preferred = [
-            k for k in keys if what[k] is not None and what[k].measured and (setting is not None or not what[k].setting)
-        ]
-        if len(preferred) != 1:
-            raise ConfigError(_ambiguous(drafter, keys, labels, what, where))
-        keys = preferred
-    (chosen,) = keys
-    _check_one_measurement(groups[chosen], drafter, where)
-    passed = [k for k in groups if k != chosen]
-    note = None
-    if passed:
-        note = (
-            f"{drafter}: the profile under {labels[chosen]} ({_label(what[chosen])}) was taken; also there: "
-            + "; ".join(f"{labels[k]} ({', '.join(_differences(what[chosen], what[k]))})" for k in passed)
-            + f"; setting=<{_options(labels[k] for k in passed)}> takes another"
-        )
-    return groups[chosen], what[chosen], note
-
-
-def _options(labels: Iterable[str]) -> str:
-    """`a|'b, c'`: the labels setting= takes, quoted where the shell would split one."""
-    return "|".join(f"'{label}'" if " " in label else label for label in labels)
-
-
-def _label(found: Provenance | None) -> str:
-    return UNRECORDED if found is None else found.label()
-
-
-def _differences(a: Provenance | None, b: Provenance | None) -> list[str]:
-    if a is None or b is None:
-        return ["one's provenance is not recorded"]
-    return prov.differences(a, b)
-
-
-def _described(key: Identity, labels: dict[Identity, str], what: dict[Identity, Provenance | None]) -> str:
-    return f"{labels[key]}: {_label(what[key])}"
-
-
-def _ambiguous(
-    drafter: str, keys: list[Identity], labels: dict[Identity, str], what: dict[Identity, Provenance | None], where: str
-) -> str:
-    first = keys[0]
-    differ = "; ".join(
-        f"{labels[first]} against {labels[k]}: {', '.join(_differences(what[first], what[k]))}" for k in keys[1:]
-    )
-    return (
-        f"{where}: {len(keys)} profiles of drafter={drafter} that are not the same kind of figure, and not exactly "
-        f"one was measured under the defaults: {'; '.join(_described(k, labels, what) for k in keys)} ({differ}); "
-        f"pick one with setting=<{_options(labels[k] for k in keys)}>."
-    )
-
-
-def _check_one_measurement(group: list[dict[str, Any]], drafter: str, where: str) -> None:
-    """Refuse profiles of one identity that are not one measurement's: two files of another tool
-    (named), or two at one D whose figures disagree (a sweep over another axis: datasets, temperatures)."""
-    paths = sorted({p["source_path"] for p in group if isinstance(p.get("source_path"), str)})
-    if len(paths) > 1:
-        raise ConfigError(
-            f"{where}: {len(paths)} profiles of drafter={drafter} from other tools under one setting: "
-            f"{' and '.join(paths)}; give one of those files."
-        )
-    by_d: dict[Any, dict[str, Any]] = {}
-    for p in group:
-        other = by_d.setdefault(p["d"], p)
-        if other is not p and other["marginal"] != p["marginal"]:
-            conditions = _condition_differences(other, p)
-            raise ConfigError(
-                f"{where}: two profiles of drafter={drafter} at d={p['d']} under one setting disagree "
-                f"(AL {other['al']:.4g} and {p['al']:.4g}{'; ' + conditions if conditions else ''}); "
-                "give the run dir of the one to use."
-            )
-
-
-def _condition_differences(a: dict[str, Any], b: dict[str, Any]) -> str:
-    """The measurement conditions two profiles differ in, `key: a vs b` (what tells them apart)."""
-    ca = a.get("measurement_conditions") if isinstance(a.get("measurement_conditions"), dict) else {}
-    cb = b.get("measurement_conditions") if isinstance(b.get("measurement_conditions"), dict) else {}
-    return ", ".join(f"{k}: {ca.get(k)} vs {cb.get(k)}" for k in sorted(set(ca) | set(cb)) if ca.get(k) != cb.get(k))
 
 
 CONTEXT_TABLE_KEY = "num_speculative_tokens_by_context"

@@ -277,6 +277,16 @@ def missing_baselines(runs: list[Run]) -> list[str]:
     return missing
 
 
+def held_points(points: list[OperatingPoint]) -> list[OperatingPoint]:
+    """One operating point per number of requests held in flight: where two batch sizes asked held
+    the same (a length pass of fewer prompts than either), they measured one operating point twice;
+    the first (the smaller B asked) stands for it."""
+    seen: dict[int, OperatingPoint] = {}
+    for point in points:
+        seen.setdefault(point.held, point)
+    return list(seen.values())
+
+
 def one_length(point: OperatingPoint, domain: str, group: DomainPoint) -> LengthPoint | None:
     """The length bucket that holds exactly this domain's prompts (a `<tier>@<length>` domain): the
     pass ran that length on its own, so its own steps measured the domain's speedup, at the
@@ -329,7 +339,7 @@ def ranking_rows(runs: list[Run]) -> pd.DataFrame:
     plain: dict[tuple[str, int], dict] = {}
     for run in runs:
         s = run.summary
-        for point in s.operating_points:
+        for point in held_points(s.operating_points):
             domains = sorted(point.by_domain)
             # A single-domain run measured that domain's speedup itself.
             groups = [("all", point, True)] + [(dom, point.by_domain[dom], len(domains) == 1) for dom in domains]
@@ -374,7 +384,7 @@ def check_unique(runs: list[Run]) -> None:
         runs,
         lambda run: [
             (run.summary.mechanism, run.summary.d, run.temperature, point.held, run.template, run.setting)
-            for point in run.summary.operating_points
+            for point in held_points(run.summary.operating_points)
         ],
         lambda key: (
             f"drafter={key[0]} d={key[1]} at batch size {key[3]}"
@@ -544,7 +554,7 @@ def length_ranking_rows(runs: list[Run]) -> pd.DataFrame:
     plain: dict[tuple, dict[str, Any]] = {}
     for run in runs:
         s = run.summary
-        for point in s.operating_points:
+        for point in held_points(s.operating_points):
             for label, figures in (point.by_length or {}).items():
                 if s.d is not None:
                     rows.append(_length_row(run, point.batch_size, label, figures))

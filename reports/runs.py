@@ -10,7 +10,7 @@ from typing import Any, Callable, Collection, Hashable, Iterable, Sequence, Type
 from speclens import provenance as prov
 from speclens.config import dotted_get
 from speclens.errors import SpeclensError
-from speclens.provenance import SETTING_DEFAULTS, SETTING_KEYS, Provenance, config_setting, setting_label
+from speclens.provenance import SETTING_DEFAULTS, SETTING_KEYS, Provenance, setting_label
 from speclens.run_files import holding, read_stamp
 from speclens.summary import (
     REPLAY_FILE,
@@ -40,7 +40,6 @@ LATER_KEY_DEFAULTS: dict[str, Any] = {
     "config.engine.model_runner": "auto",
     **SETTING_DEFAULTS,
 }
-__all__ = ["SETTING_KEYS", "config_setting", "setting_label"]
 
 
 @dataclass(frozen=True)
@@ -111,7 +110,8 @@ def shown_identity(runs: Sequence[M]) -> list[M]:
     """`runs`, each naming in its `setting` every identity field (SHOWN_WHEN_MIXED) the runs differ
     in: a fake run beside a vLLM one, a float32 run beside a bfloat16 one, are lines and rows of
     their own, labelled so."""
-    mixed = tuple(name for name in SHOWN_WHEN_MIXED if len({getattr(r.provenance, name) for r in runs}) > 1)
+    # a field a record does not say (a replay's model runner) is unknown, not one more value
+    mixed = prov.mixed_fields((r.provenance for r in runs), SHOWN_WHEN_MIXED)
     return [replace(run, shown=mixed) for run in runs]
 
 

@@ -65,8 +65,7 @@ BESIDE_THE_SETTING = tuple(name for name in IDENTITY_FIELDS if name != "setting"
 def identity_but_setting(run: Run) -> tuple:
     """What must agree besides the setting for two runs to be paired (speclens/provenance.py):
     the source, runner, dtype and model runner."""
-    found = run.provenance
-    return found.source, found.runner, found.dtype, found.model_runner
+    return run.provenance.identity(but=("setting",))
 
 
 def setting_pairs(runs: list[Run]) -> tuple[list[tuple[Run, Run]], list[str]]:

@@ -272,5 +272,7 @@ def operating_point_line(point: OperatingPoint) -> str:
         + (f" in flight (batch_sizes asked {point.batch_size})" if point.held != point.batch_size else "")
         + f": {point.output_tokens_per_s:.1f} output tokens/s{speedups}; "
         f"T_verif(B) {cell(median_ms(point.t_verif), 1)} ms, T_step {cell(median_ms(point.t_step), 1)} ms, "
-        f"T_verif(B(1+D)) {cell(median_ms(point.t_verif_spec), 1)} ms, T_draft {cell(point.t_draft_ms, 1)} ms" + waits
+        f"T_verif(B(1+D)) {cell(median_ms(point.t_verif_spec), 1)} ms, T_draft {cell(point.t_draft_ms, 1)} ms"
+        + (f", K=0 tax {point.k0_tax:+.1%}" if point.k0_tax is not None else "")
+        + waits
     )

@@ -17,6 +17,7 @@ from reports.charts import Chart, base_layout, coloured, hover_template, pareto_
 from reports.page import Section, render_page
 from reports.ranking import pareto_front
 from speclens import provenance as prov
+from speclens.gpu_model.model_error import HELD_OUT
 from speclens.gpu_model.whatif import best_label, operating_rows
 from speclens.provenance import mark
 
@@ -118,9 +119,20 @@ def acceptance_lines(result: dict[str, Any]) -> list[str]:
         if what.get("measured_per_k"):
             line += " (measured_per_k: each D measured on its own, none derived)"
         if what.get("derived_d"):
-            line += f"; at D={ds_text(what['derived_d'])} derived from its rates{mark(prov.DERIVED)}"
+            line += (
+                f"; at D={ds_text(what['derived_d'])} derived from its rates{mark(prov.derived_from(what['source']))}"
+            )
         out.append(line)
     return out
+
+
+def interval_cell(b: dict[str, Any]) -> str:
+    """A best row's range, `*` where it was widened for a path no published case scored."""
+    if "speedup_interval" not in b:
+        return "-"
+    low, high = b["speedup_interval"]
+    unscored = b.get("speedup_interval_derived_on", HELD_OUT.derived_on) != HELD_OUT.derived_on
+    return f"[{low:.2f}, {high:.2f}]" + ("*" if unscored else "")
 
 
 def al_text(b: dict[str, Any]) -> str:
@@ -131,8 +143,7 @@ def acceptance_sources(result: dict[str, Any]) -> str:
     """`measured`, `fake [fake]`, `measured and derived [derived]`: what the page's AL are."""
     acceptance = (result.get("provenance") or {}).get("acceptance") or {}
     sources = sorted({what["source"] for what in acceptance.values()})
-    if any(what.get("derived_d") for what in acceptance.values()):
-        sources.append(prov.DERIVED)
+    sources += sorted({prov.derived_from(what["source"]) for what in acceptance.values() if what.get("derived_d")})
     return " and ".join(f"{s}{mark(s)}" for s in sources) or prov.MEASURED
 
 
@@ -157,7 +168,7 @@ def write_page(result: dict[str, Any], out: Path, slo_line: str | None = None) -
             al_text(b),
         ]
         + [f"x{b['speedup']:.2f}"]
-        + [f"[{b['speedup_interval'][0]:.2f}, {b['speedup_interval'][1]:.2f}]" if "speedup_interval" in b else "-"]
+        + [interval_cell(b)]
         + ([b.get("al_measured_at", "-")] if by_length else [])
         for b in result["best"]
     ]

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from runners.engine import ProgressFn
-from runners.zero_cost_proposer import CLASS_PATH
+from runners.zero_cost_proposer import CLASS_PATH, IDLE_CLASS_PATH
 from speclens.costs import PassMode
 from speclens.errors import ConfigError
 from speclens.generation import (
@@ -68,10 +68,12 @@ class FakeRunnerConfig:
     # ... until it has this many output tokens (sampling.max_tokens caps it).
     output_tokens: int = 24
     # Step wall time: step_ms + token_ms per token processed + draft_token_ms per draft token
-    # in the drafter's own pass.
+    # in the drafter's own pass + idle_ms per step of the idle pass (speculation on, nothing
+    # proposed: the K=0 tax, idle_ms / (step_ms + token_ms·B) at B in flight).
     step_ms: float = 10.0
     token_ms: float = 1.0
     draft_token_ms: float = 2.0
+    idle_ms: float = 1.0
     # Added to the reported accepted-token counter (a miscount the run must catch).
     counter_error: int = 0
     # A request id whose generation raises, as an engine that dies mid-run would.
@@ -120,11 +122,14 @@ def linear_cost(
     step_ms: float = 10.0,
     token_ms: float = 1.0,
     draft_token_ms: float = 2.0,
+    idle_ms: float = 1.0,
 ) -> float:
     """step_ms per step + token_ms per token processed + draft_token_ms per drafted token when a
-    drafter ran (defaults: 10 ms, 1 ms, 2 ms)."""
+    drafter ran + idle_ms per step of the idle pass (defaults: 10 ms, 1 ms, 2 ms, 1 ms). The idle
+    cost is charged in the idle pass alone: the other passes' scripted costs stay as they were."""
     drafting = draft_token_ms * num_draft_tokens if mode == "speculative" else 0.0
-    return (step_ms + token_ms * num_tokens + drafting) / 1000.0
+    machinery = idle_ms if mode == "idle" else 0.0
+    return (step_ms + token_ms * num_tokens + drafting + machinery) / 1000.0
 
 
 class FakeEngine:
@@ -146,7 +151,8 @@ class FakeEngine:
         """`script` maps `request_id#turn` to its speculative decode steps (a mapping, in which
         missing keys decode one plain step, or a function of the key). In mode `plain` each
         script entry becomes accepted + 1 plain steps (the same output); in mode `verify` every
-        decode step drafts D tokens and accepts none.
+        decode step drafts D tokens and accepts none; in mode `idle` (speculation on, nothing
+        proposed) every decode step drafts nothing, as in `plain`.
 
         `counter_error` is added to the reported accepted-token counter, to test
         that a disagreement between records and counters is caught.
@@ -184,7 +190,7 @@ class FakeEngine:
         if self.mode == "speculative":
             return entries
         decoded = sum(1 if e is None else e[1] + 1 for e in entries)
-        return [None] * decoded if self.mode == "plain" else [(self.d, 0)] * decoded
+        return [None] * decoded if self.mode in ("plain", "idle") else [(self.d, 0)] * decoded
 
     def generate(
         self,
@@ -440,12 +446,13 @@ def fake_factory(
     **kwargs: Any,
 ):
     """An engine factory (model_dir, speculative config) -> FakeEngine: the mode follows the
-    speculative config it is given (none: plain; the zero-cost proposer: verify)."""
+    speculative config it is given (none: plain; the zero-cost proposer: verify; the idle
+    proposer: idle)."""
 
     def factory(model_dir: Any, spec: dict[str, Any] | None) -> FakeEngine:
         if spec is None:
             return FakeEngine(None, script, mode="plain", cost=cost, **kwargs)
-        mode = "verify" if spec.get("model") == CLASS_PATH else "speculative"
+        mode = {CLASS_PATH: "verify", IDLE_CLASS_PATH: "idle"}.get(spec.get("model"), "speculative")
         d = spec["num_speculative_tokens"]
         if spec.get("rejection_sample_method") == "synthetic":
             return FakeEngine(
@@ -466,7 +473,7 @@ def engine_factory(cfg: FakeRunnerConfig, d: int | None, max_num_seqs: int, max_
         script = pattern_script(list(cfg.pattern), cfg.output_tokens, d)
 
     def cost(mode: str, requests: int, tokens: int, drafts: int) -> float:
-        return linear_cost(mode, requests, tokens, drafts, cfg.step_ms, cfg.token_ms, cfg.draft_token_ms)
+        return linear_cost(mode, requests, tokens, drafts, cfg.step_ms, cfg.token_ms, cfg.draft_token_ms, cfg.idle_ms)
 
     return fake_factory(
         d,

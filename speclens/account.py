@@ -18,16 +18,28 @@ The measured speedup (O_s/G_s)/(O_p/G_p) is then the model's T_verif(B)·TPS/T_s
 factor's speculative-over-plain ratio. Time outside engine steps (the harness between steps) is
 not in the measured speedup, which is over engine-step time; its share of each pass is reported
 beside the account.
+
+Beside the factors, not one of them (the product stays the measured speedup), the K=0 tax
+(speclens/costs.py, measured by the idle pass: speculation on, nothing proposed):
+
+    k0_tax            T_idle(B) / T_verif(B) − 1
+    k0_tax_share      (T_idle(B) − T_verif(B)) / T_step(B, D)
+
+k0_tax_share is how much of the speculative pass's median step is the speculative machinery with
+nothing drafted (the rejection sampler, the proposer's call, the bookkeeping); the model's
+T_step(B, D) already holds it, so it names part of steady_state_model rather than correcting it.
+Absent where the idle pass did not run (no baseline, a server, Model Runner V2).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from speclens.costs import PassMode, in_flight
+from speclens.costs import PassMode, PointCosts, in_flight
+from speclens.metrics import OMITTED_WHEN_NONE
 
 # The corrections, in the order the account applies them after the steady-state model.
 CORRECTIONS = ("prefill", "ramp_up_and_tail", "slow_outliers", "token_yield")
@@ -38,12 +50,15 @@ MODEL = "steady_state_model"
 class SpeedupAccount:
     """`factors`: the model's prediction and each correction (speculative over plain); `product`
     equals `measured` up to rounding. `outside_steps`: each pass's share of wall time outside
-    engine steps (not part of the speedup)."""
+    engine steps (not part of the speedup). `k0_tax`, `k0_tax_share`: the K=0 tax and its share of
+    the speculative step, beside the factors (module docstring); absent where not measured."""
 
     factors: dict[str, float]
     product: float
     measured: float
     outside_steps: dict[str, float] | None = None
+    k0_tax: float | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    k0_tax_share: float | None = field(default=None, metadata=OMITTED_WHEN_NONE)
 
     @property
     def correction(self) -> float:
@@ -80,6 +95,17 @@ def outside_share(engine_steps: pd.DataFrame, mode: str, batch_size: int, elapse
     return max(0.0, 1.0 - float(s["wall_s"].sum()) / elapsed_s) if elapsed_s > 0 else None
 
 
+def k0_tax_share(point_costs: PointCosts | None) -> float | None:
+    """(T_idle(B) − T_verif(B)) / T_step(B, D): the share of the speculative pass's median step that
+    is the speculative machinery with nothing drafted; None where a term is missing."""
+    if point_costs is None:
+        return None
+    t_idle, t_verif, t_step = point_costs.t_idle, point_costs.t_verif, point_costs.t_step
+    if t_idle is None or t_verif is None or t_step is None or t_step.median_ms <= 0:
+        return None
+    return (t_idle.median_ms - t_verif.median_ms) / t_step.median_ms
+
+
 def speedup_account(
     engine_steps: pd.DataFrame,
     batch_size: int,
@@ -88,10 +114,12 @@ def speedup_account(
     measured: float | None,
     output_tokens: tuple[int, int],
     elapsed_s: tuple[float, float],
+    point_costs: PointCosts | None = None,
 ) -> SpeedupAccount | None:
     """The account of one operating point: `predicted` is the steady-state model's speedup at it,
-    `output_tokens` and `elapsed_s` are (speculative, plain). None where a term is missing (no
-    baseline, or a pass without steady steps: a server shows none)."""
+    `output_tokens` and `elapsed_s` are (speculative, plain); `point_costs` (its step costs) gives
+    the K=0 tax beside the factors. None where a term is missing (no baseline, or a pass without
+    steady steps: a server shows none)."""
     if predicted is None or measured is None or not tokens_per_step:
         return None
     spec = pass_factors(engine_steps, PassMode.speculative, batch_size, output_tokens[0], tokens_per_step)
@@ -104,5 +132,10 @@ def speedup_account(
         for mode, elapsed in zip((PassMode.speculative, PassMode.plain), elapsed_s)
     }
     return SpeedupAccount(
-        factors=factors, product=float(np.prod(list(factors.values()))), measured=measured, outside_steps=outside
+        factors=factors,
+        product=float(np.prod(list(factors.values()))),
+        measured=measured,
+        outside_steps=outside,
+        k0_tax=point_costs.k0_tax if point_costs is not None else None,
+        k0_tax_share=k0_tax_share(point_costs),
     )

@@ -1,12 +1,17 @@
 """What verifying and drafting cost at an operating point, from engine-step timings, and the
 speedup model built on them. Defined here once; summaries, rankings and reports read these.
 
-B = requests in flight, D = draft length. Three passes over the same prompts at B:
+B = requests in flight, D = draft length. Four passes over the same prompts at B:
 - plain decoding (baseline pass):                    T_verif(B)
 - the drafter's speculative pass:                    T_step(B, D), drafting included
 - the zero-cost proposer (runners/zero_cost_proposer.py): T_verif(B·(1+D)), every step verifies
   D proposals per request and drafting costs nothing
-and T_draft(B, D) = T_step(B, D) − T_verif(B·(1+D)).
+- the idle proposer (same file): T_idle(B), speculation switched on at D with nothing proposed at
+  any step: one token per request, through the speculative path (the rejection sampler with no
+  drafts, the proposer called, the speculative bookkeeping) rather than plain decoding's
+and T_draft(B, D) = T_step(B, D) − T_verif(B·(1+D)); the K=0 tax = T_idle(B) / T_verif(B) − 1
+(what switching speculation on costs a step that drafts nothing: vLLM #49548 reports 6.6–21.6 %
+per token from enabling dynamic speculation at K = 0).
 
 Only steady decode steps count: as many requests as the pass held in flight (B, or fewer where a
 length pass had fewer prompts), no prefill tokens (tokens = requests +
@@ -40,6 +45,8 @@ class PassMode(Choice):
     plain = "plain"
     # the zero-cost proposer: D free proposals per request verified at every step
     verify = "verify"
+    # speculation on at D, the proposer proposing nothing at every step: the K=0 tax
+    idle = "idle"
 
 
 # Fewer steady steps than this and a term is not reported (a median of two steps is noise).
@@ -67,6 +74,11 @@ class PointCosts:
     t_step: StepTiming | None
     t_verif_spec: StepTiming | None
     t_draft_ms: float | None
+    # The idle pass's steady step T_idle(B), and the K=0 tax T_idle(B) / T_verif(B) − 1 with its
+    # range from the quartiles of both (k0_tax).
+    t_idle: StepTiming | None = None
+    k0_tax: float | None = None
+    k0_tax_range: list[float] | None = None
 
 
 def in_flight(pass_steps: pd.DataFrame) -> pd.Series:
@@ -123,16 +135,31 @@ def predicted_speedup(
     return point, [low, high]
 
 
+def k0_tax(t_idle: StepTiming | None, t_verif: StepTiming | None) -> tuple[float, list[float]] | tuple[None, None]:
+    """The K=0 tax T_idle(B) / T_verif(B) − 1 and its range, the two timings at opposite quartiles;
+    (None, None) where either pass has no steady steps to time."""
+    if t_idle is None or t_verif is None or t_verif.median_ms <= 0 or t_verif.p25_ms <= 0:
+        return None, None
+    low = t_idle.p25_ms / t_verif.p75_ms - 1.0
+    high = t_idle.p75_ms / t_verif.p25_ms - 1.0
+    return t_idle.median_ms / t_verif.median_ms - 1.0, [low, high]
+
+
 def operating_point_costs(engine_steps: pd.DataFrame, batch_size: int, d: int | None) -> PointCosts:
-    """T_verif(B), T_step(B, D), T_verif(B·(1+D)) and T_draft(B, D) for one operating point."""
+    """T_verif(B), T_step(B, D), T_verif(B·(1+D)), T_draft(B, D), T_idle(B) and the K=0 tax for
+    one operating point."""
     t_verif = step_timing(steady_walls(engine_steps, PassMode.plain, batch_size))
-    t_step = t_verif_spec = t_draft = None
+    t_step = t_verif_spec = t_draft = t_idle = None
+    tax, tax_range = None, None
     if d is not None:
         t_step = step_timing(steady_walls(engine_steps, PassMode.speculative, batch_size))
         t_verif_spec = step_timing(steady_walls(engine_steps, PassMode.verify, batch_size, d))
         if t_step is not None and t_verif_spec is not None:
             t_draft = t_step.median_ms - t_verif_spec.median_ms
-    return PointCosts(t_verif, t_step, t_verif_spec, t_draft)
+        # steps with no proposal at all (d=0): the idle proposer drafts nothing
+        t_idle = step_timing(steady_walls(engine_steps, PassMode.idle, batch_size, 0))
+        tax, tax_range = k0_tax(t_idle, t_verif)
+    return PointCosts(t_verif, t_step, t_verif_spec, t_draft, t_idle, tax, tax_range)
 
 
 def speedup_gap(predicted: float | None, measured: float | None) -> float | None:

@@ -79,7 +79,13 @@ def whole(value: Any, key: str, at_least: int = 1, at_most: int | None = None) -
     return value
 
 
+def closest(word: str, known: Iterable[str]) -> str | None:
+    """The known word closest to a mistyped one (difflib's ratio), or None where none is close."""
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def nearest(word: str, known: Iterable[str]) -> str:
     """` (did you mean X?)` for the closest known word, or nothing."""
-    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]}?)" if close else ""
+    found = closest(word, known)
+    return f" (did you mean {found}?)" if found else ""

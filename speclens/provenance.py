@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, Iterable
 
 # Acceptance measured by the target verifying a real drafter's drafts.
 MEASURED = "measured"
@@ -76,8 +76,9 @@ class Provenance:
     def measured(self) -> bool:
         return self.source == MEASURED
 
-    def identity(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in IDENTITY_FIELDS)
+    def identity(self, but: tuple[str, ...] = ()) -> tuple[Any, ...]:
+        """Its IDENTITY_FIELDS' values, but for those in `but` (the axis under study)."""
+        return tuple(getattr(self, name) for name in IDENTITY_FIELDS if name not in but)
 
     def but(self, **changes: Any) -> Provenance:
         return replace(self, **changes)
@@ -102,6 +103,16 @@ def from_dict(data: dict[str, Any]) -> Provenance:
     return Provenance(**known)
 
 
+def derived_from(source: str) -> str:
+    """The source of a figure derived from one of `source`: `derived`, or `derived from fake` where
+    what it came from was not measured either (a derivation never launders its source)."""
+    return DERIVED if source == MEASURED else f"{DERIVED} from {source}"
+
+
+def is_derived(source: str) -> bool:
+    return source.split(" ", 1)[0] == DERIVED
+
+
 def mark(source: str) -> str:
     """What a figure's headline carries beside it: '' for a measured figure, ` [fake]` otherwise."""
     return "" if source == MEASURED else f" [{source}]"
@@ -115,6 +126,24 @@ def differences(a: Provenance, b: Provenance, fields: tuple[str, ...] = IDENTITY
         for name in fields
         if getattr(a, name) != getattr(b, name)
     ]
+
+
+# The identity fields a label names where the figures read together differ in them (the settings
+# axis is named always, as changed from its defaults).
+LABELLED_FIELDS = ("source", "runner", "dtype", "model_runner")
+
+
+def mixed_fields(found: Iterable[Provenance | None], fields: tuple[str, ...] = LABELLED_FIELDS) -> tuple[str, ...]:
+    """The fields among `fields` that the records differ in; a field a record does not say (None) is
+    unknown there, not one more value."""
+    known = [p for p in found if p is not None]
+    return tuple(name for name in fields if len({getattr(p, name) for p in known} - {None}) > 1)
+
+
+def label_among(found: Provenance, shown: tuple[str, ...]) -> str:
+    """`runner=fake, engine.dtype=float32, kv_cache_dtype=fp8`: the `shown` fields (mixed_fields of
+    the records read with it), then its setting ('' for none)."""
+    return ", ".join([field_label(found, name) for name in shown] + ([found.setting] if found.setting else []))
 
 
 def field_label(found: Provenance, name: str) -> str:

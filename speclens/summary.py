@@ -33,6 +33,11 @@ Schema versions of summary.json:
    the engine, dtype and model runner that computed them, the settings axis, the requests held in
    flight, the lengths and any context extension; and, per operating point and length, the
    requests held in flight (`batch_size_held`). Read from the stamp for older summaries.
+12 the K=0 tax, per operating point and length: `t_idle` (the steady step of the idle pass:
+   speculation on at D, nothing proposed at any step), `k0_tax` = T_idle(B) / T_verif(B) − 1 and
+   `k0_tax_range` (both at opposite quartiles); null where no idle pass ran beside the baseline,
+   with the reason in `k0_tax_note` (a server, Model Runner V2, too few steady steps); and
+   `speedup_account.k0_tax` / `k0_tax_share` beside the factors. All absent (None) before 12.
 """
 
 from __future__ import annotations
@@ -61,7 +66,7 @@ SUMMARY_FILE = "summary.json"
 # set's category may take its name (evals/datasets/base.py check_group_names).
 WHOLE_RUN_GROUP = "all"
 RESERVED_GROUP_NAMES = frozenset({WHOLE_RUN_GROUP})
-SUMMARY_VERSION = 11
+SUMMARY_VERSION = 12
 REPLAY_FILE = "replay.json"
 # replay.json: 1 had no version field (summary and stamp only); 2 carries `schema_version`, the
 # config fingerprint and the runner.
@@ -94,6 +99,10 @@ class LengthPoint(DomainPoint):
     t_draft_ms: float | None = None
     # The most requests this length's pass held in flight, where that is not the point's B.
     batch_size_held: int | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    # The idle pass's step and the K=0 tax at this length (speclens/costs.py; since version 12).
+    t_idle: StepTiming | None = None
+    k0_tax: float | None = None
+    k0_tax_range: list[float] | None = None
 
 
 @dataclass
@@ -262,6 +271,13 @@ class OperatingPoint(DomainPoint):
     # The most requests its speculative pass held in flight (engine steps), where that is not
     # batch_size: a length pass of fewer prompts than B, a pass of fewer requests (absent: B).
     batch_size_held: int | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    # The idle pass's steady step T_idle(B) (speculation on, nothing proposed) and the K=0 tax
+    # T_idle(B) / T_verif(B) − 1 with its quartile range (speclens/costs.py; since version 12) ...
+    t_idle: StepTiming | None = None
+    k0_tax: float | None = None
+    k0_tax_range: list[float] | None = None
+    # ... and, where the baseline ran but the tax is null, why (a server, Model Runner V2, too few steps).
+    k0_tax_note: str | None = field(default=None, metadata=OMITTED_WHEN_NONE)
 
     @property
     def held(self) -> int:
@@ -526,6 +542,10 @@ def _summary_10_to_11(data: dict[str, Any]) -> dict[str, Any]:
     return data  # provenance absent: read from the stamp (RunSummary.provenance_of)
 
 
+def _summary_11_to_12(data: dict[str, Any]) -> dict[str, Any]:
+    return data  # no idle pass ran: t_idle, k0_tax and the account's k0 figures absent (None)
+
+
 # version -> the step from that version to the next.
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     1: _summary_1_to_2,
@@ -538,6 +558,7 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     8: _summary_8_to_9,
     9: _summary_9_to_10,
     10: _summary_10_to_11,
+    11: _summary_11_to_12,
 }
 
 

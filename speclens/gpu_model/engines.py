@@ -4,8 +4,11 @@ async scheduling), for plain decoding and under each drafter, and which drafters
 loop inside the target's graph (no launch overhead per draft pass). Each figure's source is in
 docs/whatif.md ("Engines").
 
-The step-cost model's fixed overheads (speclens/gpu_model/step_cost.py Efficiency) were fitted on
-published speedups, each measured with plain and speculative steps alike overlapped or alike not.
+The step-cost model's fixed overheads (speclens/gpu_model/step_cost.py Efficiency: the per-pass one
+from a fit of vLLM's step time, the per-draft-pass one fitted on published speedups) describe steps
+measured with plain and speculative steps alike overlapped or alike not. No published case was
+scored with an engine term, so a prediction that it moves carries a widened interval
+(speclens/gpu_model/model_error.py unscored_because).
 What an engine changes is the difference: where it overlaps plain decoding but not a drafter's
 steps (SGLang's EAGLE before its spec v2 worker, vLLM's n-gram today), the plain step it is
 compared against hides `hidden_overhead_ms` that the drafter's steps pay, and the speedup shrinks;
@@ -81,7 +84,7 @@ ENGINES: dict[str, Engine] = {
         # at topk 1; other drafters run the synchronous path
         Engine("sglang", "0.5.13", 0.43, True, EAGLE_FAMILY, frozenset()),
         # the PyTorch backend: overlap for MTP, one-model EAGLE-3 (the default) and draft models;
-        # one-model EAGLE-3 and MTP draft inside the target's forward. Hidden: the fitted 1.2 ms
+        # one-model EAGLE-3 and MTP draft inside the target's forward. Hidden: the 1.2 ms default
         # overhead less the 0.58 ms that stays exposed with overlap on (TensorRT-LLM issue #13957).
         Engine(
             "trtllm",

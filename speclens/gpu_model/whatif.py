@@ -180,6 +180,7 @@ def best(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "d",
                 "speedup",
                 "speedup_interval",
+                "speedup_interval_derived_on",
                 "bound",
                 "al_measured_at",
             )

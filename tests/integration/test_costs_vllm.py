@@ -40,6 +40,10 @@ def test_two_batch_sizes_give_costs_speedups_and_a_ranking(tmp_path):
         assert (decode.num_draft_tokens == D * decode.num_requests).mean() > 0.95
         assert point["t_verif_spec"]["n"] >= 20 and point["t_verif"]["n"] >= 20
         assert point["t_draft_ms"] == pytest.approx(point["t_step"]["median_ms"] - point["t_verif_spec"]["median_ms"])
+        # the idle pass (speculation on, nothing proposed) timed beside plain decoding: the K=0 tax
+        assert point["t_idle"]["median_ms"] > 0 and point["k0_tax"] == pytest.approx(
+            point["t_idle"]["median_ms"] / point["t_verif"]["median_ms"] - 1
+        )
         assert point["speedup"] == pytest.approx(point["output_tokens_per_s"] / point["baseline_output_tokens_per_s"])
         lo, hi = point["predicted_speedup_range"]
         assert lo <= point["predicted_speedup"] <= hi

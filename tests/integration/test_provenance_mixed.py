@@ -54,11 +54,8 @@ def test_every_figure_of_a_mixed_folder_says_what_it_is_and_no_pair_hides_a_diff
     assert synthetic.rates == pytest.approx(runs["real_f32"].summary.per_position_acceptance)
 
     # every run's line names what it differs in from the others: the runner and dtype vary here
-    assert runs["real_f32"].setting == "runner=vllm, engine.dtype=float32, engine.model_runner=v1"
-    assert (
-        runs["fake_f32_fp8"].setting
-        == "runner=fake, engine.dtype=float32, engine.model_runner=null, kv_cache_dtype=fp8"
-    )
+    assert runs["real_f32"].setting == "runner=vllm, engine.dtype=float32"
+    assert runs["fake_f32_fp8"].setting == "runner=fake, engine.dtype=float32, kv_cache_dtype=fp8"
 
     # "Settings, paired": no defaults' run shares the fake float32 runs' identity, so none is paired,
     # and each note names every difference beside the setting

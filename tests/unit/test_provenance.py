@@ -130,3 +130,20 @@ def test_a_one_length_domain_is_ranked_by_its_lengths_own_steps_so_serve_json_ag
             winner["speedup"],
         )
     assert {by_domain["mixed@300"][1], by_domain["mixed@1k"][1]} == {"ngram", "none"}  # they differ by length
+
+
+def test_two_batch_sizes_that_held_the_same_requests_are_one_operating_point_in_the_ranking(
+    tmp_path,
+    smollm2,  # noqa: F811
+):
+    """B = 2 and B = 4 over lengths of two prompts each both held 2 requests: one operating point,
+    ranked once (not a tie of a run with itself), the smaller B asked standing for it."""
+    out = measure(
+        tmp_path, smollm2, tmp_path / "sweep" / "ngram", {"300": 2, "1k": 1}, 3, "baseline=true", "batch_sizes=[2,4]"
+    )
+    summary = read_summary(out)
+    assert [(p.batch_size, p.held) for p in summary.operating_points] == [(2, 2), (4, 2)]
+    ranking = rank_runs(find_runs(out.parent))
+    whole = ranking[ranking.domain == "all"]
+    assert sorted(zip(whole.drafter, whole.batch_size)) == [("ngram", 2), ("none", 2)]
+    assert not whole.tie.any()

@@ -38,18 +38,18 @@ def test_every_case_names_its_source_and_states_what_the_model_needs():
 
 def test_the_defaults_predict_the_published_speedups_within_the_stated_error():
     errors = {c["id"]: predicted(c) / c["speedup"] - 1 for c in DATA["cases"]}
-    # docs/whatif.md: median |error| 16.0 % over the 31 cases, 17.1 % over the 7 at B > 1; one set of
-    # defaults for all
-    assert statistics.median(abs(e) for e in errors.values()) < 0.161
+    # docs/whatif.md: in-sample median |error| 15.6 % over the 31 cases, 15.6 % over the 7 at B > 1 (held
+    # out by source, tests/unit/test_nested_intervals.py: 15.6 %, worst 42.6 %); one set of defaults for all
+    assert statistics.median(abs(e) for e in errors.values()) < 0.157
     batched = [abs(errors[c["id"]]) for c in DATA["cases"] if c["batch_size"] > 1]
-    assert len(batched) == 7 and statistics.median(batched) < 0.172
+    assert len(batched) == 7 and statistics.median(batched) < 0.157
     # where it is off, in the direction the docs explain: TensorRT-LLM's DeepSeek-R1 MTP steps carry
     # more fixed cost than the model, more so with each serial MTP pass (under-predicted, growing with D)
     mtp = [errors[f"deepseek-r1-mtp-d{d}"] for d in range(1, 6)]
     assert all(e < -0.05 for e in mtp) and mtp == sorted(mtp, reverse=True)
     # vLLM's EAGLE-3 of mid-2025 drafted slower than its head's weights explain (over); its EAGLE-1 did not
     assert all(errors[f"llama-3.1-8b-eagle3-k{d}"] > 0.15 for d in range(2, 8))
-    assert all(abs(errors[f"llama-3.1-8b-eagle1-k{d}"]) < 0.11 for d in range(2, 8))
+    assert all(abs(errors[f"llama-3.1-8b-eagle1-k{d}"]) < 0.12 for d in range(2, 8))
     # a reported SGLang slowdown the model cannot see (over), and 80 prompts at concurrency 64 (over)
     assert errors["qwen3-30b-a3b-eagle3-b1"] > 0.3 and errors["gpt-oss-120b-eagle3-b64"] > 0.2
 

@@ -78,10 +78,10 @@ def test_cost_decomposition_and_both_speedups_match_hand_computation(tmp_path, e
         assert point["speedup_gap"] == pytest.approx(point["predicted_speedup"] / expected - 1)
     assert summary["lossless"]["identical"] is True and summary["lossless"]["n_compared"] == 8
     engine_steps = read_parquet(out / "engine_steps.parquet")
-    assert sorted(engine_steps["mode"].unique()) == ["plain", "speculative", "verify"]
-    # a fresh engine for every pass: speculative, plain and zero-cost verify at B = 1 and 2
+    assert sorted(engine_steps["mode"].unique()) == ["idle", "plain", "speculative", "verify"]
+    # a fresh engine for every pass: speculative, plain, zero-cost verify and idle at B = 1 and 2
     methods = [None if spec is None else spec["method"] for spec in engines_started]
-    assert methods == ["ngram", "ngram", None, None, "custom_class", "custom_class"]
+    assert methods == ["ngram", "ngram", None, None] + ["custom_class"] * 4
 
 
 def test_step_timing_median_quartiles_and_predicted_range():

@@ -126,8 +126,10 @@ def test_the_one_measured_under_the_defaults_is_taken_and_the_others_named(tmp_p
     result = json.loads((tmp_path / "out" / "whatif.json").read_text())
     assert at_d(result)[3]["al"] == pytest.approx(2.475)  # not the block run's 2.81
     (note,) = [n for n in result["notes"] if "was taken" in n]
+    # labelled as the report labels runs: every field the profiles differ in, then the setting
     assert note.startswith(
-        "ngram: the profile under defaults (measured (vllm 0.32.0, bfloat16)) was taken; also there: "
+        "ngram: the profile under source=measured, runner=vllm, engine.dtype=bfloat16 (measured (vllm 0.32.0, "
+        "bfloat16)) was taken; also there: "
     )
     assert "verify.method=block (setting: defaults vs verify.method=block)" in note
     assert "source: measured vs fake, runner: vllm vs fake, engine.dtype: bfloat16 vs float32" in note
@@ -389,3 +391,16 @@ def test_dynamos_five_slots_say_what_they_cut(tmp_path, capsys):
     assert f"eagle3 for Dynamo's planner and mocker: {result['dynamo_flags']['eagle3']}\n  {note}" in out
     short, _ = build(args(tmp_path, "drafter=eagle3", "acceptance=[0.9,0.8]"))
     assert short["dynamo_flags_notes"] == {}
+
+
+def test_a_d_the_sweep_measured_keeps_its_own_al_and_a_derivation_keeps_what_it_came_from(tmp_path):
+    """A sweep over d=2,3: D=2 is its own run's figure (not the D=3 rates' derivation), D=1 is derived;
+    from a fake run, the derivation says it is derived from fake figures."""
+    fake = measured(runner="fake", source="fake")
+    at_2 = entry([0.8, 0.3], what=fake, al=2.2)  # its own AL, not the D=3 rates' 1 + 0.7 + 0.5
+    result, _ = build([str(folder_with(tmp_path, [at_2, entry(DEFAULTS, what=fake)])), *args(tmp_path)])
+    acceptance = result["provenance"]["acceptance"]["ngram"]
+    assert (acceptance["own_d"], acceptance["derived_d"]) == ([2, 3], [1])
+    points = at_d(result)
+    assert (points[2]["al"], points[2]["al_source"]) == (pytest.approx(2.2), "fake")
+    assert (points[1]["al"], points[1]["al_source"]) == (pytest.approx(1.7), "derived from fake")
