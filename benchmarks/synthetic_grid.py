@@ -4,7 +4,10 @@ with baseline=true), then for each D the model calibrated (`evals.whatif calibra
 `gpu=measured`) on the step costs of the other D's runs only and asked for that D's steady decode
 speedup at each B. Prints one row per held-out point (predicted, measured from the run's own step
 timings, the run's end-to-end speedup beside) and the median and worst held-out error that
-docs/whatif.md quotes, with the in-sample error (calibrated on every run) beside it.
+docs/whatif.md quotes, with the in-sample error (calibrated on every run) beside it. Each
+calibration also fits the K=0 tax (an undrafted step's cost, from the idle pass) and T_draft (the
+drafter's per-pass overhead) beside its three constants (speclens/gpu_model/calibrate.py): what
+each fold fitted is printed under the held-out table, with those fits' own held-out errors.
 
     python benchmarks/synthetic_grid.py [--out DIR] [--drafter eagle3] [--requests 8] [--max-tokens 48] [OVERRIDE ...]
 
@@ -83,13 +86,16 @@ def run_grid(out: Path, drafter: str, requests: int, max_tokens: int, overrides:
         run_child(command)
 
 
-def rows_for(held: list, calibrate_on: Path) -> list[dict]:
+def rows_for(held: list, calibrate_on: Path) -> tuple[list[dict], dict]:
     """Each operating point of the `held` runs: whatif's prediction calibrated on the runs under
-    `calibrate_on`, beside what the run measured."""
-    rows = []
+    `calibrate_on`, beside what the run measured; with that calibration's record (whatif.json's
+    `calibration`: the three constants, the K=0 tax and T_draft fitted beside them)."""
+    rows, calibration = [], {}
     for run in held:
         for op in run.summary.operating_points:
-            point = whatif.run_point(run.path, op.batch_size, f"calibrate={calibrate_on}")
+            result = whatif.run_result(run.path, op.batch_size, f"calibrate={calibrate_on}")
+            (point,) = result["points"]
+            calibration = result["calibration"]
             rows.append(
                 {
                     "d": run.summary.d,
@@ -103,7 +109,7 @@ def rows_for(held: list, calibrate_on: Path) -> list[dict]:
                     "t_step_measured_ms": op.t_step.median_ms if op.t_step else None,
                 }
             )
-    return rows
+    return rows, calibration
 
 
 def gathered(runs: list, into: Path) -> Path:
@@ -130,6 +136,32 @@ def checked(runs: list) -> list:
             if op.predicted_speedup is None or op.t_step is None:
                 raise MeasurementError(f"synthetic_grid: {run.path} has too few steady steps at B={op.batch_size}.")
     return runs
+
+
+def beside_errors(calibration: dict) -> dict[str, list[float]]:
+    """The held-out errors of the fits beside the three constants in one calibration: the K=0 tax
+    (its T_idle points) and each T_draft constant fitted (as a share of the measured step)."""
+    out = {"K=0 tax": [p["held_out_error"] for p in (calibration.get("k0_tax") or {}).get("points", [])]}
+    for kind, fit in calibration["t_draft"].items():
+        if fit["fitted"]:
+            out[f"T_draft ({kind})"] = [p["held_out_error"] for p in fit["points"]]
+    return out
+
+
+def beside_report(folds: list[tuple[str, dict]]) -> None:
+    """Per calibration: what was fitted beside the three constants, and how far its own points are
+    off held out (each point left out of that fit)."""
+    for name, calibration in folds:
+        print(f"{name}: {calibration['fitted_beside']}")
+        for what, errs in beside_errors(calibration).items():
+            finite = [abs(e) for e in errs if e is not None]
+            if finite:
+                print(
+                    f"  {what} held out: median |error| {statistics.median(finite):.1%}, worst {max(finite):.1%} "
+                    f"({len(finite)} of its points)"
+                )
+            else:
+                print(f"  {what}: too few points to hold one out ({len(errs)})")
 
 
 def report(title: str, rows: list[dict]) -> None:
@@ -167,14 +199,18 @@ def main(argv: list[str]) -> int:
     check_counts(args)
     run_grid(args.out, args.drafter, args.requests, args.max_tokens, args.overrides)
     runs = checked(sorted(find_runs(args.out), key=lambda r: r.summary.d))
-    held_out = []
+    held_out, folds = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for run in runs:
             others = [r for r in runs if r is not run]
-            held_out += rows_for([run], gathered(others, Path(tmp) / f"without_d{run.summary.d}"))
-        in_sample = rows_for(runs, gathered(runs, Path(tmp) / "all"))
+            rows, calibration = rows_for([run], gathered(others, Path(tmp) / f"without_d{run.summary.d}"))
+            held_out += rows
+            folds.append((f"calibrated without D={run.summary.d}", calibration))
+        in_sample, everything = rows_for(runs, gathered(runs, Path(tmp) / "all"))
     report("held out: each D predicted by the model calibrated on the other D's runs", held_out)
+    beside_report(folds)
     report("in-sample: calibrated on every run (for comparison only)", in_sample)
+    beside_report([("calibrated on every run", everything)])
     print(
         "\nmeasured steady = T_verif(B)·tokens per step / T_step(B, D) from the run's median step times "
         "(the quantity whatif predicts); end-to-end adds prefill and ramp (speedup_account)."

@@ -35,7 +35,10 @@ context_len defaults to the measured lengths, and whatif.json's `by_length` stat
 3 at each measured length with the share of the step attention takes there and the best D per B
 (all predicted). `calibrate=<run or sweep dir measured with
 baseline=true>` fits the model to that machine's step costs and predicts for it (gpu=measured),
-printing each point's error, fitted and held out. Writes whatif.json to `out=` (default: the run
+printing each point's error, fitted and held out; beside them it fits the K=0 tax (what an
+undrafted step costs beyond a plain one, from the idle pass's T_idle; none before summary.json
+version 12, and said) and T_draft (a model drafter's per-pass overhead, a lookup's cost per
+request; a kind no run measured keeps the GPU constant, and said), each with its held-out error. Writes whatif.json to `out=` (default: the run
 or sweep dir, else outputs/whatif/<date>/<time>/) and prints the best (drafter, D) per B.
 Every predicted speedup carries `speedup_interval`, the 80% range derived on published GPU speedups
 held out by source, with the share of them it held when built without their source
@@ -66,7 +69,7 @@ from reports.profile_choice import choose_profiles, identity_of
 from reports.runs import Run, find_runs
 from reports.table import text_table
 from reports.whatif_page import acceptance_lines, write_page
-from speclens import checkpoints
+from speclens import checkpoints, costs
 from speclens import provenance as prov
 from speclens.acceptance import al_at, check_rates, marginal_from_conditional
 from speclens.config import VLLM_MAX_SPEC_LEN
@@ -99,7 +102,7 @@ from speclens.model_facts import ModelFacts, text_config
 from speclens.options import nearest, number, parse_value, strict_json_loads
 from speclens.provenance import Provenance, mark
 from speclens.records import read_parquet
-from speclens.run_files import REQUESTS_FILE, read_stamp
+from speclens.run_files import ENGINE_STEPS_FILE, REQUESTS_FILE, read_stamp
 from speclens.summary import read_summary
 
 WHATIF_FILE = "whatif.json"
@@ -554,11 +557,227 @@ def calibration_points(folder: Path) -> tuple[list[Measured], str | None]:
     return points, runs[0].stamp.get("target_dir")
 
 
+@dataclass(frozen=True)
+class CalibrationSteps:
+    """What the runs under a calibrate= folder measured besides T_verif: the undrafted steps
+    (T_verif(B) beside T_idle(B)) the K=0 tax is fitted on, each speculative pass's drafting cost
+    (`drafted`: calibrate.Drafted's fields but its shape, with `draft_ref`, the drafter's
+    checkpoint, to read it from) the T_draft fits are on, and what was taken in place of a missing
+    figure (`notes`)."""
+
+    undrafted: list[calibrate.Undrafted]
+    drafted: list[dict[str, Any]]
+    notes: list[str]
+
+
+def steady_spec_steps(engine_steps: Any, batch_size: int) -> tuple[float, float] | None:
+    """The speculative pass's steady steps at B (as speclens/costs.py counts them: as many requests
+    as it held, no prefill): the share that drafted, s, and the mean step as their mixture,
+    s·median(drafted) + (1 − s)·median(undrafted) (each median robust to a slow step, the mixture
+    what the model's mean step is). None where the pass shows no steady steps."""
+    steps = engine_steps[
+        (engine_steps["mode"] == costs.PassMode.speculative) & (engine_steps["batch_size"] == batch_size)
+    ]
+    if steps.empty:
+        return None
+    steady = steps[
+        (steps["num_requests"] == costs.in_flight(steps))
+        & (steps["num_tokens"] == steps["num_requests"] + steps["num_draft_tokens"])
+    ]
+    if len(steady) < costs.MIN_STEADY_STEPS:
+        return None
+    drafted = steady["num_draft_tokens"] > 0
+    share = float(drafted.mean())
+    walls = [steady.loc[part, "wall_s"].median() * 1e3 for part in (drafted, ~drafted) if part.any()]
+    t_step = share * walls[0] + (1 - share) * walls[-1] if len(walls) == 2 else walls[0]
+    return share, float(t_step)
+
+
+def calibration_steps(folder: Path) -> CalibrationSteps:
+    """Per operating point of the runs under `folder` measured with baseline=true: T_verif(B) and
+    T_idle(B) (schema 12's idle pass) for the K=0 tax, and the drafting cost measured on the
+    speculative pass, T_step − [s·T_verif(B·(1+D)) + (1 − s)·T_undrafted(B)], s the share of its
+    steady steps that drafted and T_undrafted the idle pass's T_idle(B) (Model Runner V2: the
+    verify, which an undrafted step is there; a run before schema 12, or whose idle pass did not
+    run: plain decoding's T_verif(B), and a note says so). Points measured by several runs are
+    averaged; the context is as calibration_points takes it."""
+    taxes: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    drafting: dict[tuple[str, int, int, int, str | None], list[tuple[float, float]]] = {}
+    plain_for_idle = 0
+    for run in calibration_runs(folder):
+        requests = read_parquet(run.path / REQUESTS_FILE)
+        steps_file = run.path / ENGINE_STEPS_FILE
+        engine_steps = read_parquet(steps_file) if steps_file.is_file() else None
+        summary = run.summary
+        v2 = bool(summary.numerics and summary.numerics.model_runner == "v2")
+        draft_ref = (run.stamp.get("config", {}).get("drafter") or {}).get("model")
+        for op in summary.operating_points:
+            if op.t_verif is None:
+                continue
+            mine = requests[requests.batch_size == op.batch_size]
+            context = mean_context(mine.prompt_tokens, mine.output_tokens)
+            plain = op.t_verif.median_ms
+            if op.t_idle is not None:
+                taxes.setdefault((op.held, context), []).append((plain, op.t_idle.median_ms))
+            if not summary.d or op.t_step is None or op.t_verif_spec is None or summary.drafter not in MECHANISMS:
+                continue
+            verify = op.t_verif_spec.median_ms
+            split = None if engine_steps is None else steady_spec_steps(engine_steps, op.batch_size)
+            share, t_step = split or (1.0 if op.draft_share is None else op.draft_share, op.t_step.median_ms)
+            if v2:
+                undrafted = verify
+            elif op.t_idle is not None:
+                undrafted = op.t_idle.median_ms
+            else:
+                undrafted = plain
+                plain_for_idle += share < 1
+            t_draft = t_step - (share * verify + (1 - share) * undrafted)
+            key = (summary.drafter, summary.d, op.held, context, draft_ref)
+            drafting.setdefault(key, []).append((t_draft, t_step))
+    undrafted_points = [
+        calibrate.Undrafted(b, c, sum(p for p, _ in ts) / len(ts), sum(i for _, i in ts) / len(ts))
+        for (b, c), ts in sorted(taxes.items())
+    ]
+    drafted = [
+        {"drafter": m, "batch_size": b, "d": d, "context": c, "draft_ref": ref}
+        | {"t_draft_ms": sum(t for t, _ in ts) / len(ts), "t_step_ms": sum(s for _, s in ts) / len(ts)}
+        for (m, d, b, c, ref), ts in sorted(drafting.items(), key=lambda kv: (*kv[0][:4], kv[0][4] or ""))
+    ]
+    notes = []
+    if not undrafted_points:
+        notes.append(
+            "no run there measured T_idle (the idle pass: baseline=true on summary.json version 12 or later, Model "
+            "Runner V1): an undrafted step is priced as plain decoding's, with no K=0 tax"
+        )
+    if plain_for_idle:
+        notes.append(
+            f"{plain_for_idle} operating point(s) without T_idle: their undrafted steps were taken at plain decoding's "
+            "cost in the T_draft fit"
+        )
+    return CalibrationSteps(undrafted_points, drafted, notes)
+
+
+def fit_beside(
+    fitted: calibrate.Fit, target: ModelShape, steps: CalibrationSteps, weights: str
+) -> tuple[calibrate.Fit, dict[str, Any]]:
+    """The K=0 tax and T_draft fitted beside the three constants (speclens/gpu_model/calibrate.py),
+    in the Fit whose hardware predicts; with the record whatif.json's `calibration` holds: each
+    fitted value, its points' errors fitted and held out, and what was kept where nothing measured it."""
+    record: dict[str, Any] = {"notes": list(steps.notes)}
+    if steps.undrafted:
+        tax = calibrate.fit_tax(steps.undrafted)
+        fitted = replace(fitted, k0_tax_ms=tax.ms, k0_tax_us_per_request=tax.us_per_request)
+        record["k0_tax"] = {
+            "ms": tax.ms,
+            "us_per_request": tax.us_per_request,
+            "form": tax.form,
+            "points": [
+                {**asdict(p), "tax_ms": p.tax_ms, "error": round(e, 4), "held_out_error": nan_none(h)}
+                for p, e, h in calibrate.tax_errors(steps.undrafted, tax)
+            ],
+        }
+    else:
+        record["k0_tax"] = None
+    configs: dict[str, dict[str, Any] | None] = {}
+    by_kind: dict[str, list[calibrate.Drafted]] = {}
+    for raw in steps.drafted:
+        ref = raw["draft_ref"]
+        if ref is not None and ref not in configs:
+            try:
+                configs[ref] = _read_config(ref, "drafter.model")
+            except ConfigError as exc:
+                configs[ref] = None
+                record["notes"].append(f"{raw['drafter']}'s draft {ref} is unreadable ({exc}): its T_draft not fitted")
+        config = None if ref is None else configs[ref]
+        if config is None and needs_draft_config(raw["drafter"]):
+            note = f"{raw['drafter']}'s run names no draft checkpoint: its T_draft not fitted"
+            if ref is None and note not in record["notes"]:
+                record["notes"].append(note)
+            continue
+        shape = drafter_shape(raw["drafter"], target, config)
+        point = calibrate.Drafted(**{k: v for k, v in raw.items() if k != "draft_ref"}, draft=shape)
+        by_kind.setdefault(calibrate.draft_kind(raw["drafter"]), []).append(point)
+    record["t_draft"] = {}
+    for kind in ("draft_pass_overhead_ms", "lookup_us_per_request"):
+        points = by_kind.get(kind, [])
+        if not points:
+            record["t_draft"][kind] = {"fitted": False, "value": getattr(Efficiency(), kind)}
+            continue
+        value = calibrate.fit_draft(target, fitted, points, weights)
+        rows = calibrate.draft_errors(target, fitted, points, weights, everything=value)
+        fitted = replace(fitted, **{kind: value})
+        record["t_draft"][kind] = {
+            "fitted": True,
+            "value": value,
+            "points": [
+                {
+                    **{k: v for k, v in asdict(p).items() if k != "draft"},
+                    "error": round(e, 4),
+                    "held_out_error": nan_none(h),
+                }
+                for p, e, h in rows
+            ],
+        }
+    return fitted, record
+
+
+def nan_none(value: float) -> float | None:
+    return None if math.isnan(value) else round(value, 4)
+
+
+def fitted_beside_line(record: dict[str, Any]) -> str:
+    """What calibrate= fitted beside the three constants, and what it kept, in one line."""
+    parts = []
+    tax = record["k0_tax"]
+    if tax is None:
+        parts.append("K=0 tax not measured (an undrafted step costs a plain one)")
+    else:
+        per_request = f" + {tax['us_per_request']:.4g} us a request" if tax["us_per_request"] else ""
+        measured = sum(p["tax_ms"] for p in tax["points"]) / len(tax["points"])
+        below = f"; measured {measured:+.2f} ms on average, taken as 0" if measured < 0 else ""
+        parts.append(f"K=0 tax {tax['ms']:.4g} ms a step{per_request} ({tax['form']}{below})")
+    for kind, unit in (("draft_pass_overhead_ms", "ms"), ("lookup_us_per_request", "us")):
+        fit = record["t_draft"][kind]
+        if fit["fitted"]:
+            parts.append(f"T_draft: {kind} {fit['value']:.4g} {unit} fitted")
+        else:
+            parts.append(f"T_draft: {kind} {fit['value']:g} {unit} kept (the GPU constant: no such drafter measured)")
+    return "; ".join(parts)
+
+
+def beside_lines(calibration: dict[str, Any]) -> list[str]:
+    """The terminal's lines for the K=0 tax and T_draft fitted beside the three constants."""
+
+    def held(value: float | None) -> str:
+        return "-" if value is None else f"{value:+.1%}"
+
+    lines = [f"fitted beside: {calibration['fitted_beside']}"]
+    for p in (calibration.get("k0_tax") or {}).get("points", []):
+        lines.append(
+            f"  K=0 tax B={p['batch_size']} context {p['context']}: plain {p['t_plain_ms']:.2f} ms, idle "
+            f"{p['t_idle_ms']:.2f} ms ({p['tax_ms']:+.2f} ms); T_idle fit {p['error']:+.1%}, held out {held(p['held_out_error'])}"
+        )
+    for kind, fit in calibration["t_draft"].items():
+        for p in fit.get("points", []):
+            lines.append(
+                f"  T_draft {p['drafter']} B={p['batch_size']} D={p['d']} context {p['context']}: measured "
+                f"{p['t_draft_ms']:.2f} ms of a {p['t_step_ms']:.2f} ms step; off by {p['error']:+.1%} of the step "
+                f"fitted, {held(p['held_out_error'])} held out ({kind})"
+            )
+    return lines
+
+
 def run_point(run_dir: Path, batch_size: int, *settings: str) -> dict[str, Any]:
     """whatif's point for one operating point of a run: the run's target and drafter, its AL, D and
     that B's draft share and context (mean prompt plus half the output, as calibration takes it),
     on the machine `settings` name (`gpu=…` or `calibrate=…`), at the requests that operating point
     held in flight (OperatingPoint.held). What a measured speed is set beside."""
+    (point,) = run_result(run_dir, batch_size, *settings)["points"]
+    return point
+
+
+def run_result(run_dir: Path, batch_size: int, *settings: str) -> dict[str, Any]:
+    """The whole whatif result whose one point run_point gives (its `calibration` record with it)."""
     summary, stamp = read_summary(run_dir), read_stamp(run_dir)
     (op,) = [op for op in summary.operating_points if op.batch_size == batch_size]
     requests = read_parquet(run_dir / REQUESTS_FILE)
@@ -582,8 +801,7 @@ def run_point(run_dir: Path, batch_size: int, *settings: str) -> dict[str, Any]:
     if draft:
         argv.append(f"drafter.model={draft}")
     result, _ = build(argv)
-    (point,) = result["points"]
-    return point
+    return result
 
 
 COST_MODELS = ("roofline", "aiconfigurator")
@@ -622,6 +840,7 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
             raise ConfigError("calibrate= is empty; give the run or sweep dir measured with baseline=true.")
         calibration, measured_target = calibration_points(Path(options["calibrate"]).expanduser())
         calibrated_on = calibration_what(Path(options["calibrate"]).expanduser())
+        beside_steps = calibration_steps(Path(options["calibrate"]).expanduser())
         if "target.model" not in options and source is None and measured_target is not None:
             options["target.model"] = measured_target
     else:
@@ -636,6 +855,7 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
         fitted = calibrate.fit(target, calibration, weights)
         calibrated = calibrate.errors(target, calibration, weights, everything=fitted)
         calibration_warnings = calibrate.implausible(fitted, [h for _, _, h in calibrated])
+        fitted, beside = fit_beside(fitted, target, beside_steps, weights)
         hw = fitted.hardware(weights, ints(options.get("tp", 1), "tp")[0], options.get("expert_weights"))
     check_tp(target, hw.tp)
     draftings = []
@@ -684,13 +904,16 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
                 for p, in_fit, h in calibrated
             ],
             "held_out_bound": calibrate.HELD_OUT_BOUND,
+            # fitted beside the three: the K=0 tax and T_draft, each point's error fitted and held out
+            **beside,
+            "fitted_beside": fitted_beside_line(beside),
             "warnings": calibration_warnings,
             "provenance": calibrated_on,
         },
         "provenance": {
             "source": prov.PREDICTED,
             "acceptance": {drafter: found.what for drafter, found in inputs.items()},
-            "step_costs": step_costs_what(hw, calibrated_on),
+            "step_costs": step_costs_what(hw, calibrated_on, None if fitted is None else fitted_beside_line(beside)),
         },
         "draft_shares": {
             d.drafter: {
@@ -707,8 +930,9 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
         },
         "notes": [f"calibration: {w}" for w in calibration_warnings]
         + calibration_notes(calibrated_on)
+        + ([] if fitted is None else [f"calibration: {n}" for n in beside["notes"]])
         + [note for found in inputs.values() for note in found.notes]
-        + share_notes(draftings, {drafter: found.share for drafter, found in inputs.items()}),
+        + share_notes(draftings, {drafter: found.share for drafter, found in inputs.items()}, hw),
         # the same acceptance as Dynamo's planner and mocker take it (reports/profile.py dynamo_flags)
         "dynamo_flags": {
             drafter: dynamo_flags(conditional_acceptance(found.acceptance.marginal), len(found.acceptance.marginal))
@@ -804,12 +1028,14 @@ def with_best_sources(chosen: list[dict[str, Any]], points: list[dict[str, Any]]
     return out
 
 
-def step_costs_what(hw: Hardware, calibrated_on: dict[str, Any] | None) -> str:
-    """What the step costs the predictions rest on are."""
+def step_costs_what(hw: Hardware, calibrated_on: dict[str, Any] | None, beside: str | None = None) -> str:
+    """What the step costs the predictions rest on are (calibrated: with what was fitted beside
+    the three constants, `beside`)."""
     if calibrated_on is None:
         return f"the step-cost model for {hw.gpu.name}"
     fake = " (runner=fake: a script's step times, not a machine's)" if calibrated_on["fake"] else ""
-    return "fitted to the step costs of " + ", ".join(calibrated_on["runs"]) + fake
+    fitted = "" if beside is None else f" ({beside})"
+    return "fitted to the step costs of " + ", ".join(calibrated_on["runs"]) + fitted + fake
 
 
 def calibration_notes(calibrated_on: dict[str, Any] | None) -> list[str]:
@@ -864,9 +1090,11 @@ def gpu_record(hw: Hardware) -> dict[str, Any]:
     return record
 
 
-def share_notes(draftings: list[Drafting], shares: dict[str, Share]) -> list[str]:
-    """What the predictions assume of each drafter's drafting steps, where a reader needs telling."""
+def share_notes(draftings: list[Drafting], shares: dict[str, Share], hw: Hardware | None = None) -> list[str]:
+    """What the predictions assume of each drafter's drafting steps, where a reader needs telling
+    (with `hw`, the K=0 tax a plain undrafted step pays where it is not 0: calibrate=)."""
     out = []
+    taxed = hw is not None and (hw.eff.k0_tax_ms or hw.eff.k0_tax_us_per_request)
     for drafting in draftings:
         share = shares[drafting.drafter]
         if share.value is None:
@@ -877,6 +1105,8 @@ def share_notes(draftings: list[Drafting], shares: dict[str, Share]) -> list[str
         elif share.value < 1:
             runner = f" on Model Runner {share.model_runner.upper()}" if share.model_runner else ""
             cost = "a full verify" if share.undrafted == "verify" else "a plain step"
+            if taxed and share.undrafted == "plain":
+                cost += " plus the K=0 tax fitted (calibration)"
             out.append(
                 f"{drafting.drafter}: drafts on {share.value:.0%} of target passes{runner}; tokens per step = "
                 f"1 + {share.value:.2f}·(AL − 1), and a step without a draft costs {cost}"
@@ -1060,6 +1290,8 @@ def main(argv: list[str]) -> int:
                 f"  B={p['batch_size']} D={p['d']} context {p['context']}: measured {p['t_ms']:.2f} ms, "
                 f"fit {p['error']:+.1%}, held out {held}"
             )
+        for line in beside_lines(result["calibration"]):
+            print(line)
     print(table(result))
     print(f"predicted; {result['speedup_interval']}")
     for line in result["notes"]:

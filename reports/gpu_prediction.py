@@ -66,11 +66,18 @@ def prediction_rows(runs: list[Run], hw: Hardware) -> tuple[list[list[str]], lis
             continue
         requests = read_parquet(run.path / REQUESTS_FILE)
         runner = summary.numerics.model_runner if summary.numerics else None
+        if not run.provenance.measured:  # a prediction is of the acceptance it is given: say whose
+            notes.append(f"{run.path.name}: predicted from {run.provenance.label()} acceptance, not measured.")
         for op in summary.operating_points:
             mine = requests[requests.batch_size == op.batch_size]
             for al, speedup, group in _groups(summary.al, op, mine):
                 context = mean_context(group.prompt_tokens, group.output_tokens)
                 share = metrics.draft_share(group)
+                if share is None:
+                    notes.append(
+                        f"{run.path.name}: its records do not count the passes that drafted: predicted as if every "
+                        "step drafts (tokens per step = AL), an upper bound for a lookup drafter."
+                    )
                 drafting = Drafting(
                     summary.drafter,
                     {summary.d: al},
@@ -78,10 +85,11 @@ def prediction_rows(runs: list[Run], hw: Hardware) -> tuple[list[list[str]], lis
                     draft_share=1.0 if share is None else share,
                     undrafted=undrafted_step(runner),
                 )
-                p = point(drafting, summary.d, op.batch_size, context, target, hw)
+                # at the requests the pass held in flight (a length pass may hold fewer than B)
+                p = point(drafting, summary.d, op.held, context, target, hw)
                 here = "-" if speedup is None else f"x{speedup:.2f}"
                 rows.append(
-                    [summary.mechanism, str(summary.d), str(op.batch_size), str(context), f"{al:.2f}"]
+                    [summary.mechanism, str(summary.d), str(op.held), str(context), f"{al:.2f}"]
                     + [
                         f"{p['tokens_per_step']:.2f}",
                         here,
@@ -138,7 +146,7 @@ def gpu_section(runs: list[Run], hw: Hardware) -> Section:
             "tokens per step (1 + the share of passes that drafted × (AL − 1)), not AL. The "
             f"{HELD_OUT.describe()}; docs/whatif.md.",
             *_widened(runs, hw),
-            *notes,
+            *dict.fromkeys(notes),  # each once
         ],
         tables=[(HEADER, rows)] if rows else [],
     )

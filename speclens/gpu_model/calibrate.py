@@ -5,16 +5,32 @@ error), and how far each point is then off, both fitted on all points and held o
 
 The fit stands for the machine as `Gpu(hbm_tb_s=bandwidth, bf16_tflops=throughput)` with every
 efficiency 1: what is fitted is what the machine reaches, not its datasheet.
+
+Beside the three constants, two small fits of what the runs measured besides T_verif, each with its
+error on every point and held out (the point left out of that fit only; the three constants stay
+fitted on every T_verif point):
+
+- **the K=0 tax** (`fit_tax`): an undrafted step's cost beyond a plain one, T_idle(B) − T_verif(B)
+  (speclens/costs.py: speculation on, nothing proposed), a constant in ms, or linear in B where
+  three batch sizes or more were measured and the line predicts them held out better; never below
+  0 (Efficiency's fields are costs). The error of a point: (T_verif(B) + the tax) / T_idle(B) − 1;
+- **T_draft** (`fit_draft`): for model drafters the per-pass overhead `draft_pass_overhead_ms`
+  that makes the model's draft cost (speclens/gpu_model/draft_cost.py, on the fitted machine) the
+  measured T_step − T_verif(B·(1+D)); for lookup drafters (n-gram, suffix) `lookup_us_per_request`
+  from T_step − [s·T_verif(B·(1+D)) + (1 − s)·T_idle(B)], s the share of steady steps that drafted.
+  Least squares of the error as a share of the measured step, (model − measured T_draft) / T_step
+  (a lookup's measured cost is small and can be below 0: the share stays defined), at least 0.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from speclens.errors import ConfigError
+from speclens.gpu_model.draft_cost import LOOKUP, draft_ms
 from speclens.gpu_model.gpus import GPUS, Gpu
 from speclens.gpu_model.model_shape import ModelShape
 from speclens.gpu_model.step_cost import TILE_ROWS, Efficiency, Hardware, verify_step
@@ -37,17 +53,85 @@ class Measured:
 
 
 @dataclass(frozen=True)
+class Undrafted:
+    """One measured undrafted step: B requests over `context` cached tokens, plain decoding's
+    T_verif(B) and the idle pass's T_idle(B) (speculation on, nothing proposed)."""
+
+    batch_size: int
+    context: int
+    t_plain_ms: float
+    t_idle_ms: float
+
+    @property
+    def tax_ms(self) -> float:
+        return self.t_idle_ms - self.t_plain_ms
+
+
+@dataclass(frozen=True)
+class Drafted:
+    """One measured T_draft: `drafter` proposing D for B requests over `context` cached tokens,
+    its draft's shape (None: a lookup, MTP's target layer or an EAGLE head without a config), the
+    measured drafting cost and the speculative pass's step it is a share of."""
+
+    drafter: str
+    batch_size: int
+    d: int
+    context: int
+    t_draft_ms: float
+    t_step_ms: float
+    draft: ModelShape | None = None
+
+
+@dataclass(frozen=True)
+class Tax:
+    """The K=0 tax fitted: `ms` per step + `us_per_request` per request in flight."""
+
+    ms: float
+    us_per_request: float = 0.0
+
+    def at(self, batch_size: int) -> float:
+        return self.ms + self.us_per_request * batch_size / 1e3
+
+    @property
+    def form(self) -> str:
+        return "linear in B" if self.us_per_request else "constant"
+
+
+@dataclass(frozen=True)
 class Fit:
     hbm_tb_s: float
     tflops: float
     overhead_ms: float
     tile_rows: int | None = TILE_ROWS  # the attention kernels' tiles the fit found closer (None: none)
+    # fitted beside the three (None: not fitted, the GPU constant of Efficiency kept): T_draft's ...
+    draft_pass_overhead_ms: float | None = None
+    lookup_us_per_request: float | None = None
+    # ... and the K=0 tax an undrafted step pays beyond a plain one (0: none measured)
+    k0_tax_ms: float = 0.0
+    k0_tax_us_per_request: float = 0.0
 
     def hardware(self, weights: str = "bf16", tp: int = 1, expert_weights: str | None = None) -> Hardware:
         gpu = Gpu("measured", self.tflops, self.tflops, self.hbm_tb_s, memory_gb=math.inf, nvlink_gb_s=None)
         # three parameters fitted: a cost per token would be the compute term's to carry, one per
         # MoE layer the fitted overhead's
-        eff = Efficiency(mem=1.0, compute=1.0, overhead_ms=self.overhead_ms, token_us=0.0, moe_layer_us=0.0)
+        drafting = {
+            name: value
+            for name, value in (
+                ("draft_pass_overhead_ms", self.draft_pass_overhead_ms),
+                ("lookup_us_per_request", self.lookup_us_per_request),
+            )
+            if value is not None
+        }
+        eff = Efficiency(
+            mem=1.0,
+            compute=1.0,
+            overhead_ms=self.overhead_ms,
+            token_us=0.0,
+            moe_layer_us=0.0,
+            k0_tax_ms=self.k0_tax_ms,
+            k0_tax_us_per_request=self.k0_tax_us_per_request,
+            **drafting,
+        )
         return Hardware(gpu, tp=tp, weights=weights, eff=eff, tile_rows=self.tile_rows, expert_weights=expert_weights)
 
     def predict(self, shape: ModelShape, point: Measured, weights: str = "bf16") -> float:
@@ -162,4 +246,117 @@ def implausible(fitted: Fit, held_out: list[float]) -> list[str]:
             "predict what it was not given, so its predictions for this machine are not to be bet on; measure more "
             "batch sizes or D, or less noisy steps"
         )
+    return out
+
+
+# -- the K=0 tax ------------------------------------------------------------------------------------
+
+
+def _constant_tax(points: list[Undrafted]) -> Tax:
+    return Tax(max(0.0, sum(p.tax_ms for p in points) / len(points)))
+
+
+def _linear_tax(points: list[Undrafted]) -> Tax:
+    """a + b·B by least squares, neither below 0 (b < 0: the constant; a < 0: through the origin)."""
+    b = np.array([p.batch_size for p in points], dtype=float)
+    t = np.array([p.tax_ms for p in points])
+    slope, intercept = np.polyfit(b, t, 1)
+    if slope <= 0:
+        return _constant_tax(points)
+    if intercept < 0:
+        return Tax(0.0, max(0.0, float((b * t).sum() / (b * b).sum())) * 1e3)
+    return Tax(float(intercept), float(slope) * 1e3)
+
+
+def _tax_error(tax: Tax, p: Undrafted) -> float:
+    """The undrafted step predicted (plain + the tax) against the one measured."""
+    return (p.t_plain_ms + tax.at(p.batch_size)) / p.t_idle_ms - 1
+
+
+def _held_out_tax(points: list[Undrafted], fitter) -> list[float]:
+    return [
+        _tax_error(fitter(points[:i] + points[i + 1 :]), p) if len(points) > 1 else math.nan
+        for i, p in enumerate(points)
+    ]
+
+
+def fit_tax(points: list[Undrafted]) -> Tax:
+    """The K=0 tax in ms: constant, or linear in B where the points hold three batch sizes or more
+    and the line's held-out errors are smaller (median |error|) than the constant's."""
+    if not points:
+        raise ConfigError("calibration: no measured T_idle to fit the K=0 tax on.")
+    constant = _constant_tax(points)
+    if len({p.batch_size for p in points}) < 3:
+        return constant
+    line = _linear_tax(points)
+
+    def median_held_out(fitter) -> float:
+        return float(np.median([abs(e) for e in _held_out_tax(points, fitter)]))
+
+    return line if median_held_out(_linear_tax) < median_held_out(_constant_tax) else constant
+
+
+def tax_errors(points: list[Undrafted], everything: Tax | None = None) -> list[tuple[Undrafted, float, float]]:
+    """Per point: the error of the tax fitted on every point, and held out (the form fitted on
+    every point, constant or line, refitted on the others; NaN where it is the only point)."""
+    everything = everything or fit_tax(points)
+    held = _held_out_tax(points, _linear_tax if everything.us_per_request else _constant_tax)
+    return [(p, _tax_error(everything, p), h) for p, h in zip(points, held)]
+
+
+# -- T_draft ----------------------------------------------------------------------------------------
+
+
+def draft_kind(drafter: str) -> str:
+    """Which constant a drafter's T_draft fits: `lookup_us_per_request` (n-gram, suffix) or
+    `draft_pass_overhead_ms` (every drafter that runs a model)."""
+    return "lookup_us_per_request" if drafter in LOOKUP else "draft_pass_overhead_ms"
+
+
+def _terms(shape: ModelShape, fitted: Fit, p: Drafted, weights: str) -> tuple[float, float]:
+    """The model's T_draft at the point as base + per_unit · x, x the constant its kind fits (the
+    draft cost is linear in both: one overhead per serial pass, one lookup per request)."""
+    field = draft_kind(p.drafter)
+
+    def at(x: float) -> float:
+        hw = replace(fitted, **{field: x}).hardware(weights)
+        return draft_ms(p.drafter, p.d, p.batch_size, p.context, shape, p.draft, hw)
+
+    base = at(0.0)
+    return base, at(1.0) - base
+
+
+def fit_draft(shape: ModelShape, fitted: Fit, points: list[Drafted], weights: str = "bf16") -> float:
+    """The constant of the points' kind (all one kind) that brings the model's T_draft on the
+    fitted machine closest to the measured one: least squares of (model − measured) / T_step,
+    at least 0."""
+    if not points:
+        raise ConfigError("calibration: no measured T_draft to fit on.")
+    if len({draft_kind(p.drafter) for p in points}) > 1:
+        raise ConfigError("calibration: a T_draft fit takes drafters of one kind (lookup or model).")
+    num = den = 0.0
+    for p in points:
+        base, per_unit = _terms(shape, fitted, p, weights)
+        num += per_unit * (p.t_draft_ms - base) / p.t_step_ms**2
+        den += per_unit**2 / p.t_step_ms**2
+    return max(0.0, num / den) if den > 0 else 0.0
+
+
+def _draft_error(shape: ModelShape, fitted: Fit, value: float, p: Drafted, weights: str) -> float:
+    """(model − measured T_draft) / measured T_step: the step's share the drafting is off by."""
+    base, per_unit = _terms(shape, fitted, p, weights)
+    return (base + per_unit * value - p.t_draft_ms) / p.t_step_ms
+
+
+def draft_errors(
+    shape: ModelShape, fitted: Fit, points: list[Drafted], weights: str = "bf16", everything: float | None = None
+) -> list[tuple[Drafted, float, float]]:
+    """Per point: the error of the constant fitted on every point, and of the one fitted without it
+    (NaN where it is the only point); each as a share of the measured step."""
+    everything = fit_draft(shape, fitted, points, weights) if everything is None else everything
+    out = []
+    for i, p in enumerate(points):
+        rest = points[:i] + points[i + 1 :]
+        held = _draft_error(shape, fitted, fit_draft(shape, fitted, rest, weights), p, weights) if rest else math.nan
+        out.append((p, _draft_error(shape, fitted, everything, p, weights), held))
     return out

@@ -61,6 +61,11 @@ class Efficiency:
     draft_pass_overhead_ms: float = 0.44  # per serial pass of a drafter
     lookup_us_per_request: float = 10.0  # n-gram / suffix lookup on the host, per request and step
     moe_layer_us: float = 20.0  # per MoE layer and forward: routing, permutation, grouped-GEMM launch
+    # The K=0 tax: what a step that drafts nothing costs beyond a plain one with speculation on
+    # (Model Runner V1), per step and per request. 0 on a GPU of the table (never measured there);
+    # `calibrate=` fits it to the machine's T_idle (speclens/gpu_model/calibrate.py fit_tax).
+    k0_tax_ms: float = 0.0
+    k0_tax_us_per_request: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -9,7 +9,9 @@ measured D this is the run's tokens per step: a lookup drafter on Model Runner V
 where it finds no match; model drafters and V2, which always proposes D, draft on every decode
 step; given acceptance without a share: 1). A drafted step costs
 T_verif(B·(1+D)) + T_draft(B, D); a step that drafts nothing costs a plain step T_verif(B) on V1
-(`undrafted="plain"`) or a full verify on V2 (`undrafted="verify"`: its D padded proposals are
+(`undrafted="plain"`), with the K=0 tax where `calibrate=` measured it (Efficiency.k0_tax_ms,
+k0_tax_us_per_request: speculation switched on costs a step that drafts nothing; 0 on a GPU of the
+table), or a full verify on V2 (`undrafted="verify"`: its D padded proposals are
 verified and rejected), plus the lookup, which runs every step. So where the verify costs at
 least a plain step, no speedup exceeds its tokens per step. The share is taken as the same at
 every D (whether a lookup finds a match does not depend on how far it drafts). `best` takes, per B and context length, the fastest (drafter, D) with plain
@@ -105,6 +107,11 @@ class Drafting:
         return self.share_by_length[length]
 
 
+def k0_tax_ms(hw: Hardware, batch: int) -> float:
+    """What a V1 step that drafts nothing costs beyond a plain step (Efficiency's k0_tax fields)."""
+    return hw.eff.k0_tax_ms + hw.eff.k0_tax_us_per_request * batch / 1e3
+
+
 def point(drafting: Drafting, d: int, batch: int, context: int, target: ModelShape, hw: Hardware) -> dict[str, Any]:
     plain = verify_step(target, batch, 0, context, hw.plain_against(drafting.drafter) if d else hw)
     verify = verify_step(target, batch, d, context, hw)
@@ -112,9 +119,13 @@ def point(drafting: Drafting, d: int, batch: int, context: int, target: ModelSha
     al = drafting.al(d, context)
     share = drafting.share(context) if d else 1.0
     tokens_per_step = 1.0 + share * (al - 1.0)
-    # a step that drafts nothing is still a speculating engine's step (overlapped as its drafter's are)
-    undrafted = verify_step(target, batch, 0, context, hw) if drafting.undrafted == "plain" else verify
-    undrafted_ms = undrafted.total_ms + drafting_ms
+    # a step that drafts nothing is still a speculating engine's step (overlapped as its drafter's
+    # are): on V1 a plain step with the K=0 tax (0 unless calibrate= measured it), on V2 a full verify
+    if drafting.undrafted == "plain":
+        undrafted_ms = verify_step(target, batch, 0, context, hw).total_ms + k0_tax_ms(hw, batch)
+    else:
+        undrafted_ms = verify.total_ms
+    undrafted_ms += drafting_ms
     step = share * (verify.total_ms + drafting_ms) + (1.0 - share) * undrafted_ms
     bound = "draft" if drafting_ms > max(verify.parts().values()) else verify.bound()
     memory = memory_needed_gb(target, batch, context, d, hw)

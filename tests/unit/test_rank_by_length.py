@@ -121,8 +121,10 @@ def test_the_best_d_differs_by_length_where_each_lengths_own_figures_say_so(tmp_
     assert "## By context length" in markdown and "### length 1k, batch size 1" in markdown
 
     # the report's prediction for another GPU: a row per length, each from that length's own AL
-    rows, _ = prediction_rows(find_runs(root / "d=3"), Hardware(gpu_named("h200_sxm", {})))
+    rows, notes = prediction_rows(find_runs(root / "d=3"), Hardware(gpu_named("h200_sxm", {})))
     assert [(r[2], r[4]) for r in rows] == [("1", "4.00"), ("1", "2.00"), ("2", "4.00"), ("2", "2.00")]
+    # predicted from the fake engine's acceptance: said so
+    assert notes == ["d=3: predicted from fake (scripted engine, runner=fake) acceptance, not measured."]
     assert 300 < int(rows[0][3]) < 1000 < int(rows[1][3])  # each length's mean context
 
     # the (B, context) -> D table survives the sweep's gathering of its jobs' profiles
