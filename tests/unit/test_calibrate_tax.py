@@ -23,6 +23,7 @@ from speclens.gpu_model.draft_cost import draft_ms, head_shape
 from speclens.gpu_model.model_shape import shape_of
 from speclens.gpu_model.step_cost import Efficiency
 from tests.unit.conftest import compose_run, fake_overrides
+from tests.unit.test_k0_tax import as_version_11
 
 PROMPTS = [
     {"question_id": f"c{i}", "category": "coding", "turns": [f"write function number {i} " * (i + 1)]} for i in range(4)
@@ -146,15 +147,7 @@ def test_a_lookup_drafters_cost_is_its_step_less_the_verify_and_idle_steps_in_th
 
 def test_runs_before_schema_12_price_an_undrafted_step_as_plain_decoding_and_say_so(tmp_path, capsys):
     sweep = measure(tmp_path)
-    summary = sweep / "ngram" / "summary.json"
-    raw = json.loads(summary.read_text())
-    raw["schema_version"] = 11
-    for point in raw["operating_points"]:
-        for key in ("t_idle", "k0_tax", "k0_tax_range"):
-            del point[key]
-        for key in ("k0_tax", "k0_tax_share"):
-            del point["speedup_account"][key]
-    summary.write_text(json.dumps(raw))
+    as_version_11(sweep / "ngram" / "summary.json")
     steps = calibration_steps(sweep)
     assert steps.undrafted == []
     # the undrafted steps taken at plain decoding's cost: 8/3 ms at B = 1, 16/3 at B = 2

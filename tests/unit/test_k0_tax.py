@@ -121,16 +121,21 @@ def test_model_runner_v2_runs_no_idle_pass_and_says_why(tmp_path, monkeypatch):
     assert idle_spec(3, "v2") is None and idle_spec(3, "v1")["num_speculative_tokens"] == 3
 
 
-def test_a_version_11_summary_reads_with_no_k0_tax(tmp_path):
-    _, out = measure(tmp_path, "baseline=true")
-    raw = json.loads((out / "summary.json").read_text())
+def as_version_11(path: Path) -> None:
+    """A summary.json rewritten as schema 11 wrote it: no idle pass's figures."""
+    raw = json.loads(path.read_text())
     raw["schema_version"] = 11
     for point in raw["operating_points"]:
         for key in ("t_idle", "k0_tax", "k0_tax_range"):
             del point[key]
         for key in ("k0_tax", "k0_tax_share"):
             del point["speedup_account"][key]
-    (out / "summary.json").write_text(json.dumps(raw))
+    path.write_text(json.dumps(raw))
+
+
+def test_a_version_11_summary_reads_with_no_k0_tax(tmp_path):
+    _, out = measure(tmp_path, "baseline=true")
+    as_version_11(out / "summary.json")
     summary = read_summary(out)
     assert summary.schema_version == 12
     for point in summary.operating_points:
