@@ -108,7 +108,7 @@ def run_stamp(plan: RunPlan, runner: str, origin: RunOrigin) -> dict[str, Any]:
         # How speclens built the draft checkpoint, when it did (speclens_drafter.json).
         "draft_build": read_drafter_facts(plan.draft_dir) if plan.draft_dir else None,
         # The checkpoints' weight quantization (speclens/model_facts.py; null: unquantized): a
-        # setting of the run (reports/runs.py SETTING_KEYS).
+        # setting of the run (speclens/provenance.py SETTING_KEYS).
         "quantization": {"target": plan.target.quantization, "draft": plan.draft.quantization if plan.draft else None},
         "git_sha": origin.git_sha,
         # The command line's overrides, which a suggested re-run command repeats.

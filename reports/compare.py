@@ -165,7 +165,7 @@ def _check_same_prompts(base: Run, cand: Run, base_requests: pd.DataFrame, cand_
 def _check_same_setting(base: Run, cand: Run) -> None:
     """The same drafter settings and batch sizes on both sides. The target may differ, and so may
     the draft checkpoint (a retrained or quantized draft: compare() names it) and the settings of
-    reports/runs.py SETTING_KEYS (drafter.sample_method, drafter.parallel_drafting)."""
+    speclens/provenance.py SETTING_KEYS (drafter.sample_method, drafter.parallel_drafting)."""
 
     def kept(run: Run, key: str) -> Any:
         value = run.get(key)

@@ -1,5 +1,5 @@
 """Settings, paired: each run measured under a changed setting (an FP8 KV cache, block
-verification, a quantized draft: reports/runs.py SETTING_KEYS) beside the run of the same drafter,
+verification, a quantized draft: speclens/provenance.py SETTING_KEYS) beside the run of the same drafter,
 D, temperature and chat template under the defaults, on the same prompts. AL on both sides with the
 paired difference and its 95% CI (reports.compare's), tokens per target step and per-position
 acceptance on both sides, and how far plain decoding under the setting parts from plain decoding

@@ -34,7 +34,7 @@ SOURCES = (MEASURED, SYNTHETIC, FAKE, REPLAYED, ESTIMATED, DERIVED, PREDICTED)
 VLLM_RUNNERS = ("vllm", "server")
 
 # What must agree for two figures to be paired or one chosen over another, in the order a label
-# names them. `setting` is the settings axis (reports/runs.py SETTING_KEYS) and is compared by
+# names them. `setting` is the settings axis (SETTING_KEYS below) and is compared by
 # the reader that studies it.
 IDENTITY_FIELDS = ("source", "runner", "dtype", "model_runner", "setting")
 # How a label names each field: as the command line names the key where there is one.
