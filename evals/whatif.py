@@ -82,7 +82,12 @@ from speclens.gpu_model.engines import DEFAULT_ENGINE, engine_named
 from speclens.gpu_model.gpu_guidelines import at_length
 from speclens.gpu_model.gpus import GPUS, gpu_named
 from speclens.gpu_model.measured_ops import AiconfiguratorOps
-from speclens.gpu_model.model_error import HELD_OUT, interval_for
+from speclens.gpu_model.model_error import (
+    HELD_OUT,
+    TOKENS_PER_S_DERIVED_ON,
+    interval_for,
+    tokens_per_s_interval,
+)
 from speclens.gpu_model.model_shape import ModelShape, shape_of
 from speclens.gpu_model.step_cost import Efficiency, Hardware, check_tp, expert_format, measurable
 from speclens.gpu_model.whatif import (
@@ -962,6 +967,13 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
         if isinstance(wanted, bool) or not isinstance(wanted, (int, float)) or wanted <= 0:
             raise ConfigError(f"slo.tokens_per_s_per_user={wanted}: a number of tokens/s above 0.")
         chosen = serve_at_slo(points, hw.tp, context_lens[0], float(wanted))
+        if chosen is not None:  # predicted absolute rates, with the range published figures put on them
+            chosen = chosen | {
+                "source": prov.PREDICTED,
+                "output_tokens_per_s_interval": tokens_per_s_interval(chosen["output_tokens_per_s"]),
+                "tokens_per_s_per_request_interval": tokens_per_s_interval(chosen["tokens_per_s_per_request"]),
+                "interval_derived_on": TOKENS_PER_S_DERIVED_ON,
+            }
         result["slo"] = {"tokens_per_s_per_user": wanted, "context_len": context_lens[0], "serve": chosen}
     if "out" in options:
         out = output_path(options["out"], "out")
@@ -1242,10 +1254,18 @@ def slo_line(result: dict[str, Any]) -> str | None:
     if serve is None:
         return f"no setting gives {wanted:g} tokens/s per user at context {context} on {result['gpu']['name']}"
     what = "plain decoding" if serve["mechanism"] == "plain" else f"{serve['mechanism']} d={serve['d']}"
-    return (
-        f"serve {what} up to B={serve['batch_size']}: {serve['output_tokens_per_s']:,.0f} tokens/s per GPU, "
-        f"{serve['tokens_per_s_per_request']:.0f} tokens/s per user (>= {wanted:g}) at context {context}"
+    gpu_low, gpu_high = serve.get("output_tokens_per_s_interval") or (None, None)
+    user_low, user_high = serve.get("tokens_per_s_per_request_interval") or (None, None)
+    line = (
+        f"serve {what} up to B={serve['batch_size']}: {serve['output_tokens_per_s']:,.0f} tokens/s per GPU"
+        + ("" if gpu_low is None else f" [{gpu_low:,.0f}, {gpu_high:,.0f}]")
+        + f", {serve['tokens_per_s_per_request']:.0f} tokens/s per user"
+        + ("" if user_low is None else f" [{user_low:.0f}, {user_high:.0f}]")
+        + f" (>= {wanted:g}) at context {context}, predicted"
     )
+    if user_low is not None and user_low < wanted:
+        line += f"; its 80 % range reaches below {wanted:g} tokens/s per user: measure before relying on it"
+    return line
 
 
 @guarded

@@ -165,3 +165,13 @@ def test_the_benchmark_prints_the_held_out_figures_first(capsys, monkeypatch):
         first = out.splitlines()[0]
         assert first.startswith("held out by source (27 cases, 4 sources") and "covers 22 of 27" in first
         assert out.count("\n") > 27 and "in-sample beside" in out
+
+
+def test_the_tokens_per_s_bound_whatif_uses_is_the_one_the_published_figures_give():
+    """evals.whatif's range on predicted absolute rates (model_error.TOKENS_PER_S_BOUND) is the 80th
+    percentile of the published cases' |errors| the benchmark computes: they cannot drift apart."""
+    from speclens.gpu_model.model_error import TOKENS_PER_S_BOUND
+
+    data = pst.load()
+    errors = {c["id"]: pst.case_error(c, data["models"]) for c in data["cases"]}
+    assert pst.pooled_bound(data["cases"], errors) == pytest.approx(TOKENS_PER_S_BOUND, abs=5e-4)

@@ -488,6 +488,14 @@ def test_whatif_answers_the_slo_in_one_line_and_draws_its_page(tmp_path, capsys)
     serve = result["slo"]["serve"]
     what = "plain decoding" if serve["mechanism"] == "plain" else f"eagle3 d={serve['d']}"
     assert f"serve {what} up to B={serve['batch_size']}: " in out and serve["tokens_per_s_per_request"] >= 100
+    # predicted absolute rates carry the range published figures put on them (issue 58)
+    per_gpu, per_user = serve["output_tokens_per_s"], serve["tokens_per_s_per_request"]
+    assert serve["source"] == "predicted"
+    assert serve["output_tokens_per_s_interval"] == pytest.approx([per_gpu / 1.324, per_gpu / 0.676])
+    assert serve["tokens_per_s_per_request_interval"] == pytest.approx([per_user / 1.324, per_user / 0.676])
+    low, high = serve["tokens_per_s_per_request_interval"]
+    assert f"{per_user:.0f} tokens/s per user [{low:.0f}, {high:.0f}] (>= 100) at context" in out
+    assert ("its 80 % range reaches below 100 tokens/s per user" in out) == (low < 100)
     page = (tmp_path / "whatif.html").read_text()
     assert '"speedup-eagle3-4096"' in page and '"pareto-eagle3-4096"' in page
     # every context length asked for is charted, not the first alone
