@@ -25,12 +25,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from speclens.errors import ConfigError  # noqa: E402
+from speclens.gpu_model.engines import ALL_DRAFTERS, ENGINES  # noqa: E402
 from speclens.gpu_model.measured_ops import AiconfiguratorOps  # noqa: E402
 from speclens.gpu_model.model_error import (  # noqa: E402
+    ENGINE_TERMS,
     FITTED,
     GRID,
     HELD_OUT,
+    case_engine,
     case_error,
+    engine_term_scores,
     fit,
     folds,
     held_out,
@@ -40,11 +44,6 @@ from speclens.gpu_model.model_error import (  # noqa: E402
 from speclens.gpu_model.step_cost import Efficiency  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "published_speedups.json"
-
-
-def engine_of(case: dict) -> str:
-    engine = case["engine"].lower()
-    return "trtllm" if "tensorrt" in engine else "sglang" if "sglang" in engine else "vllm"
 
 
 def medians(cases: list[dict], errors: dict[str, float]) -> str:
@@ -103,6 +102,23 @@ def print_held_out(cases: list[dict], models: dict, errors: dict[str, float]) ->
         )
 
 
+def print_engine_terms(cases: list[dict], models: dict) -> None:
+    """Each engine's term scored on its own published cases: supported, or assumed (widened, marked)."""
+    scores = engine_term_scores(cases, models)
+    print("engine terms on their own published cases (held out by source, fold constants):")
+    for score in scores.values():
+        verdict = "scored" if score.supports else "assumed: widened and marked * in every prediction"
+        print(f"  engine={score.engine} {score.drafter}: {score.describe()} -> {verdict}")
+    unscored = [
+        f"{engine.name}: {', '.join(d for d in sorted(ALL_DRAFTERS) if engine.moves(d) and (engine.name, d) not in scores)}"
+        for engine in ENGINES.values()
+        if any(engine.moves(d) and (engine.name, d) not in scores for d in ALL_DRAFTERS)
+    ]
+    print(f"  no published case scores the rest ({'; '.join(unscored)}): assumed, widened and marked *")
+    if scores != ENGINE_TERMS:
+        print(f"  speclens/gpu_model/model_error.py ENGINE_TERMS is stale: these cases give {scores}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
@@ -117,6 +133,7 @@ def main() -> int:
     cases, models = data["cases"], data["models"]
     held = leave_one_source_out(cases, models)
     print_held_out(cases, models, held)
+    print_engine_terms(cases, models)
     roofline: dict[str, float] = {}
     measured: dict[str, float] = {}
     tables: dict[tuple[str, str], AiconfiguratorOps | None] = {}  # None: no tables for that pair
@@ -128,7 +145,7 @@ def main() -> int:
         roofline[case["id"]] = case_error(case, models)
         shown = "-"
         if use_tables:
-            key = (case["gpu"], engine_of(case))
+            key = (case["gpu"], case_engine(case))
             if key not in tables:
                 try:
                     tables[key] = AiconfiguratorOps(*key)
@@ -141,7 +158,7 @@ def main() -> int:
                 measured[case["id"]] = case_error(case, models, ops=tables[key])
                 shown = f"{measured[case['id']]:+.1%}"
         print(
-            f"{case['id']:32} {engine_of(case):7} {case['batch_size']:>3} {case['d']:>2} "
+            f"{case['id']:32} {case_engine(case):7} {case['batch_size']:>3} {case['d']:>2} "
             f"x{case['speedup']:>8.2f} {held[case['id']]:>+9.1%} {roofline[case['id']]:>+9.1%} {shown:>8}"
         )
     print(f"median |error|, in-sample, roofline: {medians(cases, roofline)}")

@@ -569,6 +569,27 @@ def waterfall_chart(key: str, title: str, factors: dict[str, float], measured: f
     return Chart(key, title, {"data": [trace], "layout": layout})
 
 
+# Predicted operating points carry their 80 % ranges in these columns (reports/whatif_page.py
+# operating_frame); measured ones do not, and are drawn without bars.
+RANGE_COLUMNS = {
+    "tokens_per_s_per_request_low",
+    "tokens_per_s_per_request_high",
+    "output_tokens_per_s_low",
+    "output_tokens_per_s_high",
+}
+
+
+def range_bars(group: pd.DataFrame) -> dict[str, Any]:
+    """Asymmetric error bars on both axes from the range columns."""
+
+    def bars(column: str) -> dict[str, Any]:
+        value = group[column]
+        high, low = group[f"{column}_high"] - value, value - group[f"{column}_low"]
+        return {"type": "data", "symmetric": False, "array": list(high), "arrayminus": list(low), "thickness": 1}
+
+    return {"error_x": bars("tokens_per_s_per_request"), "error_y": bars("output_tokens_per_s")}
+
+
 def pareto_chart(points: pd.DataFrame, front: pd.DataFrame) -> Chart | Missing:
     """Throughput against interactivity across every run, one series per mechanism, the Pareto
     front dashed and its points labelled by batch size (and D); every point says its own on hover
@@ -583,22 +604,30 @@ def pareto_chart(points: pd.DataFrame, front: pd.DataFrame) -> Chart | Missing:
         group = group.sort_values(["d", "batch_size"], na_position="first")
         labels = [f"B={r.batch_size}" + ("" if pd.isna(r.d) else f" d={int(r.d)}") for r in group.itertuples()]
         on_front = group.index.isin(front.index)
-        traces.append(
-            {
-                "type": "scatter",
-                "mode": "markers+text",
-                "name": mechanism,
-                "x": list(group.tokens_per_s_per_request),
-                "y": list(group.output_tokens_per_s),
-                "text": [label if shown else "" for label, shown in zip(labels, on_front)],
-                "textposition": "top right",
-                "customdata": [
-                    f"{label}: {x:.1f} tokens/s per request, {y:.1f} tokens/s in all"
-                    for label, x, y in zip(labels, group.tokens_per_s_per_request, group.output_tokens_per_s)
-                ],
-                "hovertemplate": hover_template(),
-            }
-        )
+        hover = [
+            f"{label}: {x:.1f} tokens/s per request, {y:.1f} tokens/s in all"
+            for label, x, y in zip(labels, group.tokens_per_s_per_request, group.output_tokens_per_s)
+        ]
+        trace = {
+            "type": "scatter",
+            "mode": "markers+text",
+            "name": mechanism,
+            "x": list(group.tokens_per_s_per_request),
+            "y": list(group.output_tokens_per_s),
+            "text": [label if shown else "" for label, shown in zip(labels, on_front)],
+            "textposition": "top right",
+            "customdata": hover,
+            "hovertemplate": hover_template(),
+        }
+        if RANGE_COLUMNS <= set(group.columns):
+            trace |= range_bars(group)
+            trace["customdata"] = [
+                f"{h}; 80% range per request [{r.tokens_per_s_per_request_low:.1f}, "
+                f"{r.tokens_per_s_per_request_high:.1f}], in all [{r.output_tokens_per_s_low:.1f}, "
+                f"{r.output_tokens_per_s_high:.1f}]"
+                for h, r in zip(hover, group.itertuples())
+            ]
+        traces.append(trace)
     if len(front) > 1:
         traces.append(
             {

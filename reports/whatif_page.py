@@ -17,7 +17,7 @@ from reports.charts import Chart, base_layout, coloured, hover_template, pareto_
 from reports.page import Section, render_page
 from reports.ranking import pareto_front
 from speclens import provenance as prov
-from speclens.gpu_model.model_error import HELD_OUT
+from speclens.gpu_model.model_error import HELD_OUT, TOKENS_PER_S_BOUND, TOKENS_PER_S_DERIVED_ON
 from speclens.gpu_model.whatif import best_label, operating_rows
 from speclens.provenance import mark
 
@@ -155,6 +155,61 @@ def dynamo_lines(result: dict[str, Any]) -> list[str]:
     ]
 
 
+def held_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1%}"
+
+
+def calibration_section(calibration: dict[str, Any]) -> Section:
+    """What `calibrate=` fitted on this machine's runs: the step fit, the K=0 tax and T_draft, each
+    point's error fitted and held out (whatif.json's `calibration`)."""
+    fitted = calibration["fit"]
+    fake = mark(prov.FAKE) if (calibration.get("provenance") or {}).get("fake") else ""
+    steps = [
+        [str(p["batch_size"]), str(p["d"]), str(p["context"]), f"{p['t_ms']:.2f}", f"{p['error']:+.1%}"]
+        + [held_text(p["held_out_error"])]
+        for p in calibration["points"]
+    ]
+    tables = [(["B", "D", "context", "measured step (ms)", "fit error", "held out"], steps)]
+    tax = calibration.get("k0_tax") or {}
+    if tax.get("points"):
+        rows = [
+            [str(p["batch_size"]), str(p["context"]), f"{p['t_plain_ms']:.2f}", f"{p['t_idle_ms']:.2f}"]
+            + [f"{p['tax_ms']:+.2f}", f"{p['error']:+.1%}", held_text(p["held_out_error"])]
+            for p in tax["points"]
+        ]
+        tables.append((["B", "context", "plain (ms)", "idle (ms)", "K=0 tax (ms)", "T_idle fit", "held out"], rows))
+    drafted = [
+        [kind, p["drafter"], str(p["batch_size"]), str(p["d"]), str(p["context"]), f"{p['t_draft_ms']:.2f}"]
+        + [f"{p['t_step_ms']:.2f}", f"{p['error']:+.1%}", held_text(p["held_out_error"])]
+        for kind, fit in calibration["t_draft"].items()
+        for p in fit.get("points", [])
+    ]
+    if drafted:
+        header = ["T_draft", "drafter", "B", "D", "context", "measured T_draft (ms)", "step (ms)", "fit error"]
+        tables.append((header + ["held out"], drafted))
+    return Section(
+        f"Calibrated on {calibration['source']}{fake}",
+        text=[
+            f"Step fit: {fitted['hbm_tb_s'] * 1e3:.1f} GB/s, {fitted['tflops']:.3f} TFLOPS, "
+            f"{fitted['overhead_ms']:.2f} ms a pass. Fitted beside: {calibration['fitted_beside']}. Errors are "
+            "of the step time (T_draft's: of the speculative step it is a share of); held out: that point's "
+            "own fit left it out."
+        ],
+        tables=tables,
+    )
+
+
+def operating_frame(points: list[dict[str, Any]], tp: int) -> pd.DataFrame:
+    """The predicted operating points with the 80 % range published absolute rates put on each
+    (speclens/gpu_model/model_error.py TOKENS_PER_S_BOUND): a measured rate within
+    [predicted / (1 + bound), predicted / (1 - bound)]."""
+    frame = pd.DataFrame(operating_rows(points, tp))
+    for column in ("tokens_per_s_per_request", "output_tokens_per_s"):
+        frame[f"{column}_low"] = frame[column] / (1 + TOKENS_PER_S_BOUND)
+        frame[f"{column}_high"] = frame[column] / (1 - TOKENS_PER_S_BOUND)
+    return frame
+
+
 def write_page(result: dict[str, Any], out: Path, slo_line: str | None = None) -> Path:
     points = result["points"]
     contexts = sorted({p["context_len"] for p in points})
@@ -190,7 +245,7 @@ def write_page(result: dict[str, Any], out: Path, slo_line: str | None = None) -
             )
         ],
     )
-    operating = pd.DataFrame(operating_rows(points, result["tp"]))
+    operating = operating_frame(points, result["tp"])
     fronts = []
     for context in contexts:  # one chart per measured or asked context length, not the first alone
         rows = operating[operating.context_len == context]
@@ -207,9 +262,19 @@ def write_page(result: dict[str, Any], out: Path, slo_line: str | None = None) -
             fronts.append(chart)
     sections = [
         answer,
+        *([calibration_section(result["calibration"])] if result.get("calibration") else []),
         *([length_section(result["by_length"])] if by_length else []),
         Section("Predicted speedup vs B", charts=[speedup_chart(points, d, c) for c in contexts for d in drafters]),
-        Section("Throughput vs interactivity", charts=fronts),
+        Section(
+            "Throughput vs interactivity",
+            text=[
+                "Every point predicted; its bars are the 80% range of a predicted absolute rate, "
+                f"where a measured rate lies if the prediction is within ±{TOKENS_PER_S_BOUND:.1%} of it, as scored held out on "
+                f"{TOKENS_PER_S_DERIVED_ON} "
+                "(benchmarks/published_step_times.py)."
+            ],
+            charts=fronts,
+        ),
     ]
     path = out / WHATIF_PAGE
     path.write_text(

@@ -6,9 +6,10 @@ docs/whatif.md ("Engines").
 
 The step-cost model's fixed overheads (speclens/gpu_model/step_cost.py Efficiency: the per-pass one
 from a fit of vLLM's step time, the per-draft-pass one fitted on published speedups) describe steps
-measured with plain and speculative steps alike overlapped or alike not. No published case was
-scored with an engine term, so a prediction that it moves carries a widened interval
-(speclens/gpu_model/model_error.py unscored_because).
+measured with plain and speculative steps alike overlapped or alike not. Each term is scored on
+its own engine's published cases (speclens/gpu_model/model_error.py ENGINE_TERMS): one that makes
+them worse or that no case scores is assumed, and a prediction it moves carries a widened interval
+(unscored_because).
 What an engine changes is the difference: where it overlaps plain decoding but not a drafter's
 steps (SGLang's EAGLE before its spec v2 worker, vLLM's n-gram today), the plain step it is
 compared against hides `hidden_overhead_ms` that the drafter's steps pay, and the speedup shrinks;
@@ -42,6 +43,11 @@ class Engine:
         """The overhead a plain step hides that this drafter's steps pay: overlap scheduling's
         where plain decoding overlaps and the drafter's steps do not, else none."""
         return self.hidden_overhead_ms if self.overlap_plain and drafter not in self.overlap_drafters else 0.0
+
+    def moves(self, drafter: str) -> bool:
+        """Whether this engine's term changes a prediction for `drafter` (the published cases are
+        scored without it)."""
+        return bool(self.plain_advantage_ms(drafter)) or drafter in self.in_graph_drafters
 
     def plain_efficiency(self, eff: Eff, drafter: str) -> Eff:
         """The efficiencies of the plain step a drafter's steps are compared against."""

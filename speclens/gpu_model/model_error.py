@@ -49,6 +49,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from speclens.gpu_model.draft_cost import drafter_shape
+from speclens.gpu_model.engines import ENGINES, Engine
 from speclens.gpu_model.gpus import gpu_named
 from speclens.gpu_model.model_shape import shape_of
 from speclens.gpu_model.step_cost import Efficiency, Hardware
@@ -124,6 +125,42 @@ HELD_OUT = HeldOut(
 )
 
 
+@dataclass(frozen=True)
+class TermScore:
+    """An engine's term for one drafter scored on that engine's own published cases of it, held
+    out by source: the median |error| without the term (as every case is scored) and with it."""
+
+    engine: str
+    drafter: str
+    cases: int
+    sources: int
+    without: float
+    with_term: float
+
+    @property
+    def supports(self) -> bool:
+        return self.with_term < self.without
+
+    def describe(self) -> str:
+        verdict = "better" if self.supports else "worse"
+        return (
+            f"on its {self.cases} published {self.drafter} case{'s' if self.cases > 1 else ''} "
+            f"({self.sources} source{'s' if self.sources > 1 else ''}) it moves the held-out median |error| "
+            f"{self.without:.1%} -> {self.with_term:.1%}, {verdict}"
+        )
+
+
+# Each engine's term scored on its own published cases (engine_term_scores; `python
+# benchmarks/published_speedups.py` prints them, tests/unit/test_engine_terms.py recomputes them).
+# A term that makes its own cases worse, or that no published case scores (vLLM's and SGLang's
+# move only drafters no case of theirs ran), is "assumed": its predictions are widened and marked.
+ENGINE_TERMS: dict[tuple[str, str], TermScore] = {
+    ("trtllm", "eagle3"): TermScore("trtllm", "eagle3", cases=2, sources=1, without=0.088, with_term=0.285),
+    ("trtllm", "mtp"): TermScore("trtllm", "mtp", cases=5, sources=1, without=0.218, with_term=0.007),
+    ("trtllm", "ngram"): TermScore("trtllm", "ngram", cases=3, sources=1, without=0.274, with_term=0.398),
+}
+
+
 def unscored_because(hw: Hardware, drafter: str) -> str | None:
     """Why a prediction on `hw` for `drafter` is not made the way the published cases were scored
     (default constants, the roofline, no engine term); None where it is."""
@@ -135,8 +172,12 @@ def unscored_because(hw: Hardware, drafter: str) -> str | None:
         changed = [f.name for f in fields(Efficiency) if getattr(hw.eff, f.name) != getattr(Efficiency(), f.name)]
         return f"eff.{', eff.'.join(changed)}= set: the scored constants changed"
     engine = hw.engine
-    if engine is not None and (engine.plain_advantage_ms(drafter) or drafter in engine.in_graph_drafters):
-        return f"engine={engine.name}: its term moves {drafter}'s steps, which no published case was scored with"
+    if engine is not None and engine.moves(drafter):
+        score = ENGINE_TERMS.get((engine.name, drafter))
+        if score is None:
+            return f"engine={engine.name}: its term moves {drafter}'s steps and is assumed (no published {drafter} case on {engine.name} scores it)"
+        if not score.supports:
+            return f"engine={engine.name}: its term moves {drafter}'s steps and is assumed ({score.describe()})"
     return None
 
 
@@ -152,9 +193,12 @@ def interval_for(speedup: float, tokens_per_step: float, hw: Hardware, drafter: 
     return [round(low, 4), round(high, 4)], basis
 
 
-def case_point(case: dict[str, Any], models: dict[str, Any], eff: Efficiency | None = None, ops=None) -> dict:
+def case_point(
+    case: dict[str, Any], models: dict[str, Any], eff: Efficiency | None = None, ops=None, engine: Engine | None = None
+) -> dict:
     """One published case predicted with these efficiencies (default: the model's) and, where
-    given, measured GEMM and all-reduce tables (speclens/gpu_model/measured_ops.py)."""
+    given, measured GEMM and all-reduce tables (speclens/gpu_model/measured_ops.py) and an
+    engine's term (speclens/gpu_model/engines.py; None: none, as the cases are scored)."""
     hw = Hardware(
         gpu_named(case["gpu"]),
         case["tp"],
@@ -162,6 +206,7 @@ def case_point(case: dict[str, Any], models: dict[str, Any], eff: Efficiency | N
         eff=eff or Efficiency(),
         expert_weights=case.get("expert_weights"),
         ops=ops,
+        engine=engine,
     )
     target = shape_of(models[case["target"]], case["target"])
     draft = drafter_shape(case["drafter"], target, models.get(case.get("draft", "")))
@@ -169,9 +214,39 @@ def case_point(case: dict[str, Any], models: dict[str, Any], eff: Efficiency | N
     return point(drafting, case["d"], case["batch_size"], case["context_len"], target, hw)
 
 
-def case_error(case: dict[str, Any], models: dict[str, Any], eff: Efficiency | None = None, ops=None) -> float:
+def case_error(
+    case: dict[str, Any], models: dict[str, Any], eff: Efficiency | None = None, ops=None, engine: Engine | None = None
+) -> float:
     """predicted / published − 1 for one published case (case_point)."""
-    return case_point(case, models, eff, ops)["speedup"] / case["speedup"] - 1
+    return case_point(case, models, eff, ops, engine)["speedup"] / case["speedup"] - 1
+
+
+def case_engine(case: dict[str, Any]) -> str:
+    """The engines.py name of the engine a published case ran on."""
+    engine = case["engine"].lower()
+    return "trtllm" if "tensorrt" in engine else "sglang" if "sglang" in engine else "vllm"
+
+
+def engine_term_scores(cases: list[dict[str, Any]], models: dict[str, Any]) -> dict[tuple[str, str], TermScore]:
+    """Each (engine, drafter) whose term moves some published case, scored on those cases with the
+    fold's constant (`folds`) without the term and with it."""
+    moved: dict[tuple[str, str], list[tuple[dict[str, Any], float, float]]] = {}
+    for case, eff in folds(cases, models):
+        engine = ENGINES[case_engine(case)]
+        if engine.moves(case["drafter"]):
+            errors = (case_error(case, models, eff), case_error(case, models, eff, engine=engine))
+            moved.setdefault((engine.name, case["drafter"]), []).append((case, *errors))
+    return {
+        key: TermScore(
+            key[0],
+            key[1],
+            len(rows),
+            len({c["source"] for c, _, _ in rows}),
+            round(statistics.median(abs(a) for _, a, _ in rows), 3),
+            round(statistics.median(abs(b) for _, _, b in rows), 3),
+        )
+        for key, rows in sorted(moved.items())
+    }
 
 
 def source_weights(cases: list[dict[str, Any]]) -> list[float]:

@@ -143,6 +143,14 @@ def test_a_lookup_drafters_cost_is_its_step_less_the_verify_and_idle_steps_in_th
     kept = "T_draft: draft_pass_overhead_ms 0.44 ms kept (the GPU constant: no such drafter measured)"
     assert f"T_draft: lookup_us_per_request {per_request_ms * 1e3:.4g} us fitted" in shown and kept in shown
     assert kept in result["provenance"]["step_costs"] and "K=0 tax 3 ms a step (constant)" in shown
+    # whatif.html shows what was fitted beside the step costs, a row per measured point
+    page = (tmp_path / "o" / "whatif.html").read_text().replace(' class="num"', "")
+    assert f"Calibrated on {sweep}" in page and result["calibration"]["fitted_beside"] in page
+    for p in result["calibration"]["k0_tax"]["points"]:
+        assert f"<td>{p['t_idle_ms']:.2f}</td><td>{p['tax_ms']:+.2f}</td>" in page
+    for p in lookup["points"]:
+        cells = f"<td>{p['t_draft_ms']:.2f}</td><td>{p['t_step_ms']:.2f}</td><td>{p['error']:+.1%}</td>"
+        assert cells in page
 
 
 def test_runs_before_schema_12_price_an_undrafted_step_as_plain_decoding_and_say_so(tmp_path, capsys):

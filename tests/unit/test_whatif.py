@@ -498,6 +498,23 @@ def test_whatif_answers_the_slo_in_one_line_and_draws_its_page(tmp_path, capsys)
     assert ("its 80 % range reaches below 100 tokens/s per user" in out) == (low < 100)
     page = (tmp_path / "whatif.html").read_text()
     assert '"speedup-eagle3-4096"' in page and '"pareto-eagle3-4096"' in page
+    # every predicted Pareto point carries the same range as bars on both axes, and says it on hover
+    from reports.charts import pareto_chart
+    from reports.ranking import pareto_front
+    from reports.whatif_page import operating_frame
+
+    frame = operating_frame(result["points"], result["tp"])
+    chart = pareto_chart(frame, pareto_front(frame))
+    markers = [t for t in chart.figure["data"] if t["mode"] == "markers+text"]
+    assert {t["name"] for t in markers} == {"eagle3", "plain"}
+    for trace in markers:
+        for x, y, up, down, hover in zip(
+            trace["x"], trace["y"], trace["error_y"]["array"], trace["error_y"]["arrayminus"], trace["customdata"]
+        ):
+            assert (y - down, y + up) == pytest.approx((y / 1.324, y / 0.676))
+            assert f"80% range per request [{x / 1.324:.1f}, {x / 0.676:.1f}]" in hover
+        assert trace["error_x"]["arrayminus"] == pytest.approx([x - x / 1.324 for x in trace["x"]])
+    assert "Every point predicted; its bars are the 80% range" in page
     # every context length asked for is charted, not the first alone
     assert main([*args, "batch_sizes=[1,4]", "context_len=[512,8192]"]) == 0
     page = (tmp_path / "whatif.html").read_text()
