@@ -79,6 +79,9 @@ class Drafter:
     replay: ClassVar[ReplayKind] = ReplayKind.none
     # Exact replay needs the draft model's argmax after every prefix of the target's stream.
     replay_needs_draft_predictions: ClassVar[bool] = False
+    # Exact replay needs this head's chained drafts from every position (runners/head_chain.py:
+    # "eagle", "eagle3", "mtp"); None: no head.
+    replay_head: ClassVar[str | None] = None
     # Proposals draw on state shared by all requests, so replay follows the batch step by step.
     replay_in_lockstep: ClassVar[bool] = False
     # The proposers replay draws a curve for (curves' `proposer` column): "" where vLLM's model

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from drafters.base import MechanismFacts, ReplayKind
 from drafters.checkpoint_drafter import CheckpointDrafter, ParallelDraftingConfig
+from drafters.replay import chain_proposal
 from speclens.errors import ConfigError
 from speclens.model_facts import ModelFacts, text_config
 
@@ -28,9 +29,10 @@ class Eagle(CheckpointDrafter):
         best_fit="chat and low-latency serving where a trained head exists",
     )
     vllm_method = "eagle"
-    # Proposals depend on the target's hidden states at each step start: estimated from one
-    # measured run at d_max (a step's accepted count at D <= d_max is min(accepted, D)).
-    replay = ReplayKind.estimated
+    # The head's first k drafts from a position do not depend on D >= k: its chains from every
+    # position, computed once from the target's states (runners/head_chain.py), replay each D.
+    replay = ReplayKind.exact
+    replay_head = "eagle"
 
     # Fragments that mark the head generation in `architectures` or `model_type`.
     kind_marker = "eagle"
@@ -47,6 +49,9 @@ class Eagle(CheckpointDrafter):
                 f"drafter={self.name} needs an {'EAGLE-3' if self.kind_marker == 'eagle3' else 'EAGLE(-1/2)'} head"
             )
         return None
+
+    def replay_proposal(self, ctx, pos: int, d: int, proposer: str = ""):
+        return chain_proposal(ctx, pos, d)
 
     def input_width(self, draft: ModelFacts) -> tuple[str, int | None]:
         """The key and width of the target hidden states the head takes in."""
@@ -73,6 +78,7 @@ class Eagle3Config(ParallelDraftingConfig):
 class Eagle3(Eagle):
     config_class = Eagle3Config
     kind_marker = "eagle3"
+    replay_head = "eagle3"
 
     def input_width(self, draft: ModelFacts) -> tuple[str, int | None]:
         # vLLM's EAGLE-3 heads (llama/qwen3/deepseek_eagle3.py) size their fusion layer by

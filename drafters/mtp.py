@@ -12,6 +12,7 @@ from drafters.base import (
     ReplayKind,
     check_path_hints,
 )
+from drafters.replay import chain_proposal
 from speclens.errors import ConfigError
 from speclens.model_facts import ModelFacts, text_config
 
@@ -33,7 +34,10 @@ def mtp_layers(target: ModelFacts) -> int:
 
 class Mtp(Drafter):
     config_class = MtpConfig
-    replay = ReplayKind.estimated
+    # vLLM's proposer runs one MTP module as a chain, as an EAGLE head (module 0 at every draft):
+    # its first k drafts from a position do not depend on D >= k (runners/head_chain.py).
+    replay = ReplayKind.exact
+    replay_head = "mtp"
     facts = MechanismFacts(
         architecture="the target's own multi-token-prediction layer(s)",
         inputs="target hidden states",
@@ -44,6 +48,9 @@ class Mtp(Drafter):
         speculation_cost="1 layer serial",
         best_fit="targets released with MTP layers (DeepSeek-V3, MiMo, Qwen3-Next, GLM-4.5)",
     )
+
+    def replay_proposal(self, ctx, pos: int, d: int, proposer: str = ""):
+        return chain_proposal(ctx, pos, d)
 
     def speculative_config(self, d: int) -> dict[str, Any]:
         # No `model`: vLLM takes the MTP layers from the target checkpoint.

@@ -31,6 +31,9 @@ class ReplayContext:
     max_model_len: int
     # The draft model's argmax after each prefix: [j] predicts position j + 1 (draft models only).
     draft_predictions: np.ndarray | None = None
+    # An EAGLE head's chained drafts, [d_max, len(tokens)]: [k - 1, p] is the k-th draft of the chain
+    # whose first is taken at position p, while its drafts so far were right (runners/head_chain.py).
+    chain_drafts: np.ndarray | None = None
 
 
 class Propose(Protocol):
@@ -46,6 +49,22 @@ def accepted_prefix(proposal, tokens: np.ndarray, pos: int) -> int:
             break
         n += 1
     return n
+
+
+def chain_proposal(ctx: ReplayContext, pos: int, d: int) -> list[int]:
+    """A head's (or MTP layer's) proposal at a step starting at `pos`: the chain whose first draft
+    is taken at position pos - 2 (where it sees the token just sampled at pos - 1), its drafts while
+    each before was the target's token; unknown after the first miss, as a draft model's."""
+    start, chains = pos - 2, ctx.chain_drafts
+    assert chains is not None, "a head's replay needs its chains (runners/head_chain.py)"
+    proposal: list[int] = []
+    for k in range(1, d + 1):
+        if proposal and proposal[-1] != ctx.tokens[pos + k - 2]:
+            proposal.extend([UNKNOWN_TOKEN] * (d - k + 1))
+            break
+        inside = k <= chains.shape[0] and start < chains.shape[1]
+        proposal.append(int(chains[k - 1, start]) if inside else UNKNOWN_TOKEN)
+    return proposal
 
 
 def replay_turn(propose: Propose, ctx: ReplayContext, d: int) -> tuple[list[DraftedStep], int]:

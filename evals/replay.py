@@ -1,11 +1,13 @@
 """`python -m evals.replay drafter=<name> d_max=<N> [...]`: AL(D) for D = 1..N in one pass.
 
-- exact drafters (ngram, suffix, draft_model): one greedy generation of the target,
-  continued d_max tokens past where each answer stops; then each D is replayed offline
-  (drafters/replay.py; suffix in lockstep over each turn's batch, its cache being shared
-  by all requests). Source `replayed`. n-gram's curve is drawn for the proposer of each of
-  vLLM's model runners (`proposer` v1, v2: drafters/ngram.py).
-- estimated drafters (eagle, eagle3): one measured run at d_max; a step's accepted
+- exact drafters (ngram, suffix, draft_model, eagle, eagle3, mtp): one greedy generation of the
+  target, continued d_max tokens past where each answer stops; then each D is replayed offline
+  with the step boundaries a run at that D has (drafters/replay.py; suffix in lockstep over each
+  turn's batch, its cache being shared by all requests; an EAGLE head's chains from every
+  position computed once from the target's states: runners/head_chain.py). Source `replayed`.
+  n-gram's curve is drawn for the proposer of each of vLLM's model runners (`proposer` v1, v2:
+  drafters/ngram.py).
+- estimated drafters (medusa, dflash, dspark): one measured run at d_max; a step's accepted
   count at D is min(accepted, D). Source `estimated` (d_max itself: `measured`).
 
 Writes curves.parquet / curves.csv (reports.curves' columns) and replay.json into the run dir.
@@ -44,6 +46,7 @@ from speclens.errors import (
     CorruptRecord,
     guarded,
 )
+from speclens.lossless import near_tie_bound
 from speclens.provenance import config_setting
 from speclens.records import SEGMENT_REQUEST_COLUMNS, read_parquet
 from speclens.redact import redact
@@ -180,9 +183,20 @@ REPLAY_STEP_COLUMNS = ["request_id", "domain", "position", "num_drafted", "num_a
 REPLAY_REQUEST_COLUMNS = ["request_id", "domain", "output_tokens", "target_steps", "drafted_steps"]
 
 
-def reference_contexts(plan, d_max: int, factory) -> tuple[list, list, tuple[int, int]]:
+def head_near_ties(plan, reference, chains) -> int:
+    """The chained drafts from the positions a run drafts from (prompt end to output end) whose
+    top-2 margin is under the near-tie bound of the run's dtype (speclens/lossless.py)."""
+    bound = near_tie_bound(plan.dtype)
+    count = 0
+    for t, (_, margins) in zip(reference, chains):
+        first = len(t.prompt_token_ids) - 1
+        count += int((margins[:, first : first + t.output_tokens] < bound).sum())
+    return count
+
+
+def reference_contexts(plan, d_max: int, factory) -> tuple[list, list, tuple[int, int], int | None]:
     """One greedy generation of the target (d_max tokens past each stop), as replay contexts,
-    plus the engine's (max_num_seqs, max_num_batched_tokens)."""
+    plus the engine's (max_num_seqs, max_num_batched_tokens) and, for a head, its near ties."""
 
     engine = factory(plan.target_dir, None)
     try:
@@ -198,6 +212,14 @@ def reference_contexts(plan, d_max: int, factory) -> tuple[list, list, tuple[int
             predictions = [np.asarray(p) for p in draft_engine.greedy_predictions(sequences)]
         finally:
             draft_engine.close()
+    chains: list[Any] = [(None, None)] * len(reference)
+    near_ties = None
+    if plan.drafter.replay_head is not None:
+        head_dir = plan.draft_dir or plan.target_dir  # MTP's layers are the target's own
+        chains = runner_of(plan.config).head_chains(
+            plan.target_dir, head_dir, plan.drafter.replay_head, sequences, d_max, plan.dtype
+        )
+        near_ties = head_near_ties(plan, reference, chains)
     contexts = [
         ReplayContext(
             np.asarray(seq, dtype=np.int64),
@@ -205,14 +227,16 @@ def reference_contexts(plan, d_max: int, factory) -> tuple[list, list, tuple[int
             t.output_tokens,
             plan.config.engine.max_model_len,
             pred,
+            chain,
         )
-        for t, seq, pred in zip(reference, sequences, predictions)
+        for t, seq, pred, (chain, _) in zip(reference, sequences, predictions, chains)
     ]
-    return reference, contexts, limits
+    return reference, contexts, limits, near_ties
 
 
-def replay_exact(plan, d_max: int, factory) -> pd.DataFrame:
-    reference, contexts, (max_seqs, max_batched_tokens) = reference_contexts(plan, d_max, factory)
+def replay_exact(plan, d_max: int, factory) -> tuple[pd.DataFrame, int | None]:
+    """The curve replayed from one generation, and a head's near ties (reference_contexts)."""
+    reference, contexts, (max_seqs, max_batched_tokens), near_ties = reference_contexts(plan, d_max, factory)
     domain_of = {p.request_id: p.domain for p in plan.prompts}
     # Turn batches in the order the engine received them (run_reference keeps that order).
     batches = [[i for i, t in enumerate(reference) if t.turn == turn] for turn in sorted({t.turn for t in reference})]
@@ -251,7 +275,7 @@ def replay_exact(plan, d_max: int, factory) -> pd.DataFrame:
         if plan.segmenter is None:
             steps_frame = steps_frame.drop(columns="segment")
         rows += curve_rows(plan, d, steps_frame, requests_frame, source, proposer)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows), near_ties
 
 
 def replay_estimated(plan, d_max: int, out_dir: Path, factory, runner: str) -> pd.DataFrame:
@@ -277,10 +301,11 @@ def replay_estimated(plan, d_max: int, out_dir: Path, factory, runner: str) -> p
     return pd.DataFrame(rows)
 
 
-def replay_curves(plan, d_max: int, staging: Path, factory, runner: str) -> pd.DataFrame:
-    """The curve, exact or estimated as the drafter allows (the engines' output quiet meanwhile)."""
+def replay_curves(plan, d_max: int, staging: Path, factory, runner: str) -> tuple[pd.DataFrame, int | None]:
+    """The curve, exact or estimated as the drafter allows (the engines' output quiet meanwhile),
+    and a head's near ties (None where no head was computed)."""
     if plan.drafter.replay is not ReplayKind.exact:
-        return replay_estimated(plan, d_max, staging, factory, runner)
+        return replay_estimated(plan, d_max, staging, factory, runner), None
     if plan.dtype != "float32":
         print(
             f"speclens: replaying in {plan.dtype}: the curve follows plain greedy decoding's tokens; a "
@@ -369,7 +394,7 @@ def replay(cfg: DictConfig, out_dir: Path, overrides: Sequence[str] = ()) -> pd.
         with staged(out_dir, artifacts, REPLAY_FILE) as staging:
             start = time.perf_counter()
             with failures_logged(staging), quiet(staging / ENGINE_LOG, run_config.verbose):
-                curves = replay_curves(plan, d_max, staging, factory, runner)
+                curves, near_ties = replay_curves(plan, d_max, staging, factory, runner)
             elapsed = time.perf_counter() - start
             curves.to_parquet(staging / "curves.parquet", index=False)
             curves.to_csv(staging / "curves.csv", index=False)
@@ -382,6 +407,7 @@ def replay(cfg: DictConfig, out_dir: Path, overrides: Sequence[str] = ()) -> pd.
                 elapsed,
                 config_fingerprint=fingerprint,
                 runner=runner,
+                near_ties=near_ties,
             )
             ReplayRecord(REPLAY_VERSION, summary, {"config": redact(config)}).write(staging)
     return curves

@@ -298,6 +298,22 @@ def wait_at_gate(gate: Path) -> None:
         time.sleep(0.01)
 
 
+def head_chains(target_dir, head_dir, kind: str, sequences, d_max: int, dtype: str) -> list:
+    """A head whose k-th chained draft from position p is the stream's token p + 1 + k except
+    where p + k is 3 mod 4 (then -5); every margin 1.0 (runners/head_chain.py's layout)."""
+    import numpy as np
+
+    out = []
+    for seq in sequences:
+        n = len(seq)
+        drafts = np.full((d_max, n), -1, dtype=np.int64)
+        for k in range(1, d_max + 1):
+            for p in range(n - 1 - k):
+                drafts[k - 1, p] = int(seq[p + 1 + k]) if (p + k) % 4 != 3 else -5
+        out.append((drafts, np.ones((d_max, n))))
+    return out
+
+
 class _Flight:
     """One request's progress: its prefill step, then its scripted decode steps."""
 

@@ -69,8 +69,8 @@ RESERVED_GROUP_NAMES = frozenset({WHOLE_RUN_GROUP})
 SUMMARY_VERSION = 12
 REPLAY_FILE = "replay.json"
 # replay.json: 1 had no version field (summary and stamp only); 2 carries `schema_version`, the
-# config fingerprint and the runner.
-REPLAY_VERSION = 2
+# config fingerprint and the runner; 3 a head replay's `near_ties`.
+REPLAY_VERSION = 3
 
 
 @dataclass
@@ -428,6 +428,10 @@ class ReplaySummary:
     # Since replay.json version 2: what evals.replay recognises a finished replay by.
     config_fingerprint: str | None = None
     runner: str = "vllm"
+    # Since version 3, for a head's replay (runners/head_chain.py): the chained drafts from the
+    # positions a run drafts from whose top-2 logit margin is under the near-tie bound of the dtype
+    # (speclens/lossless.py); only there can a measured run's kernels pick another draft. None: no head.
+    near_ties: int | None = None
 
 
 @dataclass
@@ -640,6 +644,7 @@ def check_ranges(data: dict[str, Any], path: Path) -> None:
 
 
 def _replay_1_to_2(data: dict[str, Any]) -> dict[str, Any]:
+    """Also 2 -> 3: each added only fields with defaults (near_ties: None, no head counted)."""
     return data
 
 
@@ -647,7 +652,7 @@ def read_replay(run_dir: Path) -> ReplayRecord:
     path = run_dir / REPLAY_FILE
     data = _read_json(path)
     data = {"schema_version": 1, **data}  # version 1 wrote none
-    data = _migrated(path, data, REPLAY_VERSION, {1: _replay_1_to_2})
+    data = _migrated(path, data, REPLAY_VERSION, {1: _replay_1_to_2, 2: _replay_1_to_2})
     return _typed(ReplayRecord, data, path)
 
 

@@ -240,3 +240,43 @@ def test_a_w8a8_copy_of_the_head_runs_in_vllm_and_is_labelled(measured, plain_an
     assert answers_in(out) == plain_answers
     stamp = json.loads((out / "stamp.json").read_text())
     assert stamp["quantization"] == {"target": None, "draft": "w8a8"}
+
+
+@pytest.mark.xdist_group("embedded_eagle3")
+def test_the_heads_curve_replayed_from_one_pass_is_the_measured_runs(measured, plain_answers, tmp_path):
+    """`evals.replay drafter=eagle3` on the reduced head: one plain generation, the target's states
+    and the head's chains from every position (runners/head_chain.py), each D replayed with its own
+    step boundaries; equal in float32 to runs measured at D = 1, 3 and 5 on the same prompts (any
+    difference only where the replay counted a near-tie), and drawn with them, each by source."""
+    import shutil
+
+    from evals.compose import compose_config
+    from evals.replay import replay
+    from reports.curves import collect
+    from speclens.summary import read_replay
+
+    mechanism = "eagle3"
+    built, trained_dir, _ = measured(mechanism)
+    others = [o for o in EVALUATED if not o.startswith("d=")]
+    overrides = [*others, *BUILD_OVERRIDES[mechanism], f"drafter.model={built}"]
+    sweep = tmp_path / "sweep"
+    shutil.copytree(trained_dir, sweep / "d3")
+    for d in (1, 5):
+        measure(sweep / f"d{d}", *overrides, f"d={d}")
+    curve = replay(compose_config([*overrides, "d_max=5"], "replay"), sweep / "replay_eagle3")
+    near_ties = read_replay(sweep / "replay_eagle3").summary.near_ties
+    assert near_ties is not None and near_ties >= 0
+    replayed = curve[(curve.domain == "all") & (curve.segment == "all")].set_index("d")
+    assert list(replayed.index) == [1, 2, 3, 4, 5] and set(replayed.source) == {"replayed"}
+    for d in (1, 3, 5):
+        summary = json.loads((sweep / f"d{d}" / "summary.json").read_text())
+        assert answers_in(sweep / f"d{d}") == plain_answers, d  # the replay follows plain decoding's tokens
+        gap = abs(replayed.al[d] - summary["al"])
+        if near_ties == 0:  # no draft a kernel's rounding could flip: the same steps, the same AL
+            assert gap < 1e-12 and replayed.tokens_per_step[d] == pytest.approx(summary["tokens_per_step"], rel=1e-12)
+        else:  # each near-tie moves at most d accepted tokens of the run's drafted steps
+            assert gap <= near_ties * d / summary["n_steps"], (d, near_ties)
+    # drawn together: a measured point where a run measured that D, the replayed one elsewhere
+    whole = collect(sweep)
+    whole = whole[(whole.domain == "all") & (whole.segment == "all")].set_index("d").sort_index()
+    assert list(whole.source) == ["measured", "replayed", "measured", "replayed", "measured"]

@@ -24,6 +24,30 @@ def test_mtp_layers_draft_for_their_target(tmp_path, kind, expected_al):
     assert summary["vllm_counters"]["num_drafts"] == summary["n_steps"] > 0
 
 
+def test_the_mtp_layers_curve_replayed_from_one_pass_is_the_measured_runs(tmp_path):
+    """The MiMo-layout "partial" MTP layer (right at some positions, its drafts depending on its
+    attention and chained hidden state): replayed from its chains (runners/head_chain.py), equal in
+    float32 to runs measured at D = 1 and 3, with no draft a kernel's rounding could flip."""
+    from evals.compose import compose_config
+    from evals.replay import replay
+    from speclens.summary import read_replay
+
+    overrides = [
+        *tiny_overrides(tiny_mtp_target(mtp="partial"), "drafter=mtp"),
+        "engine.max_model_len=1024",
+        "engine.cpu_kvcache_space_gib=1",
+    ]
+    curve = replay(compose_config([*overrides, "d_max=4"], "replay"), tmp_path / "replay")
+    curve = curve[(curve.domain == "all") & (curve.segment == "all")].set_index("d")
+    assert list(curve.index) == [1, 2, 3, 4] and set(curve.source) == {"replayed"}
+    assert read_replay(tmp_path / "replay").summary.near_ties == 0
+    for d in (1, 3):
+        summary = measure(tmp_path / f"d{d}", *overrides, f"d={d}")
+        assert 1.2 < summary["al"] < d + 0.8  # neither always right nor never
+        assert curve.al[d] == pytest.approx(summary["al"], rel=1e-12)
+        assert curve.tokens_per_step[d] == pytest.approx(summary["tokens_per_step"], rel=1e-12)
+
+
 @pytest.mark.parametrize(
     "drafter, checkpoint", [("dflash", tiny_dflash_draft), ("medusa", tiny_medusa_heads), ("eagle", random_eagle_head)]
 )

@@ -69,7 +69,7 @@ def test_a_sweep_runs_every_job_and_writes_its_curves_then_resumes(tmp_path):
     assert again.returncode == 0 and again.stdout.count("already holds this run; skipped") == 4
 
 
-def test_replay_is_exact_for_a_draft_model_and_estimated_for_eagle3(tmp_path):
+def test_replay_is_exact_for_a_draft_model_and_an_eagle3_head_and_estimated_for_medusa(tmp_path):
     draft = write_checkpoint(tmp_path / "draft")
     base = fake_overrides(tmp_path, ROWS)
     curves = replay(
@@ -81,11 +81,24 @@ def test_replay_is_exact_for_a_draft_model_and_estimated_for_eagle3(tmp_path):
     # the fake's draft predicts every token but every fourth: acceptance grows with D, then saturates
     assert 1 < pooled.al[1] <= pooled.al[2] <= pooled.al[3] <= pooled.al[4] < 5
     record = read_replay(tmp_path / "exact")
-    assert (record.schema_version, record.summary.drafter, record.summary.replay) == (2, "draft_model", "exact")
+    assert (record.schema_version, record.summary.drafter, record.summary.replay) == (3, "draft_model", "exact")
+    assert record.summary.near_ties is None  # no head computed
 
+    # the fake head's chains miss the same positions as the fake draft (every fourth token): the
+    # same curve, replayed from the head's chains and each step's start as a run at that D has it
     head = write_checkpoint(tmp_path / "head", architectures=["LlamaForCausalLMEagle3"])
+    chained = replay(
+        compose_config([*base, "drafter=eagle3", f"drafter.model={head}", "d_max=4"], "replay"), tmp_path / "eagle3"
+    )
+    by_d = chained[chained.domain == "all"].set_index("d")
+    assert set(by_d.source) == {"replayed"} and by_d.al.to_dict() == pytest.approx(pooled.al.to_dict())
+    summary = read_replay(tmp_path / "eagle3").summary
+    assert summary.replay == "exact" and summary.near_ties == 0  # the fake head's margins are all 1.0
+
+    heads = write_checkpoint(tmp_path / "med", architectures=["MedusaModel"], model_type="medusa", num_heads=3)
     curves = replay(
-        compose_config([*base, "drafter=eagle3", f"drafter.model={head}", "d_max=3"], "replay"), tmp_path / "estimated"
+        compose_config([*base, "drafter=medusa", f"drafter.model={heads}", "d_max=3"], "replay"),
+        tmp_path / "estimated",
     )
     pooled = curves[curves.domain == "all"].set_index("d")
     steps = read_parquet(tmp_path / "estimated" / "measured_d3" / "steps.parquet")
