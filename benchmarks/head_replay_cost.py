@@ -13,7 +13,8 @@ plain generation, the target's states, the head's chains: runners/head_chain.py)
     python benchmarks/head_replay_cost.py [--dtypes float32 bfloat16] [--d-max 7] [evals.run overrides]
 
 The head is the embedded target's reduced build (`python -m evals.embedded_drafters eagle3
---budget reduced`) unless `drafter.model=` names another. In float32 the replay is a check (the
+--budget reduced`) unless `drafter.model=` names another; `drafter=` names another drafter that
+replays from one pass (mtp, a parallel draft_model: docs/usage.md "Replay"). In float32 the replay is a check (the
 measured runs follow plain decoding's tokens; a gap there is a near-tie the replay counted, its
 `near_ties`); in bfloat16 a measured run may part from plain decoding at a near-tie and follow
 other tokens, and its gap is that.
@@ -82,7 +83,8 @@ def main(argv: list[str]) -> None:
 
     set_process_env(4)
     settings = DEFAULTS + overrides
-    if not any(o.startswith("drafter.model=") for o in overrides):
+    other = any(o.startswith("drafter=") and o != "drafter=eagle3" for o in overrides)
+    if not other and not any(o.startswith("drafter.model=") for o in overrides):
         from evals.embedded_drafters import ensure_drafter
 
         settings.append(f"drafter.model={ensure_drafter('eagle3', 'reduced')}")

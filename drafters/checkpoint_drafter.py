@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from drafters.base import Drafter, DrafterConfig, check_path_hints
-from speclens.config import Choice, dotted_get
+from speclens.config import Choice
 from speclens.drafter_build import DRAFTER_FACTS_FILE
 from speclens.errors import ConfigError
-from speclens.model_facts import ModelFacts
+from speclens.model_facts import MASK_TOKEN_KEYS, ModelFacts, parallel_drafting_token
 from speclens.weights import safetensors_problem
 
 
@@ -34,27 +34,6 @@ class ParallelDraftingConfig(CheckpointDrafterConfig):
     # vLLM's parallel_drafting: all D drafts in one pass (P-EAGLE, PARD), masked slots filled with
     # the checkpoint's mask token; needs a checkpoint trained for it.
     parallel_drafting: bool = False
-
-
-# Where vLLM looks, in order, for the token that fills a parallel drafter's masked slots
-# (vllm/v1/spec_decode/llm_base_proposer.py _init_parallel_drafting_params): a checkpoint that
-# names none was not trained for parallel drafting, and vLLM refuses it.
-MASK_TOKEN_KEYS = (
-    "dflash_config.mask_token_id",
-    "mask_token_id",
-    "dspark_noise_token_id",
-    "pard_token",
-    "ptd_token_id",
-)
-
-
-def parallel_drafting_token(config: dict[str, Any]) -> int | None:
-    """The mask token a checkpoint's config.json names for parallel drafting (None: none)."""
-    for key in MASK_TOKEN_KEYS:
-        token = dotted_get(config, key)
-        if isinstance(token, int) and not isinstance(token, bool):
-            return token
-    return None
 
 
 class CheckpointDrafter(Drafter):

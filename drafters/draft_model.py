@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from drafters.base import MechanismFacts, ReplayKind
 from drafters.checkpoint_drafter import CheckpointDrafter, ParallelDraftingConfig
-from drafters.replay import UNKNOWN_TOKEN
+from drafters.replay import UNKNOWN_TOKEN, chain_proposal
 
 # Architecture-name fragments of heads and special drafters, which are not standalone draft models.
 HEAD_MARKERS = ("eagle", "medusa", "dflash", "dspark", "speculator", "mtp")
@@ -31,7 +31,16 @@ class DraftModel(CheckpointDrafter):
     )
     vllm_method = "draft_model"
     replay = ReplayKind.exact
-    replay_needs_draft_predictions = True
+
+    @property
+    def replay_needs_draft_predictions(self) -> bool:  # type: ignore[override]
+        return not self.parallel
+
+    @property
+    def replay_head(self) -> str | None:  # type: ignore[override]
+        """Parallel drafting (PARD): its drafts from every start, mask blocks and all
+        (runners/parallel_draft.py); serial: the teacher-forced argmax does."""
+        return "pard" if self.parallel else None
 
     def checkpoint_kind_error(self, draft) -> str | None:
         heads = [a for a in draft.architectures if any(k in a.lower() for k in HEAD_MARKERS)]
@@ -46,8 +55,10 @@ class DraftModel(CheckpointDrafter):
     def replay_proposal(self, ctx, pos: int, d: int, proposer: str = ""):
         """Greedy drafting from the target's prefix: while the draft agrees with the target, its
         next input is the target's token, so the teacher-forced argmax is its proposal; after the
-        first miss its tokens are unknown, and none of them can be accepted."""
-
+        first miss its tokens are unknown, and none of them can be accepted. In parallel, the
+        drafts of its mask block at pos - 2 (drafters/replay.py chain_proposal)."""
+        if self.parallel:
+            return chain_proposal(ctx, pos, d)
         proposal = []
         for j in range(d):
             p = pos + j

@@ -32,7 +32,13 @@ class Eagle(CheckpointDrafter):
     # The head's first k drafts from a position do not depend on D >= k: its chains from every
     # position, computed once from the target's states (runners/head_chain.py), replay each D.
     replay = ReplayKind.exact
-    replay_head = "eagle"
+    head_kind = "eagle"
+
+    @property
+    def replay_head(self) -> str | None:  # type: ignore[override]
+        """Its chains (runners/head_chain.py); drafting in parallel (P-EAGLE) none: its drafts do not
+        depend on D either, but its mask slots are not computed."""
+        return None if self.parallel else self.head_kind
 
     # Fragments that mark the head generation in `architectures` or `model_type`.
     kind_marker = "eagle"
@@ -78,7 +84,7 @@ class Eagle3Config(ParallelDraftingConfig):
 class Eagle3(Eagle):
     config_class = Eagle3Config
     kind_marker = "eagle3"
-    replay_head = "eagle3"
+    head_kind = "eagle3"
 
     def input_width(self, draft: ModelFacts) -> tuple[str, int | None]:
         # vLLM's EAGLE-3 heads (llama/qwen3/deepseek_eagle3.py) size their fusion layer by

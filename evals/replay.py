@@ -1,10 +1,11 @@
 """`python -m evals.replay drafter=<name> d_max=<N> [...]`: AL(D) for D = 1..N in one pass.
 
-- exact drafters (ngram, suffix, draft_model, eagle, eagle3, mtp): one greedy generation of the
-  target, continued d_max tokens past where each answer stops; then each D is replayed offline
-  with the step boundaries a run at that D has (drafters/replay.py; suffix in lockstep over each
-  turn's batch, its cache being shared by all requests; an EAGLE head's chains from every
-  position computed once from the target's states: runners/head_chain.py). Source `replayed`.
+- exact drafters (ngram, suffix, draft_model serial or parallel, eagle, eagle3, mtp): one greedy
+  generation of the target, continued d_max tokens past where each answer stops; then each D is
+  replayed offline with the step boundaries a run at that D has (drafters/replay.py; suffix in
+  lockstep over each turn's batch, its cache being shared by all requests; a head's or MTP layer's
+  chains and a parallel draft's mask blocks from every position computed once:
+  runners/replay_chains.py). Source `replayed`.
   n-gram's curve is drawn for the proposer of each of vLLM's model runners (`proposer` v1, v2:
   drafters/ngram.py).
 - estimated drafters (medusa, dflash, dspark): one measured run at d_max; a step's accepted
@@ -215,9 +216,10 @@ def reference_contexts(plan, d_max: int, factory) -> tuple[list, list, tuple[int
     chains: list[Any] = [(None, None)] * len(reference)
     near_ties = None
     if plan.drafter.replay_head is not None:
-        head_dir = plan.draft_dir or plan.target_dir  # MTP's layers are the target's own
-        chains = runner_of(plan.config).head_chains(
-            plan.target_dir, head_dir, plan.drafter.replay_head, sequences, d_max, plan.dtype
+        draft_dir = plan.draft_dir or plan.target_dir  # MTP's layers are the target's own
+        first_starts = [len(t.prompt_token_ids) - 1 for t in reference]
+        chains = runner_of(plan.config).chains(
+            plan.target_dir, draft_dir, plan.drafter.replay_head, sequences, first_starts, d_max, plan.dtype
         )
         near_ties = head_near_ties(plan, reference, chains)
     contexts = [
@@ -371,10 +373,11 @@ def replay(cfg: DictConfig, out_dir: Path, overrides: Sequence[str] = ()) -> pd.
                 f"drafter={drafter.name} replays exactly only under greedy verification; use "
                 "sampling.temperature=0, or measure each D with `python -m evals.run -m d=...`."
             )
-        if getattr(drafter, "parallel", False):
+        if getattr(drafter, "parallel", False) and drafter.replay_head is None:
             raise ConfigError(
-                "drafter.parallel_drafting=true: a parallel drafter proposes all D tokens in one pass, so its "
-                "acceptance at a smaller D is not a prefix of its acceptance at d_max; measure each D with "
+                f"drafter={drafter.name} drafter.parallel_drafting=true (P-EAGLE): its first k drafts do not depend "
+                "on D >= k (causal over its mask tokens), but the one-pass replay computes parallel draft models "
+                "only; measure each D with "
                 f"`python -m evals.run -m drafter={drafter.name} drafter.parallel_drafting=true d=1,3,5`."
             )
         if drafter.replay is ReplayKind.none:

@@ -298,9 +298,9 @@ def wait_at_gate(gate: Path) -> None:
         time.sleep(0.01)
 
 
-def head_chains(target_dir, head_dir, kind: str, sequences, d_max: int, dtype: str) -> list:
-    """A head whose k-th chained draft from position p is the stream's token p + 1 + k except
-    where p + k is 3 mod 4 (then -5); every margin 1.0 (runners/head_chain.py's layout)."""
+def replay_chains(target_dir, draft_dir, kind: str, sequences, first_starts, d_max: int, dtype: str) -> list:
+    """Drafts whose k-th from start p is the stream's token p + 1 + k except where p + k is 3 mod 4
+    (then -5), whatever the kind; every margin 1.0 (runners/replay_chains.py's layout)."""
     import numpy as np
 
     out = []

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from runners import fake_engine, head_chain, server_runner, vllm_runner
+from runners import fake_engine, replay_chains, server_runner, vllm_runner
 from runners.engine import EngineFactory
 from speclens.config import RunConfig
 from speclens.generation import ChatEncoder
@@ -28,9 +28,9 @@ class Runner:
     exclusive: Callable[[RunConfig], bool] = lambda cfg: True
     # Whether evals.replay can use it (replay needs the target's own argmax and scheduler limits).
     replays: bool = True
-    # (target folder, head folder, "eagle"/"eagle3", sequences, d_max, dtype) -> per sequence the head's
-    # chained drafts and their top-2 margins from every position (runners/head_chain.py)
-    head_chains: Callable[..., list] = head_chain.head_predictions
+    # (target folder, draft folder, kind, sequences, first starts, d_max, dtype) -> per sequence the
+    # drafts from every start and their top-2 margins (runners/replay_chains.py)
+    chains: Callable[..., list] = replay_chains.replay_chains
 
 
 def _fake_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
@@ -60,7 +60,7 @@ RUNNERS: dict[str, Runner] = {
         lambda cfg, target_dir: fake_engine.FakeEncoder(),
         lambda cfg: None,
         lambda cfg, speculative: vllm_runner.closed_loop_only(cfg),
-        head_chains=fake_engine.head_chains,
+        chains=fake_engine.replay_chains,
     ),
 }
 

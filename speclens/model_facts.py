@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from speclens.config import dotted_get
+
 
 def text_config(config: dict[str, Any]) -> dict[str, Any]:
     """The language model's part of a config.json: multimodal configs nest it as text_config,
@@ -57,3 +59,24 @@ class ModelFacts:
             kind = "fp" if weights.get("type") == "float" else ""
             labels.add(f"{kind}w{weights.get('num_bits', '?')}a{acts.get('num_bits', 16)}")
         return "+".join(sorted(labels))
+
+
+# Where vLLM looks, in order, for the token that fills a parallel drafter's masked slots
+# (vllm/v1/spec_decode/llm_base_proposer.py _init_parallel_drafting_params): a checkpoint that
+# names none was not trained for parallel drafting, and vLLM refuses it.
+MASK_TOKEN_KEYS = (
+    "dflash_config.mask_token_id",
+    "mask_token_id",
+    "dspark_noise_token_id",
+    "pard_token",
+    "ptd_token_id",
+)
+
+
+def parallel_drafting_token(config: dict[str, Any]) -> int | None:
+    """The mask token a checkpoint's config.json names for parallel drafting (None: none)."""
+    for key in MASK_TOKEN_KEYS:
+        token = dotted_get(config, key)
+        if isinstance(token, int) and not isinstance(token, bool):
+            return token
+    return None

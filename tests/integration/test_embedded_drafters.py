@@ -202,11 +202,14 @@ def test_the_heads_recorded_agreement_comes_back_from_its_saved_weights():
 @pytest.mark.xdist_group("embedded_draft_model_parallel")
 def test_the_parallel_draft_model_is_measured_at_each_d_and_stays_lossless(measured, plain_answers, tmp_path):
     """drafter.parallel_drafting=true on the embedded parallel draft model: one measured run per D,
-    three measured curve points on a line of their own, and greedy speculation at every D gives
-    plain decoding's tokens (float32)."""
+    three measured curve points on a line of their own, greedy speculation at every D gives plain
+    decoding's tokens (float32), and the replay from one pass equals each of them."""
     import shutil
 
+    from evals.compose import compose_config
+    from evals.replay import replay
     from reports.curves import collect
+    from speclens.summary import read_replay
 
     mechanism = "draft_model_parallel"
     built, trained_dir, _ = measured(mechanism)
@@ -219,11 +222,31 @@ def test_the_parallel_draft_model_is_measured_at_each_d_and_stays_lossless(measu
         assert answers_in(sweep / f"d{d}") == plain_answers, d
         profile = json.loads((sweep / f"d{d}" / "speculation_profile.json").read_text())["profiles"][0]
         assert profile["measured_per_k"] is True and list(profile["acceptance_length_by_k"]) == [str(d)]
+    # its first k drafts do not depend on D >= k (causal over the masks): the curve from one pass
+    # (runners/parallel_draft.py), equal in float32 to each measured D, drawn between them
+    overrides = [*others, *BUILD_OVERRIDES[mechanism], f"drafter.model={built}"]
+    curve = replay(compose_config([*overrides, "d_max=5"], "replay"), sweep / "replay_parallel")
+    curve = curve[(curve.domain == "all") & (curve.segment == "all")].set_index("d")
+    near_ties = read_replay(sweep / "replay_parallel").summary.near_ties
+    assert set(curve.source) == {"replayed"} and near_ties is not None
+    for d in (1, 3, 5):
+        assert_replayed_as_measured(curve, json.loads((sweep / f"d{d}" / "summary.json").read_text()), d, near_ties)
     curves = collect(sweep)
-    whole = curves[curves.domain == "all"]
-    assert sorted(whole.d) == [1, 3, 5]
-    assert set(whole.source) == {"measured"} and set(whole.setting) == {"drafter.parallel_drafting=true"}
-    assert all(1.0 < al <= 1 + d for al, d in zip(whole.al, whole.d, strict=True))
+    whole = curves[(curves.domain == "all") & (curves.segment == "all")].set_index("d").sort_index()
+    assert list(whole.source) == ["measured", "replayed", "measured", "replayed", "measured"]
+    assert set(whole.setting) == {"drafter.parallel_drafting=true"}
+    assert all(1.0 < al <= 1 + d for d, al in whole.al.items())
+
+
+def assert_replayed_as_measured(curve, summary: dict, d: int, near_ties: int) -> None:
+    """The replayed point at `d` is the measured run's: exactly where no draft a kernel's rounding
+    could flip was counted, else within what those near-ties can move (each at most d tokens)."""
+    gap = abs(curve.al[d] - summary["al"])
+    if near_ties == 0:
+        assert gap < 1e-12, d
+        assert curve.tokens_per_step[d] == pytest.approx(summary["tokens_per_step"], rel=1e-12)
+    else:
+        assert gap <= near_ties * d / summary["n_steps"], (d, near_ties)
 
 
 @pytest.mark.xdist_group("embedded_eagle3")
@@ -269,13 +292,8 @@ def test_the_heads_curve_replayed_from_one_pass_is_the_measured_runs(measured, p
     replayed = curve[(curve.domain == "all") & (curve.segment == "all")].set_index("d")
     assert list(replayed.index) == [1, 2, 3, 4, 5] and set(replayed.source) == {"replayed"}
     for d in (1, 3, 5):
-        summary = json.loads((sweep / f"d{d}" / "summary.json").read_text())
         assert answers_in(sweep / f"d{d}") == plain_answers, d  # the replay follows plain decoding's tokens
-        gap = abs(replayed.al[d] - summary["al"])
-        if near_ties == 0:  # no draft a kernel's rounding could flip: the same steps, the same AL
-            assert gap < 1e-12 and replayed.tokens_per_step[d] == pytest.approx(summary["tokens_per_step"], rel=1e-12)
-        else:  # each near-tie moves at most d accepted tokens of the run's drafted steps
-            assert gap <= near_ties * d / summary["n_steps"], (d, near_ties)
+        assert_replayed_as_measured(replayed, json.loads((sweep / f"d{d}" / "summary.json").read_text()), d, near_ties)
     # drawn together: a measured point where a run measured that D, the replayed one elsewhere
     whole = collect(sweep)
     whole = whole[(whole.domain == "all") & (whole.segment == "all")].set_index("d").sort_index()

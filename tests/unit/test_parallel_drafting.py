@@ -55,7 +55,7 @@ def test_a_checkpoint_without_a_mask_token_is_refused_in_one_line_before_any_eng
 
 def test_each_d_is_measured_and_the_profile_says_so(tmp_path):
     """Three parallel runs give three measured curve points, a line of their own beside the serial
-    run; each profile holds AL at its own D only, and a replay is refused."""
+    run; each profile holds AL at its own D only, and a replay draws the D between them."""
     base = draft_overrides(tmp_path, pard_token=99)
     sweep = tmp_path / "sweep"
     for d in (1, 3, 5):
@@ -76,5 +76,22 @@ def test_each_d_is_measured_and_the_profile_says_so(tmp_path):
     from evals.compose import compose_config
     from evals.replay import replay
 
-    with pytest.raises(ConfigError, match=r"^drafter\.parallel_drafting=true: a parallel drafter proposes all D"):
-        replay(compose_config([*base, "drafter.parallel_drafting=true", "d_max=5"], "replay"), tmp_path / "replay")
+    # its first k drafts do not depend on D >= k (causal over the masks): replayed from its mask
+    # blocks (runners/parallel_draft.py), drawn on its own line with the measured points
+    replayed = replay(
+        compose_config([*base, "drafter.parallel_drafting=true", "d_max=5"], "replay"), sweep / "replay_parallel"
+    )
+    assert set(replayed.source) == {"replayed"} and set(replayed.setting) == {"drafter.parallel_drafting=true"}
+    whole = collect(sweep)
+    line = whole[(whole.domain == "all") & (whole.setting == "drafter.parallel_drafting=true")].set_index("d")
+    assert list(line.sort_index().source) == ["fake", "replayed", "fake", "replayed", "fake"]
+    # P-EAGLE (an EAGLE-3 head drafting in parallel) qualifies too, but is not computed: refused in one line
+    head = write_checkpoint(tmp_path / "peagle", architectures=["LlamaForCausalLMEagle3"], pard_token=99)
+    peagle = [
+        *fake_overrides(tmp_path, ROWS),
+        "drafter=eagle3",
+        f"drafter.model={head}",
+        "drafter.parallel_drafting=true",
+    ]
+    with pytest.raises(ConfigError, match=r"^drafter=eagle3 drafter.parallel_drafting=true \(P-EAGLE\): its first k"):
+        replay(compose_config([*peagle, "d_max=5"], "replay"), tmp_path / "replay")
