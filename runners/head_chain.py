@@ -365,6 +365,13 @@ def target_states(target_dir: Path, sequences: Sequence[Sequence[int]], spec: He
     return states, shared
 
 
+def compute_device() -> str:
+    """Where the replay computes: the GPU where torch sees one (vLLM's engine is closed by then), else the CPU."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def head_predictions(
     target_dir: Path, head_dir: Path, kind: str, sequences: Sequence[Sequence[int]], d_max: int, dtype: str
 ) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -372,12 +379,13 @@ def head_predictions(
     import torch
 
     torch_dtype = getattr(torch, dtype)
+    device = compute_device()
     if kind == "mtp":
         spec = read_mtp_spec(target_dir)
     else:
         layers = json.loads((target_dir / "config.json").read_text(encoding="utf-8"))
         spec = read_spec(head_dir, kind, (layers.get("text_config") or layers)["num_hidden_layers"])
-    states, shared = target_states(target_dir, sequences, spec, torch_dtype)
+    states, shared = target_states(target_dir, sequences, spec, torch_dtype, device)
     weights = mtp_weights(target_dir, shared) if kind == "mtp" else head_weights(head_dir, shared)
-    head = Head(spec, weights, torch_dtype)
+    head = Head(spec, weights, torch_dtype, device)
     return [chain_predictions(head, seq, state, d_max) for seq, state in zip(sequences, states)]

@@ -21,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from runners.head_chain import NO_DRAFT
+from runners.head_chain import NO_DRAFT, compute_device
 
 # Starts per mask pass: bounds the attention mask (rows x (stream + rows)) of long streams.
 STARTS_PER_PASS = 256
@@ -72,7 +72,7 @@ def parallel_predictions(
     d_max: int,
     dtype: str,
     mask_token: int,
-    device: str = "cpu",
+    device: str | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per sequence, (drafts, margins) as runners/head_chain.py lays them out: drafts[i - 1, p] is
     draft i of the step whose token just sampled sits at p + 1, for every start p >= first_starts[s]
@@ -81,6 +81,7 @@ def parallel_predictions(
     from transformers import AutoModelForCausalLM
 
     torch_dtype = getattr(torch, dtype)
+    device = device or compute_device()
     model = AutoModelForCausalLM.from_pretrained(str(draft_dir), dtype=torch_dtype).to(device).eval()
     out = []
     for tokens, first in zip(sequences, first_starts):

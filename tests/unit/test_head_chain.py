@@ -142,3 +142,15 @@ def test_a_heads_config_is_read_with_vllms_defaults_and_what_it_cannot_compute_i
     (tmp_path / "config.json").write_text(json.dumps({**native, "norm_before_fc": True, "num_hidden_layers": 2}))
     with pytest.raises(ConfigError, match=r"without norm_before_fc, num_hidden_layers=2; measure each D"):
         read_spec(tmp_path, "eagle3", target_layers=30)
+
+
+@pytest.mark.gpu
+def test_the_chains_on_a_gpu_are_the_chains_on_the_cpu():
+    """The same code on CUDA (what a user's GPU machine replays with): every draft of a random head
+    in float64, where neither device's rounding can flip an argmax of these margins."""
+    tokens = list(range(1, 40))
+    states = torch.randn(len(tokens), 3 * H, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    cpu = chain_predictions(random_head("eagle3"), tokens, states, 4)[0]
+    head = random_head("eagle3")
+    gpu_head = Head(head.spec, {k: v for k, v in head.w.items()}, torch.float64, "cuda")
+    assert (chain_predictions(gpu_head, tokens, states.cuda(), 4)[0] == cpu).all()
