@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from speclens.config import dotted_get
-
 
 def text_config(config: dict[str, Any]) -> dict[str, Any]:
     """The language model's part of a config.json: multimodal configs nest it as text_config,
@@ -76,7 +74,9 @@ MASK_TOKEN_KEYS = (
 def parallel_drafting_token(config: dict[str, Any]) -> int | None:
     """The mask token a checkpoint's config.json names for parallel drafting (None: none)."""
     for key in MASK_TOKEN_KEYS:
-        token = dotted_get(config, key)
+        token = config
+        for part in key.split("."):  # dotted: a key inside a section (dflash_config.mask_token_id)
+            token = token.get(part) if isinstance(token, dict) else None
         if isinstance(token, int) and not isinstance(token, bool):
             return token
     return None

@@ -60,6 +60,30 @@ def test_replay_cost_is_exact_in_float32():
     assert figure(r"replay_vs_measured_max_gap ([\d.]+)%", out) == 0.0
 
 
+def test_head_replay_cost_is_exact_in_float32_on_the_mtp_fixture():
+    """The one-pass replay of a chain (runners/head_chain.py) against runs at each D, on the tiny
+    MiMo-layout "partial" MTP target: the same AL in float32, and the former estimate's gap beside."""
+    from tests.fixtures.mechanisms import tiny_mtp_target
+
+    out = benchmark(
+        "head_replay_cost.py",
+        "--dtypes",
+        "float32",
+        "--d-max",
+        "3",
+        "target=custom",
+        f"target.model={tiny_mtp_target(mtp='partial')}",
+        "drafter=mtp",
+        "dataset.num_requests=2",
+        "sampling.max_tokens=16",
+        "engine.max_model_len=1024",
+    )
+    assert figure(r"head_replay_cost_ratio float32 ([\d.]+)", out) > 0
+    for d in (1, 3):
+        assert figure(rf"head_replay_gap float32 d={d} ([\d.]+)%", out) == 0.0
+        assert figure(rf"estimate_gap float32 d={d} ([\d.]+)%", out) >= 0.0
+
+
 def test_report_scale_summarises_and_ranks_synthetic_records():
     out = benchmark("report_scale.py", "--records", "20000")
     assert "20,000 step records" in out
