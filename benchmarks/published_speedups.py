@@ -25,7 +25,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from speclens.errors import ConfigError  # noqa: E402
-from speclens.gpu_model.engines import ALL_DRAFTERS, ENGINES  # noqa: E402
 from speclens.gpu_model.measured_ops import AiconfiguratorOps  # noqa: E402
 from speclens.gpu_model.model_error import (  # noqa: E402
     ENGINE_TERMS,
@@ -41,6 +40,7 @@ from speclens.gpu_model.model_error import (  # noqa: E402
     leave_one_source_out,
     nested_covered,
 )
+from speclens.gpu_model.serving_engines import ALL_DRAFTERS, ENGINES  # noqa: E402
 from speclens.gpu_model.step_cost import Efficiency  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "published_speedups.json"

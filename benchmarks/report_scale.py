@@ -159,7 +159,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--records", type=int, default=1_000_000)
     args = parser.parse_args(argv)
     from reports.curves import write_curves
-    from reports.rank import write_ranking
+    from reports.ranking_tables import write_ranking
 
     rng = np.random.default_rng(0)
     n_runs = len(DRAFTERS) * len(DRAFT_LENGTHS)

@@ -1,6 +1,6 @@
 """`python -m evals.guidelines target=<name> | target.model=<path> [drafter.model=<path>]
 [gpu=<name> [tp=N] [weights=bf16|fp8] [expert_weights=…] [batch_sizes=[…]] [context_len=N]]`: the draft-length
-guidelines (speclens/gpu_model/guidelines.py) computed from the target's (and the draft's) config; with
+guidelines (speclens/config_guidelines.py) computed from the target's (and the draft's) config; with
 gpu=, also for that GPU from the step-cost model (speclens/gpu_model/gpu_guidelines.py)."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from pathlib import Path
 
 from evals.compose import compose_config, to_run_config
 from evals.plan import resolve_target
-from evals.whatif import check_pair
+from evals.whatif_inputs import check_pair
 from speclens import checkpoints
+from speclens.config_guidelines import Guidelines
+from speclens.config_guidelines import __doc__ as guidelines_doc
 from speclens.errors import ConfigError, guarded
-from speclens.gpu_model.guidelines import Guidelines
-from speclens.gpu_model.guidelines import __doc__ as guidelines_doc
 from speclens.model_facts import text_config
 from speclens.options import parse_value
 
@@ -43,7 +43,8 @@ def draft_mechanism(draft_config: dict | None) -> str:
 
 def gpu_lines(settings: dict[str, str], target_config: dict, draft_config: dict | None) -> list[str]:
     """The guidelines for the GPU `settings` name, from the step-cost model."""
-    from evals.whatif import hardware_from, ints
+    from evals.whatif import hardware_from
+    from evals.whatif_inputs import ints
     from speclens.gpu_model.draft_cost import drafter_shape
     from speclens.gpu_model.gpu_guidelines import free_verification_limit, low_latency_break_even, verify_knees
     from speclens.gpu_model.model_shape import shape_of

@@ -6,7 +6,7 @@ import contextlib
 import json
 import traceback
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import pandas as pd
 
@@ -32,7 +32,7 @@ from evals.summarise import (
     operating_points,
     pooled_timing,
 )
-from reports.profile import PROFILE_FILE, run_profiles, write_profiles
+from reports.profile import run_profiles, write_profiles
 from runners.engine import EngineFactory, EngineFailed
 from runners.registry import runner_of
 from speclens import metrics, records
@@ -42,6 +42,7 @@ from speclens.errors import MeasurementError, SpeclensError
 from speclens.files import write_json_atomic, write_text_atomic
 from speclens.generation import RecordGranularity, SpecCounters
 from speclens.machine import cpu_label
+from speclens.profile_file import PROFILE_FILE
 from speclens.run_files import (
     BASELINE_OUTPUTS_FILE,
     ENGINE_LOG,
@@ -283,25 +284,16 @@ def failures_logged(out_dir: Path) -> Iterator[None]:
         ) from exc
 
 
-def _execute(
-    plan: RunPlan,
-    out_dir: Path,
-    factory: EngineFactory,
-    runner: str,
-    progress: ProgressFactory,
-    config_fingerprint: str | None,
-) -> RunSummary:
-    out_dir.mkdir(parents=True, exist_ok=True)
+def measured_passes(
+    plan: RunPlan, factory: EngineFactory, spec, progress: ProgressFactory, out_dir: Path
+) -> tuple[list[Pass], list[Pass], Any]:
+    """The speculative passes and, with baseline=true, plain decoding's, interleaved repeat by
+    repeat (what finished is kept where one fails), then the median repeat of each."""
     cfg = plan.config
-    spec = plan.speculative_config()
-    origin = RunOrigin.of(plan, config_fingerprint)
-    stamp = run_stamp(plan, runner, origin)
-    write_json_atomic(stamp, out_dir / STAMP_FILE)
-
     mode = PassMode.speculative if spec is not None else PassMode.plain
     spec_rounds: list[list[Pass]] = []
     plain_rounds: list[list[Pass]] = []
-    for _ in range(cfg.repeats or 1):  # speculative and plain passes interleaved, repeat by repeat
+    for _ in range(cfg.repeats or 1):
         spec_rounds.append(
             _kept_on_failure(
                 lambda: run_passes(plan, factory, spec, mode, progress, out_dir),
@@ -317,7 +309,66 @@ def _execute(
                     lambda finished: write_outputs(finished, out_dir / BASELINE_OUTPUTS_FILE),
                 )
             )
-    passes, baseline, spreads = median_repeats(spec_rounds, plain_rounds)
+    return median_repeats(spec_rounds, plain_rounds)
+
+
+def cost_passes(
+    plan: RunPlan, factory: EngineFactory, passes: list[Pass], progress: ProgressFactory, out_dir: Path
+) -> tuple[list[Pass], list[Pass], str | None]:
+    """Beside a baseline: the zero-cost pass (T_verif at each D) and the idle pass (speculation on,
+    nothing proposed: the K=0 tax), and why the tax could not be timed where it was not. They only
+    time engine steps: useless where the engine shows none (a server)."""
+    if not any(p.engine_steps for p in passes):
+        return [], [], IDLE_NEEDS_STEPS
+    verify_spec = zero_cost_spec(plan.config.d, passes[0].model_runner)
+    verify = run_passes(plan, factory, verify_spec, PassMode.verify, progress, out_dir)
+    idle_config = idle_spec(plan.config.d, passes[0].model_runner)
+    if idle_config is None:
+        return verify, [], IDLE_NOT_ON_V2
+    return verify, run_passes(plan, factory, idle_config, PassMode.idle, progress, out_dir), None
+
+
+def lossless_checks(plan: RunPlan, factory: EngineFactory, passes: list[Pass], baseline: list[Pass]) -> dict[int, Any]:
+    """Per batch size, greedy speculative outputs against plain decoding's, each difference
+    classified by its top-2 margin (synthetic acceptance emits drafts the target did not choose:
+    its outputs are not compared)."""
+    greedy = plan.sampling.temperature == 0 and plan.synthetic is None
+    mismatched = (
+        {b.batch_size: mismatched_turns(p.results, b.results) for p, b in zip(passes, baseline)} if greedy else {}
+    )
+    margins = top2_margins(plan, factory, mismatched) if any(mismatched.values()) else {}
+    return {
+        b.batch_size: lossless(p.results, b.results, greedy, b.batch_size, margins, plan.dtype)
+        for p, b in zip(passes, baseline)
+    }
+
+
+def stamp_what_ran(stamp: dict[str, Any], summary: RunSummary, out_dir: Path) -> dict[str, Any]:
+    """The stamp with what computed the run (its model runner, its GPU) beside what the config
+    asked for (engine.*), rewritten where the engine said."""
+    numerics = summary.numerics
+    ran_on = {"model_runner": numerics.model_runner, "gpu": numerics.gpu} if numerics is not None else {}
+    if any(ran_on.values()):
+        stamp = stamp | {k: v for k, v in ran_on.items() if v is not None}
+        write_json_atomic(stamp, out_dir / STAMP_FILE)
+    return stamp
+
+
+def _execute(
+    plan: RunPlan,
+    out_dir: Path,
+    factory: EngineFactory,
+    runner: str,
+    progress: ProgressFactory,
+    config_fingerprint: str | None,
+) -> RunSummary:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg = plan.config
+    spec = plan.speculative_config()
+    origin = RunOrigin.of(plan, config_fingerprint)
+    stamp = run_stamp(plan, runner, origin)
+    write_json_atomic(stamp, out_dir / STAMP_FILE)
+    passes, baseline, spreads = measured_passes(plan, factory, spec, progress, out_dir)
     split = None
     if plan.segmenter is not None:
         split = split_outputs(plan.segmenter, [r for p in passes for r in p.results])
@@ -329,30 +380,11 @@ def _execute(
     k0_tax_note = None  # why no pass could time the K=0 tax, where the baseline ran
     if baseline:
         write_outputs(baseline, out_dir / BASELINE_OUTPUTS_FILE)
-        # The zero-cost and idle passes only time engine steps: useless where the engine shows none (a server).
-        if any(p.engine_steps for p in passes):
-            verify_spec = zero_cost_spec(plan.config.d, passes[0].model_runner)
-            verify = run_passes(plan, factory, verify_spec, PassMode.verify, progress, out_dir)
-            idle_config = idle_spec(plan.config.d, passes[0].model_runner)
-            if idle_config is not None:
-                idle = run_passes(plan, factory, idle_config, PassMode.idle, progress, out_dir)
-            else:
-                k0_tax_note = IDLE_NOT_ON_V2
+        verify, idle, k0_tax_note = cost_passes(plan, factory, passes, progress, out_dir)
+        if verify:
             engine_steps = write_engine_steps(passes + baseline + verify + idle, out_dir / ENGINE_STEPS_FILE)
-        else:
-            k0_tax_note = IDLE_NEEDS_STEPS
-
     counters = sum((p.counters for p in passes), SpecCounters()) if spec is not None else None
-    # synthetic acceptance emits drafts the target did not choose: its outputs are not compared
-    greedy = plan.sampling.temperature == 0 and plan.synthetic is None
-    mismatched = (
-        {b.batch_size: mismatched_turns(p.results, b.results) for p, b in zip(passes, baseline)} if greedy else {}
-    )
-    margins = top2_margins(plan, factory, mismatched) if any(mismatched.values()) else {}
-    checks = {
-        b.batch_size: lossless(p.results, b.results, greedy, b.batch_size, margins, plan.dtype)
-        for p, b in zip(passes, baseline)
-    }
+    checks = lossless_checks(plan, factory, passes, baseline)
     points = operating_points(
         passes,
         baseline,
@@ -393,13 +425,7 @@ def _execute(
     )
     summary.synthetic_acceptance = plan.synthetic
     summary.diagnostics = diagnose(run_facts(plan, summary, steps, requests, passes, stamp))
-    numerics = summary.numerics
-    ran_on = {"model_runner": numerics.model_runner, "gpu": numerics.gpu} if numerics is not None else {}
-    if any(ran_on.values()):
-        # what the config asked for (engine.*) is in the stamp already; now what computed the run
-        stamp = stamp | {k: v for k, v in ran_on.items() if v is not None}
-        write_json_atomic(stamp, out_dir / STAMP_FILE)
-    summary.provenance = summary.provenance_of(stamp)
+    summary.provenance = summary.provenance_of(stamp_what_ran(stamp, summary, out_dir))
     profiles = [] if plan.synthetic is not None else run_profiles(out_dir, summary)  # acceptance set, not measured
     if profiles:
         write_profiles(profiles, out_dir)

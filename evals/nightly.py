@@ -33,12 +33,12 @@ from omegaconf import OmegaConf
 from evals.compose import compose_config, to_run_config
 from evals.plan import RunPlan, make_plan
 from evals.run import TqdmProgress, run
-from reports import figures
-from reports.charts import extension_over, trend_chart
+from reports import png_plots
 from reports.compare import lengths_named, own_length_groups, terminal_table, write_comparison
 from reports.curves import group_lengths, length_group
 from reports.page import Section, render_page
-from reports.runs import Run, find_runs, measured_runs
+from reports.plotly_charts import extension_over, trend_chart
+from reports.runs import RunView, find_runs, measured_runs
 from runners.registry import runner_of
 from speclens.errors import ConfigError, guarded
 from speclens.files import check_folder, exclusive, write_atomic
@@ -219,7 +219,7 @@ def check_baseline(baseline: Path, plans: list[RunPlan]) -> None:
                 )
 
 
-def other_prompts(baseline_runs: list[Run], plan: RunPlan) -> str:
+def other_prompts(baseline_runs: list[RunView], plan: RunPlan) -> str:
     """What differs in a baseline measured over other prompts: their input lengths where those differ."""
     theirs = {label: g.input_tokens for run in baseline_runs for label, g in (run.summary.by_length or {}).items()}
     mine = {length_label(p.input_tokens): p.input_tokens for p in plan.prompts if p.input_tokens is not None}
@@ -349,7 +349,7 @@ def nightly(args: NightlyArgs) -> int:
             print(note)
     rows = night_rows(args, comparison)
     history = append_history(args.history, rows)
-    args.history.with_name(TREND_FILE).write_bytes(figures.trend(history))
+    args.history.with_name(TREND_FILE).write_bytes(png_plots.trend(history))
     write_trend_page(history, args.history)
     print(f"history: {args.history} ({history.night.nunique()} nights); trend: {args.history.with_name(TREND_FILE)}")
     if args.baseline is None:

@@ -18,7 +18,7 @@ from evals import capacity, embedded_target, kv_cache, verify
 from evals import synthetic as synthetic_acceptance
 from evals.conversation import conversation_token_ids
 from evals.datasets import dataset_name, declared_lengths, load_prompts
-from evals.datasets.base import fingerprint as dataset_fingerprint
+from evals.datasets.selection import fingerprint as dataset_fingerprint
 from evals.embedded_drafters import BUDGETS, embedded_build, ensure_drafter, is_built
 from evals.reasoning import Segmenter, check_template_kwargs, make_segmenter
 from runners.chat import PLAIN

@@ -23,8 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from evals.measure import ERROR_LOG
 from reports.curves import write_curves
-from reports.profile import PROFILE_FILE, read_profiles, write_profiles
-from reports.rank import write_ranking
+from reports.profile import write_profiles
+from reports.ranking_tables import write_ranking
 from reports.wandb_log import log_sweep
 from speclens.config import WandbLoggerConfig
 from speclens.errors import (
@@ -38,6 +38,7 @@ from speclens.errors import (
 )
 from speclens.files import write_json_atomic
 from speclens.options import strict_json_loads
+from speclens.profile_file import PROFILE_FILE, read_profiles
 from speclens.redact import redact
 from speclens.run_files import FAILURE_FILE
 from speclens.summary import SUMMARY_FILE

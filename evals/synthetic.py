@@ -24,12 +24,12 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from reports.profile import PROFILE_FILE, profile_provenance, read_profiles
 from runners import cpu_synthetic_fix
 from runners.cpu_plugins import disabled
 from runners.registry import runner_name
 from speclens.config import RunConfig
 from speclens.errors import ConfigError, CorruptRecord
+from speclens.profile_file import PROFILE_FILE, profile_provenance, read_profiles
 from speclens.provenance import IDENTITY_FIELDS, Provenance, differences, of_stamp
 
 # What a profile is compared with the run in (its source: the run's own is synthetic, by definition).

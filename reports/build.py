@@ -9,8 +9,8 @@ the defaults, the ranking with the speedup model's check and account, throughput
 interactivity, acceptance detail (per position, histogram, by context position), AL by context
 length where the prompts state their lengths (lengths past the target's own window marked with the
 context extension they were measured under), thinking vs answer and agent turns where measured, the
-runs, the drafters' facts and the run stamp. Each chart is chosen from its data (reports/charts.py);
-the markdown twin has the same text and tables and static PNGs (reports/figures.py) beside it.
+runs, the drafters' facts and the run stamp. Each chart is chosen from its data (reports/plotly_charts.py);
+the markdown twin has the same text and tables and static PNGs (reports/png_plots.py) beside it.
 """
 
 from __future__ import annotations
@@ -24,15 +24,14 @@ import pandas as pd
 
 from drafters.facts_table import HEADER as DRAFTER_HEADER
 from drafters.facts_table import comparison_rows
-from reports import charts, figures
+from reports import plotly_charts, png_plots
 from reports.curves import WHOLE_OUTPUT, collect, is_length_group, safe_name
 from reports.gpu_prediction import gpu_section
 from reports.page import Section, render_page
-from reports.rank import display_columns, display_rows, guideline_notes
-from reports.ranking import pareto_front, rank_runs, tables
+from reports.ranking_tables import display_columns, display_rows, guideline_notes
 from reports.runs import (
     CONSISTENT_ACROSS_TEMPERATURES,
-    Run,
+    RunView,
     check_consistent,
     find_runs,
     measured_runs,
@@ -40,12 +39,13 @@ from reports.runs import (
 )
 from reports.serve import serve_markdown, serve_plan
 from reports.settings import settings_section
+from reports.speedup_ranking import pareto_front, rank_runs, tables
 from reports.table import cell, markdown_table
 from speclens.account import CORRECTIONS, MODEL
 from speclens.drafter_build import describe_build
 from speclens.errors import ArgumentParser, SpeclensError, guarded
-from speclens.gpu_model.engines import DEFAULT_ENGINE, ENGINES, engine_named
 from speclens.gpu_model.gpus import GPUS, gpu_named
+from speclens.gpu_model.serving_engines import DEFAULT_ENGINE, ENGINES, engine_named
 from speclens.gpu_model.step_cost import Hardware
 from speclens.provenance import SYNTHETIC
 from speclens.summary import WHOLE_RUN_GROUP
@@ -54,7 +54,7 @@ from speclens.text import Shown, markdown_safe
 # -- the answer -----------------------------------------------------------------------------------
 
 
-def decision_section(root: Path, runs: list[Run], ranking: pd.DataFrame | SpeclensError) -> Section:
+def decision_section(root: Path, runs: list[RunView], ranking: pd.DataFrame | SpeclensError) -> Section:
     """What to serve, where the runs can be ranked; else the headline AL and how to rank them."""
     if isinstance(ranking, SpeclensError):
         return headline_section(root, runs, ranking)
@@ -130,11 +130,11 @@ def _ranked_entry(ranking: pd.DataFrame, winner: dict) -> pd.Series | None:
 SET_BY_RANK_COMMAND = ("drafter=", "d=", "baseline=")
 
 
-def rank_commands(root: Path, runs: list[Run]) -> list[str]:
+def rank_commands(root: Path, runs: list[RunView]) -> list[str]:
     """The commands that measure these runs again with what ranking needs: one per set of other
     overrides the runs were measured with (stamp.json `overrides`), each repeating them."""
     spec = [r for r in runs if r.summary.d is not None]
-    groups: dict[tuple[str, ...], list[Run]] = {}
+    groups: dict[tuple[str, ...], list[RunView]] = {}
     for run in spec or runs:
         kept = tuple(o for o in run.stamp.get("overrides") or [] if not o.startswith(SET_BY_RANK_COMMAND))
         groups.setdefault(kept, []).append(run)
@@ -162,7 +162,7 @@ def rank_commands(root: Path, runs: list[Run]) -> list[str]:
     return commands
 
 
-def headline_runs(runs: list[Run]) -> tuple[list[Run], str]:
+def headline_runs(runs: list[RunView]) -> tuple[list[RunView], str]:
     """The runs a headline AL may name, and what their figures are: the measured ones; where there
     are none, the fake (scripted) ones, said so. Synthetic acceptance (set, not measured) never."""
     spec = [r for r in runs if r.summary.d is not None and r.provenance.source != SYNTHETIC]
@@ -173,7 +173,7 @@ def headline_runs(runs: list[Run]) -> tuple[list[Run], str]:
     return spec, f" ({', '.join(sources)}, not measured)"
 
 
-def headline_section(root: Path, runs: list[Run], reason: SpeclensError) -> Section:
+def headline_section(root: Path, runs: list[RunView], reason: SpeclensError) -> Section:
     spec = [r for r in runs if r.summary.d is not None]
     rows = [
         [
@@ -228,7 +228,7 @@ def al_digits(ci: list[float] | None) -> int:
 MAX_DOMAIN_IMAGES = 12
 
 
-def md_domains(whole: pd.DataFrame, runs: list[Run]) -> list[str]:
+def md_domains(whole: pd.DataFrame, runs: list[RunView]) -> list[str]:
     """The domains report.md draws an image for: `all` first, then by requests (most first), then by name."""
     requests: dict[str, int] = {}
     for run in runs:
@@ -238,7 +238,7 @@ def md_domains(whole: pd.DataFrame, runs: list[Run]) -> list[str]:
     return domains[:MAX_DOMAIN_IMAGES]
 
 
-def al_section(root: Path, runs: list[Run]) -> Section:
+def al_section(root: Path, runs: list[RunView]) -> Section:
     try:
         curves = collect(root)
     except SpeclensError as exc:
@@ -246,8 +246,8 @@ def al_section(root: Path, runs: list[Run]) -> Section:
     # each length's own group is drawn against length (length_section), not as one more domain
     curves = curves[~curves.domain.map(is_length_group)]
     whole = curves[curves.segment == WHOLE_OUTPUT]
-    chart = charts.al_chart(curves, runs)
-    several_d = isinstance(chart, charts.Chart) and chart.title == "AL vs D per domain"
+    chart = plotly_charts.al_chart(curves, runs)
+    several_d = isinstance(chart, plotly_charts.Chart) and chart.title == "AL vs D per domain"
     section = Section(
         "AL vs D per domain" if several_d else "AL per domain",
         text=["One line per drafter, 95% CI over requests; open markers: replayed or estimated."]
@@ -258,15 +258,15 @@ def al_section(root: Path, runs: list[Run]) -> Section:
     if several_d:
         drawn = md_domains(whole, runs)
         for domain in drawn:
-            section.images.append((f"al_vs_d_{safe_name(domain)}", figures.al_vs_d(whole, domain)))
+            section.images.append((f"al_vs_d_{safe_name(domain)}", png_plots.al_vs_d(whole, domain)))
         left = whole.domain.nunique() - len(drawn)
         if left:
             section.text.append(
                 f"report.md draws the whole run and the {len(drawn) - 1} domains with the most requests; the other "
                 f"{left} are in report.html and curves.csv."
             )
-    elif isinstance(chart, charts.Chart):
-        section.images.append(("al_by_domain", figures.al_by_domain(whole)))
+    elif isinstance(chart, plotly_charts.Chart):
+        section.images.append(("al_by_domain", png_plots.al_by_domain(whole)))
     rows = [
         [
             r.drafter + (f" ({r.setting})" if r.setting else ""),
@@ -284,7 +284,7 @@ def al_section(root: Path, runs: list[Run]) -> Section:
     return section
 
 
-def ranking_section(runs: list[Run], ranking: pd.DataFrame | SpeclensError) -> Section | None:
+def ranking_section(runs: list[RunView], ranking: pd.DataFrame | SpeclensError) -> Section | None:
     """The ranking's tables beside the model's check (measured vs predicted); None when not ranked
     (the headline says why)."""
     if isinstance(ranking, SpeclensError):
@@ -298,9 +298,9 @@ def ranking_section(runs: list[Run], ranking: pd.DataFrame | SpeclensError) -> S
     return section
 
 
-def speedup_section(runs: list[Run]) -> Section:
-    chart = charts.speedup_chart(runs)
-    png = figures.speedups(runs)
+def speedup_section(runs: list[RunView]) -> Section:
+    chart = plotly_charts.speedup_chart(runs)
+    png = png_plots.speedups(runs)
     return Section(
         "Measured vs predicted speedup",
         text=["Predicted = T_verif(B)·tokens/step / (T_verif(B(1+D)) + T_draft(B,D)); needs baseline=true."],
@@ -309,7 +309,7 @@ def speedup_section(runs: list[Run]) -> Section:
     )
 
 
-def pareto_points(runs: list[Run], ranking: pd.DataFrame | SpeclensError) -> pd.DataFrame:
+def pareto_points(runs: list[RunView], ranking: pd.DataFrame | SpeclensError) -> pd.DataFrame:
     """Every measured operating point over all prompts: its mechanism, D, B, throughput and
     interactivity (tokens/s per request; from p50 TPOT where latency was measured)."""
     rows = []
@@ -337,7 +337,7 @@ def pareto_points(runs: list[Run], ranking: pd.DataFrame | SpeclensError) -> pd.
     )
 
 
-def throughput_section(runs: list[Run], ranking: pd.DataFrame | SpeclensError) -> Section:
+def throughput_section(runs: list[RunView], ranking: pd.DataFrame | SpeclensError) -> Section:
     points = pareto_points(runs, ranking)
     front = pareto_front(points) if len(points) else points
     section = Section(
@@ -346,30 +346,34 @@ def throughput_section(runs: list[Run], ranking: pd.DataFrame | SpeclensError) -
             "Total output tokens/s against tokens/s per request (1000 / p50 TPOT where latency was measured), "
             "one series per mechanism, each point labelled by its batch size and D; dashed: the Pareto front."
         ],
-        charts=[charts.pareto_chart(points, front)],
+        charts=[plotly_charts.pareto_chart(points, front)],
     )
     if len(points) >= 2:
-        section.images.append(("throughput_vs_interactivity", figures.pareto(points, front)))
+        section.images.append(("throughput_vs_interactivity", png_plots.pareto(points, front)))
     return section
 
 
-def acceptance_sections(spec_runs: list[Run]) -> list[Section]:
+def acceptance_sections(spec_runs: list[RunView]) -> list[Section]:
     sections = []
     for title, chart, png in (
-        ("Per-position acceptance", charts.per_position_chart(spec_runs), figures.per_position),
-        ("Acceptance histogram", charts.histogram_chart(spec_runs), figures.histogram),
-        ("AL by context position", charts.al_by_position_chart(spec_runs), figures.al_by_position),
-        ("AL by output position", charts.al_by_output_position_chart(spec_runs), figures.al_by_output_position),
-        ("AL per request", charts.al_per_request_chart(spec_runs), figures.al_per_request),
+        ("Per-position acceptance", plotly_charts.per_position_chart(spec_runs), png_plots.per_position),
+        ("Acceptance histogram", plotly_charts.histogram_chart(spec_runs), png_plots.histogram),
+        ("AL by context position", plotly_charts.al_by_position_chart(spec_runs), png_plots.al_by_position),
+        (
+            "AL by output position",
+            plotly_charts.al_by_output_position_chart(spec_runs),
+            png_plots.al_by_output_position,
+        ),
+        ("AL per request", plotly_charts.al_per_request_chart(spec_runs), png_plots.al_per_request),
     ):
         section = Section(title, charts=[chart])
-        if isinstance(chart, charts.Chart):
+        if isinstance(chart, plotly_charts.Chart):
             section.images.append((chart.key, png(spec_runs)))
         sections.append(section)
     return sections
 
 
-def segment_section(runs: list[Run]) -> Section | None:
+def segment_section(runs: list[RunView]) -> Section | None:
     """AL per segment (thinking, answer) per drafter and D, with each segment's share of the output
     tokens; None where no run has a reasoning boundary."""
     rows = []
@@ -405,12 +409,12 @@ def segment_section(runs: list[Run]) -> Section | None:
     return Section(
         "Thinking vs answer",
         text,
-        charts=[charts.segment_chart(runs)],
+        charts=[plotly_charts.segment_chart(runs)],
         tables=[(["run", "segment", "AL", "95% CI", "steps", "tokens", "share", "tokens/step"], rows)],
     )
 
 
-def turn_section(runs: list[Run]) -> Section | None:
+def turn_section(runs: list[RunView]) -> Section | None:
     """AL per assistant turn of agent trajectories, per run; None where no run measured trajectories."""
     measured = [run for run in runs if run.summary.by_turn]
     if not measured:
@@ -423,20 +427,20 @@ def turn_section(runs: list[Run]) -> Section | None:
     return Section(
         "AL by agent turn",
         ["One request per assistant turn, its prompt the trajectory's recorded history before it."],
-        images=[("al_by_turn", figures.al_vs_turn(measured))],
-        charts=[charts.turn_chart(measured)],
+        images=[("al_by_turn", png_plots.al_vs_turn(measured))],
+        charts=[plotly_charts.turn_chart(measured)],
         tables=[(["run", "turn", "requests", "steps", "AL", "95% CI"], rows)],
     )
 
 
-def length_section(runs: list[Run]) -> Section | None:
+def length_section(runs: list[RunView]) -> Section | None:
     """AL and tokens per step against the prompts' input length, per drafter and D, with each
     length's table; lengths past the target's own window are marked with the extension they were
     measured under. None where no run's prompts state their lengths."""
-    measured = [run for run in runs if charts.length_figures(run)]
+    measured = [run for run in runs if plotly_charts.length_figures(run)]
     if not measured:
         return None
-    al_chart = charts.length_chart(measured, "al")
+    al_chart = plotly_charts.length_chart(measured, "al")
     section = Section(
         "AL by context length",
         text=[
@@ -444,19 +448,19 @@ def length_section(runs: list[Run]) -> Section | None:
             "Where AL falls with length, speculation buys less on long prompts: choose D per length "
             "(`python -m reports.rank` ranks each length)."
         ],
-        charts=[al_chart, charts.length_chart(measured, "tokens_per_step")],
+        charts=[al_chart, plotly_charts.length_chart(measured, "tokens_per_step")],
         tables=[length_table(measured)],
     )
     section.text += window_notes(measured)
-    if isinstance(al_chart, charts.Chart):
-        section.images.append(("al_by_length", figures.al_vs_length(measured)))
+    if isinstance(al_chart, plotly_charts.Chart):
+        section.images.append(("al_by_length", png_plots.al_vs_length(measured)))
     points = length_point_table(measured)
     if points is not None:
         section.tables.append(points)
     return section
 
 
-def window_notes(runs: list[Run]) -> list[str]:
+def window_notes(runs: list[RunView]) -> list[str]:
     """The window each run ran with, and what was measured past the target's own window."""
     notes = []
     for label in sorted({run.summary.context_window.label() for run in runs if run.summary.context_window}):
@@ -473,12 +477,12 @@ def window_notes(runs: list[Run]) -> list[str]:
     return notes
 
 
-def window_cell(run: Run, input_tokens: int | None) -> str:
-    extension = charts.extension_at(run.summary.context_window, input_tokens)
+def window_cell(run: RunView, input_tokens: int | None) -> str:
+    extension = plotly_charts.extension_at(run.summary.context_window, input_tokens)
     return "native" if extension is None else f"extended: {extension}"
 
 
-def length_table(runs: list[Run]) -> tuple[list[str], list[list[str]]]:
+def length_table(runs: list[RunView]) -> tuple[list[str], list[list[str]]]:
     header = ["run", "length", "input tokens", "requests", "steps", "AL", "95% CI", "tokens/step", "95% CI", "window"]
     rows = [
         [
@@ -494,12 +498,12 @@ def length_table(runs: list[Run]) -> tuple[list[str], list[list[str]]]:
             window_cell(run, g.input_tokens),
         ]
         for run in runs
-        for label, g in charts.length_figures(run)
+        for label, g in plotly_charts.length_figures(run)
     ]
     return header, rows
 
 
-def length_point_table(runs: list[Run]) -> tuple[list[str], list[list[str]]] | None:
+def length_point_table(runs: list[RunView]) -> tuple[list[str], list[list[str]]] | None:
     """Each length's throughput and measured speedup at each batch size (a pass runs one length at a
     time, so its own steps time it); None where no operating point measured either."""
     rows = []
@@ -528,7 +532,7 @@ def _ci_cell(ci: list[float] | None) -> str:
     return "-" if ci is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
-def latency_section(runs: list[Run]) -> Section | None:
+def latency_section(runs: list[RunView]) -> Section | None:
     """Latency percentiles per run and operating point (runs measured before latency was recorded
     have none: no section then)."""
     rows = []
@@ -569,7 +573,7 @@ def latency_section(runs: list[Run]) -> Section | None:
 MAX_WATERFALLS = 12
 
 
-def account_section(runs: list[Run]) -> Section | None:
+def account_section(runs: list[RunView]) -> Section | None:
     """Each operating point's speedup account: the model's prediction times the corrections measured
     from its engine steps, multiplying out to the measured speedup (speclens/account.py)."""
     header = [
@@ -602,8 +606,8 @@ def account_section(runs: list[Run]) -> Section | None:
                     f"account_{safe_name(run.summary.label)}_B{point.batch_size}",
                     f"{run.summary.label}, B={point.batch_size}",
                 )
-                images.append((name, figures.waterfall(title, account.factors, account.measured)))
-                waterfalls.append(charts.waterfall_chart(name, title, account.factors, account.measured))
+                images.append((name, png_plots.waterfall(title, account.factors, account.measured)))
+                waterfalls.append(plotly_charts.waterfall_chart(name, title, account.factors, account.measured))
     if not rows:
         return None
     text = [
@@ -616,7 +620,7 @@ def account_section(runs: list[Run]) -> Section | None:
     return Section("Speedup account", text, tables=[(header, rows)], images=images, charts=waterfalls)
 
 
-def diagnostics_section(runs: list[Run]) -> Section | None:
+def diagnostics_section(runs: list[RunView]) -> Section | None:
     """What is odd about each run (speclens/diagnostics.py), warnings first, under the answer."""
     rows = [[run.summary.label, d.severity, d.code, d.message] for run in runs for d in run.summary.diagnostics or []]
     if not rows:
@@ -631,7 +635,7 @@ def diagnostics_section(runs: list[Run]) -> Section | None:
     )
 
 
-def runs_section(runs: list[Run]) -> Section:
+def runs_section(runs: list[RunView]) -> Section:
     # vLLM's model runner (runners/model_runner.py; n-gram drafts differently on V1 and V2), where
     # a run recorded one
     model_runners = [(r.summary.numerics.model_runner if r.summary.numerics else None) for r in runs]
@@ -651,7 +655,7 @@ def runs_section(runs: list[Run]) -> Section:
     return Section("Runs", tables=[(header, rows)])
 
 
-def stamp_section(runs: list[Run]) -> Section:
+def stamp_section(runs: list[RunView]) -> Section:
     section = Section("Run stamp")
     first = runs[0]
     section.text.append("Versions: " + ", ".join(f"{k} {v}" for k, v in first.summary.versions.items()))
@@ -705,8 +709,10 @@ def build_sections(root: Path, gpu: Hardware | None = None) -> list[Section]:
 
 
 def render_html(root: Path, sections: list[Section]) -> str:
-    filtered = [c for s in sections for c in s.charts if isinstance(c, charts.Chart) and c.domain_filter]
-    domains = sorted({d for chart in filtered for d in charts.chart_domains(chart)}, key=lambda d: (d != "all", d))
+    filtered = [c for s in sections for c in s.charts if isinstance(c, plotly_charts.Chart) and c.domain_filter]
+    domains = sorted(
+        {d for chart in filtered for d in plotly_charts.chart_domains(chart)}, key=lambda d: (d != "all", d)
+    )
     return render_page("speclens report", str(root), sections, domains)
 
 
@@ -719,7 +725,7 @@ def render_markdown(root: Path, sections: list[Section], out_dir: Path) -> str:
         for t in s.text:
             out += [markdown_safe(t) if isinstance(t, Shown) else t, ""]
         for chart in s.charts:
-            if isinstance(chart, charts.Missing):
+            if isinstance(chart, plotly_charts.Missing):
                 out += [f"{chart.title}: not drawn ({chart.reason}).", ""]
         for block in s.code:
             out += ["```", block, "```", ""]

@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from reports.charts import extension_over, forest_chart
 from reports.curves import length_group
 from reports.page import Section, render_page
-from reports.runs import CONSISTENT_KEYS, Run, check_consistent, find_runs, shown_identity
+from reports.plotly_charts import extension_over, forest_chart
+from reports.runs import CONSISTENT_KEYS, RunView, check_consistent, find_runs, shown_identity
 from reports.table import cell, markdown_table, text_table
 from speclens.errors import ArgumentParser, SpeclensError, guarded
 from speclens.metrics import BOOTSTRAP_SAMPLES, MIN_REQUESTS_FOR_CI, length_label, per_request, resample_indices
@@ -106,7 +106,7 @@ def _named(key: tuple[str, int, str]) -> str:
     return f"drafter={key[0]} d={key[1]}" + (f" ({key[2]})" if key[2] else "")
 
 
-def _speculative_runs(root: Path) -> list[Run]:
+def _speculative_runs(root: Path) -> list[RunView]:
     runs = []
     for run in find_runs(root):
         if run.summary.d is None:
@@ -121,9 +121,9 @@ def _speculative_runs(root: Path) -> list[Run]:
     return runs
 
 
-def keyed(root: Path, runs: list[Run]) -> dict[tuple[str, int, str], Run]:
+def keyed(root: Path, runs: list[RunView]) -> dict[tuple[str, int, str], RunView]:
     """Each run by (drafter, D, setting), its setting naming what the runs of both sides differ in."""
-    found: dict[tuple[str, int, str], Run] = {}
+    found: dict[tuple[str, int, str], RunView] = {}
     for run in runs:
         key = (run.summary.mechanism, run.summary.d, run.setting)
         if key in found:
@@ -132,13 +132,13 @@ def keyed(root: Path, runs: list[Run]) -> dict[tuple[str, int, str], Run]:
     return found
 
 
-def pair_labels(base: Run, cand: Run) -> tuple[str, str]:
+def pair_labels(base: RunView, cand: RunView) -> tuple[str, str]:
     """Each side's label of everything the pair differs in: the identity fields where they differ
     (speclens/provenance.py: source, runner, engine.dtype, engine.model_runner) and each side's setting."""
     mine, theirs = base.provenance, cand.provenance
     differ = [name for name in IDENTITY_FIELDS if name != "setting" and getattr(mine, name) != getattr(theirs, name)]
 
-    def label(run: Run) -> str:
+    def label(run: RunView) -> str:
         found = run.provenance
         parts = [field_label(found, name) for name in differ]
         return ", ".join(parts + ([run.axis_setting] if run.axis_setting else []))
@@ -146,7 +146,7 @@ def pair_labels(base: Run, cand: Run) -> tuple[str, str]:
     return label(base), label(cand)
 
 
-def _check_same_prompts(base: Run, cand: Run, base_requests: pd.DataFrame, cand_requests: pd.DataFrame) -> None:
+def _check_same_prompts(base: RunView, cand: RunView, base_requests: pd.DataFrame, cand_requests: pd.DataFrame) -> None:
     b_ids, c_ids = set(base_requests.request_id), set(cand_requests.request_id)
     if b_ids != c_ids:
         only_b, only_c = sorted(b_ids - c_ids), sorted(c_ids - b_ids)
@@ -162,12 +162,12 @@ def _check_same_prompts(base: Run, cand: Run, base_requests: pd.DataFrame, cand_
         )
 
 
-def _check_same_setting(base: Run, cand: Run) -> None:
+def _check_same_setting(base: RunView, cand: RunView) -> None:
     """The same drafter settings and batch sizes on both sides. The target may differ, and so may
     the draft checkpoint (a retrained or quantized draft: compare() names it) and the settings of
     speclens/provenance.py SETTING_KEYS (drafter.sample_method, drafter.parallel_drafting)."""
 
-    def kept(run: Run, key: str) -> Any:
+    def kept(run: RunView, key: str) -> Any:
         value = run.get(key)
         free = ("sample_method", "parallel_drafting", "model")
         return {k: v for k, v in value.items() if k not in free} if isinstance(value, dict) else value
@@ -204,8 +204,8 @@ def _lengths(requests: pd.DataFrame) -> pd.Series:
 
 
 def prompt_lengths(
-    base: Run, cand: Run, base_requests: pd.DataFrame, cand_requests: pd.DataFrame
-) -> tuple[pd.Series, Run | None, str | None]:
+    base: RunView, cand: RunView, base_requests: pd.DataFrame, cand_requests: pd.DataFrame
+) -> tuple[pd.Series, RunView | None, str | None]:
     """The prompts' input lengths, the run whose records gave them (None: neither side's records
     carry lengths) and a note where only one side's do (records from before lengths were kept)."""
     b, c = _lengths(base_requests), _lengths(cand_requests)
@@ -229,7 +229,7 @@ def prompt_lengths(
 
 
 def comparison_groups(
-    requests: pd.DataFrame, lengths: pd.Series, lengths_of: Run | None
+    requests: pd.DataFrame, lengths: pd.Series, lengths_of: RunView | None
 ) -> list[tuple[str, list[str]]]:
     """(group, its request ids): `all`, every domain, and each length that needs its own row."""
     domains = requests.groupby("domain")["request_id"].unique()
@@ -242,9 +242,9 @@ def comparison_groups(
     return groups
 
 
-def group_extension(base: Run, cand: Run, lengths: list[int]) -> str:
+def group_extension(base: RunView, cand: RunView, lengths: list[int]) -> str:
     """The context extension a group of prompts of these lengths was measured under on each side
-    (reports/charts.py extension_over): one name where both agree, both sides' where they differ,
+    (reports/plotly_charts.py extension_over): one name where both agree, both sides' where they differ,
     "" where none is past its target's window."""
     on_base = extension_over(base.summary.context_window, lengths)
     on_cand = extension_over(cand.summary.context_window, lengths)
@@ -253,7 +253,7 @@ def group_extension(base: Run, cand: Run, lengths: list[int]) -> str:
     return f"baseline {on_base or 'native window'}, candidate {on_cand or 'native window'}"
 
 
-def run_lengths(runs: dict[tuple[str, int], Run]) -> dict[str, int]:
+def run_lengths(runs: dict[tuple[str, int], RunView]) -> dict[str, int]:
     """The input lengths the runs' prompts state, label -> tokens."""
     return {label: g.input_tokens for run in runs.values() for label, g in (run.summary.by_length or {}).items()}
 
@@ -281,7 +281,7 @@ def _check_same_lengths(baseline_dir: Path, base_runs: dict, candidate_dir: Path
     )
 
 
-def compare_pair(key: tuple[str, int, str], base: Run, cand: Run, seed: int) -> tuple[list[dict], str | None]:
+def compare_pair(key: tuple[str, int, str], base: RunView, cand: RunView, seed: int) -> tuple[list[dict], str | None]:
     """One (drafter, D)'s rows: every group, and each segment where both sides split thinking from
     the answer; and the note on where the input lengths came from, if any."""
     _check_same_setting(base, cand)
@@ -314,8 +314,8 @@ RunKey = tuple[str, int, str]
 
 
 def paired_runs(
-    base_runs: dict[RunKey, Run], cand_runs: dict[RunKey, Run]
-) -> tuple[list[tuple[RunKey, Run, Run]], list[RunKey], list[RunKey]]:
+    base_runs: dict[RunKey, RunView], cand_runs: dict[RunKey, RunView]
+) -> tuple[list[tuple[RunKey, RunView, RunView]], list[RunKey], list[RunKey]]:
     """(key, baseline run, candidate run) per pair, and the keys left on each side. Runs pair by
     (drafter, D, engine setting); a (drafter, D) left with one run on each side pairs across its
     settings (an FP8 KV cache dir against a default one: the comparison is of the setting)."""
@@ -367,7 +367,7 @@ def compare(baseline_dir: Path, candidate_dir: Path, seed: int = 0) -> tuple[pd.
     return table, notes
 
 
-def unmeasured_notes(pairs: list[tuple[RunKey, Run, Run]]) -> list[str]:
+def unmeasured_notes(pairs: list[tuple[RunKey, RunView, RunView]]) -> list[str]:
     """What the compared figures are where they were not measured (speclens/provenance.py): one
     note for both sides where they agree, else one per side."""
     sides = [

@@ -37,12 +37,12 @@ from typing import Collection
 import pandas as pd
 
 from drafters import REGISTRY
-from reports import figures
-from reports.charts import extension_over
+from reports import png_plots
+from reports.plotly_charts import extension_over
 from reports.runs import (
     CONSISTENT_ACROSS_TEMPERATURES,
     Replay,
-    Run,
+    RunView,
     check_consistent,
     check_one_each,
     find_replays,
@@ -171,7 +171,7 @@ def measured_groups(summary: RunSummary) -> dict[str, GroupFigures]:
     return summary.groups() | lengths
 
 
-def measured_rows(run: Run) -> list[dict]:
+def measured_rows(run: RunView) -> list[dict]:
     s = run.summary
     proposer = measured_proposer(s)
     found = run.provenance
@@ -194,7 +194,7 @@ def measured_rows(run: Run) -> list[dict]:
     return rows
 
 
-def curve_point(run: Run) -> tuple[str, int, float, str, str]:
+def curve_point(run: RunView) -> tuple[str, int, float, str, str]:
     """The (drafter, D, temperature, chat_template_kwargs, setting) a run is drawn at."""
     return run.summary.drafter, run.summary.d, run.temperature, run.template, run.setting
 
@@ -277,17 +277,17 @@ def write_curves(root: Path, out_dir: Path | None = None, exclude: Collection[Pa
     whole = curves[curves.segment == WHOLE_OUTPUT]
     lengths = whole[whole.domain.map(is_length_group)]
     if not lengths.empty:
-        (out_dir / "curve_lengths.png").write_bytes(figures.al_vs_d_by_length(lengths))
+        (out_dir / "curve_lengths.png").write_bytes(png_plots.al_vs_d_by_length(lengths))
     for domain in sorted(d for d in curves.domain.unique() if not is_length_group(d)):
-        (out_dir / f"curve_{safe_name(domain)}.png").write_bytes(figures.al_vs_d(whole, domain))
+        (out_dir / f"curve_{safe_name(domain)}.png").write_bytes(png_plots.al_vs_d(whole, domain))
         if curves.temperature.nunique() > 1:
             (out_dir / f"curve_temperature_{safe_name(domain)}.png").write_bytes(
-                figures.al_vs_temperature(whole, domain)
+                png_plots.al_vs_temperature(whole, domain)
             )
         segments = curves[(curves.domain == domain) & (curves.segment != WHOLE_OUTPUT)]
         if not segments.empty:
             (out_dir / f"curve_segments_{safe_name(domain)}.png").write_bytes(
-                figures.al_vs_d_by_segment(segments, domain)
+                png_plots.al_vs_d_by_segment(segments, domain)
             )
     return curves
 

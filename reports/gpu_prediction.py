@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from reports.page import Section
-from reports.runs import Run
+from reports.runs import RunView
 from speclens import metrics
 from speclens.checkpoints import read_config
 from speclens.errors import SpeclensError
@@ -44,7 +44,7 @@ def _config(ref: str | None, key: str) -> dict | None:
     return None if not ref else read_config(Path(ref), key)
 
 
-def prediction_rows(runs: list[Run], hw: Hardware) -> tuple[list[list[str]], list[str]]:
+def prediction_rows(runs: list[RunView], hw: Hardware) -> tuple[list[list[str]], list[str]]:
     """One row per drafted run and batch size, and a note per run that could not be predicted."""
     rows, notes = [], []
     for run in runs:
@@ -108,7 +108,7 @@ def _range(p: dict, hw: Hardware) -> str:
     return f"[{low:.2f}, {high:.2f}]" + ("*" if derived_on != HELD_OUT.derived_on else "")
 
 
-def _widened(runs: list[Run], hw: Hardware) -> list[str]:
+def _widened(runs: list[RunView], hw: Hardware) -> list[str]:
     """Why each widened (`*`) range was not scored, once per reason."""
     drafters = sorted({r.summary.drafter for r in runs if r.summary.d is not None and r.summary.drafter in MECHANISMS})
     reasons = dict.fromkeys(why for drafter in drafters if (why := unscored_because(hw, drafter)) is not None)
@@ -131,7 +131,7 @@ def _groups(al: float, op: OperatingPoint, requests: pd.DataFrame) -> list[tuple
     ]
 
 
-def gpu_section(runs: list[Run], hw: Hardware) -> Section:
+def gpu_section(runs: list[RunView], hw: Hardware) -> Section:
     rows, notes = prediction_rows(runs, hw)
     name = hw.gpu.name
     return Section(

@@ -1,5 +1,5 @@
 """A self-contained HTML page (report.html, compare.html, trend.html) from one Jinja2 template,
-reports/templates/page.html.j2: sections of text, interactive charts (reports/charts.py, drawn by
+reports/templates/page.html.j2: sections of text, interactive charts (reports/plotly_charts.py, drawn by
 plotly.js inlined in the page: it opens with no network, from a mail attachment too) and tables
 that fit the page (long hashes cut to 12 characters, the whole value on hover; numbers right-aligned).
 Escaping is the template engine's, automatic."""
@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from reports.charts import Chart, Missing
+from reports.plotly_charts import Chart, Missing
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 # Shown in full up to this many characters without a space; longer ones (hashes, paths) are cut.

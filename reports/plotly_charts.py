@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable
 
 import pandas as pd
 
-from reports.runs import Run
+from reports.runs import RunView
 from speclens.account import CORRECTIONS, MODEL
 from speclens.costs import GAP_TOLERANCE
 from speclens.metrics import GroupFigures, PositionBin, length_label
@@ -178,7 +178,7 @@ def series_name(key: tuple, columns: list[str], d: int | None = None) -> str:
     return " ".join(parts) + (f" d={d}" if d is not None else "")
 
 
-def group_counts(runs: list[Run]) -> dict[tuple, tuple[int, int]]:
+def group_counts(runs: list[RunView]) -> dict[tuple, tuple[int, int]]:
     """(drafter, d, domain, temperature, template, setting) -> (requests, drafted steps), for hover text."""
     return {
         (run.summary.drafter, run.summary.d, domain, run.temperature, run.template, run.setting): (
@@ -194,7 +194,7 @@ def ordered_domains(curves: pd.DataFrame) -> list[str]:
     return sorted(curves.domain.unique(), key=lambda d: (d != "all", d))
 
 
-def al_chart(curves: pd.DataFrame, runs: list[Run]) -> Chart | Missing:
+def al_chart(curves: pd.DataFrame, runs: list[RunView]) -> Chart | Missing:
     """AL per domain as bars (one D per drafter) or AL vs D lines in small multiples (several D)."""
     key, title = "al", "AL per domain"
     whole = curves[curves.segment == "all"]
@@ -315,7 +315,7 @@ def al_vs_d_panels(whole: pd.DataFrame, columns: list[str], counts: dict) -> Cha
 # -- acceptance detail ----------------------------------------------------------------------------
 
 
-def histogram_chart(runs: list[Run]) -> Chart | Missing:
+def histogram_chart(runs: list[RunView]) -> Chart | Missing:
     """The share of drafted steps accepting 0, 1, …, D tokens, as bars per run."""
     traces = []
     for run in runs:
@@ -345,7 +345,7 @@ def histogram_chart(runs: list[Run]) -> Chart | Missing:
     return drawn(chart, "no per-step records (a server that reports request totals only): nothing to count")
 
 
-def per_position_chart(runs: list[Run]) -> Chart | Missing:
+def per_position_chart(runs: list[RunView]) -> Chart | Missing:
     """P(the first k drafts all accepted) at each draft position k = 1 … D, per run."""
     traces = []
     for run in runs:
@@ -378,7 +378,7 @@ def position_label(start: int, end: int | None) -> str:
     return f"{start:,}+" if end is None else f"{start:,}–{end - 1:,}"
 
 
-def al_by_position_chart(runs: list[Run]) -> Chart | Missing:
+def al_by_position_chart(runs: list[RunView]) -> Chart | Missing:
     """AL of the steps starting in each context-length bin, bins labelled by their token ranges."""
     return binned_al_chart(
         runs,
@@ -390,7 +390,7 @@ def al_by_position_chart(runs: list[Run]) -> Chart | Missing:
     )
 
 
-def al_by_output_position_chart(runs: list[Run]) -> Chart | Missing:
+def al_by_output_position_chart(runs: list[RunView]) -> Chart | Missing:
     """AL of the steps by how many tokens the answer had at the step's start."""
     return binned_al_chart(
         runs,
@@ -403,10 +403,10 @@ def al_by_output_position_chart(runs: list[Run]) -> Chart | Missing:
 
 
 def binned_al_chart(
-    runs: list[Run],
+    runs: list[RunView],
     key: str,
     title: str,
-    bins_of: Callable[[Run], list[PositionBin] | None],
+    bins_of: Callable[[RunView], list[PositionBin] | None],
     axis: tuple[str, str],
     hint: str,
 ) -> Chart | Missing:
@@ -442,7 +442,7 @@ def binned_al_chart(
     return chart
 
 
-def al_per_request_chart(runs: list[Run]) -> Chart | Missing:
+def al_per_request_chart(runs: list[RunView]) -> Chart | Missing:
     """The spread of the requests' own ALs per run: box p10-p90 around the median, whiskers min-max."""
     traces = []
     for run in runs:
@@ -477,7 +477,7 @@ def al_per_request_chart(runs: list[Run]) -> Chart | Missing:
 # -- speedups ------------------------------------------------------------------------------------
 
 
-def speedup_points(runs: list[Run]) -> list[tuple[str, int, float, float]]:
+def speedup_points(runs: list[RunView]) -> list[tuple[str, int, float, float]]:
     """(run, B, measured, predicted) of every operating point that has both speedups."""
     return [
         (run.summary.label, p.batch_size, p.speedup, p.predicted_speedup)
@@ -487,7 +487,7 @@ def speedup_points(runs: list[Run]) -> list[tuple[str, int, float, float]]:
     ]
 
 
-def speedup_chart(runs: list[Run]) -> Chart | Missing:
+def speedup_chart(runs: list[RunView]) -> Chart | Missing:
     """Predicted against measured speedup per run and batch size, with the y = x line."""
     points = speedup_points(runs)
     if not points:
@@ -651,7 +651,7 @@ def pareto_chart(points: pd.DataFrame, front: pd.DataFrame) -> Chart | Missing:
 # -- segments and turns ---------------------------------------------------------------------------
 
 
-def segment_chart(runs: list[Run]) -> Chart | Missing:
+def segment_chart(runs: list[RunView]) -> Chart | Missing:
     """AL per segment (thinking, answer) per run, with CI whiskers."""
     traces = []
     for segment in ("thinking", "answer"):
@@ -680,7 +680,7 @@ def segment_chart(runs: list[Run]) -> Chart | Missing:
     return drawn(chart, "one segment measured: outputs never left thinking, or never entered it")
 
 
-def turn_chart(runs: list[Run]) -> Chart | Missing:
+def turn_chart(runs: list[RunView]) -> Chart | Missing:
     """AL against the assistant-turn index of agent trajectories, one line per run."""
     traces = []
     for run in runs:
@@ -725,7 +725,7 @@ def extension_over(window: ContextWindow | None, lengths: Iterable[int]) -> str 
     return window.extension + ("" if past == lengths else " at " + ", ".join(length_label(t) for t in past))
 
 
-def length_figures(run: Run) -> list[tuple[str, GroupFigures]]:
+def length_figures(run: RunView) -> list[tuple[str, GroupFigures]]:
     """A speculative run's length buckets that have an AL, shortest first."""
     if run.summary.d is None:
         return []
@@ -733,7 +733,7 @@ def length_figures(run: Run) -> list[tuple[str, GroupFigures]]:
     return sorted(found, key=lambda item: item[1].input_tokens or 0)
 
 
-def length_series_names(runs: list[Run]) -> dict[int, str]:
+def length_series_names(runs: list[RunView]) -> dict[int, str]:
     """Each run's line name: its drafter and D, with the temperature where runs differ in it."""
     several = len({run.temperature for run in runs}) > 1
     return {id(run): run.summary.label + (f" T={run.temperature:g}" if several else "") for run in runs}
@@ -754,7 +754,7 @@ LENGTH_FIGURES = {
 EXTENDED_SYMBOL = "diamond-open"
 
 
-def length_chart(runs: list[Run], figure: str = "al") -> Chart | Missing:
+def length_chart(runs: list[RunView], figure: str = "al") -> Chart | Missing:
     """AL (or tokens per step) against the input length, one line per drafter and D with 95% CI
     whiskers; points past the target's own window (measured under its context extension) drawn
     as open diamonds, the extension named in their hover and the native window as a dashed line."""

@@ -7,8 +7,8 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from reports.charts import extension_at, length_figures, length_series_names, speedup_points
-from reports.runs import Run
+from reports.plotly_charts import extension_at, length_figures, length_series_names, speedup_points
+from reports.runs import RunView
 from speclens.costs import GAP_TOLERANCE
 
 
@@ -132,7 +132,7 @@ def al_vs_temperature(curves: pd.DataFrame, domain: str) -> bytes:
     return draw(plot, size=(6.4, 4.2), dpi=110)
 
 
-def per_position(runs: list[Run]) -> bytes:
+def per_position(runs: list[RunView]) -> bytes:
     from matplotlib.ticker import MaxNLocator
 
     def plot(ax):
@@ -149,7 +149,7 @@ def per_position(runs: list[Run]) -> bytes:
     return draw(plot)
 
 
-def histogram(runs: list[Run]) -> bytes:
+def histogram(runs: list[RunView]) -> bytes:
     from matplotlib.ticker import MaxNLocator
 
     def plot(ax):
@@ -171,15 +171,15 @@ def histogram(runs: list[Run]) -> bytes:
     return draw(plot)
 
 
-def al_by_position(runs: list[Run]) -> bytes:
+def al_by_position(runs: list[RunView]) -> bytes:
     return binned_al(runs, lambda run: run.summary.al_by_position, 256, "context length at the step", "context")
 
 
-def al_by_output_position(runs: list[Run]) -> bytes:
+def al_by_output_position(runs: list[RunView]) -> bytes:
     return binned_al(runs, lambda run: run.summary.al_by_output_position, 32, "generated tokens at the step", "output")
 
 
-def binned_al(runs: list[Run], bins_of, linthresh: int, axis: str, title: str) -> bytes:
+def binned_al(runs: list[RunView], bins_of, linthresh: int, axis: str, title: str) -> bytes:
     def plot(ax):
         for run in runs:
             bins = bins_of(run)
@@ -193,7 +193,7 @@ def binned_al(runs: list[Run], bins_of, linthresh: int, axis: str, title: str) -
     return draw(plot)
 
 
-def al_per_request(runs: list[Run]) -> bytes:
+def al_per_request(runs: list[RunView]) -> bytes:
     """Each run's requests' ALs: box p10 to p90 around the median, whiskers min to max."""
 
     def plot(ax):
@@ -216,7 +216,7 @@ def al_per_request(runs: list[Run]) -> bytes:
     return draw(plot)
 
 
-def al_vs_turn(runs: list[Run]) -> bytes:
+def al_vs_turn(runs: list[RunView]) -> bytes:
     """AL against the assistant-turn index of agent trajectories, one line per run, 95% CI band."""
     from matplotlib.ticker import MaxNLocator
 
@@ -260,7 +260,7 @@ def al_vs_d_by_length(curves: pd.DataFrame) -> bytes:
     return draw(plot, size=(6.4, 4.2), dpi=110)
 
 
-def al_vs_length(runs: list[Run]) -> bytes:
+def al_vs_length(runs: list[RunView]) -> bytes:
     """AL against the prompts' input length (log scale), one line per drafter and D with 95% CI
     whiskers; points past the target's own window (a context extension) as open diamonds, the
     native window dashed."""
@@ -312,7 +312,7 @@ def al_vs_length(runs: list[Run]) -> bytes:
     return draw(plot, size=(6.4, 4.2), dpi=110)
 
 
-def speedups(runs: list[Run]) -> bytes | None:
+def speedups(runs: list[RunView]) -> bytes | None:
     """Predicted against measured speedup, one point per run and batch size; None without any."""
     points = speedup_points(runs)
     if not points:

@@ -1,25 +1,22 @@
-"""`python -m reports.rank <runs or sweep dirs> [--out DIR]`: (mechanism, D) ranked per domain
-and operating point by speedup over plain decoding (guideline 5; computed in reports/ranking.py),
-with the guidelines set against the measured best D.
-
-Writes ranking.csv, ranking.md, serve.json (what to deploy: reports/serve.py) and pareto.png into
---out (default: the first dir given), and prints the ranking's tables. Runs with length buckets
-(long context) are also ranked per length and batch size: ranking_by_length.csv, a section of
-ranking.md, serve.json's `by_length`, and the (B, context) -> D table in the
-speculation_profile.json written beside them (reports/profile.py).
+"""The ranking rendered and written (reports/speedup_ranking.py computes it): ranking.md and the
+terminal's tables, the guidelines set against the measured best D, pareto.png, and write_rankings,
+which `python -m reports.rank` (reports/rank.py) and the report and sweep commands call: ranking.csv,
+ranking.md, serve.json (reports/serve.py), pareto.png, and for length buckets ranking_by_length.csv
+and the (B, context) -> D table in the speculation_profile.json written beside them.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Collection
 
 import pandas as pd
 
-from reports import figures
-from reports.profile import read_profiles, write_profiles
-from reports.ranking import (
+from reports import png_plots
+from reports.profile import write_profiles
+from reports.runs import RunView
+from reports.serve import SERVE_FILE, serve_markdown, serve_plan
+from reports.speedup_ranking import (
     LENGTH_TABLE,
     find_all_runs,
     has_lengths,
@@ -29,17 +26,16 @@ from reports.ranking import (
     rank_runs,
     tables,
 )
-from reports.runs import Run
-from reports.serve import SERVE_FILE, serve_markdown, serve_plan
 from reports.table import cell, markdown_table, text_table
 from speclens import checkpoints, costs
-from speclens.errors import ArgumentParser, ConfigError, CorruptRecord, guarded
-from speclens.files import output_path, write_json_atomic
-from speclens.gpu_model.guidelines import Guidelines, low_latency_speedup
+from speclens.config_guidelines import Guidelines, low_latency_speedup
+from speclens.errors import ConfigError, CorruptRecord
+from speclens.files import write_json_atomic
+from speclens.profile_file import read_profiles
 from speclens.text import markdown_safe
 
 
-def guideline_notes(runs: list[Run], ranking: pd.DataFrame) -> list[str]:
+def guideline_notes(runs: list[RunView], ranking: pd.DataFrame) -> list[str]:
     """Guidelines 2-4 for the runs' target (and drafts), set against the measured best D."""
     target_dir = next((r.stamp.get("target_dir") for r in runs if r.stamp.get("target_dir")), None)
     config_file = Path(target_dir) / "config.json" if target_dir else None
@@ -268,7 +264,7 @@ def length_terminal_table(lengths: pd.DataFrame) -> str:
     return "\n".join(out)
 
 
-def profiles_with_table(runs: list[Run], out_dir: Path) -> None:
+def profiles_with_table(runs: list[RunView], out_dir: Path) -> None:
     """speculation_profile.json in `out_dir` from the runs' own profiles, with the (B, context) -> D
     table of the serve.json just written there (a job whose file is unreadable is left out, as a
     sweep's gathering leaves it out and names it)."""
@@ -290,7 +286,7 @@ def plot_pareto(ranking: pd.DataFrame) -> bytes:
         + (f" {mode}" if (mode := mode_label(r.temperature, r.chat_template_kwargs, r.setting, ranking)) else "")
         for r in points.itertuples()
     ]
-    return figures.pareto(points, pareto_front(points))
+    return png_plots.pareto(points, pareto_front(points))
 
 
 def write_ranking(
@@ -323,24 +319,3 @@ def write_rankings(
     (out_dir / "ranking.md").write_text(markdown + "\n" + "\n".join(serve_markdown(plan)))
     (out_dir / "pareto.png").write_bytes(plot_pareto(ranking))
     return ranking, lengths, notes
-
-
-@guarded
-def main(argv: list[str]) -> int:
-    parser = ArgumentParser(prog="python -m reports.rank", description=__doc__.splitlines()[0])
-    parser.add_argument("dirs", type=Path, nargs="+", help="run dirs or sweep dirs")
-    parser.add_argument("--out", default=None, help="where to write (default: the first dir)")
-    args = parser.parse_args(argv)
-    if args.out is not None:
-        args.out = output_path(args.out, "--out")
-    ranking, lengths, notes = write_rankings(args.dirs, args.out)
-    print(terminal_table(ranking))
-    if not lengths.empty:
-        print(length_terminal_table(lengths))
-    print("\n".join(notes))
-    print(f"ranking: {(args.out or args.dirs[0]) / 'ranking.csv'}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -119,7 +119,7 @@ M = TypeVar("M", bound=Measured)
 
 
 @dataclass(frozen=True)
-class Run(Measured):
+class RunView(Measured):
     summary: RunSummary
 
     @property
@@ -147,7 +147,7 @@ def _found(root: Path, name: str, exclude: Collection[Path]) -> list[Path]:
     return folders
 
 
-def find_runs(root: Path, exclude: Collection[Path] = ()) -> list[Run]:
+def find_runs(root: Path, exclude: Collection[Path] = ()) -> list[RunView]:
     """Every finished run under `root` (a run dir, or a sweep dir holding several), but for those
     in `exclude` (a sweep's jobs that failed: what their dirs hold is not this sweep's result)."""
     if not root.is_dir():
@@ -155,11 +155,11 @@ def find_runs(root: Path, exclude: Collection[Path] = ()) -> list[Run]:
     runs = []
     for run_dir in _found(root, SUMMARY_FILE, exclude):
         summary = read_summary(run_dir)
-        runs.append(Run(run_dir, summary.fingerprints, read_stamp(run_dir), summary))
+        runs.append(RunView(run_dir, summary.fingerprints, read_stamp(run_dir), summary))
     return shown_identity(runs)
 
 
-def measured_runs(runs: list[Run]) -> list[Run]:
+def measured_runs(runs: list[RunView]) -> list[RunView]:
     """The runs whose acceptance was measured: a run at synthetic acceptance (acceptance.synthetic)
     timed a drafter at rates the user set, which no curve, ranking or comparison of acceptance takes."""
     return [run for run in runs if run.summary.synthetic_acceptance is None]

@@ -9,7 +9,7 @@ counting as D = 0: where the data cannot tell two settings apart, the cheaper on
 
 Where the runs measured length buckets (summary.json `by_length`), each plan also holds `by_length`:
 per length bucket, the same winners, schedules and schedule configs decided from that length's own
-figures (reports/ranking.py `length_ranking_rows`), the contexts it serves (`context_range`: those
+figures (reports/speedup_ranking.py `length_ranking_rows`), the contexts it serves (`context_range`: those
 nearer to it than to any other measured length, ties to the shorter; speclens/gpu_model/whatif.py) and the
 context extension its figures were measured under, where the run had one (at every length: it rescales
 every position, within the target's own window too).
@@ -22,8 +22,8 @@ from typing import Any
 
 import pandas as pd
 
-from reports.ranking import has_lengths, length_ranking_rows
-from reports.runs import Run, template_label
+from reports.runs import RunView, template_label
+from reports.speedup_ranking import has_lengths, length_ranking_rows
 from speclens.gpu_model.whatif import length_ranges
 from speclens.text import markdown_safe
 
@@ -94,7 +94,7 @@ def batch_schedule(rows: pd.DataFrame, drafter: str, max_num_seqs: int) -> list[
     return out
 
 
-def serve_plan(ranking: pd.DataFrame, runs: list[Run], lengths: pd.DataFrame | None = None) -> dict[str, Any]:
+def serve_plan(ranking: pd.DataFrame, runs: list[RunView], lengths: pd.DataFrame | None = None) -> dict[str, Any]:
     """serve.json's content: per mode (sampling temperature, chat_template_kwargs and engine
     setting), winners, each mechanism's schedule and the speculative config that serves it (null
     where the mechanism never pays), and with length buckets the same per length (`lengths`: the
@@ -128,23 +128,23 @@ def serve_plan(ranking: pd.DataFrame, runs: list[Run], lengths: pd.DataFrame | N
     return plans[0] if len(plans) == 1 else {"by_temperature": plans}
 
 
-def plan_provenance(runs: list[Run]) -> list[dict[str, Any]]:
+def plan_provenance(runs: list[RunView]) -> list[dict[str, Any]]:
     """What the figures of one plan are (speclens/provenance.py), each distinct record once: one
     where every run agrees, measured or not."""
     distinct = {json.dumps(run.provenance.to_dict(), sort_keys=True): run.provenance.to_dict() for run in runs}
     return [distinct[key] for key in sorted(distinct)]
 
 
-def _configs(runs: list[Run]) -> dict[str, dict[str, Any] | None]:
+def _configs(runs: list[RunView]) -> dict[str, dict[str, Any] | None]:
     """Each run's exact speculative config, by its path."""
     return {str(run.path): run.stamp.get("speculative_config") for run in runs}
 
 
-def _max_num_seqs(runs: list[Run]) -> int:
+def _max_num_seqs(runs: list[RunView]) -> int:
     return max(int((run.stamp.get("config") or {}).get("engine", {}).get("max_num_seqs") or 1) for run in runs)
 
 
-def _schedules(rows: pd.DataFrame, runs: list[Run], max_num_seqs: int) -> tuple[dict[str, Any], dict[str, Any]]:
+def _schedules(rows: pd.DataFrame, runs: list[RunView], max_num_seqs: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """Per mechanism measured in `rows` (one group of prompts), its schedule and the speculative
     config that serves it (None where it never pays or no run holds its config)."""
     configs = _configs(runs)
@@ -168,7 +168,7 @@ def _schedules(rows: pd.DataFrame, runs: list[Run], max_num_seqs: int) -> tuple[
     return schedules, schedule_configs
 
 
-def _plan(ranking: pd.DataFrame, runs: list[Run]) -> dict[str, Any]:
+def _plan(ranking: pd.DataFrame, runs: list[RunView]) -> dict[str, Any]:
     max_num_seqs = _max_num_seqs(runs)
     schedules, schedule_configs = _schedules(ranking[ranking.domain == "all"], runs, max_num_seqs)
     return {
@@ -179,13 +179,13 @@ def _plan(ranking: pd.DataFrame, runs: list[Run]) -> dict[str, Any]:
     }
 
 
-def _context_limit(runs: list[Run], longest: int) -> int:
+def _context_limit(runs: list[RunView], longest: int) -> int:
     """The longest context the plans serve: the engines' max_model_len, at least the longest length."""
     limits = [run.summary.context_window.max_model_len for run in runs if run.summary.context_window is not None]
     return max([longest, *limits])
 
 
-def length_plans(lengths: pd.DataFrame, runs: list[Run]) -> list[dict[str, Any]]:
+def length_plans(lengths: pd.DataFrame, runs: list[RunView]) -> list[dict[str, Any]]:
     """Per length bucket of one mode, shortest first: its winners per B and each mechanism's
     `num_speculative_tokens_per_batch_size` schedule, decided from that length's own figures."""
     configs, max_num_seqs = _configs(runs), _max_num_seqs(runs)

@@ -15,7 +15,7 @@ import pandas as pd
 
 from reports.compare import compare_pair
 from reports.page import Section
-from reports.runs import Run
+from reports.runs import RunView
 from reports.table import cell
 from speclens.errors import SpeclensError
 from speclens.lossless import first_divergence
@@ -54,7 +54,7 @@ class PlainParting:
     first_position_median: float | None
 
 
-def mode_of(run: Run) -> tuple:
+def mode_of(run: RunView) -> tuple:
     """What a run is paired within: its mechanism, D, temperature and chat template."""
     return run.summary.mechanism, run.summary.d, run.temperature, run.template
 
@@ -62,13 +62,13 @@ def mode_of(run: Run) -> tuple:
 BESIDE_THE_SETTING = tuple(name for name in IDENTITY_FIELDS if name != "setting")
 
 
-def identity_but_setting(run: Run) -> tuple:
+def identity_but_setting(run: RunView) -> tuple:
     """What must agree besides the setting for two runs to be paired (speclens/provenance.py):
     the source, runner, dtype and model runner."""
     return run.provenance.identity(but=("setting",))
 
 
-def setting_pairs(runs: list[Run]) -> tuple[list[tuple[Run, Run]], list[str]]:
+def setting_pairs(runs: list[RunView]) -> tuple[list[tuple[RunView, RunView]], list[str]]:
     """(defaults' run, setting's run) for each measured speculative run under a changed setting,
     paired only where everything but the setting agrees, and a note for each such run with no
     defaults' run to pair with, naming every difference of those that differ in more."""
@@ -96,7 +96,7 @@ def setting_pairs(runs: list[Run]) -> tuple[list[tuple[Run, Run]], list[str]]:
     return pairs, notes
 
 
-def plain_parting(base: Run, cand: Run) -> PlainParting | None:
+def plain_parting(base: RunView, cand: RunView) -> PlainParting | None:
     """How many turns plain decoding under `cand`'s setting parts from plain decoding under `base`'s
     (both with baseline=true; None otherwise), and the median first differing position of those."""
     files = [run.path / BASELINE_OUTPUTS_FILE for run in (base, cand)]
@@ -108,12 +108,12 @@ def plain_parting(base: Run, cand: Run) -> PlainParting | None:
     return PlainParting(len(firsts), len(shared), median(firsts) if firsts else None)
 
 
-def per_position(run: Run) -> str:
+def per_position(run: RunView) -> str:
     rates = run.summary.per_position_acceptance or []
     return "/".join(f"{r:.2f}" for r in rates)
 
 
-def settings_table(runs: list[Run], seed: int = 0) -> tuple[pd.DataFrame, list[str]]:
+def settings_table(runs: list[RunView], seed: int = 0) -> tuple[pd.DataFrame, list[str]]:
     """One row per paired run (all prompts pooled, the whole output): SETTINGS_COLUMNS."""
     pairs, notes = setting_pairs(runs)
     rows = []
@@ -160,7 +160,7 @@ def _plain_cell(row) -> str:
     )
 
 
-def settings_section(runs: list[Run]) -> Section | None:
+def settings_section(runs: list[RunView]) -> Section | None:
     """The report's section: each setting's run beside the defaults' (None where no run changed one)."""
     if not any(r.axis_setting for r in runs):
         return None

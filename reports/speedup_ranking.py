@@ -1,6 +1,6 @@
 """The ranking of finished runs: (mechanism, D) per mode, domain and operating point by speedup
 over plain decoding (guideline 5), ties between overlapping repeat ranges, and the Pareto front of
-throughput against interactivity. Rendering and the command are reports/rank.py.
+throughput against interactivity. Its rendering is reports/ranking_tables.py, its command reports/rank.py.
 
 The speedup is the measured one (speculative output tokens/s over plain decoding at the same
 batch size and prompts) where the run measured it, i.e. over all its prompts; per domain of a
@@ -26,7 +26,7 @@ import pandas as pd
 from drafters.facts_table import facts_of
 from reports.runs import (
     CONSISTENT_ACROSS_TEMPERATURES,
-    Run,
+    RunView,
     check_consistent,
     check_one_each,
     find_runs,
@@ -145,7 +145,7 @@ def _plain_latency(point: OperatingPoint | None, speculative_run: bool) -> dict[
     return {"ttft_p50_ms": None, "tpot_p50_ms": tpot * point.latency_speedup, "latency_speedup": 1.0}
 
 
-def identity_columns(run: Run) -> dict[str, Any]:
+def identity_columns(run: RunView) -> dict[str, Any]:
     """The provenance columns of a run's rows (RANK_COLUMNS)."""
     found = run.provenance
     return {"source": found.source, "runner": found.runner, "dtype": found.dtype, "model_runner": found.model_runner}
@@ -156,7 +156,7 @@ def _facts(drafter: str) -> tuple[str, str]:
     return (facts.serve_memory, facts.training_cost) if facts else ("?", "?")
 
 
-def _row(run: Run, point: OperatingPoint, domain: str, figures: DomainPoint, measured: bool) -> dict[str, Any]:
+def _row(run: RunView, point: OperatingPoint, domain: str, figures: DomainPoint, measured: bool) -> dict[str, Any]:
     s = run.summary
     lo, hi = figures.predicted_speedup_range or (None, None)
     measured_speedup = point.speedup if measured else None
@@ -210,7 +210,7 @@ def _row(run: Run, point: OperatingPoint, domain: str, figures: DomainPoint, mea
     }
 
 
-def _plain_row(run: Run, point: OperatingPoint, domain: str) -> dict[str, Any]:
+def _plain_row(run: RunView, point: OperatingPoint, domain: str) -> dict[str, Any]:
     """Plain decoding at this operating point: speedup 1 by definition."""
     tokens_per_s = point.baseline_output_tokens_per_s if run.summary.d is not None else point.output_tokens_per_s
     memory, training = _facts("none")
@@ -248,7 +248,7 @@ def _plain_row(run: Run, point: OperatingPoint, domain: str) -> dict[str, Any]:
     }
 
 
-def missing_baselines(runs: list[Run]) -> list[str]:
+def missing_baselines(runs: list[RunView]) -> list[str]:
     """Each speculative operating point without the baseline timings a ranking needs."""
     missing = []
     for run in runs:
@@ -297,7 +297,7 @@ def one_length(point: OperatingPoint, domain: str, group: DomainPoint) -> Length
     return found if found is not None and found.n_requests == group.n_requests else None
 
 
-def _length_figures(run: Run, point: OperatingPoint, length: LengthPoint) -> dict[str, Any]:
+def _length_figures(run: RunView, point: OperatingPoint, length: LengthPoint) -> dict[str, Any]:
     """A one-length domain's speedup, step costs and throughput: its length's own (one_length)."""
     speedup, source = _length_speedup(run, length)
     t_step, t_draft, rate = median_ms(length.t_step), length.t_draft_ms, length.output_tokens_per_s
@@ -321,7 +321,7 @@ def _length_figures(run: Run, point: OperatingPoint, length: LengthPoint) -> dic
     }
 
 
-def _plain_length_figures(run: Run, point: OperatingPoint, length: LengthPoint) -> dict[str, Any]:
+def _plain_length_figures(run: RunView, point: OperatingPoint, length: LengthPoint) -> dict[str, Any]:
     """Plain decoding over a one-length domain: its length's own step time and throughput."""
     held = length.batch_size_held or point.held
     rate = length.baseline_output_tokens_per_s if run.summary.d is not None else length.output_tokens_per_s
@@ -334,7 +334,7 @@ def _plain_length_figures(run: Run, point: OperatingPoint, length: LengthPoint) 
     }
 
 
-def ranking_rows(runs: list[Run]) -> pd.DataFrame:
+def ranking_rows(runs: list[RunView]) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
     plain: dict[tuple[str, int], dict] = {}
     for run in runs:
@@ -378,7 +378,7 @@ def _mark_ties(frame: pd.DataFrame, order: list[int]) -> None:
             frame.loc[[above, below], "tie"] = True
 
 
-def check_unique(runs: list[Run]) -> None:
+def check_unique(runs: list[RunView]) -> None:
     """One run per ranking entry (mechanism, D, mode, batch size)."""
     check_one_each(
         runs,
@@ -395,10 +395,10 @@ def check_unique(runs: list[Run]) -> None:
     )
 
 
-def find_all_runs(dirs: list[Path], exclude: Collection[Path] = ()) -> list[Run]:
+def find_all_runs(dirs: list[Path], exclude: Collection[Path] = ()) -> list[RunView]:
     """Every finished run under `dirs` (but for `exclude`), each once (a sweep and one of its runs
     name it twice)."""
-    unique: dict[Path, Run] = {}
+    unique: dict[Path, RunView] = {}
     for root in dirs:
         for run in find_runs(root, exclude):
             unique.setdefault(run.path.resolve(), run)
@@ -414,7 +414,7 @@ def rank(dirs: list[Path]) -> pd.DataFrame:
     return rank_runs(find_all_runs(dirs))
 
 
-def rank_runs(runs: list[Run]) -> pd.DataFrame:
+def rank_runs(runs: list[RunView]) -> pd.DataFrame:
     """The ranking of these runs; refused when they disagree on settings or lack baseline timings."""
     if not runs:
         raise SpeclensError("no runs with measured acceptance to rank (a synthetic acceptance ranks no mechanism)")
@@ -469,7 +469,7 @@ LENGTH_RANK_COLUMNS = [
 LENGTH_TABLE = ["temperature", "chat_template_kwargs", "setting", "input_tokens", "batch_size"]
 
 
-def extension_at(run: Run, input_tokens: int | None) -> str | None:
+def extension_at(run: RunView, input_tokens: int | None) -> str | None:
     """The context extension a length's figures were measured under: the run's, at every length
     (the extension rescales every position's rotary embedding, within the native window too);
     None without one."""
@@ -479,7 +479,7 @@ def extension_at(run: Run, input_tokens: int | None) -> str | None:
     return window.extension
 
 
-def _length_speedup(run: Run, figures: LengthPoint) -> tuple[float | None, str]:
+def _length_speedup(run: RunView, figures: LengthPoint) -> tuple[float | None, str]:
     """The length's measured speedup where its passes measured one, else its prediction."""
     origin = run.provenance.source
     of = "" if origin == MEASURED else f" from {origin}"
@@ -490,7 +490,7 @@ def _length_speedup(run: Run, figures: LengthPoint) -> tuple[float | None, str]:
     return figures.predicted_speedup, f"predicted{of}"
 
 
-def _length_common(run: Run, label: str, batch_size: int, figures: LengthPoint) -> dict[str, Any]:
+def _length_common(run: RunView, label: str, batch_size: int, figures: LengthPoint) -> dict[str, Any]:
     return identity_columns(run) | {
         "length": label,
         "input_tokens": figures.input_tokens,
@@ -505,7 +505,7 @@ def _length_common(run: Run, label: str, batch_size: int, figures: LengthPoint) 
     }
 
 
-def _length_row(run: Run, batch_size: int, label: str, figures: LengthPoint) -> dict[str, Any]:
+def _length_row(run: RunView, batch_size: int, label: str, figures: LengthPoint) -> dict[str, Any]:
     speedup, source = _length_speedup(run, figures)
     lo, hi = figures.al_ci95 or (None, None)
     return _length_common(run, label, batch_size, figures) | {
@@ -526,7 +526,7 @@ def _length_row(run: Run, batch_size: int, label: str, figures: LengthPoint) -> 
     }
 
 
-def _plain_length_row(run: Run, batch_size: int, label: str, figures: LengthPoint) -> dict[str, Any]:
+def _plain_length_row(run: RunView, batch_size: int, label: str, figures: LengthPoint) -> dict[str, Any]:
     """Plain decoding at this length and batch size: speedup 1 by definition."""
     speculative = run.summary.d is not None
     return _length_common(run, label, batch_size, figures) | {
@@ -541,12 +541,12 @@ def _plain_length_row(run: Run, batch_size: int, label: str, figures: LengthPoin
     }
 
 
-def has_lengths(runs: list[Run]) -> bool:
+def has_lengths(runs: list[RunView]) -> bool:
     """Whether any run measured length buckets at its operating points."""
     return any(point.by_length for run in runs for point in run.summary.operating_points)
 
 
-def length_ranking_rows(runs: list[Run]) -> pd.DataFrame:
+def length_ranking_rows(runs: list[RunView]) -> pd.DataFrame:
     """Per (mode, length bucket, B): the mechanisms ranked by that length's own speedup, plain
     decoding beside them (from a drafter=none run first, else from any baseline pass); empty
     where no run has length buckets."""

@@ -13,9 +13,9 @@ from typing import Any
 
 import pandas as pd
 
-from reports.charts import Chart, base_layout, coloured, hover_template, pareto_chart
 from reports.page import Section, render_page
-from reports.ranking import pareto_front
+from reports.plotly_charts import Chart, base_layout, coloured, hover_template, pareto_chart
+from reports.speedup_ranking import pareto_front
 from speclens import provenance as prov
 from speclens.gpu_model.model_error import HELD_OUT, TOKENS_PER_S_BOUND, TOKENS_PER_S_DERIVED_ON
 from speclens.gpu_model.whatif import best_label, operating_rows

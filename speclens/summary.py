@@ -63,7 +63,7 @@ from speclens.provenance import Provenance, of_stamp
 
 SUMMARY_FILE = "summary.json"
 # The group of every request, beside the domains in by_domain, curves.csv and the tables: no prompt
-# set's category may take its name (evals/datasets/base.py check_group_names).
+# set's category may take its name (evals/datasets/selection.py check_group_names).
 WHOLE_RUN_GROUP = "all"
 RESERVED_GROUP_NAMES = frozenset({WHOLE_RUN_GROUP})
 SUMMARY_VERSION = 12

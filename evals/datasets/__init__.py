@@ -7,7 +7,6 @@ from typing import Callable
 
 from evals.datasets.agentic import AgenticConfig
 from evals.datasets.agentic import load as load_agentic
-from evals.datasets.base import check_group_names, filter_categories, select_per_length
 from evals.datasets.humaneval import HumanEvalConfig
 from evals.datasets.humaneval import load as load_humaneval
 from evals.datasets.jsonl import JsonlConfig, SpecBenchConfig
@@ -19,6 +18,7 @@ from evals.datasets.mt_bench import MtBenchConfig
 from evals.datasets.mt_bench import load as load_mt_bench
 from evals.datasets.sample import SampleConfig
 from evals.datasets.sample import load as load_sample
+from evals.datasets.selection import check_group_names, filter_categories, select_per_length
 from evals.datasets.speed_bench import SpeedBenchConfig
 from evals.datasets.speed_bench import declared_lengths as speed_bench_lengths
 from evals.datasets.speed_bench import load as load_speed_bench
@@ -62,7 +62,7 @@ def dataset_name(cfg: DatasetConfig) -> str:
 
 def load_prompts(cfg: DatasetConfig, seed: int, encoder: ChatEncoder) -> list[Prompt]:
     """The prompts `cfg` names: loaded, filtered by category, then the seeded stratified subset (of
-    each length, where the prompts state several: evals/datasets/base.py select_per_length)."""
+    each length, where the prompts state several: evals/datasets/selection.py select_per_length)."""
     name = dataset_name(cfg)
     spec = DATASETS[name]
     if spec.needs_path and not cfg.path:

@@ -1,5 +1,5 @@
 """The draft-length guidelines computed for a GPU from the step-cost model (speclens/gpu_model/step_cost.py),
-beside their config-only forms (speclens/gpu_model/guidelines.py):
+beside their config-only forms (speclens/config_guidelines.py):
 
 - guideline 1: for each D, the smallest B at which T_verif(B·(1+D)) / T_verif(B) rises above 1.1,
   where verifying D more tokens per request stops being (nearly) free;
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from speclens.config_guidelines import starting_draft_length, tile_aligned_draft_lengths
 from speclens.gpu_model.draft_cost import draft_ms
-from speclens.gpu_model.guidelines import starting_draft_length, tile_aligned_draft_lengths
 from speclens.gpu_model.model_shape import ModelShape
 from speclens.gpu_model.step_cost import Hardware, verify_step
 

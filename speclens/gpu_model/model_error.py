@@ -49,9 +49,9 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from speclens.gpu_model.draft_cost import drafter_shape
-from speclens.gpu_model.engines import ENGINES, Engine
 from speclens.gpu_model.gpus import gpu_named
 from speclens.gpu_model.model_shape import shape_of
+from speclens.gpu_model.serving_engines import ENGINES, ServingEngine
 from speclens.gpu_model.step_cost import Efficiency, Hardware
 from speclens.gpu_model.whatif import Drafting, point
 
@@ -194,11 +194,15 @@ def interval_for(speedup: float, tokens_per_step: float, hw: Hardware, drafter: 
 
 
 def case_point(
-    case: dict[str, Any], models: dict[str, Any], eff: Efficiency | None = None, ops=None, engine: Engine | None = None
+    case: dict[str, Any],
+    models: dict[str, Any],
+    eff: Efficiency | None = None,
+    ops=None,
+    engine: ServingEngine | None = None,
 ) -> dict:
     """One published case predicted with these efficiencies (default: the model's) and, where
     given, measured GEMM and all-reduce tables (speclens/gpu_model/measured_ops.py) and an
-    engine's term (speclens/gpu_model/engines.py; None: none, as the cases are scored)."""
+    engine's term (speclens/gpu_model/serving_engines.py; None: none, as the cases are scored)."""
     hw = Hardware(
         gpu_named(case["gpu"]),
         case["tp"],
@@ -215,7 +219,11 @@ def case_point(
 
 
 def case_error(
-    case: dict[str, Any], models: dict[str, Any], eff: Efficiency | None = None, ops=None, engine: Engine | None = None
+    case: dict[str, Any],
+    models: dict[str, Any],
+    eff: Efficiency | None = None,
+    ops=None,
+    engine: ServingEngine | None = None,
 ) -> float:
     """predicted / published − 1 for one published case (case_point)."""
     return case_point(case, models, eff, ops, engine)["speedup"] / case["speedup"] - 1

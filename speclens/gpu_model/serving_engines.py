@@ -27,11 +27,11 @@ from speclens.errors import ConfigError
 ALL_DRAFTERS = frozenset({"ngram", "suffix", "eagle", "eagle3", "draft_model", "mtp", "dflash", "dspark"})
 EAGLE_FAMILY = frozenset({"eagle", "eagle3", "mtp", "dflash"})
 
-Eff = TypeVar("Eff")  # step_cost.Efficiency, which imports this module's Engine
+Eff = TypeVar("Eff")  # step_cost.Efficiency, which imports this module's ServingEngine
 
 
 @dataclass(frozen=True)
-class Engine:
+class ServingEngine:
     name: str
     version: str  # the release whose behaviour this is
     hidden_overhead_ms: float  # of a pass's fixed overhead, what overlap scheduling hides
@@ -80,19 +80,19 @@ class Engine:
         return f"{self.name} {self.version} (overlap scheduling: {overlap}{graph})"
 
 
-ENGINES: dict[str, Engine] = {
+ENGINES: dict[str, ServingEngine] = {
     e.name: e
     for e in (
         # async scheduling on by default, with EAGLE-family, draft-model and DSpark drafters; off
         # for the host's n-gram and suffix lookups (vllm/config/vllm.py, VllmConfig)
-        Engine("vllm", "0.32", 0.43, True, ALL_DRAFTERS - {"ngram", "suffix"}, frozenset()),
+        ServingEngine("vllm", "0.32", 0.43, True, ALL_DRAFTERS - {"ngram", "suffix"}, frozenset()),
         # spec v2 (the default since 0.5.13) keeps the overlap scheduler on for EAGLE-family drafters
         # at topk 1; other drafters run the synchronous path
-        Engine("sglang", "0.5.13", 0.43, True, EAGLE_FAMILY, frozenset()),
+        ServingEngine("sglang", "0.5.13", 0.43, True, EAGLE_FAMILY, frozenset()),
         # the PyTorch backend: overlap for MTP, one-model EAGLE-3 (the default) and draft models;
         # one-model EAGLE-3 and MTP draft inside the target's forward. Hidden: the 1.2 ms default
         # overhead less the 0.58 ms that stays exposed with overlap on (TensorRT-LLM issue #13957).
-        Engine(
+        ServingEngine(
             "trtllm",
             "1.x (PyTorch backend)",
             0.62,
@@ -105,7 +105,7 @@ ENGINES: dict[str, Engine] = {
 DEFAULT_ENGINE = "vllm"
 
 
-def engine_named(name: str) -> Engine:
+def engine_named(name: str) -> ServingEngine:
     if name not in ENGINES:
         raise ConfigError(f"engine={name}: choose one of {', '.join(ENGINES)}.")
     return ENGINES[name]

@@ -33,10 +33,10 @@ import math
 from dataclasses import dataclass, field, fields, replace
 
 from speclens.errors import ConfigError
-from speclens.gpu_model.engines import Engine
 from speclens.gpu_model.gpus import Gpu
 from speclens.gpu_model.measured_ops import MeasuredOps
 from speclens.gpu_model.model_shape import ModelShape
+from speclens.gpu_model.serving_engines import ServingEngine
 from speclens.options import number
 
 TILE_ROWS = 128
@@ -115,9 +115,9 @@ class Hardware:
     tile_rows: int | None = TILE_ROWS
     # cost_model=aiconfigurator: the target's GEMMs and all-reduces as measured (speclens/gpu_model/measured_ops.py)
     ops: MeasuredOps | None = field(default=None, compare=False)
-    # the serving engine's behaviour under speculation (speclens/gpu_model/engines.py); None: the
+    # the serving engine's behaviour under speculation (speclens/gpu_model/serving_engines.py); None: the
     # fitted overheads as they are (a calibrated machine's, the published cases' scoring)
-    engine: Engine | None = None
+    engine: ServingEngine | None = None
 
     def __post_init__(self) -> None:
         if self.weights not in DENSE_WEIGHTS:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from reports.rank import write_ranking
+from reports.ranking_tables import write_ranking
 from speclens.records import read_parquet
 from tests.fixtures.models import tiny_target
 from tests.integration.conftest import measure, tiny_overrides
@@ -85,7 +85,7 @@ def test_two_batch_sizes_give_costs_speedups_and_a_ranking(tmp_path):
 def check_calibration(sweep, b1: dict, b4: dict) -> None:
     """The step-cost model fitted to this run (`evals.whatif calibrate=`): the four measured
     T_verif read as the summary holds them, and the fit closer to them than one constant step time."""
-    from evals.whatif import calibration_points
+    from evals.whatif_calibration import calibration_points
     from speclens.checkpoints import read_config
     from speclens.gpu_model.calibrate import errors
     from speclens.gpu_model.model_shape import shape_of

@@ -15,9 +15,9 @@ from evals import whatif
 from evals.sweep_report import gather_profiles
 from reports.build import build_sections
 from reports.compare import compare
-from reports.ranking import rank
 from reports.runs import find_runs
 from reports.settings import setting_pairs
+from reports.speedup_ranking import rank
 from tests.integration.conftest import measure
 from tests.integration.shared_runs import SMOLLM2_NGRAM
 

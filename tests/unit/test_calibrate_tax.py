@@ -1,4 +1,4 @@
-"""`calibrate=` beside its three constants (speclens/gpu_model/calibrate.py, evals/whatif.py
+"""`calibrate=` beside its three constants (speclens/gpu_model/calibrate.py, evals/whatif_calibration.py
 calibration_steps): the K=0 tax fitted from the idle pass and paid by every undrafted step, and T_draft
 fitted (a lookup's cost per request, a model drafter's per-pass overhead) in place of the GPU constants,
 against hand-computed values from the fake engine's scripted step times
@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from evals.run import run
-from evals.whatif import build, calibration_steps, fitted_beside_line, main
+from evals.whatif import build, main
+from evals.whatif_calibration import calibration_steps, fitted_beside_line
 from speclens.gpu_model import calibrate
 from speclens.gpu_model.calibrate import Drafted, Fit, Undrafted
 from speclens.gpu_model.draft_cost import draft_ms, head_shape

@@ -1,4 +1,4 @@
-"""The report's chart choice (reports/charts.py): bars for one D per drafter, lines for several,
+"""The report's chart choice (reports/plotly_charts.py): bars for one D per drafter, lines for several,
 bars over integer counts, integer positions, token-range bins; never a chart of one point; and
 golden chart specifications (the Plotly figure dicts, not pixels)."""
 
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from reports import charts
+from reports import plotly_charts
 from reports.curves import CURVE_COLUMNS
 from speclens.metrics import PositionBin
 from tests.unit.test_commands_fake import check_golden
@@ -37,7 +37,7 @@ def run(label: str, d: int, histogram=None, per_position=None, bins=()) -> Simpl
     return SimpleNamespace(summary=summary)
 
 
-def golden(name: str, chart: charts.Chart) -> None:
+def golden(name: str, chart: plotly_charts.Chart) -> None:
     check_golden(name, json.dumps(chart.figure, indent=1, sort_keys=True) + "\n")
 
 
@@ -48,8 +48,8 @@ def test_one_d_per_drafter_gives_bars_per_domain_with_ci_whiskers():
         curve("eagle3", 5, "all", 3.1, ci=(0.2, 0.3)),
         curve("eagle3", 5, "coding", 3.4, ci=None),
     )
-    chart = charts.al_chart(curves, [])
-    assert isinstance(chart, charts.Chart) and chart.title == "AL per domain" and chart.domain_filter
+    chart = plotly_charts.al_chart(curves, [])
+    assert isinstance(chart, plotly_charts.Chart) and chart.title == "AL per domain" and chart.domain_filter
     traces = chart.figure["data"]
     assert [t["type"] for t in traces] == ["bar", "bar"]
     assert [t["name"] for t in traces] == ["eagle3 d=5", "ngram d=3"]
@@ -63,7 +63,7 @@ def test_several_d_give_lines_with_integer_d_in_small_multiples_sharing_the_y_ax
     curves = frame(
         *(curve("ngram", d, dom, 1.5 + d / 10) for d in (1, 2, 3) for dom in ("all", "coding", "math", "chat"))
     )
-    chart = charts.al_chart(curves, [])
+    chart = plotly_charts.al_chart(curves, [])
     assert chart.title == "AL vs D per domain"
     layout = chart.figure["layout"]
     assert [a["text"] for a in layout["annotations"]] == ["all", "chat", "coding", "math"]
@@ -77,15 +77,15 @@ def test_several_d_give_lines_with_integer_d_in_small_multiples_sharing_the_y_ax
 
 
 def test_no_chart_is_drawn_from_one_point():
-    one = charts.al_chart(frame(curve("ngram", 3, "all", 2.5)), [])
-    assert isinstance(one, charts.Missing) and "one drafter at one D over one domain" in one.reason
-    per_position = charts.per_position_chart([run("ngram d=1", 1, per_position=[0.4])])
-    assert isinstance(per_position, charts.Missing) and "d=2 or more" in per_position.reason
+    one = plotly_charts.al_chart(frame(curve("ngram", 3, "all", 2.5)), [])
+    assert isinstance(one, plotly_charts.Missing) and "one drafter at one D over one domain" in one.reason
+    per_position = plotly_charts.per_position_chart([run("ngram d=1", 1, per_position=[0.4])])
+    assert isinstance(per_position, plotly_charts.Missing) and "d=2 or more" in per_position.reason
     bins = [PositionBin(0, 256, 10, 2.0)]
-    position = charts.al_by_position_chart([run("ngram d=3", 3, bins=bins)])
-    assert isinstance(position, charts.Missing) and "0–255" in position.reason
-    assert isinstance(charts.al_chart(frame(), []), charts.Missing)
-    assert isinstance(charts.speedup_chart([]), charts.Missing)
+    position = plotly_charts.al_by_position_chart([run("ngram d=3", 3, bins=bins)])
+    assert isinstance(position, plotly_charts.Missing) and "0–255" in position.reason
+    assert isinstance(plotly_charts.al_chart(frame(), []), plotly_charts.Missing)
+    assert isinstance(plotly_charts.speedup_chart([]), plotly_charts.Missing)
 
 
 def test_counts_are_bars_positions_are_integers_and_context_bins_are_token_ranges():
@@ -94,13 +94,13 @@ def test_counts_are_bars_positions_are_integers_and_context_bins_are_token_range
             "ngram d=3", 3, [1, 2, 3, 4], [0.9, 0.7, 0.4], [PositionBin(0, 256, 6, 2.0), PositionBin(512, None, 4, 1.5)]
         )
     ]
-    histogram = charts.histogram_chart(runs)
+    histogram = plotly_charts.histogram_chart(runs)
     assert histogram.figure["data"][0]["type"] == "bar" and histogram.figure["data"][0]["x"] == [0, 1, 2, 3]
     assert histogram.figure["data"][0]["y"] == [0.1, 0.2, 0.3, 0.4]
     assert histogram.figure["layout"]["xaxis"]["dtick"] == 1
-    per_position = charts.per_position_chart(runs)
+    per_position = plotly_charts.per_position_chart(runs)
     assert per_position.figure["data"][0]["x"] == [1, 2, 3] and per_position.figure["layout"]["xaxis"]["dtick"] == 1
-    position = charts.al_by_position_chart(runs)
+    position = plotly_charts.al_by_position_chart(runs)
     assert position.figure["data"][0]["x"] == ["0–255", "512+"]
     assert position.figure["layout"]["xaxis"]["categoryarray"] == ["0–255", "512+"]
 
@@ -113,7 +113,7 @@ def test_a_speedup_account_waterfall_closes_on_the_measured_speedup():
         "slow_outliers": 1.0,
         "token_yield": 1.0,
     }
-    chart = charts.waterfall_chart("a", "ngram d=3, B=1", factors, 1.35)
+    chart = plotly_charts.waterfall_chart("a", "ngram d=3, B=1", factors, 1.35)
     trace = chart.figure["data"][0]
     assert trace["measure"][0] == "absolute" and trace["measure"][-1] == "total"
     assert sum(trace["y"][:-1]) == trace["y"][-1] == 1.35  # the steps add up to the measured speedup
@@ -150,7 +150,7 @@ def test_the_forest_plot_marks_significant_differences():
             },
         ]
     )
-    chart = charts.forest_chart(table)
+    chart = plotly_charts.forest_chart(table)
     significant, other = chart.figure["data"]
     assert (significant["name"], significant["y"], significant["x"]) == ("significant", ["ngram d=3 · all"], [-0.4])
     assert other["y"] == ["ngram d=3 · coding"] and other["marker"]["color"] != significant["marker"]["color"]
@@ -163,14 +163,17 @@ def test_an_al_is_shown_with_the_decimals_its_interval_justifies():
 
 
 def test_hover_ci_text_says_why_an_interval_is_missing_and_signs_differences():
-    assert charts.ci_text([2.9, 3.4]) == "95% CI [2.900, 3.400]"
-    assert charts.ci_text([-0.2, 0.05], signed=True) == "95% CI [-0.200, +0.050]"
-    assert charts.ci_text(None) == f"no CI ({charts.NO_CI})"
-    assert charts.ci_text([float("nan"), float("nan")], missing=charts.NO_PAIRED_CI) == "no CI (fewer than two prompts)"
+    assert plotly_charts.ci_text([2.9, 3.4]) == "95% CI [2.900, 3.400]"
+    assert plotly_charts.ci_text([-0.2, 0.05], signed=True) == "95% CI [-0.200, +0.050]"
+    assert plotly_charts.ci_text(None) == f"no CI ({plotly_charts.NO_CI})"
+    assert (
+        plotly_charts.ci_text([float("nan"), float("nan")], missing=plotly_charts.NO_PAIRED_CI)
+        == "no CI (fewer than two prompts)"
+    )
 
 
 def test_plain_decoding_keeps_one_colour_and_only_the_front_is_labelled():
-    from reports.ranking import pareto_front
+    from reports.speedup_ranking import pareto_front
     from reports.whatif_page import speedup_chart
 
     rows = [  # plain beats ngram at B=16; ngram is faster per request at B=1 and 4
@@ -190,7 +193,7 @@ def test_plain_decoding_keeps_one_colour_and_only_the_front_is_labelled():
     colours = {}
     for others in (["ngram"], ["suffix"], ["ngram", "suffix"]):  # plain sorts after ngram, before suffix
         shown = points[points.mechanism.isin(["plain", *others])]
-        chart = charts.pareto_chart(shown, pareto_front(shown))
+        chart = plotly_charts.pareto_chart(shown, pareto_front(shown))
         traces = {t["name"]: t for t in chart.figure["data"]}
         colours[tuple(others)] = traces["plain"]["marker"]["color"]
         front = pareto_front(shown)
@@ -200,8 +203,8 @@ def test_plain_decoding_keeps_one_colour_and_only_the_front_is_labelled():
             mine = shown[shown.mechanism == name].sort_values(["d", "batch_size"], na_position="first")
             labelled = [bool(text) for text in trace["text"]]
             assert labelled == list(mine.index.isin(front.index))
-    assert set(colours.values()) == {charts.PLAIN_COLOUR}
-    full = {t["name"]: t.get("text") for t in charts.pareto_chart(points, pareto_front(points)).figure["data"]}
+    assert set(colours.values()) == {plotly_charts.PLAIN_COLOUR}
+    full = {t["name"]: t.get("text") for t in plotly_charts.pareto_chart(points, pareto_front(points)).figure["data"]}
     assert full["ngram"] == ["B=1 d=3", "B=4 d=3", ""] and full["plain"] == ["", "B=16"]
     # whatif's speedup chart labels the batch sizes predicted, not a log axis's minor ticks
     predicted = [

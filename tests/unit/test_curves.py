@@ -150,7 +150,7 @@ def test_replayed_points_fill_in_and_measured_points_win(tmp_path):
 def test_temperature_is_an_axis_of_the_curves_and_separates_the_ranking(tmp_path):
     """Runs at two temperatures: one curve point per temperature, an AL-vs-temperature plot, and
     ranking tables that never mix the two."""
-    from reports.rank import write_ranking
+    from reports.ranking_tables import write_ranking
     from tests.unit.test_step_costs import measure
 
     measure(tmp_path, 2)
@@ -178,7 +178,7 @@ def test_temperature_is_an_axis_of_the_curves_and_separates_the_ranking(tmp_path
 
 def test_chat_template_kwargs_are_an_axis_like_temperature(tmp_path):
     """Thinking on and off: never one curve, never one ranking table, one plan each in serve.json."""
-    from reports.rank import write_ranking
+    from reports.ranking_tables import write_ranking
     from tests.unit.test_step_costs import measure
 
     measure(tmp_path, 2)

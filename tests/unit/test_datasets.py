@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from evals.datasets import load_prompts
-from evals.datasets.base import select
 from evals.datasets.domains import domain_of, long_context_domain
 from evals.datasets.jsonl import JsonlConfig, SpecBenchConfig
+from evals.datasets.selection import select
 from evals.datasets.speed_bench import PLACEHOLDER, SpeedBenchConfig
 from speclens.config import DatasetConfig
 from speclens.errors import ConfigError

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from speclens.gpu_model.engines import ENGINES
 from speclens.gpu_model.gpus import gpu_named
 from speclens.gpu_model.model_error import (
     ENGINE_TERMS,
@@ -21,6 +20,7 @@ from speclens.gpu_model.model_error import (
     interval_for,
     unscored_because,
 )
+from speclens.gpu_model.serving_engines import ENGINES
 from speclens.gpu_model.step_cost import Hardware
 
 DATA = json.loads((Path(__file__).parents[1] / "data" / "published_speedups.json").read_text())

@@ -423,9 +423,9 @@ def test_no_pairing_names_fewer_differences_than_there_are_and_no_headline_is_un
     its note naming each), and no synthetic or fake figure headlines or decides as measured."""
     from reports.build import decision_section, headline_runs
     from reports.compare import compare
-    from reports.ranking import rank_runs
     from reports.runs import find_runs, measured_runs
     from reports.settings import setting_pairs
+    from reports.speedup_ranking import rank_runs
     from speclens.errors import SpeclensError
     from speclens.provenance import FIELD_NAMES, IDENTITY_FIELDS, differences
 

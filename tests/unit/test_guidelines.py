@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from evals.guidelines import main
-from speclens.errors import ConfigError
-from speclens.gpu_model.guidelines import (
+from speclens.config_guidelines import (
     Guidelines,
     layer_ratio,
     low_latency_speedup,
@@ -14,6 +13,7 @@ from speclens.gpu_model.guidelines import (
     starting_draft_length,
     tile_aligned_draft_lengths,
 )
+from speclens.errors import ConfigError
 from tests.unit.conftest import write_checkpoint
 
 

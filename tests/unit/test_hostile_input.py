@@ -83,7 +83,7 @@ def test_t1_m1_categories_with_control_characters_or_html_are_shown_as_text(tmp_
     assert "\x1b" not in table and "\x07" not in table and "\u202e" not in table
     assert "\\x1b]0;pwned\\x07\\x1b[31mred" in table and "line\\x0abreak\\u202eevil" in table
     # a ranked sweep's report.md and ranking.md name every domain in their tables and headings
-    from reports.rank import write_ranking
+    from reports.ranking_tables import write_ranking
     from tests.unit.test_step_costs import measure
 
     measure(tmp_path / "ranked", 2, rows=_rows(*hostile))

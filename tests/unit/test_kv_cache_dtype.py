@@ -123,10 +123,10 @@ def test_two_caches_are_an_axis_paired_in_the_report_and_compared_across_dirs(tm
     from reports.build import build_sections
     from reports.compare import compare
     from reports.curves import collect
-    from reports.ranking import rank_runs
     from reports.runs import find_runs
     from reports.serve import serve_plan
     from reports.settings import settings_table
+    from reports.speedup_ranking import rank_runs
 
     sweep = tmp_path / "sweep"
     for name, script, more in (("auto", AUTO_SCRIPT, []), ("fp8", FP8_SCRIPT, ["engine.kv_cache_dtype=fp8"])):

@@ -84,8 +84,8 @@ def test_the_reports_gpu_section_says_what_its_ranges_were_derived_on():
     from types import SimpleNamespace
 
     from reports.gpu_prediction import _range, gpu_section
-    from speclens.gpu_model.engines import ENGINES
     from speclens.gpu_model.gpus import gpu_named
+    from speclens.gpu_model.serving_engines import ENGINES
     from speclens.gpu_model.step_cost import Hardware
 
     hw = Hardware(gpu_named("h200_sxm"), engine=ENGINES["vllm"])

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from speclens.gpu_model.engines import ENGINES
 from speclens.gpu_model.gpus import Gpu, gpu_named
 from speclens.gpu_model.model_error import (
     FITTED,
@@ -30,6 +29,7 @@ from speclens.gpu_model.model_error import (
     nested_covered,
     unscored_because,
 )
+from speclens.gpu_model.serving_engines import ENGINES
 from speclens.gpu_model.step_cost import Efficiency, Hardware
 
 DATA = json.loads((Path(__file__).resolve().parents[1] / "data" / "published_speedups.json").read_text())

@@ -18,7 +18,7 @@ from evals.compose import MAX_REPEATS, MIN_REQUEST_RATE, compose_config, to_run_
 from evals.replay import replay
 from evals.run import run
 from reports.curves import collect, safe_name, write_curves
-from reports.ranking import rank
+from reports.speedup_ranking import rank
 from speclens.errors import ConfigError, MeasurementError
 from speclens.schedule import check_schedule, read_schedule
 from tests.unit.conftest import compose_run, fake_overrides

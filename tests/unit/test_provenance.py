@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from reports.ranking import rank_runs
 from reports.runs import find_runs
 from reports.serve import serve_plan
+from reports.speedup_ranking import rank_runs
 from reports.table import result_table
 from reports.wandb_log import run_tags
 from speclens.errors import CorruptRecord

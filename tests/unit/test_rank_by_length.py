@@ -16,12 +16,12 @@ import pytest
 from evals.run import run
 from evals.sweep_report import gather_profiles
 from reports.gpu_prediction import prediction_rows
-from reports.profile import CONTEXT_TABLE_KEY, PROFILE_FILE
-from reports.rank import LENGTH_RANKING_FILE, write_rankings
+from reports.ranking_tables import LENGTH_RANKING_FILE, write_rankings
 from reports.runs import find_runs
 from speclens.gpu_model.gpus import gpu_named
 from speclens.gpu_model.step_cost import Hardware
 from speclens.gpu_model.whatif import length_ranges, nearest_length
+from speclens.profile_file import CONTEXT_TABLE_KEY, PROFILE_FILE
 from speclens.summary import read_summary
 from tests.unit.conftest import compose_run, fake_overrides, write_script
 from tests.unit.test_curves import accepted_script

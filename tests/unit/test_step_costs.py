@@ -12,8 +12,8 @@ import pytest
 
 from evals.run import run
 from reports.rank import main as rank_main
-from reports.rank import write_ranking
-from reports.ranking import pareto_front, rank
+from reports.ranking_tables import write_ranking
+from reports.speedup_ranking import pareto_front, rank
 from speclens import costs
 from speclens.costs import StepTiming
 from speclens.errors import ConfigError, SpeclensError
@@ -282,8 +282,8 @@ def test_repeats_give_the_median_repeat_and_the_range():
 
 
 def test_entries_whose_repeat_ranges_overlap_are_tied(tmp_path):
-    from reports.rank import _verdict
-    from reports.ranking import _mark_ties
+    from reports.ranking_tables import _verdict
+    from reports.speedup_ranking import _mark_ties
 
     frame = pd.DataFrame(
         {

@@ -150,7 +150,7 @@ def test_v1_and_v2_n_gram_replays_give_each_runners_own_share_of_drafting_passes
 
 
 def test_a_runs_profile_carries_what_the_planners_ask_and_round_trips(sparse_run, tmp_path):
-    from reports.profile import read_profiles
+    from speclens.profile_file import read_profiles
 
     _, out = sparse_run
     written = json.loads((out / "speculation_profile.json").read_text())["profiles"]
@@ -167,7 +167,7 @@ def test_a_runs_profile_carries_what_the_planners_ask_and_round_trips(sparse_run
 
 def test_a_model_optimizer_layout_profile_is_read_as_acceptance_and_given_to_dynamo(tmp_path, capsys):
     from evals.whatif import main
-    from reports.profile import dynamo_flags, read_profiles
+    from speclens.profile_file import dynamo_flags, read_profiles
 
     theirs = {
         "method": "eagle3",

@@ -499,8 +499,8 @@ def test_whatif_answers_the_slo_in_one_line_and_draws_its_page(tmp_path, capsys)
     page = (tmp_path / "whatif.html").read_text()
     assert '"speedup-eagle3-4096"' in page and '"pareto-eagle3-4096"' in page
     # every predicted Pareto point carries the same range as bars on both axes, and says it on hover
-    from reports.charts import pareto_chart
-    from reports.ranking import pareto_front
+    from reports.plotly_charts import pareto_chart
+    from reports.speedup_ranking import pareto_front
     from reports.whatif_page import operating_frame
 
     frame = operating_frame(result["points"], result["tp"])
@@ -525,7 +525,7 @@ def test_whatif_answers_the_slo_in_one_line_and_draws_its_page(tmp_path, capsys)
 def test_the_report_predicts_each_runs_speedup_on_a_named_gpu(tmp_path):
     from reports.build import main as build_main
     from speclens.checkpoints import read_config
-    from speclens.gpu_model.engines import ENGINES
+    from speclens.gpu_model.serving_engines import ENGINES
     from speclens.gpu_model.step_cost import Hardware
     from speclens.gpu_model.whatif import mean_context
     from speclens.records import read_parquet
@@ -586,11 +586,11 @@ def test_a_sweeps_drafters_each_get_their_own_draft_checkpoint(tmp_path):
 
 
 def test_each_engine_runs_speculation_its_own_way_and_is_printed_with_the_prediction(tmp_path, capsys):
-    """engine= (speclens/gpu_model/engines.py): overlap scheduling that plain decoding keeps and a
+    """engine= (speclens/gpu_model/serving_engines.py): overlap scheduling that plain decoding keeps and a
     drafter loses costs that drafter the hidden overhead; in-graph drafting costs no draft pass."""
     from evals.whatif import build, main
     from speclens.gpu_model.draft_cost import MECHANISMS
-    from speclens.gpu_model.engines import ALL_DRAFTERS, ENGINES
+    from speclens.gpu_model.serving_engines import ALL_DRAFTERS, ENGINES
 
     assert ALL_DRAFTERS == set(MECHANISMS)  # engines.py cannot import draft_cost (it imports step_cost)
 

@@ -12,8 +12,8 @@ import pytest
 
 from evals.whatif import build, main
 from speclens.acceptance import al_at
+from speclens.config_guidelines import tile_aligned_draft_lengths
 from speclens.gpu_model.gpus import gpu_named
-from speclens.gpu_model.guidelines import tile_aligned_draft_lengths
 from speclens.gpu_model.model_shape import shape_of
 from speclens.gpu_model.step_cost import Hardware, verify_step
 from tests.unit.test_whatif import SMALL, write_config

@@ -13,7 +13,7 @@ import pytest
 from evals.run import run
 from evals.sweep_report import gather_profiles
 from evals.whatif import build, main
-from reports.profile import read_profiles
+from speclens.profile_file import read_profiles
 from speclens.provenance import Provenance
 from tests.unit.conftest import compose_run, fake_overrides
 from tests.unit.test_kv_cache_dtype import AUTO_SCRIPT, FP8_SCRIPT, ROWS, SMOLLM2
