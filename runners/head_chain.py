@@ -1,5 +1,6 @@
-"""An EAGLE or EAGLE-3 head's chained proposals from every position of a token stream, computed
-as vLLM computes them, for `evals.replay` (drafters/replay.py, drafters/eagle.py replay_proposal).
+"""An EAGLE or EAGLE-3 head's (or a MiMo-layout MTP layer's) chained proposals from every position
+of a token stream, computed as vLLM computes them, for `evals.replay` (runners/replay_chains.py;
+replayed by drafters/replay.py chain_proposal).
 
 What vLLM's proposer does at a step (vllm/v1/spec_decode/llm_base_proposer.py, the head in
 vllm/model_executor/models/llama_eagle3.py and llama_eagle.py): the head's first pass runs over
@@ -18,7 +19,11 @@ attends to pass 1's keys at <= p and to passes 2..k's keys at p + 1 .. q, one ea
 The cost is d_max passes of one layer over the sequence, not one per position; the target's
 states come from one forward pass of the target (transformers) over each sequence.
 
-The same code runs on a GPU: `device=` moves the target, the head and the passes there.
+An MTP layer (vllm/model_executor/models/mimo_mtp.py) is chained the same way: vLLM's proposer
+reuses module 0 at every draft; it takes the target's last layer output before the final norm,
+and its normed output feeds both the logits and the next draft.
+
+The same code runs on a GPU (compute_device): the target, the head and the passes go there.
 """
 
 from __future__ import annotations
