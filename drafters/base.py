@@ -79,8 +79,8 @@ class Drafter:
     replay: ClassVar[ReplayKind] = ReplayKind.none
     # Exact replay needs the draft model's argmax after every prefix of the target's stream.
     replay_needs_draft_predictions: ClassVar[bool] = False
-    # Exact replay needs this head's chained drafts from every position (runners/head_chain.py:
-    # "eagle", "eagle3", "mtp"); None: no head.
+    # Exact replay needs every start's drafts computed once (runners/replay_chains.py: a head's or
+    # MTP layer's chains, "eagle", "eagle3", "mtp", or a parallel draft's mask blocks, "pard"); None: not.
     replay_head: ClassVar[str | None] = None
     # Proposals draw on state shared by all requests, so replay follows the batch step by step.
     replay_in_lockstep: ClassVar[bool] = False
