@@ -34,13 +34,13 @@ DEFAULTS = ["drafter=eagle3", "dataset=mt_bench", "dataset.num_requests=16", "sa
 
 
 def estimate(run_dir: Path, d: int) -> float:
-    """The former estimate at D from the run at d_max: each step's accepted count clipped at D."""
+    """The former estimate at D from the run at d_max (evals/replay.py clipped_at)."""
+    from evals.replay import clipped_at
     from speclens import metrics
     from speclens.records import read_parquet
     from speclens.run_files import STEPS_FILE
 
-    steps = read_parquet(run_dir / STEPS_FILE)
-    return metrics.acceptance_length(steps.assign(num_accepted=steps.num_accepted.clip(upper=d), num_drafted=d))
+    return metrics.acceptance_length(clipped_at(read_parquet(run_dir / STEPS_FILE), d))
 
 
 def one_dtype(dtype: str, d_max: int, settings: list[str], out: Path) -> None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from drafters.base import MechanismFacts, ReplayKind
 from drafters.checkpoint_drafter import CheckpointDrafter, ParallelDraftingConfig
-from drafters.replay import UNKNOWN_TOKEN, chain_proposal
+from drafters.replay import UNKNOWN_TOKEN, chain_proposal, forced_proposal
 
 # Architecture-name fragments of heads and special drafters, which are not standalone draft models.
 HEAD_MARKERS = ("eagle", "medusa", "dflash", "dspark", "speculator", "mtp")
@@ -59,11 +59,10 @@ class DraftModel(CheckpointDrafter):
         drafts of its mask block at pos - 2 (drafters/replay.py chain_proposal)."""
         if self.parallel:
             return chain_proposal(ctx, pos, d)
-        proposal = []
-        for j in range(d):
-            p = pos + j
-            if proposal and proposal[-1] != ctx.tokens[p - 1]:
-                proposal.extend([UNKNOWN_TOKEN] * (d - j))
-                break
-            proposal.append(int(ctx.draft_predictions[p - 1]) if p - 1 < len(ctx.draft_predictions) else UNKNOWN_TOKEN)
-        return proposal
+        predictions = ctx.draft_predictions
+
+        def draft_at(k: int) -> int:
+            at = pos + k - 2  # the argmax after the target's prefix up to the token before draft k's
+            return int(predictions[at]) if at < len(predictions) else UNKNOWN_TOKEN
+
+        return forced_proposal(ctx.tokens, pos, d, draft_at)

@@ -10,7 +10,7 @@ exact per-step acceptance for any D, without running vLLM per D.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -51,20 +51,29 @@ def accepted_prefix(proposal, tokens: np.ndarray, pos: int) -> int:
     return n
 
 
-def chain_proposal(ctx: ReplayContext, pos: int, d: int) -> list[int]:
-    """A head's (or MTP layer's) proposal at a step starting at `pos`: the chain whose first draft
-    is taken at position pos - 2 (where it sees the token just sampled at pos - 1), its drafts while
-    each before was the target's token; unknown after the first miss, as a draft model's."""
-    start, chains = pos - 2, ctx.chain_drafts
-    assert chains is not None, "a head's replay needs its chains (runners/head_chain.py)"
+def forced_proposal(tokens: np.ndarray, pos: int, d: int, draft_at: Callable[[int], int]) -> list[int]:
+    """A proposal at a step starting at `pos` from drafts computed along the target's own tokens:
+    draft k (`draft_at(k)`) holds while drafts 1..k-1 were the target's tokens; after the first
+    miss the drafts' inputs are unknown, and so are they (none can be accepted)."""
     proposal: list[int] = []
     for k in range(1, d + 1):
-        if proposal and proposal[-1] != ctx.tokens[pos + k - 2]:
+        if proposal and proposal[-1] != tokens[pos + k - 2]:
             proposal.extend([UNKNOWN_TOKEN] * (d - k + 1))
             break
-        inside = k <= chains.shape[0] and start < chains.shape[1]
-        proposal.append(int(chains[k - 1, start]) if inside else UNKNOWN_TOKEN)
+        proposal.append(draft_at(k))
     return proposal
+
+
+def chain_proposal(ctx: ReplayContext, pos: int, d: int) -> list[int]:
+    """A head's, MTP layer's or parallel draft's proposal at a step starting at `pos`: the drafts
+    from position pos - 2 (where it sees the token just sampled at pos - 1)."""
+    start, chains = pos - 2, ctx.chain_drafts
+    assert chains is not None, "a head's replay needs its chains (runners/replay_chains.py)"
+
+    def draft_at(k: int) -> int:
+        return int(chains[k - 1, start]) if k <= chains.shape[0] and start < chains.shape[1] else UNKNOWN_TOKEN
+
+    return forced_proposal(ctx.tokens, pos, d, draft_at)
 
 
 def replay_turn(propose: Propose, ctx: ReplayContext, d: int) -> tuple[list[DraftedStep], int]:

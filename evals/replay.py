@@ -280,6 +280,12 @@ def replay_exact(plan, d_max: int, factory) -> tuple[pd.DataFrame, int | None]:
     return pd.DataFrame(rows), near_ties
 
 
+def clipped_at(steps: pd.DataFrame, d: int) -> pd.DataFrame:
+    """The estimate's steps at D from a run at a larger D: each step's accepted count clipped at D
+    (it ignores that shorter drafts move every later step's start: docs/reproducibility.md)."""
+    return steps.assign(num_accepted=steps.num_accepted.clip(upper=d), num_drafted=d)
+
+
 def replay_estimated(plan, d_max: int, out_dir: Path, factory, runner: str) -> pd.DataFrame:
     """AL(D) for D < d_max from the steps of one measured run at d_max."""
     run_dir = out_dir / f"measured_d{d_max}"
@@ -287,7 +293,7 @@ def replay_estimated(plan, d_max: int, out_dir: Path, factory, runner: str) -> p
     steps, requests = read_parquet(run_dir / STEPS_FILE), read_parquet(run_dir / REQUESTS_FILE)
     rows = []
     for d in range(1, d_max + 1):
-        clipped = steps.assign(num_accepted=steps.num_accepted.clip(upper=d), num_drafted=d)
+        clipped = clipped_at(steps, d)
         est = requests.copy()
         if d < d_max:
             # Every decode step drafts for these drafters: passes = prefill + decoded tokens / AL(D).

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Hashable, Iterable, Sequence, TypeVar
 
 from speclens import provenance as prov
-from speclens.config import dotted_get
 from speclens.errors import SpeclensError
+from speclens.options import dotted_get
 from speclens.provenance import SETTING_DEFAULTS, SETTING_KEYS, Provenance, setting_label
 from speclens.run_files import holding, read_stamp
 from speclens.summary import (

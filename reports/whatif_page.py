@@ -17,7 +17,7 @@ from reports.page import Section, render_page
 from reports.plotly_charts import Chart, base_layout, coloured, hover_template, pareto_chart
 from reports.speedup_ranking import pareto_front
 from speclens import provenance as prov
-from speclens.gpu_model.model_error import HELD_OUT, TOKENS_PER_S_BOUND, TOKENS_PER_S_DERIVED_ON
+from speclens.gpu_model.model_error import HELD_OUT, TOKENS_PER_S_BOUND, TOKENS_PER_S_DERIVED_ON, tokens_per_s_interval
 from speclens.gpu_model.whatif import best_label, operating_rows
 from speclens.provenance import mark
 
@@ -205,8 +205,9 @@ def operating_frame(points: list[dict[str, Any]], tp: int) -> pd.DataFrame:
     [predicted / (1 + bound), predicted / (1 - bound)]."""
     frame = pd.DataFrame(operating_rows(points, tp))
     for column in ("tokens_per_s_per_request", "output_tokens_per_s"):
-        frame[f"{column}_low"] = frame[column] / (1 + TOKENS_PER_S_BOUND)
-        frame[f"{column}_high"] = frame[column] / (1 - TOKENS_PER_S_BOUND)
+        ranges = [tokens_per_s_interval(value) for value in frame[column]]
+        frame[f"{column}_low"] = [low for low, _ in ranges]
+        frame[f"{column}_high"] = [high for _, high in ranges]
     return frame
 
 

@@ -28,13 +28,13 @@ The same code runs on a GPU (compute_device): the target, the head and the passe
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
+from speclens.checkpoints import read_config
 from speclens.errors import ConfigError
 
 # A chain's draft where the sequence is too short to hold it.
@@ -67,7 +67,7 @@ def layer_config(config: dict[str, Any]) -> dict[str, Any]:
 def read_spec(head_dir: Path, kind: str, target_layers: int) -> HeadSpec:
     """The head's spec from its config.json (vLLM's defaults where a field is absent: speculators'
     folders default norm_before_residual on, vLLM-native ones off; aux layers (2, L/2, L-3))."""
-    config = json.loads((head_dir / "config.json").read_text(encoding="utf-8"))
+    config = read_config(head_dir, "drafter.model")
     layer = layer_config(config)
     speculators = "speculators_config" in config
     unsupported = [f for f in ("norm_before_fc", "fc_norm") if config.get(f)]
@@ -80,16 +80,12 @@ def read_spec(head_dir: Path, kind: str, target_layers: int) -> HeadSpec:
             f"drafter.model={head_dir}: the one-pass replay computes one-layer Llama heads without "
             f"{', '.join(unsupported)}; measure each D with `python -m evals.run -m d=1,3,5`."
         )
-    heads = layer["num_attention_heads"]
     aux = config.get("eagle_aux_hidden_state_layer_ids") or (config.get("eagle_config") or {}).get(
         "eagle_aux_hidden_state_layer_ids"
     )
     return HeadSpec(
         kind=kind,
-        num_heads=heads,
-        num_kv_heads=layer.get("num_key_value_heads", heads),
-        head_dim=layer.get("head_dim") or layer["hidden_size"] // heads,
-        rms_eps=layer.get("rms_norm_eps", 1e-6),
+        **attention_shape(layer),
         aux_layers=tuple(sorted(set(aux or (2, target_layers // 2, target_layers - 3)))),
         norm_before_residual=bool(config.get("norm_before_residual", speculators)),
         norm_output=bool(config.get("norm_output", False)),
@@ -97,10 +93,25 @@ def read_spec(head_dir: Path, kind: str, target_layers: int) -> HeadSpec:
     )
 
 
+def attention_shape(layer: dict[str, Any]) -> dict[str, Any]:
+    """A decoder layer's heads, KV heads, head width and norm epsilon from its config, with the
+    defaults vLLM's Llama and Qwen2 layers take."""
+    missing = [key for key in ("num_attention_heads", "hidden_size") if key not in layer]
+    if missing:
+        raise ConfigError(f"the head's layer config names no {', '.join(missing)}: the replay cannot compute it.")
+    heads = layer["num_attention_heads"]
+    return {
+        "num_heads": heads,
+        "num_kv_heads": layer.get("num_key_value_heads", heads),
+        "head_dim": layer.get("head_dim") or layer["hidden_size"] // heads,
+        "rms_eps": layer.get("rms_norm_eps", 1e-6),
+    }
+
+
 def read_mtp_spec(target_dir: Path) -> HeadSpec:
     """The target's MTP layer as a head: MiMo's layout (vllm/model_executor/models/mimo_mtp.py),
     one layer, which vLLM's proposer reuses for every draft (module 0 at each step)."""
-    config = json.loads((target_dir / "config.json").read_text(encoding="utf-8"))
+    config = read_config(target_dir, "target.model")
     layer = config.get("text_config") or config
     architectures = config.get("architectures") or []
     layers = layer.get("num_nextn_predict_layers") or 0
@@ -110,13 +121,9 @@ def read_mtp_spec(target_dir: Path) -> HeadSpec:
             "one-pass replay computes one MiMo-layout MTP layer (a Qwen2 decoder layer; DeepSeek's MLA and MoE "
             "layers, and vLLM's multi-module MTP, are not); measure each D with `python -m evals.run -m d=1,3,5`."
         )
-    heads = layer["num_attention_heads"]
     return HeadSpec(
         kind="mtp",
-        num_heads=heads,
-        num_kv_heads=layer.get("num_key_value_heads", heads),
-        head_dim=layer.get("head_dim") or layer["hidden_size"] // heads,
-        rms_eps=layer.get("rms_norm_eps", 1e-6),
+        **attention_shape(layer),
         aux_layers=(),
         norm_before_residual=False,
         norm_output=True,
@@ -388,7 +395,7 @@ def head_predictions(
     if kind == "mtp":
         spec = read_mtp_spec(target_dir)
     else:
-        layers = json.loads((target_dir / "config.json").read_text(encoding="utf-8"))
+        layers = read_config(target_dir, "target.model")
         spec = read_spec(head_dir, kind, (layers.get("text_config") or layers)["num_hidden_layers"])
     states, shared = target_states(target_dir, sequences, spec, torch_dtype, device)
     weights = mtp_weights(target_dir, shared) if kind == "mtp" else head_weights(head_dir, shared)

@@ -5,7 +5,6 @@ model's mask blocks (runners/parallel_draft.py)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
 
@@ -13,6 +12,7 @@ import numpy as np
 
 from runners.head_chain import head_predictions
 from runners.parallel_draft import parallel_predictions
+from speclens.checkpoints import read_config
 from speclens.errors import ConfigError
 from speclens.model_facts import MASK_TOKEN_KEYS, parallel_drafting_token
 
@@ -33,7 +33,7 @@ def replay_chains(
     run drafts from: its prompt's last)."""
     if kind != PARALLEL_DRAFT:
         return head_predictions(target_dir, draft_dir, kind, sequences, d_max, dtype)
-    config = json.loads((draft_dir / "config.json").read_text(encoding="utf-8"))
+    config = read_config(draft_dir, "drafter.model")
     mask_token = parallel_drafting_token(config)
     if mask_token is None:
         raise ConfigError(f"drafter.model={draft_dir} names no mask token ({', '.join(MASK_TOKEN_KEYS)}).")

@@ -256,13 +256,6 @@ FINGERPRINTED_WHEN_SET: dict[str, Any] = {
 }
 
 
-def dotted_get(node: Any, dotted: str) -> Any:
-    """The value under a dotted key (`a.b.c`) of nested dicts (None where any part is missing)."""
-    for part in dotted.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
-
-
 def config_fingerprint(resolved: dict[str, Any], names: dict[str, str]) -> str:
     """sha256 of the resolved run config, the identity a finished run is recognised by.
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from speclens.options import dotted_get
+
 
 def text_config(config: dict[str, Any]) -> dict[str, Any]:
     """The language model's part of a config.json: multimodal configs nest it as text_config,
@@ -74,9 +76,7 @@ MASK_TOKEN_KEYS = (
 def parallel_drafting_token(config: dict[str, Any]) -> int | None:
     """The mask token a checkpoint's config.json names for parallel drafting (None: none)."""
     for key in MASK_TOKEN_KEYS:
-        token = config
-        for part in key.split("."):  # dotted: a key inside a section (dflash_config.mask_token_id)
-            token = token.get(part) if isinstance(token, dict) else None
+        token = dotted_get(config, key)
         if isinstance(token, int) and not isinstance(token, bool):
             return token
     return None

@@ -89,3 +89,10 @@ def nearest(word: str, known: Iterable[str]) -> str:
     """` (did you mean X?)` for the closest known word, or nothing."""
     found = closest(word, known)
     return f" (did you mean {found}?)" if found else ""
+
+
+def dotted_get(node: Any, dotted: str) -> Any:
+    """The value under a dotted key (`a.b.c`) of nested dicts (None where any part is missing)."""
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node

@@ -321,12 +321,12 @@ def nested_covered(cases: list[dict[str, Any]], models: dict[str, Any], errors: 
     return out
 
 
-def derived_on(cases: list[dict[str, Any]]) -> str:
-    def engine(text: str) -> str:
-        return "TensorRT-LLM" if "tensorrt" in text.lower() else "SGLang" if "sglang" in text.lower() else "vLLM"
+ENGINE_NAMES = {"trtllm": "TensorRT-LLM", "sglang": "SGLang", "vllm": "vLLM"}
 
+
+def derived_on(cases: list[dict[str, Any]]) -> str:
     gpus = ", ".join(sorted({c["gpu"].split("_")[0].upper() for c in cases}))
-    engines = ", ".join(sorted({engine(c["engine"]) for c in cases}))
+    engines = ", ".join(sorted({ENGINE_NAMES[case_engine(c)] for c in cases}))
     sources = len({c["source"] for c in cases})
     return f"published GPU speedups ({len(cases)} cases, {sources} sources; {gpus}; {engines})"
 

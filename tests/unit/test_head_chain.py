@@ -154,3 +154,19 @@ def test_the_chains_on_a_gpu_are_the_chains_on_the_cpu():
     head = random_head("eagle3")
     gpu_head = Head(head.spec, {k: v for k, v in head.w.items()}, torch.float64, "cuda")
     assert (chain_predictions(gpu_head, tokens, states.cuda(), 4)[0] == cpu).all()
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ("{not json", r"^drafter.model=.*config.json is unreadable"),
+        ('["a list"]', r"^drafter.model=.*config.json holds a list"),
+        (json.dumps({"transformer_layer_config": {"hidden_size": 32}}), r"names no num_attention_heads"),
+        (json.dumps({"num_attention_heads": 0, "hidden_size": 32}), r"^drafter.model=.*num_attention_heads"),
+    ],
+)
+def test_a_hostile_head_config_is_one_line_naming_what_is_wrong(tmp_path, text, said):
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(ConfigError, match=said) as refused:
+        read_spec(tmp_path, "eagle3", target_layers=30)
+    assert "\n" not in str(refused.value)
