@@ -22,10 +22,10 @@ from omegaconf.errors import OmegaConfBaseException
 
 from evals.compose import compose_config, to_run_config
 from evals.measure import ERROR_LOG, write_error_log
-from evals.sweep_report import record_failure
 from speclens.errors import EXIT_MEASUREMENT, exit_status, report, user_message
 from speclens.files import check_folder
 from speclens.redact import redact_overrides
+from speclens.run_files import record_failure
 
 # Flags after which Hydra prints something (help, the config) instead of running a job.
 MULTIRUN_FLAGS = ("-m", "--multirun")

@@ -34,7 +34,6 @@ from evals.summarise import (
 )
 from reports.profile import run_profiles, write_profiles
 from runners.engine import EngineFactory, EngineFailed
-from runners.registry import runner_of
 from speclens import metrics, records
 from speclens.costs import PassMode
 from speclens.diagnostics import RunFacts, diagnose
@@ -187,7 +186,7 @@ def _check_counters(passes: list[Pass], plan: RunPlan, out_dir: Path) -> None:
                 p.counters,
                 plan.d,
                 f"batch size {p.batch_size}",
-                enforce=runner_of(cfg).exclusive(cfg),
+                enforce=plan.runner.exclusive(cfg),
                 requests=requests[requests.batch_size == p.batch_size],
                 counted=p.counted,
             )
@@ -248,7 +247,6 @@ def measure(
     plan: RunPlan,
     out_dir: Path,
     factory: EngineFactory,
-    runner: str,
     progress: ProgressFactory = lambda label: None,
     config_fingerprint: str | None = None,
 ) -> RunSummary:
@@ -256,7 +254,7 @@ def measure(
     the user's (an engine crash, a full disk) becomes a one-line MeasurementError; its traceback
     goes to error.log beside the records."""
     with failures_logged(out_dir):
-        return _execute(plan, out_dir, factory, runner, progress, config_fingerprint)
+        return _execute(plan, out_dir, factory, progress, config_fingerprint)
 
 
 def write_error_log(out_dir: Path, text: str) -> None:
@@ -358,7 +356,6 @@ def _execute(
     plan: RunPlan,
     out_dir: Path,
     factory: EngineFactory,
-    runner: str,
     progress: ProgressFactory,
     config_fingerprint: str | None,
 ) -> RunSummary:
@@ -366,7 +363,7 @@ def _execute(
     cfg = plan.config
     spec = plan.speculative_config()
     origin = RunOrigin.of(plan, config_fingerprint)
-    stamp = run_stamp(plan, runner, origin)
+    stamp = run_stamp(plan, origin)
     write_json_atomic(stamp, out_dir / STAMP_FILE)
     passes, baseline, spreads = measured_passes(plan, factory, spec, progress, out_dir)
     split = None
@@ -405,7 +402,7 @@ def _execute(
         d=plan.d,
         target=cfg.target.model,
         dataset=plan.dataset_name,
-        runner=runner,
+        runner=plan.runner.name,
         steps=steps,
         requests=requests,
         counters=counters,

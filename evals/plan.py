@@ -23,7 +23,7 @@ from evals.embedded_drafters import BUDGETS, embedded_build, ensure_drafter, is_
 from evals.reasoning import Segmenter, check_template_kwargs, make_segmenter
 from runners.chat import PLAIN
 from runners.model_runner import check_requested
-from runners.registry import runner_name, runner_of
+from runners.registry import Runner, runner_of
 from speclens import checkpoints
 from speclens.config import (
     DEFAULT_DTYPE,
@@ -48,6 +48,8 @@ def _embedded_targets() -> dict[str, tuple[Callable[[], Path], Callable[[], Path
 @dataclass
 class RunPlan:
     config: RunConfig
+    # The runner `runner=` names, with its capabilities (runners/registry.py): decided once, here.
+    runner: Runner
     target_dir: Path
     target: ModelFacts
     drafter: Drafter
@@ -112,10 +114,12 @@ def saved_dtype(target: ModelFacts) -> str:
     return str(saved) if saved else DEFAULT_DTYPE
 
 
-def fit_engine_defaults(cfg: RunConfig, target: ModelFacts, window: int | None = None) -> dict[str, dict[str, Any]]:
-    """engine.max_model_len and engine.dtype, where the user set none, fitted to the target (in
-    `cfg`; `window`: the one it runs with, where a context extension changes its own); what was
-    fitted, the default it replaces, and why."""
+def fit_engine_defaults(
+    cfg: RunConfig, target: ModelFacts, runner: Runner, window: int | None = None
+) -> dict[str, dict[str, Any]]:
+    """engine.max_model_len and engine.dtype, where the user set none, fitted to the target and to
+    where `runner` computes (in `cfg`; `window`: the one it runs with, where a context extension
+    changes its own); what was fitted, the default it replaces, and why."""
     fitted: dict[str, dict[str, Any]] = {}
     if cfg.engine.max_model_len is None:
         window, default = window or target.max_position_embeddings, cfg.engine.default_max_model_len
@@ -140,7 +144,7 @@ def fit_engine_defaults(cfg: RunConfig, target: ModelFacts, window: int | None =
             if value == str(cfg.engine.dtype)
             else f"the default {DEFAULT_DTYPE}",
         }
-        if str(cfg.engine.dtype) in HALF_DTYPES and half_is_slow_here(cfg):
+        if str(cfg.engine.dtype) in HALF_DTYPES and half_is_slow_here(runner, cfg):
             cfg.engine.dtype = Dtype.float32
             fitted["engine.dtype"] |= {
                 "value": "float32",
@@ -155,11 +159,10 @@ def fit_engine_defaults(cfg: RunConfig, target: ModelFacts, window: int | None =
 HALF_DTYPES = ("bfloat16", "float16", "half")
 
 
-def half_is_slow_here(cfg: RunConfig) -> bool:
+def half_is_slow_here(runner: Runner, cfg: RunConfig) -> bool:
     """Whether the engine computes on this machine's CPU (vLLM's CPU build, in-process or a server
     speclens launches) and the CPU has no native bf16."""
-    here = runner_name(cfg.runner) == "vllm" or (runner_name(cfg.runner) == "server" and cfg.runner.url is None)
-    return here and importlib.util.find_spec("vllm") is not None and _cpu_build() and not native_bf16()
+    return engine_device(runner, cfg) == "cpu" and not native_bf16()
 
 
 @functools.lru_cache(maxsize=1)
@@ -193,7 +196,7 @@ def resolve_target(cfg: RunConfig) -> Path:
     return checkpoints.resolve(cfg.target.model, "target.model")
 
 
-def resolve_draft(cfg: RunConfig, drafter: Drafter, shape_only: bool = False) -> Path | None:
+def resolve_draft(cfg: RunConfig, drafter: Drafter, runner: Runner, shape_only: bool = False) -> Path | None:
     """drafter.model's folder; without one, the embedded target's own drafter, built on first use
     (drafter.model is then set to it, so the stamp names it). `shape_only` (synthetic acceptance:
     the drafter's shape is timed, not its training): the trained build where it exists, else an
@@ -209,7 +212,7 @@ def resolve_draft(cfg: RunConfig, drafter: Drafter, shape_only: bool = False) ->
                 f"drafting for the embedded target; use drafter=draft_model (its parallel draft model, PARD's "
                 f"scheme) or give drafter.model=<a checkpoint trained for it>."
             )
-        if build is not None and runner_name(cfg.runner) == "fake" and not shape_only:
+        if build is not None and not runner.vllm_engine and not shape_only:
             raise ConfigError(
                 f"runner=fake loads no model and builds no drafter (the embedded {drafter.name} drafter takes "
                 "minutes to train): give drafter.model=<a checkpoint folder>, of which only config.json is read."
@@ -462,34 +465,22 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     """Validate `cfg` and resolve every input; raises ConfigError naming the key to fix."""
     check_scalars(cfg)
     check_logger(cfg)
+    runner = runner_of(cfg)
     drafter = make_drafter(cfg.drafter)
-    synthetic = synthetic_acceptance.resolve(cfg, drafter.name, drafter.speculative)
+    synthetic = synthetic_acceptance.resolve(cfg, drafter.name, drafter.speculative, runner)
     target_dir = resolve_target(cfg)
-    target_config = checkpoints.read_config(target_dir, "target.model")
-    check_remote_code(cfg, target_config, "target.model", cfg.target.model)
-    target = ModelFacts.from_config(str(target_dir), target_config)
+    target = read_facts(cfg, target_dir, "target.model", cfg.target.model)
     max_model_len_set = cfg.engine.max_model_len is not None
     capacity.resolve_rope_scaling(cfg, target)
     window = capacity.context_window(cfg, target)
-    fitted = fit_engine_defaults(cfg, target, window.window)
-    draft_dir = resolve_draft(cfg, drafter, shape_only=synthetic is not None)
-    draft = None
-    if draft_dir is not None:
-        draft_config = checkpoints.read_config(draft_dir, "drafter.model")
-        check_remote_code(cfg, draft_config, "drafter.model", str(cfg.drafter.model))
-        draft = ModelFacts.from_config(str(draft_dir), draft_config)
+    fitted = fit_engine_defaults(cfg, target, runner, window.window)
+    draft_dir = resolve_draft(cfg, drafter, runner, shape_only=synthetic is not None)
+    draft = None if draft_dir is None else read_facts(cfg, draft_dir, "drafter.model", str(cfg.drafter.model))
     check_context_window(cfg, window)
     drafter.validate(cfg.d, target, draft)
-    attached = getattr(cfg.runner, "url", None) is not None  # an attached server keeps its own cache
-    kv_cache.check_kv_cache_dtype(cfg, target, draft, None if attached else engine_device(cfg))
-    runner = runner_of(cfg)
-    runner.check_support(cfg, drafter.speculative)
-    verify.check_verify(cfg, drafter, synthetic, runner_name(cfg.runner))
-    if runner_name(cfg.runner) != "fake":  # the fake engine's token ids need no tokenizer
-        checkpoints.check_tokenizer(target_dir, "target.model")
-        if draft_dir is not None and getattr(cfg.runner, "url", None) is None:  # an attached server holds its own
-            checkpoints.check_weights_present(draft_dir, "drafter.model")
-    check_chat_template_file(cfg)
+    device = engine_device(runner, cfg)
+    kv_cache.check_kv_cache_dtype(cfg, target, draft, device)
+    check_engine_inputs(cfg, runner, drafter, synthetic, target_dir, draft_dir)
     encoder = runner.encoder(cfg, target_dir)
     check_has_template(cfg, encoder)
     segmenter = make_segmenter(cfg.reasoning, encoder)
@@ -498,8 +489,9 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     check_template_kwargs(cfg, encoder, first_messages(prompts[0]) if prompts else [])
     needs = prompt_needs(prompts, encoder, cfg.sampling.max_tokens)
     note_unneeded_extension(cfg, window, max(needs.values(), default=None), max_model_len_set)
-    # with dataset.drop_too_long the user chose to drop what max_model_len does not hold
-    if needs and not attached and not getattr(cfg.dataset, "drop_too_long", False):
+    # with dataset.drop_too_long the user chose to drop what max_model_len does not hold; an
+    # attached server keeps its own max_model_len
+    if needs and not runner.attached(cfg) and not getattr(cfg.dataset, "drop_too_long", False):
         capacity.fit_max_model_len(cfg, fitted, max(needs.values()), window.window)
     prompts, dropped = check_prompt_lengths(prompts, needs, cfg)
     sampling = SamplingSpec(cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.max_tokens, cfg.seed)
@@ -507,7 +499,7 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     capacity.check_kv_cache(
         cfg,
         fitted,
-        None if attached else engine_device(cfg),
+        device,
         capacity.kv_bytes_per_token(cfg, target, draft),
         [needs[p.request_id] for p in prompts],
         max(batch_sizes),
@@ -516,6 +508,7 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     )
     return RunPlan(
         cfg,
+        runner,
         target_dir,
         target,
         drafter,
@@ -533,10 +526,37 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     )
 
 
-def engine_device(cfg: RunConfig) -> str | None:
+def read_facts(cfg: RunConfig, folder: Path, key: str, ref: str) -> ModelFacts:
+    """A checkpoint's config.json, its remote code refused unless trusted, as the checks read it."""
+    config = checkpoints.read_config(folder, key)
+    check_remote_code(cfg, config, key, ref)
+    return ModelFacts.from_config(str(folder), config)
+
+
+def check_engine_inputs(
+    cfg: RunConfig,
+    runner: Runner,
+    drafter: Drafter,
+    synthetic: SyntheticAcceptance | None,
+    target_dir: Path,
+    draft_dir: Path | None,
+) -> None:
+    """What the engine would refuse late, refused now: a run it cannot measure right, a verify method
+    it lacks, a missing tokenizer or draft weights (the fake engine's token ids need neither; an
+    attached server holds its own), a chat template file that is not there."""
+    runner.check_support(cfg, drafter.speculative)
+    verify.check_verify(cfg, drafter, synthetic, runner.name)
+    if runner.vllm_engine:
+        checkpoints.check_tokenizer(target_dir, "target.model")
+        if draft_dir is not None and not runner.attached(cfg):
+            checkpoints.check_weights_present(draft_dir, "drafter.model")
+    check_chat_template_file(cfg)
+
+
+def engine_device(runner: Runner, cfg: RunConfig) -> str | None:
     """Where the run's engine keeps its KV cache: "cpu" (vLLM's CPU build here), "gpu", or None
-    where no engine of this machine's runs (the fake engine)."""
-    if runner_name(cfg.runner) not in ("vllm", "server") or importlib.util.find_spec("vllm") is None:
+    where no engine of this machine's runs (the fake engine, an attached server)."""
+    if not runner.computes_here(cfg) or importlib.util.find_spec("vllm") is None:
         return None
     return "cpu" if _cpu_build() else "gpu"
 

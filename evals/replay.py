@@ -38,7 +38,7 @@ from evals.run_dir import claimed, staged
 from reports.curves import curve_row
 from reports.runs import template_label
 from reports.table import cell, text_table
-from runners.registry import runner_name, runner_of
+from runners.registry import runner_of
 from speclens import metrics
 from speclens.config import VLLM_MAX_SPEC_LEN, NoLoggerConfig, ReplayConfig, RunConfig
 from speclens.console import console, quiet
@@ -218,7 +218,7 @@ def reference_contexts(plan, d_max: int, factory) -> tuple[list, list, tuple[int
     if plan.drafter.replay_head is not None:
         draft_dir = plan.draft_dir or plan.target_dir  # MTP's layers are the target's own
         first_starts = [len(t.prompt_token_ids) - 1 for t in reference]
-        chains = runner_of(plan.config).chains(
+        chains = plan.runner.chains(
             plan.target_dir, draft_dir, plan.drafter.replay_head, sequences, first_starts, d_max, plan.dtype
         )
         near_ties = head_near_ties(plan, reference, chains)
@@ -286,10 +286,10 @@ def clipped_at(steps: pd.DataFrame, d: int) -> pd.DataFrame:
     return steps.assign(num_accepted=steps.num_accepted.clip(upper=d), num_drafted=d)
 
 
-def replay_estimated(plan, d_max: int, out_dir: Path, factory, runner: str) -> pd.DataFrame:
+def replay_estimated(plan, d_max: int, out_dir: Path, factory) -> pd.DataFrame:
     """AL(D) for D < d_max from the steps of one measured run at d_max."""
     run_dir = out_dir / f"measured_d{d_max}"
-    measure(plan, run_dir, factory, runner)
+    measure(plan, run_dir, factory)
     steps, requests = read_parquet(run_dir / STEPS_FILE), read_parquet(run_dir / REQUESTS_FILE)
     rows = []
     for d in range(1, d_max + 1):
@@ -309,11 +309,11 @@ def replay_estimated(plan, d_max: int, out_dir: Path, factory, runner: str) -> p
     return pd.DataFrame(rows)
 
 
-def replay_curves(plan, d_max: int, staging: Path, factory, runner: str) -> tuple[pd.DataFrame, int | None]:
+def replay_curves(plan, d_max: int, staging: Path, factory) -> tuple[pd.DataFrame, int | None]:
     """The curve, exact or estimated as the drafter allows (the engines' output quiet meanwhile),
     and a head's near ties (None where no head was computed)."""
     if plan.drafter.replay is not ReplayKind.exact:
-        return replay_estimated(plan, d_max, staging, factory, runner), None
+        return replay_estimated(plan, d_max, staging, factory), None
     if plan.dtype != "float32":
         print(
             f"speclens: replaying in {plan.dtype}: the curve follows plain greedy decoding's tokens; a "
@@ -364,10 +364,10 @@ def replay(cfg: DictConfig, out_dir: Path, overrides: Sequence[str] = ()) -> pd.
     check_keys(run_config, overrides)
     check_replay_dir(out_dir)
     run_config.d = d_max
-    runner = runner_name(run_config.runner)
-    if not runner_of(run_config).replays:
+    runner = runner_of(run_config)  # refused before the plan builds anything
+    if not runner.replays:
         raise ConfigError(
-            f"runner={runner} cannot replay; measure each D with `python -m evals.run -m d=1,2,...`, "
+            f"runner={runner.name} cannot replay; measure each D with `python -m evals.run -m d=1,2,...`, "
             "or replay with runner=vllm."
         )
     with claimed(out_dir):
@@ -390,7 +390,7 @@ def replay(cfg: DictConfig, out_dir: Path, overrides: Sequence[str] = ()) -> pd.
             raise ConfigError(
                 f"drafter={drafter.name} has no one-pass replay; measure each D with `python -m evals.run -m d=1,2,...`."
             )
-        if not run_config.force and finished_replay(out_dir, fingerprint, runner, plan.fingerprints):
+        if not run_config.force and finished_replay(out_dir, fingerprint, plan.runner.name, plan.fingerprints):
             kept = pd.read_parquet(out_dir / "curves.parquet")
             if set(kept.get("proposer", pd.Series([""]))) >= set(drafter.replay_proposers):
                 print(f"speclens: {out_dir} already holds this replay; skipped (force=true runs it again)")
@@ -398,12 +398,12 @@ def replay(cfg: DictConfig, out_dir: Path, overrides: Sequence[str] = ()) -> pd.
             print(
                 f"speclens: {out_dir} holds this replay for one n-gram proposer; running it for both.", file=sys.stderr
             )
-        factory = runner_of(run_config).engine_factory(run_config, plan.d)
+        factory = plan.runner.engine_factory(run_config, plan.d)
         artifacts = [*REPLAY_ARTIFACTS, *(p.name for p in out_dir.glob("measured_d*"))]
         with staged(out_dir, artifacts, REPLAY_FILE) as staging:
             start = time.perf_counter()
             with failures_logged(staging), quiet(staging / ENGINE_LOG, run_config.verbose):
-                curves, near_ties = replay_curves(plan, d_max, staging, factory, runner)
+                curves, near_ties = replay_curves(plan, d_max, staging, factory)
             elapsed = time.perf_counter() - start
             curves.to_parquet(staging / "curves.parquet", index=False)
             curves.to_csv(staging / "curves.csv", index=False)
@@ -415,7 +415,7 @@ def replay(cfg: DictConfig, out_dir: Path, overrides: Sequence[str] = ()) -> pd.
                 str(drafter.replay),
                 elapsed,
                 config_fingerprint=fingerprint,
-                runner=runner,
+                runner=plan.runner.name,
                 near_ties=near_ties,
             )
             ReplayRecord(REPLAY_VERSION, summary, {"config": redact(config)}).write(staging)

@@ -25,7 +25,7 @@ from evals.plan import make_plan
 from evals.run_dir import claimed, staged
 from reports.table import result_table
 from reports.wandb_log import log_run
-from runners.registry import runner_name, runner_of
+from runners.registry import runner_of
 from speclens.config import WandbLoggerConfig
 from speclens.console import console, quiet
 from speclens.errors import (
@@ -137,22 +137,21 @@ def run(cfg: DictConfig, out_dir: Path, progress=TqdmProgress, group: str | None
     """Plan, measure, print the table, log (logger=wandb, in `group`); skips a run dir that already
     holds this run unless force=true. The dir is held by this process throughout (evals/run_dir.py)."""
     run_config = to_run_config(cfg)
-    runner = runner_name(run_config.runner)
     with claimed(out_dir):
         plan = make_plan(run_config)
         fingerprint = run_fingerprint(cfg, run_config, plan.fitted)
         for key, fit in plan.fitted.items():
             if fit["value"] != fit["default"]:
                 print(f"speclens: {key}={fit['value']}: {fit['why']} (set {key}= to choose).", file=sys.stderr)
-        done = None if run_config.force else finished_summary(out_dir, fingerprint, runner, plan.fingerprints)
+        done = None if run_config.force else finished_summary(out_dir, fingerprint, plan.runner.name, plan.fingerprints)
         if done is not None:
             print(f"speclens: {out_dir} already holds this run; skipped (force=true re-runs it)")
             check_lossless(done, out_dir)  # a run that failed it fails again, not exit 0 on a re-run
             return done
-        factory = runner_of(run_config).engine_factory(run_config, plan.d)
+        factory = plan.runner.engine_factory(run_config, plan.d)
         with staged(out_dir, RUN_ARTIFACTS, SUMMARY_FILE) as staging:
             with quiet(staging / ENGINE_LOG, run_config.verbose):
-                summary = measure(plan, staging, factory, runner, progress, fingerprint)
+                summary = measure(plan, staging, factory, progress, fingerprint)
     print(result_table(summary))
     print(f"results: {out_dir}")
     if isinstance(run_config.logger, WandbLoggerConfig):

@@ -39,7 +39,7 @@ from typing import Callable
 from evals.compose import compose_config, to_run_config
 from evals.run import run
 from reports.table import cell
-from runners.registry import runner_name, runner_of
+from runners.registry import runner_of
 from speclens.errors import ConfigError, MeasurementError, guarded
 from speclens.gpu_model.gpus import gpu_for_device
 from speclens.records import read_parquet
@@ -157,7 +157,7 @@ def selfcheck(user_overrides: list[str], out_root: Path) -> list[CheckResult]:
     ]
     repeat = compose(COMMON, FLOAT32, SELF_DRAFT, user_overrides, GREEDY, ["baseline=false"])
     # The server checks run where the engine is vLLM in-process (a server of the same build).
-    in_process = runner_name(to_run_config(repeat).runner) == "vllm"
+    in_process = runner_of(to_run_config(repeat)).name == "vllm"
     to_server = ["runner=server"] if in_process else []
     server = compose(COMMON, FLOAT32, SELF_DRAFT, user_overrides, GREEDY, ["baseline=false"], to_server)
     own_dtype = compose(COMMON, SELF_DRAFT, user_overrides, GREEDY, ["baseline=true"])

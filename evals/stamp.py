@@ -90,7 +90,7 @@ class RunOrigin:
         return cls(package_versions(), plan.fingerprints, git_sha(), config_fingerprint)
 
 
-def run_stamp(plan: RunPlan, runner: str, origin: RunOrigin) -> dict[str, Any]:
+def run_stamp(plan: RunPlan, origin: RunOrigin) -> dict[str, Any]:
     """The stamp.json of a run about to measure `plan` (credentials redacted)."""
     cfg = plan.config
     stamp = {
@@ -98,7 +98,7 @@ def run_stamp(plan: RunPlan, runner: str, origin: RunOrigin) -> dict[str, Any]:
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "config": redact(OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True)),
         "config_fingerprint": origin.config_fingerprint,
-        "runner": runner,
+        "runner": plan.runner.name,
         "speculative_config": redact(plan.speculative_config()),
         # Engine keys left unset, fitted to the target: value and why.
         "fitted_defaults": plan.fitted,

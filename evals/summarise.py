@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
 import pandas as pd
@@ -218,79 +219,117 @@ def operating_points(
     base_by_size = {p.batch_size: p for p in baseline}
     steps_by_size = dict(tuple(steps.groupby("batch_size", sort=False)))
     requests_by_size = dict(tuple(requests.groupby("batch_size", sort=False)))
+    records = _RunRecords(engine_steps, d, seed, request_rate)
     points = []
     for p in passes:
         b = p.batch_size
-        at_b_steps, at_b_requests = steps_by_size.get(b, steps.iloc[0:0]), requests_by_size[b]
-        point_costs = costs.operating_point_costs(engine_steps, b, d)
-        domain_counters = p.domain_counters or {}
-        overall = _domain_point(
-            at_b_steps,
-            at_b_requests,
-            seed,
-            point_costs,
-            sum(domain_counters.values(), SpecCounters()) if p.domain_counters else None,
-        )
-        base = base_by_size.get(b)
-        measured = None
-        if base is not None and base.output_tokens_per_s > 0:
-            measured = p.output_tokens_per_s / base.output_tokens_per_s
-        latency = latency_of(p.results, p.generate_s)
-        base_latency = latency_of(base.results, base.generate_s) if base is not None else None
-        account = (
-            None
-            if base is None
-            else speedup_account(
-                engine_steps,
-                b,
-                overall.predicted_speedup,
-                overall.tokens_per_step,
-                measured,
-                (p.output_tokens, base.output_tokens),
-                (p.elapsed_s, base.elapsed_s),
-                point_costs,
-            )
-        )
-        by_domain = {
-            domain: _domain_point(domain_steps, group, seed, point_costs, domain_counters.get(domain))
-            for domain, group, domain_steps in metrics.split_by_domain(at_b_steps, at_b_requests)
-        }
-        per_step = p.record_granularity == RecordGranularity.step
-        by_length = {
-            metrics.length_label(length): _length_point(
-                length, length_steps, group, engine_steps, p, base, b, d, seed, per_step
-            )
-            for length, group, length_steps in metrics.split_by_length(at_b_steps, at_b_requests)
-        }
-        for point in [overall, *by_domain.values()]:
-            _corrected(point, account)
-        held = costs.held(engine_steps, PassMode.speculative if d else PassMode.plain, b)
-        points.append(
-            OperatingPoint(
-                **vars(overall),
-                batch_size=b,
-                batch_size_held=held if held is not None and held != b else None,
-                request_rate=request_rate,
-                output_tokens_per_s=p.output_tokens_per_s,
-                generate_s=p.generate_s,
-                elapsed_s=p.elapsed_s,
-                baseline_output_tokens_per_s=base.output_tokens_per_s if base else None,
-                speedup=measured,
-                speedup_range=_range((spreads or {}).get(b)),
-                speedup_repeats=(spreads or {}).get(b) if spreads and len(spreads[b]) > 1 else None,
-                latency_speedup=_tpot_ratio(base_latency, latency),
-                speedup_gap=costs.speedup_gap(overall.predicted_speedup, measured),
-                gap_above_tolerance=costs.gap_above_tolerance(overall.predicted_speedup, measured),
-                **vars(point_costs),
-                lossless=lossless_checks.get(b),
-                by_domain=by_domain,
-                latency=latency,
-                speedup_account=account,
-                by_length=by_length or None,
-                k0_tax_note=_k0_tax_note(point_costs, base is not None and d is not None, k0_tax_note),
-            )
-        )
+        at_b = _AtBatchSize(p, base_by_size.get(b), steps_by_size.get(b, steps.iloc[0:0]), requests_by_size[b])
+        points.append(_operating_point(at_b, records, lossless_checks.get(b), (spreads or {}).get(b), k0_tax_note))
     return points
+
+
+@dataclass(frozen=True)
+class _RunRecords:
+    """What every operating point of a run is computed from beside its own pass."""
+
+    engine_steps: pd.DataFrame
+    d: int | None
+    seed: int
+    request_rate: float | None
+
+
+@dataclass(frozen=True)
+class _AtBatchSize:
+    """One batch size's speculative pass, its plain-decoding baseline (if it ran) and records."""
+
+    measured: MeasuredPass
+    base: MeasuredPass | None
+    steps: pd.DataFrame
+    requests: pd.DataFrame
+
+    @property
+    def speedup(self) -> float | None:
+        """Measured: output tokens/s against plain decoding's at the same batch size."""
+        if self.base is None or self.base.output_tokens_per_s <= 0:
+            return None
+        return self.measured.output_tokens_per_s / self.base.output_tokens_per_s
+
+
+def _operating_point(
+    at_b: _AtBatchSize,
+    records: _RunRecords,
+    lossless: LosslessCheck | None,
+    spread: list[float] | None,
+    k0_tax_note: str | None,
+) -> OperatingPoint:
+    """One batch size's point: its figures over all prompts, per domain and per length, its costs,
+    and the account of its measured speedup against the predicted one."""
+    p, base, b, d = at_b.measured, at_b.base, at_b.measured.batch_size, records.d
+    point_costs = costs.operating_point_costs(records.engine_steps, b, d)
+    domain_counters = p.domain_counters or {}
+    pooled = sum(domain_counters.values(), SpecCounters()) if p.domain_counters else None
+    overall = _domain_point(at_b.steps, at_b.requests, records.seed, point_costs, pooled)
+    latency = latency_of(p.results, p.generate_s)
+    account = None if base is None else _account(at_b, base, records, overall, point_costs)
+    by_domain = {
+        domain: _domain_point(domain_steps, group, records.seed, point_costs, domain_counters.get(domain))
+        for domain, group, domain_steps in metrics.split_by_domain(at_b.steps, at_b.requests)
+    }
+    for point in [overall, *by_domain.values()]:
+        _corrected(point, account)
+    held = costs.held(records.engine_steps, PassMode.speculative if d else PassMode.plain, b)
+    return OperatingPoint(
+        **vars(overall),
+        batch_size=b,
+        batch_size_held=held if held is not None and held != b else None,
+        request_rate=records.request_rate,
+        output_tokens_per_s=p.output_tokens_per_s,
+        generate_s=p.generate_s,
+        elapsed_s=p.elapsed_s,
+        baseline_output_tokens_per_s=base.output_tokens_per_s if base else None,
+        speedup=at_b.speedup,
+        speedup_range=_range(spread),
+        speedup_repeats=spread if spread is not None and len(spread) > 1 else None,
+        latency_speedup=_tpot_ratio(latency_of(base.results, base.generate_s) if base else None, latency),
+        speedup_gap=costs.speedup_gap(overall.predicted_speedup, at_b.speedup),
+        gap_above_tolerance=costs.gap_above_tolerance(overall.predicted_speedup, at_b.speedup),
+        **vars(point_costs),
+        lossless=lossless,
+        by_domain=by_domain,
+        latency=latency,
+        speedup_account=account,
+        by_length=_by_length(at_b, records) or None,
+        k0_tax_note=_k0_tax_note(point_costs, base is not None and d is not None, k0_tax_note),
+    )
+
+
+def _account(
+    at_b: _AtBatchSize, base: MeasuredPass, records: _RunRecords, overall: DomainPoint, point_costs: costs.PointCosts
+) -> SpeedupAccount:
+    """Where the measured speedup parts from the predicted one, at a batch size with a baseline."""
+    p = at_b.measured
+    return speedup_account(
+        records.engine_steps,
+        p.batch_size,
+        overall.predicted_speedup,
+        overall.tokens_per_step,
+        at_b.speedup,
+        (p.output_tokens, base.output_tokens),
+        (p.elapsed_s, base.elapsed_s),
+        point_costs,
+    )
+
+
+def _by_length(at_b: _AtBatchSize, records: _RunRecords) -> dict[str, LengthPoint]:
+    """The point's figures per length bucket, where the prompts state their lengths."""
+    p, b = at_b.measured, at_b.measured.batch_size
+    per_step = p.record_granularity == RecordGranularity.step
+    return {
+        metrics.length_label(length): _length_point(
+            length, length_steps, group, records.engine_steps, p, at_b.base, b, records.d, records.seed, per_step
+        )
+        for length, group, length_steps in metrics.split_by_length(at_b.steps, at_b.requests)
+    }
 
 
 def _k0_tax_note(point_costs: costs.PointCosts, baseline: bool, why: str | None) -> str | None:
@@ -340,6 +379,27 @@ def pooled_timing(
     return timing, speedup
 
 
+def per_position_of(
+    steps: pd.DataFrame,
+    d: int | None,
+    record_granularity: RecordGranularity,
+    counters: SpecCounters | None,
+    request_histograms: list[tuple[int, ...]] | None,
+) -> list[float] | None:
+    """The run's per-position acceptance from the finest record it has: its steps, the engine's
+    per-position counters, or each request's accepted-draft histogram (None without any of them:
+    per-request totals alone do not say how far into each draft acceptance went)."""
+    if not d:
+        return None
+    if record_granularity == RecordGranularity.step:
+        return metrics.per_position_acceptance(steps, d)
+    if record_granularity == RecordGranularity.domain and counters is not None:
+        return metrics.per_position_from_counters(counters, d)
+    if request_histograms:
+        return metrics.per_position_from_counters(metrics.counters_from_histograms(request_histograms), d)
+    return None
+
+
 def build_summary(
     *,
     drafter: str,
@@ -369,16 +429,7 @@ def build_summary(
     follows from them)."""
     pooled = counters if domain_counters is not None else None
     overall = metrics.group_summary(steps, requests, seed, pooled)
-    if not d:
-        per_position = None
-    elif record_granularity == RecordGranularity.step:
-        per_position = metrics.per_position_acceptance(steps, d)
-    elif record_granularity == RecordGranularity.domain and counters is not None:
-        per_position = metrics.per_position_from_counters(counters, d)
-    elif request_histograms:
-        per_position = metrics.per_position_from_counters(metrics.counters_from_histograms(request_histograms), d)
-    else:
-        per_position = None  # per-request totals alone do not say how far into each draft acceptance went
+    per_position = per_position_of(steps, d, record_granularity, counters, request_histograms)
     per_step = record_granularity == RecordGranularity.step
     return RunSummary(
         schema_version=SUMMARY_VERSION,

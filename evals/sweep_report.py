@@ -37,41 +37,17 @@ from speclens.errors import (
     user_message,
 )
 from speclens.files import write_json_atomic
-from speclens.options import strict_json_loads
 from speclens.profile_file import PROFILE_FILE, read_profiles
 from speclens.redact import redact
-from speclens.run_files import FAILURE_FILE
+from speclens.run_files import FAILURE_FILE, FAILURES_FILE, read_failure
 from speclens.summary import SUMMARY_FILE
 
-FAILURES_FILE = "failures.json"
 # The failed jobs of the last multirun in this process (evals.run's exit status reads them) ...
 LAST_SWEEP_FAILURES: list[dict[str, Any]] = []
 # ... and what its end found wrong in the finished jobs' records ({error, exit_status}).
 LAST_SWEEP_PROBLEMS: list[dict[str, Any]] = []
 CURVE_FILES = ("curves.csv", "curves.parquet")
 RANKING_FILES = ("ranking.csv", "ranking.md", "serve.json", "pareto.png")
-
-
-def record_failure(job_dir: Path, overrides: list[str], message: str, status: int) -> None:
-    """A failed sweep job's reason, in its own dir (the sweep's end collects them)."""
-    job_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(
-        {"job": job_dir.name, "overrides": redact(overrides), "error": message, "exit_status": status},
-        job_dir / FAILURE_FILE,
-    )
-
-
-def read_failure(file: Path) -> dict[str, Any]:
-    """A job's failure.json; one damaged since is still a failure, said to be unreadable."""
-    try:
-        record = strict_json_loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        record = None
-        why = f"{file} is unreadable ({exc})"
-    if isinstance(record, dict) and isinstance(record.get("error"), str):
-        return record
-    why = why if record is None else f"{file} does not have the layout of a failure record"
-    return {"job": file.parent.name, "overrides": [], "error": why, "exit_status": 1}
 
 
 def collect_failures(sweep_dir: Path) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 
 from runners import cpu_synthetic_fix
 from runners.cpu_plugins import disabled
-from runners.registry import runner_name
+from runners.registry import Runner
 from speclens.config import RunConfig
 from speclens.errors import ConfigError, CorruptRecord
 from speclens.profile_file import PROFILE_FILE, profile_provenance, read_profiles
@@ -138,7 +138,7 @@ def closest_profile(candidates: list[dict[str, Any]], own: Provenance, where: st
     return chosen, what
 
 
-def resolve(cfg: RunConfig, drafter: str, speculative: bool) -> SyntheticAcceptance | None:
+def resolve(cfg: RunConfig, drafter: str, speculative: bool, runner: Runner) -> SyntheticAcceptance | None:
     """acceptance.synthetic checked and read (None where it is unset)."""
     given = cfg.acceptance.synthetic
     if given is None:
@@ -147,19 +147,19 @@ def resolve(cfg: RunConfig, drafter: str, speculative: bool) -> SyntheticAccepta
         raise ConfigError(f"{KEY} sets how drafts are accepted: give a drafter (drafter={drafter} drafts nothing).")
     if cfg.drafter.schedule is not None:
         raise ConfigError(f"{KEY} takes one rate per position of one d; drop drafter.schedule.")
-    if getattr(cfg.runner, "url", None) is not None:
+    if runner.attached(cfg):
         raise ConfigError(
             f"{KEY} is set in the engine's speculative config, and an attached server's is its own: start it with "
             '"rejection_sample_method": "synthetic" in its --speculative-config, or let speclens start the engine.'
         )
-    if runner_name(cfg.runner) != "fake" and disabled(cpu_synthetic_fix.DISABLE_ENV):
+    if runner.vllm_engine and disabled(cpu_synthetic_fix.DISABLE_ENV):
         raise ConfigError(
             f"{KEY}: {cpu_synthetic_fix.DISABLE_ENV}=0 leaves vLLM's CPU build refusing synthetic acceptance "
             "(runners/cpu_synthetic_fix.py); unset it."
         )
     if isinstance(given, str):
         config = OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)
-        own = of_stamp({"config": config}, runner=runner_name(cfg.runner), synthetic=False)
+        own = of_stamp({"config": config}, runner=runner.name, synthetic=False)
         rates, source = profile_rates(Path(given).expanduser(), drafter, cfg.d, own)
     else:
         rates, source = check_rates(given, cfg.d, KEY), "given"

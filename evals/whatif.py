@@ -68,7 +68,7 @@ from reports.table import text_table
 from reports.whatif_page import acceptance_lines, write_page
 from speclens import provenance as prov
 from speclens.errors import ConfigError, guarded
-from speclens.files import output_dir, output_path, write_json_atomic
+from speclens.files import output_dir, output_path
 from speclens.gpu_model import calibrate
 from speclens.gpu_model.calibrate import Measured
 from speclens.gpu_model.draft_cost import drafter_shape
@@ -106,8 +106,8 @@ from speclens.provenance import mark
 from speclens.records import read_parquet
 from speclens.run_files import REQUESTS_FILE, read_stamp
 from speclens.summary import read_summary
+from speclens.whatif_file import WHATIF_FILE, write_whatif_file
 
-WHATIF_FILE = "whatif.json"
 DEFAULT_CONTEXT_LEN = 4096
 KEYS = ("gpu", "tp", "weights", "batch_sizes", "context_len", "d", "al", "acceptance", "drafter", "domain", "out")
 KEYS += ("target.model", "drafter.model", "calibrate", "slo.tokens_per_s_per_user", "cost_model", "engine")
@@ -742,7 +742,7 @@ def main(argv: list[str]) -> int:
         return 0
     result, out = build(argv)
     output_dir(output_path(out, "out"), "out")
-    write_json_atomic(result, out / WHATIF_FILE)
+    write_whatif_file(result, out)
     gpu = result["gpu"]["name"]
     experts = f", experts {result['expert_weights']}" if result["expert_weights"] else ""
     engine = "the engine calibrated" if result["engine"] is None else result["engine"]["label"]

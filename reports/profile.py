@@ -8,19 +8,18 @@ table of the serve.json beside it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from reports.serve import SERVE_FILE, context_table
 from runners.zero_cost_proposer import CLASS_PATH
 from speclens import metrics
 from speclens.errors import CorruptRecord
 from speclens.profile_file import planner_fields, read_stamp_or_empty, write_profile_file
 from speclens.records import read_parquet
 from speclens.run_files import REQUESTS_FILE, STEPS_FILE
+from speclens.serve_file import context_table_beside
 from speclens.summary import RunSummary
 
 
@@ -182,15 +181,6 @@ def length_profiles(
         if found is not None:
             out.append(found | {"length": metrics.length_label(int(tokens)), "input_tokens": int(tokens)})
     return out
-
-
-def context_table_beside(out_dir: Path) -> list[dict[str, Any]]:
-    """The (B, context) -> D table of the serve.json in `out_dir` ([] without one, or without lengths)."""
-    try:
-        plan = json.loads((out_dir / SERVE_FILE).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return []
-    return context_table(plan) if isinstance(plan, dict) else []
 
 
 def write_profiles(profiles: list[dict[str, Any]], out_dir: Path) -> Path:

@@ -15,7 +15,7 @@ import pandas as pd
 from reports import png_plots
 from reports.profile import write_profiles
 from reports.runs import RunView
-from reports.serve import SERVE_FILE, serve_markdown, serve_plan
+from reports.serve import serve_markdown, serve_plan
 from reports.speedup_ranking import (
     LENGTH_TABLE,
     find_all_runs,
@@ -30,8 +30,8 @@ from reports.table import cell, markdown_table, text_table
 from speclens import checkpoints, costs
 from speclens.config_guidelines import Guidelines, low_latency_speedup
 from speclens.errors import ConfigError, CorruptRecord
-from speclens.files import write_json_atomic
 from speclens.profile_file import read_profiles
+from speclens.serve_file import write_serve_file
 from speclens.text import markdown_safe
 
 
@@ -308,7 +308,7 @@ def write_rankings(
     ranking.to_csv(out_dir / "ranking.csv", index=False)
     lengths = length_ranking_rows(runs) if has_lengths(runs) else pd.DataFrame()
     plan = serve_plan(ranking, runs, lengths)
-    write_json_atomic(plan, out_dir / SERVE_FILE)
+    write_serve_file(plan, out_dir)
     markdown = ranking_markdown(ranking, notes)
     if lengths.empty:
         (out_dir / LENGTH_RANKING_FILE).unlink(missing_ok=True)

@@ -1,5 +1,5 @@
-"""serve.json: the ranking as what to deploy. For each domain and batch size the winner with the
-exact vLLM `--speculative-config` it was measured with, and for each mechanism a
+"""serve.json's content (its format: speclens/serve_file.py): the ranking as what to deploy. For
+each domain and batch size the winner with the exact vLLM `--speculative-config` it was measured with, and for each mechanism a
 `num_speculative_tokens_per_batch_size` schedule (vLLM's dynamic speculative decoding: inclusive
 batch-size ranges covering 1 … engine.max_num_seqs, each with the D that mechanism measured best
 there; 0 where plain decoding beat every D of it).
@@ -25,9 +25,8 @@ import pandas as pd
 from reports.runs import RunView, template_label
 from reports.speedup_ranking import has_lengths, length_ranking_rows
 from speclens.gpu_model.whatif import length_ranges
+from speclens.serve_file import mode_plans
 from speclens.text import markdown_safe
-
-SERVE_FILE = "serve.json"
 
 
 def _key(row: Any) -> int:
@@ -233,32 +232,9 @@ def length_winners(rows: pd.DataFrame, configs: dict[str, dict[str, Any] | None]
     return out
 
 
-def context_table(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """The (B, context) -> D table of a serve.json (any mode layout): per mode, mechanism and length
-    bucket, the contexts it serves and its `num_speculative_tokens_per_batch_size`; [] without lengths."""
-    rows = []
-    for one in plan.get("by_temperature") or [plan]:
-        for bucket in one.get("by_length") or []:
-            for drafter, steps in bucket["schedules"].items():
-                rows.append(
-                    {
-                        "drafter": drafter,
-                        "temperature": one.get("temperature"),
-                        "chat_template_kwargs": one.get("chat_template_kwargs") or {},
-                        "setting": one.get("setting") or "",
-                        "context_range": bucket["context_range"],
-                        "length": bucket["length"],
-                        "input_tokens": bucket["input_tokens"],
-                        "context_extension": bucket["context_extension"],
-                        "num_speculative_tokens_per_batch_size": steps,
-                    }
-                )
-    return rows
-
-
 def serve_markdown(plan: dict[str, Any]) -> list[str]:
     """The section of ranking.md (and the report) that says what to serve."""
-    plans = plan.get("by_temperature") or [plan]
+    plans = mode_plans(plan)
     out = ["## What to serve", ""]
     for one in plans:
         if len(plans) > 1:

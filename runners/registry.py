@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from runners import fake_engine, replay_chains, server_runner, vllm_runner
 from runners.engine import EngineFactory
@@ -15,6 +15,8 @@ from speclens.generation import ChatEncoder
 
 @dataclass(frozen=True)
 class Runner:
+    # Its name as `runner=<name>` takes it, as stamps and provenance record it.
+    name: str
     config_class: type
     # (run config, D or None without speculation) -> a factory of engines.
     engine_factory: Callable[[RunConfig, "int | None"], EngineFactory]
@@ -31,6 +33,16 @@ class Runner:
     # (target folder, draft folder, kind, sequences, first starts, d_max, dtype) -> per sequence the
     # drafts from every start and their top-2 margins (runners/replay_chains.py)
     chains: Callable[..., list] = replay_chains.replay_chains
+    # Whether the engine is vLLM (in this process or a server): it loads the target's weights and
+    # tokenizer, and vLLM's builds and settings apply. The fake engine computes from token ids alone.
+    vllm_engine: bool = True
+    # (run config) -> whether the engine is one speclens did not start (an attached server), which
+    # keeps its own cache, weights and speculative config.
+    attached: Callable[[RunConfig], bool] = lambda cfg: False
+
+    def computes_here(self, cfg: RunConfig) -> bool:
+        """Whether the engine computes on this machine: vLLM in this process, or a server speclens starts."""
+        return self.vllm_engine and not self.attached(cfg)
 
 
 def _fake_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
@@ -39,6 +51,7 @@ def _fake_factory(cfg: RunConfig, d: int | None) -> EngineFactory:
 
 RUNNERS: dict[str, Runner] = {
     "vllm": Runner(
+        "vllm",
         vllm_runner.VllmRunnerConfig,
         vllm_runner.engine_factory,
         vllm_runner.encoder,
@@ -46,6 +59,7 @@ RUNNERS: dict[str, Runner] = {
         vllm_runner.check_support,
     ),
     "server": Runner(
+        "server",
         server_runner.ServerRunnerConfig,
         server_runner.engine_factory,
         vllm_runner.encoder,
@@ -53,25 +67,25 @@ RUNNERS: dict[str, Runner] = {
         server_runner.check_support,
         lambda cfg: bool(cfg.runner.exclusive),
         replays=False,
+        attached=lambda cfg: cfg.runner.url is not None,
     ),
     "fake": Runner(
+        "fake",
         fake_engine.FakeRunnerConfig,
         _fake_factory,
         lambda cfg, target_dir: fake_engine.FakeEncoder(),
         lambda cfg: None,
         lambda cfg, speculative: vllm_runner.closed_loop_only(cfg),
         chains=fake_engine.replay_chains,
+        vllm_engine=False,
     ),
 }
 
 
-def runner_name(cfg: Any) -> str:
-    """The registry name of a runner config."""
-    for name, runner in RUNNERS.items():
-        if type(cfg) is runner.config_class:
-            return name
-    raise TypeError(f"{type(cfg).__name__} is not a registered runner config")
-
-
 def runner_of(cfg: RunConfig) -> Runner:
-    return RUNNERS[runner_name(cfg.runner)]
+    """The runner that `cfg` names, with its capabilities: decided once per run (evals/plan.py
+    make_plan holds it in the plan) and read from there."""
+    for runner in RUNNERS.values():
+        if type(cfg.runner) is runner.config_class:
+            return runner
+    raise TypeError(f"{type(cfg.runner).__name__} is not a registered runner config")

@@ -51,7 +51,7 @@ Where the prompts state their lengths (long context), a run also has one profile
 bucket over all its prompts of that length (`domain` all, with `length` and `input_tokens`), and a
 ranked sweep's file gains `num_speculative_tokens_by_context`: the (B, context) -> D table of the
 serve.json beside it, one row per mechanism and length bucket with the contexts it serves and its
-`num_speculative_tokens_per_batch_size` (reports/serve.py `context_table`). Files without lengths
+`num_speculative_tokens_per_batch_size` (speclens/serve_file.py `context_table`). Files without lengths
 are as before (schema version 1: readers of it ignore the added key).
 """
 

@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from speclens.errors import CorruptRecord
+from speclens.files import write_json_atomic
+from speclens.options import strict_json_loads
+from speclens.redact import redact
 
 STAMP_FILE = "stamp.json"  # config, versions, fingerprints: written first
 STEPS_FILE = "steps.parquet"  # one row per request per drafted verification step
@@ -19,7 +22,8 @@ BASELINE_OUTPUTS_FILE = "baseline_outputs.jsonl"  # plain decoding's, with basel
 # vLLM's, torch's and native libraries' output during the measurement (speclens/console.py; verbose=true: the terminal).
 ENGINE_LOG = "engine.log"
 ERROR_LOG = "error.log"  # a failed measurement's traceback, or the lossless check's mismatches
-FAILURE_FILE = "failure.json"  # a failed sweep job's one-line reason (evals/sweep_report.py)
+FAILURE_FILE = "failure.json"  # a failed sweep job's one-line reason (record_failure)
+FAILURES_FILE = "failures.json"  # in a sweep's dir: its failed jobs' reasons, gathered (evals/sweep_report.py)
 # Inside a run dir (evals/run_dir.py): a measurement being written, and a failed attempt kept beside the
 # earlier result. Neither is a finished run, whatever files it holds.
 STAGING_PREFIX = ".incoming-"
@@ -92,3 +96,25 @@ def prompt_digest(prompt_token_ids: Sequence[int]) -> str:
     same tokens after templating where their digests agree."""
     data = ",".join(map(str, prompt_token_ids)).encode()
     return hashlib.sha256(data).hexdigest()[:16]
+
+
+def record_failure(job_dir: Path, overrides: list[str], message: str, status: int) -> None:
+    """A failed sweep job's reason, in its own dir (the sweep's end collects them)."""
+    job_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(
+        {"job": job_dir.name, "overrides": redact(overrides), "error": message, "exit_status": status},
+        job_dir / FAILURE_FILE,
+    )
+
+
+def read_failure(file: Path) -> dict[str, Any]:
+    """A job's failure.json; one damaged since is still a failure, said to be unreadable."""
+    try:
+        record = strict_json_loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        record = None
+        why = f"{file} is unreadable ({exc})"
+    if isinstance(record, dict) and isinstance(record.get("error"), str):
+        return record
+    why = why if record is None else f"{file} does not have the layout of a failure record"
+    return {"job": file.parent.name, "overrides": [], "error": why, "exit_status": 1}

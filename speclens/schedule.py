@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from speclens.errors import ConfigError
+from speclens.serve_file import plan_at_temperature
 
 Schedule = list[list[int]]
 
@@ -47,7 +48,7 @@ def read_schedule(path: str, drafter: str, key: str, temperature: float = 0.0) -
     except (OSError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{key}={path}: not a readable JSON file ({exc}).") from None
     if isinstance(data, dict) and "by_temperature" in data:
-        data = next((plan for plan in data["by_temperature"] if plan.get("temperature") == temperature), None)
+        data = plan_at_temperature(data, temperature)
         if data is None:
             raise ConfigError(f"{key}={path} has no plan for sampling.temperature={temperature:g}.")
     if isinstance(data, dict):

@@ -13,6 +13,7 @@ import pytest
 
 from reports.ranking_tables import write_ranking
 from speclens.records import read_parquet
+from speclens.serve_file import SERVE_FILE, read_serve_file
 from tests.fixtures.models import tiny_target
 from tests.integration.conftest import measure, tiny_overrides
 
@@ -70,7 +71,7 @@ def test_two_batch_sizes_give_costs_speedups_and_a_ranking(tmp_path):
     # every speculative config serve.json emits builds in vLLM's own config class (no engine started)
     from vllm.config import SpeculativeConfig
 
-    plan = json.loads((tmp_path / "sweep" / "serve.json").read_text())
+    plan = read_serve_file(tmp_path / "sweep" / SERVE_FILE)
     emitted = [w["speculative_config"] for w in plan["winners"]] + list(plan["schedule_configs"].values())
     for config in filter(None, emitted):
         built = SpeculativeConfig(**config)

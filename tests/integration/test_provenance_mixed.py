@@ -18,6 +18,7 @@ from reports.compare import compare
 from reports.runs import find_runs
 from reports.settings import setting_pairs
 from reports.speedup_ranking import rank
+from speclens.whatif_file import read_whatif_file
 from tests.integration.conftest import measure
 from tests.integration.shared_runs import SMOLLM2_NGRAM
 
@@ -95,7 +96,7 @@ def test_every_figure_of_a_mixed_folder_says_what_it_is_and_no_pair_hides_a_diff
 def test_whatif_and_synthetic_rates_over_a_mixed_folder_choose_by_identity_and_say_so(mixed, capsys):
     # whatif: of four n-gram profiles, the one measured under the defaults, the others named
     assert whatif.main([str(mixed), "gpu=h100_sxm"]) == 0
-    result = json.loads((mixed / "whatif.json").read_text())
+    result = read_whatif_file(mixed)
     taken = result["provenance"]["acceptance"]["ngram"]
     assert (taken["source"], taken["runner"], taken["dtype"], taken["setting"]) == ("measured", "vllm", "float32", "")
     assert taken["own_d"] == [3] and taken["derived_d"] == [1, 2]
@@ -105,7 +106,7 @@ def test_whatif_and_synthetic_rates_over_a_mixed_folder_choose_by_identity_and_s
     assert result["provenance"]["source"] == "predicted"
     # setting= picks another, and what it is goes with it
     assert whatif.main([str(mixed), "gpu=h100_sxm", "setting=kv_cache_dtype=fp8"]) == 0
-    fp8 = json.loads((mixed / "whatif.json").read_text())["provenance"]["acceptance"]["ngram"]
+    fp8 = read_whatif_file(mixed)["provenance"]["acceptance"]["ngram"]
     assert (fp8["source"], fp8["setting"]) == ("fake", "kv_cache_dtype=fp8")
     capsys.readouterr()
 

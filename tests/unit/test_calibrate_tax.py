@@ -23,6 +23,7 @@ from speclens.gpu_model.calibrate import Drafted, Fit, Undrafted
 from speclens.gpu_model.draft_cost import draft_ms, head_shape
 from speclens.gpu_model.model_shape import shape_of
 from speclens.gpu_model.step_cost import Efficiency
+from speclens.whatif_file import read_whatif_file
 from tests.unit.conftest import compose_run, fake_overrides
 from tests.unit.test_k0_tax import as_version_11
 
@@ -123,7 +124,7 @@ def test_a_lookup_drafters_cost_is_its_step_less_the_verify_and_idle_steps_in_th
         main([f"calibrate={sweep}", "drafter=ngram", "al=1.8", "d=2", "batch_sizes=[1,2]", f"out={tmp_path / 'o'}"])
         == 0
     )
-    result = json.loads((tmp_path / "o" / "whatif.json").read_text())
+    result = read_whatif_file(tmp_path / "o")
     lookup = result["calibration"]["t_draft"]["lookup_us_per_request"]
     assert lookup["fitted"] and lookup["value"] == pytest.approx(per_request_ms * 1e3)
     assert result["efficiency"]["lookup_us_per_request"] == pytest.approx(per_request_ms * 1e3)
@@ -165,7 +166,7 @@ def test_runs_before_schema_12_price_an_undrafted_step_as_plain_decoding_and_say
         assert p["t_draft_ms"] == pytest.approx(hand["t_step"] - (S * hand["verify"] + (1 - S) * hand["plain"]))
     assert [round(p["t_draft_ms"] * 3) for p in steps.drafted] == [8, 16]
     assert main([f"calibrate={sweep}", "drafter=ngram", "al=1.8", "d=2", f"out={tmp_path / 'o'}"]) == 0
-    result = json.loads((tmp_path / "o" / "whatif.json").read_text())
+    result = read_whatif_file(tmp_path / "o")
     assert result["calibration"]["k0_tax"] is None and result["efficiency"]["k0_tax_ms"] == 0.0
     shown = capsys.readouterr().out
     for said in ("no run there measured T_idle", "2 operating point(s) without T_idle", "K=0 tax not measured"):

@@ -185,7 +185,7 @@ def test_a_kv_cache_set_too_small_is_refused_naming_both_numbers_and_the_key(tmp
     the unit suite under the CUDA build, which keeps the KV cache on a GPU)."""
     from evals import plan
 
-    monkeypatch.setattr(plan, "engine_device", lambda cfg: "cpu")
+    monkeypatch.setattr(plan, "engine_device", lambda runner, cfg: "cpu")
     cfg = long_context(
         smollm2,
         "dataset.input_tokens=7000",

@@ -16,7 +16,7 @@ from evals.compose import (
     to_run_config,
 )
 from evals.datasets import DATASETS
-from runners.registry import RUNNERS
+from runners.registry import RUNNERS, runner_of
 from speclens.config import (
     LOGGERS,
     EngineConfig,
@@ -54,6 +54,8 @@ def test_every_option_composes_to_its_typed_object(group, option, config_name, s
     node = getattr(cfg, group)
     expected = REGISTRIES[group][option] if group in REGISTRIES else PRESETS[group]
     assert type(node) is expected
+    if group == "runner":  # the run decides its runner once, by its config's type; stamps record its name
+        assert runner_of(cfg).name == option
 
 
 def test_defaults_are_stated_once_in_the_schema():

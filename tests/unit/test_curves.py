@@ -13,6 +13,7 @@ from evals.run import run
 from reports.curves import collect, write_curves
 from reports.curves import main as curves_main
 from speclens.errors import SpeclensError
+from speclens.serve_file import SERVE_FILE, read_serve_file
 from tests.unit.conftest import compose_run, fake_overrides
 from tests.unit.test_commands_fake import ROWS, check_golden
 
@@ -166,7 +167,7 @@ def test_temperature_is_an_axis_of_the_curves_and_separates_the_ranking(tmp_path
         assert sorted(table.drafter) == ["ngram", "none"] and sorted(table["rank"]) == [1, 2]
     md = (root / "ranking.md").read_text()
     assert "## T=0, all, batch size 2" in md and "## T=0.7, all, batch size 2" in md
-    plan = json.loads((root / "serve.json").read_text())
+    plan = read_serve_file(root / SERVE_FILE)
     assert [p["temperature"] for p in plan["by_temperature"]] == [0.0, 0.7]
     # the report's answer names each temperature's winner, each row its mode
     from reports.build import build
@@ -193,7 +194,7 @@ def test_chat_template_kwargs_are_an_axis_like_temperature(tmp_path):
         assert sorted(table.drafter) == ["ngram", "none"] and sorted(table["rank"]) == [1, 2]
     md = (root / "ranking.md").read_text()
     assert "## template defaults, all, batch size 2" in md and "## enable_thinking=false, all, batch size 2" in md
-    plan = json.loads((root / "serve.json").read_text())
+    plan = read_serve_file(root / SERVE_FILE)
     assert [p["chat_template_kwargs"] for p in plan["by_temperature"]] == [{}, {"enable_thinking": False}]
 
 

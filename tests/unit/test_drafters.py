@@ -11,6 +11,7 @@ import pytest
 from drafters import REGISTRY, make_drafter
 from evals.drafters import HEADER
 from evals.drafters import main as table_main
+from runners.registry import runner_of
 from speclens.errors import ConfigError
 from speclens.model_facts import ModelFacts
 
@@ -160,7 +161,7 @@ def test_the_embedded_head_drafting_in_parallel_is_refused_before_anything_is_bu
     with pytest.raises(
         ConfigError, match=r"^drafter.parallel_drafting=true: speclens builds no eagle3 drafter trained"
     ):
-        plan_module.resolve_draft(cfg, make_drafter(cfg.drafter))
+        plan_module.resolve_draft(cfg, make_drafter(cfg.drafter), runner_of(cfg))
 
 
 def test_mlp_speculator_is_refused_with_the_reason(tmp_path):
@@ -191,7 +192,7 @@ def test_the_embedded_target_drafts_with_its_own_built_drafter_when_drafter_mode
     )
     cfg = to_run_config(compose_config(overrides))
     drafter = make_drafter(cfg.drafter)
-    assert plan_module.resolve_draft(cfg, drafter) == built
+    assert plan_module.resolve_draft(cfg, drafter, runner_of(cfg)) == built
     assert asked == [(build, "full")] and cfg.drafter.model == str(built)
 
     # Synthetic acceptance times the shape: the trained build where there is one, else an untrained one.
@@ -199,13 +200,13 @@ def test_the_embedded_target_drafts_with_its_own_built_drafter_when_drafter_mode
         monkeypatch.setattr(plan_module, "is_built", lambda mechanism, b, trained=trained: trained)
         cfg = to_run_config(compose_config(overrides))
         asked.clear()
-        assert plan_module.resolve_draft(cfg, make_drafter(cfg.drafter), shape_only=True) == built
+        assert plan_module.resolve_draft(cfg, make_drafter(cfg.drafter), runner_of(cfg), shape_only=True) == built
         assert asked == [(build, budget)]
 
     # Another target keeps the error: speclens has no drafter for it.
     asked.clear()
     cfg = to_run_config(compose_config([f"drafter={name}", "target=custom", f"target.model={tmp_path}"]))
-    assert plan_module.resolve_draft(cfg, make_drafter(cfg.drafter)) is None and asked == []
+    assert plan_module.resolve_draft(cfg, make_drafter(cfg.drafter), runner_of(cfg)) is None and asked == []
     with pytest.raises(ConfigError, match=rf"drafter={name} needs drafter.model="):
         make_drafter(cfg.drafter).validate(3, ModelFacts.from_config("t", {"vocab_size": 8}), None)
 

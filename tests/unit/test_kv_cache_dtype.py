@@ -72,7 +72,7 @@ def test_a_bad_value_is_one_line_before_any_engine(tmp_path, overrides, said):
 def test_vllms_cpu_build_is_asked_only_for_what_it_can_keep(tmp_path, monkeypatch):
     """The CPU build keeps FP8 only with AVX-512 or AMX and heads a multiple of 32 wide
     (vllm/v1/attention/backends/cpu_attn.py): refused in one line naming the CPU or the head size."""
-    monkeypatch.setattr(plan, "engine_device", lambda cfg: "cpu")
+    monkeypatch.setattr(plan, "engine_device", lambda runner, cfg: "cpu")
     smollm2 = to_run_config(
         compose_run(*fake_overrides(tmp_path, ROWS, **SMOLLM2), "drafter=ngram", "engine.kv_cache_dtype=fp8")
     )
@@ -91,7 +91,7 @@ def test_vllms_cpu_build_is_asked_only_for_what_it_can_keep(tmp_path, monkeypatc
     )
     with pytest.raises(ConfigError, match=r"divides by 32, and target\.model's heads are 48 wide; run it on a GPU"):
         plan.make_plan(narrow)
-    monkeypatch.setattr(plan, "engine_device", lambda cfg: "gpu")
+    monkeypatch.setattr(plan, "engine_device", lambda runner, cfg: "gpu")
     plan.make_plan(narrow)  # a GPU keeps it
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from speclens.gpu_model.model_error import HELD_OUT, UNSCORED_WIDENING, case_error, held_out, leave_one_source_out
 from speclens.gpu_model.step_cost import Efficiency
+from speclens.whatif_file import read_whatif_file
 
 DATA = json.loads((Path(__file__).resolve().parents[1] / "data" / "published_speedups.json").read_text())
 
@@ -44,7 +45,7 @@ def whatif(tmp_path, *extra: str) -> dict:
     target = write_config(tmp_path / "target", {**SMALL, "num_hidden_layers": 16})
     args = [f"target.model={target}", "gpu=h200_sxm", "batch_sizes=[1,8]", *extra, f"out={tmp_path / 'out'}"]
     assert main(args) == 0
-    return json.loads((tmp_path / "out" / "whatif.json").read_text())
+    return read_whatif_file(tmp_path / "out")
 
 
 def test_every_whatif_prediction_carries_its_interval(tmp_path, capsys):

@@ -22,6 +22,7 @@ from speclens.gpu_model.gpus import gpu_named
 from speclens.gpu_model.step_cost import Hardware
 from speclens.gpu_model.whatif import length_ranges, nearest_length
 from speclens.profile_file import CONTEXT_TABLE_KEY, PROFILE_FILE
+from speclens.serve_file import SERVE_FILE, read_serve_file
 from speclens.summary import read_summary
 from tests.unit.conftest import compose_run, fake_overrides, write_script
 from tests.unit.test_curves import accepted_script
@@ -100,7 +101,7 @@ def test_the_best_d_differs_by_length_where_each_lengths_own_figures_say_so(tmp_
     assert lengths[(lengths.length == "300") & (lengths.d == 3)].al.tolist() == pytest.approx([4.0, 4.0])
     assert (root / LENGTH_RANKING_FILE).is_file()
 
-    plan = json.loads((root / "serve.json").read_text())
+    plan = read_serve_file(root / SERVE_FILE)
     assert set(plan) == PLAN_KEYS | {"by_length", "provenance"}  # the pooled plan stays as it was, and says what it is
     short, long = plan["by_length"]
     limit = summary.context_window.max_model_len
@@ -151,7 +152,7 @@ def test_lengths_past_the_native_window_name_the_extension_they_were_measured_un
     # every length was measured under it, the one within the native window too (it rescales every position)
     assert extension and set(lengths.context_extension) == {extension}
 
-    short, long = json.loads((root / "serve.json").read_text())["by_length"]
+    short, long = read_serve_file(root / SERVE_FILE)["by_length"]
     assert short["context_extension"] == long["context_extension"] == extension
     assert {w["context_extension"] for w in long["winners"] + short["winners"]} == {extension}
     assert f"length 1k (measured under the context extension {extension})" in (root / "ranking.md").read_text()
@@ -180,7 +181,7 @@ def test_runs_without_lengths_rank_and_serve_as_before(tmp_path):
     ranking, lengths, _ = write_rankings([root])
     assert lengths.empty and not (root / LENGTH_RANKING_FILE).exists()
     assert "length" not in ranking.columns and "input_tokens" not in ranking.columns
-    assert set(json.loads((root / "serve.json").read_text())) == PLAN_KEYS | {"provenance"}
+    assert set(read_serve_file(root / SERVE_FILE)) == PLAN_KEYS | {"provenance"}
     assert "By context length" not in (root / "ranking.md").read_text()
     assert not (root / PROFILE_FILE).exists()  # ranking writes no profile file without lengths
     profile = json.loads((root / "d=2" / PROFILE_FILE).read_text())

@@ -143,6 +143,7 @@ def test_a_bf16_target_is_fitted_to_float32_where_this_cpu_has_no_native_bf16(
 ):
     from evals import plan
     from evals.compose import to_run_config
+    from runners.registry import runner_of
     from speclens.model_facts import ModelFacts
 
     monkeypatch.setattr(plan, "native_bf16", lambda: native)
@@ -150,7 +151,7 @@ def test_a_bf16_target_is_fitted_to_float32_where_this_cpu_has_no_native_bf16(
     monkeypatch.setattr(plan.importlib.util, "find_spec", lambda name: object())
     cfg = to_run_config(compose_run(*fake_overrides(tmp_path, ROWS), *runner))
     facts = ModelFacts.from_config(str(tmp_path), {"torch_dtype": "bfloat16", "max_position_embeddings": 8192})
-    chosen = plan.fit_engine_defaults(cfg, facts)["engine.dtype"]
+    chosen = plan.fit_engine_defaults(cfg, facts, runner_of(cfg))["engine.dtype"]
     assert str(cfg.engine.dtype) == chosen["value"] == fitted
     assert ("has no native bf16" in chosen["why"]) is (fitted == "float32")
 

@@ -150,6 +150,7 @@ def test_a_run_measured_by_the_schema2_release_is_recognised_as_the_same_configu
     from evals.capacity import check_kv_cache
     from evals.compose import compose_config, run_fingerprint, to_run_config
     from evals.plan import fit_engine_defaults
+    from runners.registry import runner_of
     from speclens.model_facts import ModelFacts
     from speclens.summary import read_summary
 
@@ -173,7 +174,7 @@ def test_a_run_measured_by_the_schema2_release_is_recognised_as_the_same_configu
         # cache: the fitted defaults are the old ones
         run_config = to_run_config(cfg)
         fitted = fit_engine_defaults(
-            run_config, ModelFacts.from_config("target", {"vocab_size": 100, "hidden_size": 16})
+            run_config, ModelFacts.from_config("target", {"vocab_size": 100, "hidden_size": 16}), runner_of(run_config)
         )
         check_kv_cache(run_config, fitted, None, None, [100], 2, 0, ())
         assert {k: f["value"] for k, f in fitted.items()} == {

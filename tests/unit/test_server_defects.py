@@ -22,10 +22,11 @@ from omegaconf import OmegaConf
 from evals.compose import compose_config, job_dirname
 from evals.embedded_target import ensure_smollm2
 from evals.run import run
-from evals.sweep_report import record_failure, redact_saved_config
+from evals.sweep_report import redact_saved_config
 from speclens.errors import ConfigError, MeasurementError, exit_status, user_message
 from speclens.records import read_parquet
 from speclens.redact import redact_overrides
+from speclens.run_files import record_failure
 from tests.unit.conftest import write_checkpoint, write_questions
 from tests.unit.test_server_dialects import Scripted
 from tests.unit.test_server_runner import ROWS, D, FakeVllm, Handler

@@ -18,6 +18,7 @@ from speclens import costs
 from speclens.costs import StepTiming
 from speclens.errors import ConfigError, SpeclensError
 from speclens.records import read_parquet
+from speclens.serve_file import SERVE_FILE, read_serve_file
 from tests.unit.conftest import compose_run, fake_overrides
 
 PROMPTS = [
@@ -323,7 +324,7 @@ def test_serve_json_names_each_winner_config_and_a_schedule_per_mechanism(tmp_pa
     measure(tmp_path, 1)
     measure(tmp_path, 2)
     ranking, _ = write_ranking([tmp_path / "sweep"])
-    plan = json.loads((tmp_path / "sweep" / "serve.json").read_text())
+    plan = read_serve_file(tmp_path / "sweep" / SERVE_FILE)
     stamps = {str(p.parent): json.loads(p.read_text()) for p in (tmp_path / "sweep").glob("*/stamp.json")}
     for w in plan["winners"]:
         top = ranking[(ranking.domain == w["domain"]) & (ranking.batch_size == w["batch_size"])].iloc[0]

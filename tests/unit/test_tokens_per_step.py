@@ -15,6 +15,7 @@ from speclens.gpu_model.model_shape import shape_of
 from speclens.gpu_model.step_cost import Hardware, verify_step
 from speclens.gpu_model.whatif import Drafting, point, predict
 from speclens.records import read_parquet
+from speclens.whatif_file import read_whatif_file
 from tests.unit.conftest import compose_run, fake_overrides
 from tests.unit.test_whatif import SMALL, write_config
 
@@ -184,7 +185,7 @@ def test_a_model_optimizer_layout_profile_is_read_as_acceptance_and_given_to_dyn
     assert read["marginal"] == pytest.approx([0.8, 0.6, 0.3]) and read["al"] == pytest.approx(2.7)
     target = write_config(tmp_path / "target", TARGET)
     assert main([str(folder), f"target.model={target}", "gpu=h200_sxm", "batch_sizes=[1]", f"out={tmp_path}"]) == 0
-    result = json.loads((tmp_path / "whatif.json").read_text())
+    result = read_whatif_file(tmp_path)
     assert [p["al"] for p in result["points"]] == pytest.approx([1.8, 2.4, 2.7])
     flags = "--aic-nextn 3 --aic-nextn-accept-rates 0.8,0.75,0.5,0,0"
     assert result["dynamo_flags"] == {"eagle3": flags} and flags in capsys.readouterr().out

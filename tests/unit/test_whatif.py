@@ -27,6 +27,7 @@ from speclens.gpu_model.step_cost import (
     weight_bytes,
 )
 from speclens.gpu_model.whatif import Drafting, best, point, schedule
+from speclens.whatif_file import read_whatif_file
 
 # One layer of a small dense model: 8 query heads over 2 KV heads (G = 4), head_dim 128.
 SMALL = {
@@ -318,7 +319,7 @@ def test_whatif_writes_every_point_and_the_best_per_batch_size(tmp_path, capsys)
     target = write_config(tmp_path / "target", {**SMALL, "num_hidden_layers": 16})
     args = [f"target.model={target}", "gpu=h200_sxm", "drafter=eagle3", "acceptance=[0.8,0.5,0.5]"]
     assert main([*args, "batch_sizes=[1,8]", "context_len=[512,2048]", f"out={tmp_path / 'out'}"]) == 0
-    result = json.loads((tmp_path / "out" / "whatif.json").read_text())
+    result = read_whatif_file(tmp_path / "out")
     assert result["gpu"]["name"] == "h200_sxm" and result["cost_model"] == "roofline"
     assert len(result["points"]) == 3 * 2 * 2  # D = 1..3, two B, two context lengths
     at = {(p["d"], p["batch_size"], p["context_len"]): p for p in result["points"]}
@@ -484,7 +485,7 @@ def test_whatif_answers_the_slo_in_one_line_and_draws_its_page(tmp_path, capsys)
     args = [f"target.model={target}", "gpu=l40s", "drafter=eagle3", "acceptance=[0.8,0.5]", f"out={tmp_path}"]
     assert main([*args, "batch_sizes=[1,4,16]", "slo.tokens_per_s_per_user=100"]) == 0
     out = capsys.readouterr().out
-    result = json.loads((tmp_path / "whatif.json").read_text())
+    result = read_whatif_file(tmp_path)
     serve = result["slo"]["serve"]
     what = "plain decoding" if serve["mechanism"] == "plain" else f"eagle3 d={serve['d']}"
     assert f"serve {what} up to B={serve['batch_size']}: " in out and serve["tokens_per_s_per_request"] >= 100
@@ -628,7 +629,7 @@ def test_each_engine_runs_speculation_its_own_way_and_is_printed_with_the_predic
         "engine: trtllm 1.x (PyTorch backend) (overlap scheduling: plain decoding and draft_model, eagle3, mtp; "
         in shown
     )
-    written = json.loads((tmp_path / "out" / "whatif.json").read_text())["engine"]
+    written = read_whatif_file(tmp_path / "out")["engine"]
     assert (written["name"], written["in_graph_drafters"]) == ("trtllm", ["eagle3", "mtp"])
 
 

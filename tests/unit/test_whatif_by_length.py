@@ -16,6 +16,7 @@ from speclens.config_guidelines import tile_aligned_draft_lengths
 from speclens.gpu_model.gpus import gpu_named
 from speclens.gpu_model.model_shape import shape_of
 from speclens.gpu_model.step_cost import Hardware, verify_step
+from speclens.whatif_file import read_whatif_file
 from tests.unit.test_whatif import SMALL, write_config
 
 # Llama-3-8B's shape (G = 4), and one with 16 query heads per KV head, whose 128-row attention
@@ -125,7 +126,7 @@ def test_guidelines_2_and_3_are_stated_at_each_length_with_the_predicted_attenti
     marginals = {1000: [0.8, 0.6, 0.4], 32000: [0.5, 0.2, 0.1]}
     run, target = source(tmp_path, marginals, G16)
     assert main([str(run), f"target.model={target}", "gpu=h200_sxm", "batch_sizes=[1,64]"]) == 0
-    result = json.loads((run / "whatif.json").read_text())
+    result = read_whatif_file(run)
     hw, shape = Hardware(gpu_named("h200_sxm", {})), shape_of(G16, "target.model")
     for section in result["by_length"]:
         context = section["context_len"]

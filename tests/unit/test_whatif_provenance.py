@@ -15,6 +15,7 @@ from evals.sweep_report import gather_profiles
 from evals.whatif import build, main
 from speclens.profile_file import read_profiles
 from speclens.provenance import Provenance
+from speclens.whatif_file import read_whatif_file
 from tests.unit.conftest import compose_run, fake_overrides
 from tests.unit.test_kv_cache_dtype import AUTO_SCRIPT, FP8_SCRIPT, ROWS, SMOLLM2
 from tests.unit.test_whatif import SMALL, write_config
@@ -123,7 +124,7 @@ def test_the_one_measured_under_the_defaults_is_taken_and_the_others_named(tmp_p
     ]
     sweep = folder_with(tmp_path, profiles)
     assert main([str(sweep), *args(tmp_path)]) == 0
-    result = json.loads((tmp_path / "out" / "whatif.json").read_text())
+    result = read_whatif_file(tmp_path / "out")
     assert at_d(result)[3]["al"] == pytest.approx(2.475)  # not the block run's 2.81
     (note,) = [n for n in result["notes"] if "was taken" in n]
     # labelled as the report labels runs: every field the profiles differ in, then the setting
@@ -191,7 +192,7 @@ def test_a_parallel_drafters_profile_gives_its_measured_d_only(tmp_path, capsys)
 def test_a_serial_profiles_smaller_d_are_derived_and_marked_everywhere(tmp_path, capsys):
     sweep = folder_with(tmp_path, [entry(DEFAULTS, what=measured())])
     assert main([str(sweep), *args(tmp_path, "d=[1,2,3]")]) == 0
-    result = json.loads((tmp_path / "out" / "whatif.json").read_text())
+    result = read_whatif_file(tmp_path / "out")
     assert {d: p["al_source"] for d, p in at_d(result).items()} == {1: "derived", 2: "derived", 3: "measured"}
     assert {p["source"] for p in result["points"]} == {"predicted"}
     what = result["provenance"]["acceptance"]["ngram"]
@@ -214,7 +215,7 @@ def test_al_measured_there_lists_the_measured_d_only(tmp_path, capsys):
         per_length.append(entry(marginal, "eagle3", measured(), length=LENGTHS[tokens], input_tokens=tokens))
     sweep = folder_with(tmp_path, [entry([0.8, 0.6, 0.4], "eagle3", measured()), *per_length])
     assert main([str(sweep), *args(tmp_path)[:1], "gpu=h200_sxm", "batch_sizes=[1]", f"out={tmp_path / 'out'}"]) == 0
-    result = json.loads((tmp_path / "out" / "whatif.json").read_text())
+    result = read_whatif_file(tmp_path / "out")
     at_32k = next(s for s in result["by_length"] if s["context_len"] == 32000)
     assert at_32k["al_measured"] == {"eagle3": {"3": pytest.approx(1.8)}}
     assert at_32k["al_derived"]["eagle3"] == {"1": pytest.approx(1.5), "2": pytest.approx(1.7)}
@@ -226,7 +227,7 @@ def test_al_measured_there_lists_the_measured_d_only(tmp_path, capsys):
 
 def test_a_given_al_is_marked_given_and_a_lookup_drafter_is_told_what_it_assumes(tmp_path, capsys):
     assert main(args(tmp_path, "drafter=ngram", "al=1.9", "d=3")) == 0
-    result = json.loads((tmp_path / "out" / "whatif.json").read_text())
+    result = read_whatif_file(tmp_path / "out")
     assert at_d(result)[3]["al_source"] == "given"
     assert result["provenance"]["acceptance"]["ngram"]["label"] == "given (al=1.9 at d=3)"
     note = (
@@ -246,7 +247,7 @@ def test_calibrate_on_scripted_runs_says_its_machine_is_a_script(tmp_path, capsy
 
     measure(tmp_path, 2)  # the fake engine's step costs
     assert main([f"calibrate={tmp_path / 'sweep'}", "drafter=ngram", "al=1.8", "d=2", f"out={tmp_path / 'out'}"]) == 0
-    result = json.loads((tmp_path / "out" / "whatif.json").read_text())
+    result = read_whatif_file(tmp_path / "out")
     assert result["calibration"]["provenance"]["fake"] is True and result["calibration"]["provenance"]["sources"] == [
         "fake"
     ]
@@ -380,7 +381,7 @@ def test_d_above_vllms_limit_is_refused_and_no_grid_passes_it(tmp_path, capsys):
 
 def test_dynamos_five_slots_say_what_they_cut(tmp_path, capsys):
     assert main(args(tmp_path, "drafter=eagle3", f"acceptance={json.dumps([0.9] * 7)}")) == 0
-    result = json.loads((tmp_path / "out" / "whatif.json").read_text())
+    result = read_whatif_file(tmp_path / "out")
     note = result["dynamo_flags_notes"]["eagle3"]
     assert note.startswith(
         "Dynamo's flags hold 5 positions: positions 6 to 7 were cut, so Dynamo models this drafter at D=5 at most"

@@ -1,0 +1,100 @@
+"""serve.json, the file format (its reader, writer and the walks over its layout; reports/serve.py
+decides what it holds from a ranking). One plan per mode (sampling temperature,
+chat_template_kwargs and engine setting): a single mode is that plan itself, with its
+`temperature`; several are `{"by_temperature": [plan, ...]}`. A plan holds `winners` (per domain
+and batch size, the speculative config to serve), `schedules` (per mechanism, vLLM's
+`num_speculative_tokens_per_batch_size`), `schedule_configs`, `max_num_seqs`, and where the runs
+measured lengths `by_length` (the same per length bucket, with the contexts each serves)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from speclens.errors import CorruptRecord
+from speclens.files import write_json_atomic
+
+SERVE_FILE = "serve.json"
+
+# What every plan holds (a file whose plans lack one is not a serve.json speclens wrote).
+PLAN_KEYS = ("winners", "schedules", "schedule_configs", "max_num_seqs")
+
+
+def write_serve_file(plan: dict[str, Any], out_dir: Path) -> Path:
+    """serve.json in `out_dir`, written whole or not at all."""
+    path = out_dir / SERVE_FILE
+    write_json_atomic(plan, path)
+    return path
+
+
+def read_serve_file(path: Path) -> dict[str, Any]:
+    """A serve.json's content, or CorruptRecord naming what it is not: readable JSON, an object
+    whose plans (one, or `by_temperature`) each hold PLAN_KEYS."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptRecord(f"{path} is unreadable ({exc})") from None
+    if not is_serve_plan(data):
+        raise CorruptRecord(
+            f"{path} does not have the layout of a serve.json (a plan with {', '.join(PLAN_KEYS)}, "
+            "or by_temperature: a list of them)"
+        )
+    return data
+
+
+def is_serve_plan(data: Any) -> bool:
+    """Whether `data` has serve.json's layout (one plan, or several under `by_temperature`)."""
+    if not isinstance(data, dict):
+        return False
+    plans = data.get("by_temperature", [data])
+    return isinstance(plans, list) and bool(plans) and all(_is_plan(p) for p in plans)
+
+
+def _is_plan(plan: Any) -> bool:
+    return isinstance(plan, dict) and all(k in plan for k in PLAN_KEYS) and isinstance(plan["schedules"], dict)
+
+
+def mode_plans(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """A serve.json's plans, one per mode, whichever layout it has."""
+    return plan.get("by_temperature") or [plan]
+
+
+def plan_at_temperature(plan: dict[str, Any], temperature: float) -> dict[str, Any] | None:
+    """The plan ranked at `temperature` (None where a file of several modes has none there); a
+    file of one mode is its plan, at whatever temperature it names."""
+    if "by_temperature" not in plan:
+        return plan
+    return next((one for one in plan["by_temperature"] if one.get("temperature") == temperature), None)
+
+
+def context_table(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The (B, context) -> D table of a serve.json (any mode layout): per mode, mechanism and length
+    bucket, the contexts it serves and its `num_speculative_tokens_per_batch_size`; [] without lengths."""
+    rows = []
+    for one in mode_plans(plan):
+        for bucket in one.get("by_length") or []:
+            for drafter, steps in bucket["schedules"].items():
+                rows.append(
+                    {
+                        "drafter": drafter,
+                        "temperature": one.get("temperature"),
+                        "chat_template_kwargs": one.get("chat_template_kwargs") or {},
+                        "setting": one.get("setting") or "",
+                        "context_range": bucket["context_range"],
+                        "length": bucket["length"],
+                        "input_tokens": bucket["input_tokens"],
+                        "context_extension": bucket["context_extension"],
+                        "num_speculative_tokens_per_batch_size": steps,
+                    }
+                )
+    return rows
+
+
+def context_table_beside(out_dir: Path) -> list[dict[str, Any]]:
+    """The (B, context) -> D table of the serve.json in `out_dir` ([] without one, one that is
+    damaged, or one without lengths)."""
+    try:
+        return context_table(read_serve_file(out_dir / SERVE_FILE))
+    except CorruptRecord:
+        return []
