@@ -49,9 +49,9 @@ def main(argv: list[str]) -> int:
     set_process_env(4)
     from vllm import SamplingParams
 
-    from evals.compose import compose_config, to_run_config
-    from evals.conversation import run_conversations
-    from evals.plan import make_plan
+    from evals.pipeline.compose import compose_config, to_run_config
+    from evals.pipeline.conversation import run_conversations
+    from evals.pipeline.plan import make_plan
     from runners.vllm_runner import engine_factory
 
     plan = make_plan(to_run_config(compose_config(DEFAULTS + overrides)))

@@ -36,18 +36,18 @@ DEFAULTS = ["drafter=eagle3", "dataset=mt_bench", "dataset.num_requests=16", "sa
 def estimate(run_dir: Path, d: int) -> float:
     """The former estimate at D from the run at d_max (evals/replay.py clipped_at)."""
     from evals.replay import clipped_at
-    from speclens import metrics
-    from speclens.records import read_parquet
-    from speclens.run_files import STEPS_FILE
+    from speclens.figures import metrics
+    from speclens.file_formats.records import read_parquet
+    from speclens.file_formats.run_files import STEPS_FILE
 
     return metrics.acceptance_length(clipped_at(read_parquet(run_dir / STEPS_FILE), d))
 
 
 def one_dtype(dtype: str, d_max: int, settings: list[str], out: Path) -> None:
-    from evals.compose import compose_config
+    from evals.pipeline.compose import compose_config
     from evals.replay import replay
     from evals.run import run
-    from speclens.summary import read_replay
+    from speclens.figures.summary import read_replay
 
     settings = [*settings, f"engine.dtype={dtype}"]
     run(compose_config([*settings, "d=1", "dataset.num_requests=1", "sampling.max_tokens=8"]), out / "warmup")

@@ -37,7 +37,7 @@ def main(argv: list[str]) -> None:
     from evals.datasets.mt_bench import questions
     from evals.embedded_drafters import BUDGETS, ensure_drafter, training_samples
     from evals.embedded_target import ensure_smollm2
-    from speclens.drafter_build import DRAFTER_FACTS_FILE
+    from speclens.file_formats.drafter_build import DRAFTER_FACTS_FILE
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("head", type=pathlib.Path, nargs="?", help="a head dir (default: the built full-budget head)")

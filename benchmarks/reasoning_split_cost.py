@@ -2,7 +2,7 @@
 
 One real run of `evals.run` on the embedded target (n-gram d=3 by default) with a text delimiter;
 then, on its own outputs, the split's work timed REPEATS times: every output's boundary found on
-decoded prefixes (evals/reasoning.py) and the records built with their segments, against the
+decoded prefixes (evals/pipeline/reasoning.py) and the records built with their segments, against the
 records built without. Prints the extra time over the run's wall time (the whole `evals.run`,
 start-up included, and the generate phase alone). Target: < 2 %.
 
@@ -23,14 +23,14 @@ DEFAULTS = ["drafter=ngram", "d=3", "dataset.num_requests=16", "sampling.max_tok
 
 
 def main(overrides: list[str]) -> None:
-    from evals.compose import compose_config, to_run_config
-    from evals.plan import make_plan
-    from evals.reasoning import split_outputs
+    from evals.pipeline.compose import compose_config, to_run_config
+    from evals.pipeline.plan import make_plan
+    from evals.pipeline.reasoning import split_outputs
     from evals.run import run
     from runners.registry import runner_of
-    from speclens import records
+    from speclens.figures.summary import read_summary
+    from speclens.file_formats import records
     from speclens.generation import DraftedStep, TurnResult
-    from speclens.summary import read_summary
 
     out = Path(tempfile.mkdtemp(prefix="speclens-split-")) / "run"
     cfg = compose_config(DEFAULTS + overrides)

@@ -35,7 +35,7 @@ def main(argv: list[str]) -> None:
     from runners.vllm_engine import set_process_env
 
     set_process_env(4)
-    from evals.compose import compose_config
+    from evals.pipeline.compose import compose_config
     from evals.replay import replay
     from evals.run import run
 

@@ -30,7 +30,7 @@ ROWS = [
 
 
 def fake_sweep(root: Path, runs: int) -> Path:
-    from evals.compose import compose_config
+    from evals.pipeline.compose import compose_config
     from evals.run import run
 
     target = root / "target"

@@ -24,11 +24,11 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from evals.stamp import RunOrigin  # noqa: E402
-from evals.summarise import build_summary, operating_points  # noqa: E402
-from speclens import records  # noqa: E402
+from evals.pipeline.stamp import RunOrigin  # noqa: E402
+from evals.pipeline.summarise import build_summary, operating_points  # noqa: E402
+from speclens.figures.summary import Timing  # noqa: E402
+from speclens.file_formats import records  # noqa: E402
 from speclens.generation import RecordGranularity  # noqa: E402
-from speclens.summary import Timing  # noqa: E402
 
 DRAFTERS = ["ngram", "suffix", "eagle3", "draft_model"]
 DRAFT_LENGTHS = [1, 2, 3, 5]
@@ -39,7 +39,7 @@ REQUESTS_PER_PASS = 400
 
 @dataclass(frozen=True)
 class SyntheticPass:
-    """A pass as the summary builder reads one (evals/summarise.py MeasuredPass), without results."""
+    """A pass as the summary builder reads one (evals/pipeline/summarise.py MeasuredPass), without results."""
 
     batch_size: int
     output_tokens_per_s: float
@@ -129,7 +129,7 @@ def synthetic_run(rng: np.random.Generator, d: int, n_steps: int) -> dict:
 
 
 def summarize(run: dict, drafter: str, d: int, out_dir: Path) -> None:
-    """A run's summary.json from its records, as `evals.measure.measure` builds it."""
+    """A run's summary.json from its records, as `evals.pipeline.measure.measure` builds it."""
     steps, requests = run["steps"], run["requests"]
     passes = [SyntheticPass(b, 100.0 * b, 10.0, 10.5) for b in BATCH_SIZES]
     baseline = [SyntheticPass(b, 80.0 * b, 10.0, 10.5) for b in BATCH_SIZES]

@@ -39,7 +39,7 @@ def main(argv: list[str]) -> int:
     if not set(dtypes) <= set(DTYPES):
         parser.error(f"--dtypes takes {', '.join(DTYPES)}, not {args.dtypes}")
 
-    from evals.compose import compose_config
+    from evals.pipeline.compose import compose_config
     from evals.run import run
     from evals.selfcheck import parted
     from runners.vllm_engine import set_process_env

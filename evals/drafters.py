@@ -9,13 +9,13 @@ import sys
 from drafters.facts_table import HEADER, comparison_rows
 from evals.embedded_drafters import BUDGETS, EMBEDDED_DRAFTERS, drafter_dir, is_built
 from reports.table import markdown_table
-from speclens.drafter_build import (
+from speclens.errors import ArgumentParser, guarded
+from speclens.file_formats.drafter_build import (
     DRAFTER_FACTS_FILE,
     describe_build,
     is_current_build,
     read_drafter_facts,
 )
-from speclens.errors import ArgumentParser, guarded
 
 
 @guarded

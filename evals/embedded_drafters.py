@@ -10,7 +10,7 @@ All three learn from the same data: the target's own greedy answers to speclens'
 training prompts (drafters/training/corpus.py), generated once with vLLM and
 cached, less every answer that recites an evaluation set speclens ships or reads
 (drafters/training/contamination.py; the build record counts them per set).
-Each folder holds `speclens_drafter.json` (speclens/drafter_build.py); one of another
+Each folder holds `speclens_drafter.json` (speclens/file_formats/drafter_build.py); one of another
 build version is rebuilt. From an empty cache a build gives the same bytes on
 every machine with the same CPU (speclens/machine.py), whatever cores it is given:
 the answers are decoded in float32 on one thread (drafters/training/selfdistill.py),
@@ -34,14 +34,14 @@ from drafters.training.optimise import PROBE_STEPS
 from evals.embedded_target import SMOLLM2_DIRNAME, ensure_smollm2
 from speclens.assets import building, cache_dir, locked
 from speclens.console import console, quiet
-from speclens.drafter_build import (
+from speclens.errors import AssetError, ConfigError, guarded
+from speclens.file_formats.drafter_build import (
     DRAFTER_FACTS_FILE,
     DRAFTER_FACTS_VERSION,
     built_version,
     is_current_build,
     read_drafter_facts,
 )
-from speclens.errors import AssetError, ConfigError, guarded
 from speclens.files import write_json_atomic, write_text_atomic
 from speclens.machine import cpu_label
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from evals.compose import compose_config, to_run_config
-from evals.plan import resolve_target
+from evals.pipeline.compose import compose_config, to_run_config
+from evals.pipeline.plan import resolve_target
 from evals.whatif_inputs import check_pair
 from speclens import checkpoints
 from speclens.config_guidelines import Guidelines

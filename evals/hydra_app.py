@@ -20,12 +20,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from evals.compose import compose_config, to_run_config
-from evals.measure import ERROR_LOG, write_error_log
+from evals.pipeline.compose import compose_config, to_run_config
+from evals.pipeline.measure import ERROR_LOG, write_error_log
 from speclens.errors import EXIT_MEASUREMENT, exit_status, report, user_message
+from speclens.file_formats.run_files import record_failure
 from speclens.files import check_folder
 from speclens.redact import redact_overrides
-from speclens.run_files import record_failure
 
 # Flags after which Hydra prints something (help, the config) instead of running a job.
 MULTIRUN_FLAGS = ("-m", "--multirun")

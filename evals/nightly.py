@@ -30,8 +30,8 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import OmegaConf
 
-from evals.compose import compose_config, to_run_config
-from evals.plan import RunPlan, make_plan
+from evals.pipeline.compose import compose_config, to_run_config
+from evals.pipeline.plan import RunPlan, make_plan
 from evals.run import TqdmProgress, run
 from reports import png_plots
 from reports.compare import lengths_named, own_length_groups, terminal_table, write_comparison
@@ -41,9 +41,9 @@ from reports.plotly_charts import extension_over, trend_chart
 from reports.runs import RunView, find_runs, measured_runs
 from runners.registry import runner_of
 from speclens.errors import ConfigError, guarded
+from speclens.figures.metrics import GroupFigures, length_label
+from speclens.figures.summary import RunSummary
 from speclens.files import check_folder, exclusive, write_atomic
-from speclens.metrics import GroupFigures, length_label
-from speclens.summary import RunSummary
 
 NIGHTLY_KEYS = ("baseline", "history", "threshold", "suite", "night", "out")
 TREND_FILE = "trend.png"

@@ -25,8 +25,8 @@ from typing import Any
 
 from speclens.assets import building
 from speclens.checkpoints import read_config
-from speclens.drafter_build import DRAFTER_FACTS_FILE
 from speclens.errors import ArgumentParser, ConfigError, guarded
+from speclens.file_formats.drafter_build import DRAFTER_FACTS_FILE
 from speclens.files import output_path
 from speclens.model_facts import ModelFacts
 

@@ -29,17 +29,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from drafters.base import ReplayKind
 from drafters.replay import ReplayContext
-from evals.compose import CONF_DIR, register_configs, run_fingerprint, to_run_config
-from evals.conversation import run_reference
 from evals.hydra_app import end_job, run_app
-from evals.measure import ENGINE_LOG, ERROR_LOG, failures_logged, measure
-from evals.plan import make_plan
-from evals.run_dir import claimed, staged
+from evals.pipeline.compose import CONF_DIR, register_configs, run_fingerprint, to_run_config
+from evals.pipeline.conversation import run_reference
+from evals.pipeline.measure import ENGINE_LOG, ERROR_LOG, failures_logged, measure
+from evals.pipeline.plan import make_plan
+from evals.pipeline.run_dir import claimed, staged
 from reports.curves import curve_row
 from reports.runs import template_label
 from reports.table import cell, text_table
 from runners.registry import runner_of
-from speclens import metrics
 from speclens.config import VLLM_MAX_SPEC_LEN, NoLoggerConfig, ReplayConfig, RunConfig
 from speclens.console import console, quiet
 from speclens.errors import (
@@ -47,13 +46,8 @@ from speclens.errors import (
     CorruptRecord,
     guarded,
 )
-from speclens.lossless import near_tie_bound
-from speclens.provenance import config_setting
-from speclens.records import SEGMENT_REQUEST_COLUMNS, read_parquet
-from speclens.redact import redact
-from speclens.run_files import REQUESTS_FILE, STAMP_FILE, STEPS_FILE
-from speclens.segments import passes_by_segment, step_segment
-from speclens.summary import (
+from speclens.figures import metrics
+from speclens.figures.summary import (
     REPLAY_FILE,
     REPLAY_VERSION,
     SUMMARY_FILE,
@@ -63,6 +57,12 @@ from speclens.summary import (
     ReplaySummary,
     read_replay,
 )
+from speclens.file_formats.records import SEGMENT_REQUEST_COLUMNS, read_parquet
+from speclens.file_formats.run_files import REQUESTS_FILE, STAMP_FILE, STEPS_FILE
+from speclens.lossless import near_tie_bound
+from speclens.provenance import config_setting
+from speclens.redact import redact
+from speclens.segments import passes_by_segment, step_segment
 
 register_configs()
 
@@ -170,7 +170,7 @@ def curve_rows(
 
 def _segments(plan, turn, steps) -> tuple[list[str], tuple[int, int, int, int]] | None:
     """With a reasoning boundary: each replayed step's segment, and the turn's thinking and answer
-    tokens and passes (speclens/records.py SEGMENT_REQUEST_COLUMNS); None without one."""
+    tokens and passes (speclens/file_formats/records.py SEGMENT_REQUEST_COLUMNS); None without one."""
     if plan.segmenter is None:
         return None
     output = list(turn.continuation[: turn.output_tokens])

@@ -18,11 +18,11 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from evals import sweep_report
-from evals.compose import CONF_DIR, register_configs, run_fingerprint, to_run_config
 from evals.hydra_app import end_job, run_app
-from evals.measure import ENGINE_LOG, RUN_ARTIFACTS, measure, write_error_log
-from evals.plan import make_plan
-from evals.run_dir import claimed, staged
+from evals.pipeline.compose import CONF_DIR, register_configs, run_fingerprint, to_run_config
+from evals.pipeline.measure import ENGINE_LOG, RUN_ARTIFACTS, measure, write_error_log
+from evals.pipeline.plan import make_plan
+from evals.pipeline.run_dir import claimed, staged
 from reports.table import result_table
 from reports.wandb_log import log_run
 from runners.registry import runner_of
@@ -34,9 +34,9 @@ from speclens.errors import (
     MeasurementError,
     guarded,
 )
+from speclens.figures.summary import SUMMARY_FILE, RunSummary, read_summary
+from speclens.file_formats.run_files import read_stamp
 from speclens.lossless import DIVERGENCE, UNEXPLAINED
-from speclens.run_files import read_stamp
-from speclens.summary import SUMMARY_FILE, RunSummary, read_summary
 
 register_configs()
 
@@ -135,7 +135,7 @@ def finished_summary(out_dir: Path, fingerprint: str, runner: str, content: dict
 
 def run(cfg: DictConfig, out_dir: Path, progress=TqdmProgress, group: str | None = None) -> RunSummary:
     """Plan, measure, print the table, log (logger=wandb, in `group`); skips a run dir that already
-    holds this run unless force=true. The dir is held by this process throughout (evals/run_dir.py)."""
+    holds this run unless force=true. The dir is held by this process throughout (evals/pipeline/run_dir.py)."""
     run_config = to_run_config(cfg)
     with claimed(out_dir):
         plan = make_plan(run_config)

@@ -7,7 +7,7 @@ Drafting with the target itself must accept every draft token, so AL = 1 + D:
   distribution, so every proposal is accepted): AL within TOLERANCE of 1 + D
   (draft and target passes see different batch shapes, so their logits may
   differ in the last bits).
-Reproducibility, where it is guaranteed (float32, speclens/summary.py Numerics):
+Reproducibility, where it is guaranteed (float32, speclens/figures/summary.py Numerics):
 - the same config run twice gives the same records (every step's accepted count, every token);
 - a vLLM server speclens launches gives the in-process engine's records (runner=vllm only).
 And at the run's own dtype (engine.dtype, else the target's): the AL of an in-process run and of a
@@ -36,15 +36,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
-from evals.compose import compose_config, to_run_config
+from evals.pipeline.compose import compose_config, to_run_config
 from evals.run import run
 from reports.table import cell
 from runners.registry import runner_of
 from speclens.errors import ConfigError, MeasurementError, guarded
+from speclens.figures.summary import RunSummary
+from speclens.file_formats.records import read_parquet
+from speclens.file_formats.run_files import OUTPUTS_FILE, STEPS_FILE, read_outputs
 from speclens.gpu_model.gpus import gpu_for_device
-from speclens.records import read_parquet
-from speclens.run_files import OUTPUTS_FILE, STEPS_FILE, read_outputs
-from speclens.summary import RunSummary
 
 # Relative shortfall of AL from 1 + D allowed at temperature > 0.
 TOLERANCE = 0.02

@@ -21,7 +21,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from evals.measure import ERROR_LOG
+from evals.pipeline.measure import ERROR_LOG
 from reports.curves import write_curves
 from reports.profile import write_profiles
 from reports.ranking_tables import write_ranking
@@ -36,11 +36,11 @@ from speclens.errors import (
     report,
     user_message,
 )
+from speclens.figures.summary import SUMMARY_FILE
+from speclens.file_formats.profile_file import PROFILE_FILE, read_profiles
+from speclens.file_formats.run_files import FAILURE_FILE, FAILURES_FILE, read_failure
 from speclens.files import write_json_atomic
-from speclens.profile_file import PROFILE_FILE, read_profiles
 from speclens.redact import redact
-from speclens.run_files import FAILURE_FILE, FAILURES_FILE, read_failure
-from speclens.summary import SUMMARY_FILE
 
 # The failed jobs of the last multirun in this process (evals.run's exit status reads them) ...
 LAST_SWEEP_FAILURES: list[dict[str, Any]] = []

@@ -68,6 +68,16 @@ from reports.table import text_table
 from reports.whatif_page import acceptance_lines, write_page
 from speclens import provenance as prov
 from speclens.errors import ConfigError, guarded
+from speclens.figures.metrics import conditional_acceptance, length_label
+from speclens.figures.summary import read_summary
+from speclens.file_formats.profile_file import (
+    PROFILE_FILE,
+    dynamo_cut_note,
+    dynamo_flags,
+)
+from speclens.file_formats.records import read_parquet
+from speclens.file_formats.run_files import REQUESTS_FILE, read_stamp
+from speclens.file_formats.whatif_file import WHATIF_FILE, write_whatif_file
 from speclens.files import output_dir, output_path
 from speclens.gpu_model import calibrate
 from speclens.gpu_model.calibrate import Measured
@@ -95,18 +105,8 @@ from speclens.gpu_model.whatif import (
     schedule,
     serve_at_slo,
 )
-from speclens.metrics import conditional_acceptance, length_label
 from speclens.options import nearest, number, parse_value
-from speclens.profile_file import (
-    PROFILE_FILE,
-    dynamo_cut_note,
-    dynamo_flags,
-)
 from speclens.provenance import mark
-from speclens.records import read_parquet
-from speclens.run_files import REQUESTS_FILE, read_stamp
-from speclens.summary import read_summary
-from speclens.whatif_file import WHATIF_FILE, write_whatif_file
 
 DEFAULT_CONTEXT_LEN = 4096
 KEYS = ("gpu", "tp", "weights", "batch_sizes", "context_len", "d", "al", "acceptance", "drafter", "domain", "out")
@@ -326,7 +326,7 @@ def share_record(draftings: list[Drafting], inputs: dict[str, DrafterInput]) -> 
 
 
 def dynamo_records(inputs: dict[str, DrafterInput]) -> dict[str, Any]:
-    """The same acceptance as Dynamo's planner and mocker take it (speclens/profile_file.py
+    """The same acceptance as Dynamo's planner and mocker take it (speclens/file_formats/profile_file.py
     dynamo_flags), and what those flags leave out (AIC's five slots hold five positions)."""
     flags = {
         drafter: dynamo_flags(conditional_acceptance(found.acceptance.marginal), len(found.acceptance.marginal))

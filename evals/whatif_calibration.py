@@ -11,9 +11,11 @@ from typing import Any
 
 from evals.whatif_inputs import read_checkpoint_config
 from reports.runs import RunView, find_runs
-from speclens import costs
 from speclens import provenance as prov
 from speclens.errors import ConfigError
+from speclens.figures import costs
+from speclens.file_formats.records import read_parquet
+from speclens.file_formats.run_files import ENGINE_STEPS_FILE, REQUESTS_FILE
 from speclens.gpu_model import calibrate
 from speclens.gpu_model.calibrate import Measured
 from speclens.gpu_model.draft_cost import MECHANISMS, drafter_shape, needs_draft_config
@@ -22,8 +24,6 @@ from speclens.gpu_model.step_cost import Efficiency
 from speclens.gpu_model.whatif import (
     mean_context,
 )
-from speclens.records import read_parquet
-from speclens.run_files import ENGINE_STEPS_FILE, REQUESTS_FILE
 
 
 def calibration_runs(folder: Path) -> list[RunView]:
@@ -77,7 +77,7 @@ class CalibrationSteps:
 
 
 def steady_spec_steps(engine_steps: Any, batch_size: int) -> tuple[float, float] | None:
-    """The speculative pass's steady steps at B (as speclens/costs.py counts them: as many requests
+    """The speculative pass's steady steps at B (as speclens/figures/costs.py counts them: as many requests
     as it held, no prefill): the share that drafted, s, and the mean step as their mixture,
     s·median(drafted) + (1 − s)·median(undrafted) (each median robust to a slow step, the mixture
     what the model's mean step is). None where the pass shows no steady steps."""

@@ -13,23 +13,23 @@ from drafters import REGISTRY
 from reports.profile_choice import choose_profiles, identity_of
 from speclens import checkpoints
 from speclens import provenance as prov
-from speclens.acceptance import al_at, check_rates, marginal_from_conditional
 from speclens.config import VLLM_MAX_SPEC_LEN
 from speclens.errors import ConfigError, CorruptRecord
+from speclens.figures.acceptance import al_at, check_rates, marginal_from_conditional
+from speclens.file_formats.profile_file import (
+    PROFILE_FILE,
+    check_al_by_k,
+    profile_provenance,
+    read_profiles,
+)
+from speclens.file_formats.run_files import read_stamp
 from speclens.gpu_model.draft_cost import MECHANISMS, needs_draft_config
 from speclens.gpu_model.whatif import (
     undrafted_step,
 )
 from speclens.model_facts import ModelFacts, text_config
 from speclens.options import nearest, strict_json_loads
-from speclens.profile_file import (
-    PROFILE_FILE,
-    check_al_by_k,
-    profile_provenance,
-    read_profiles,
-)
 from speclens.provenance import Provenance
-from speclens.run_files import read_stamp
 
 MODEL_RUNNERS = ("v1", "v2")
 

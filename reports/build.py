@@ -41,14 +41,14 @@ from reports.serve import serve_markdown, serve_plan
 from reports.settings import settings_section
 from reports.speedup_ranking import pareto_front, rank_runs, tables
 from reports.table import cell, markdown_table
-from speclens.account import CORRECTIONS, MODEL
-from speclens.drafter_build import describe_build
 from speclens.errors import ArgumentParser, SpeclensError, guarded
+from speclens.figures.account import CORRECTIONS, MODEL
+from speclens.figures.summary import WHOLE_RUN_GROUP
+from speclens.file_formats.drafter_build import describe_build
 from speclens.gpu_model.gpus import GPUS, gpu_named
 from speclens.gpu_model.serving_engines import DEFAULT_ENGINE, ENGINES, engine_named
 from speclens.gpu_model.step_cost import Hardware
 from speclens.provenance import SYNTHETIC
-from speclens.summary import WHOLE_RUN_GROUP
 from speclens.text import Shown, markdown_safe
 
 # -- the answer -----------------------------------------------------------------------------------
@@ -575,7 +575,7 @@ MAX_WATERFALLS = 12
 
 def account_section(runs: list[RunView]) -> Section | None:
     """Each operating point's speedup account: the model's prediction times the corrections measured
-    from its engine steps, multiplying out to the measured speedup (speclens/account.py)."""
+    from its engine steps, multiplying out to the measured speedup (speclens/figures/account.py)."""
     header = [
         "run",
         "B",
@@ -621,7 +621,7 @@ def account_section(runs: list[RunView]) -> Section | None:
 
 
 def diagnostics_section(runs: list[RunView]) -> Section | None:
-    """What is odd about each run (speclens/diagnostics.py), warnings first, under the answer."""
+    """What is odd about each run (speclens/figures/diagnostics.py), warnings first, under the answer."""
     rows = [[run.summary.label, d.severity, d.code, d.message] for run in runs for d in run.summary.diagnostics or []]
     if not rows:
         return None

@@ -32,12 +32,12 @@ from reports.plotly_charts import extension_over, forest_chart
 from reports.runs import CONSISTENT_KEYS, RunView, check_consistent, find_runs, shown_identity
 from reports.table import cell, markdown_table, text_table
 from speclens.errors import ArgumentParser, SpeclensError, guarded
-from speclens.metrics import BOOTSTRAP_SAMPLES, MIN_REQUESTS_FOR_CI, length_label, per_request, resample_indices
+from speclens.figures.metrics import BOOTSTRAP_SAMPLES, MIN_REQUESTS_FOR_CI, length_label, per_request, resample_indices
+from speclens.figures.summary import WHOLE_RUN_GROUP, RunSummary
+from speclens.file_formats.records import read_parquet
+from speclens.file_formats.run_files import REQUESTS_FILE, STEPS_FILE
 from speclens.provenance import IDENTITY_FIELDS, differences, field_label
-from speclens.records import read_parquet
-from speclens.run_files import REQUESTS_FILE, STEPS_FILE
 from speclens.segments import SEGMENTS
-from speclens.summary import WHOLE_RUN_GROUP, RunSummary
 
 COMPARE_COLUMNS = [
     "drafter",

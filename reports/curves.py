@@ -20,7 +20,7 @@ where its length is past the target's own window, followed by those lengths wher
 its prompts are ("yarn x4 from 8192 at 32k" on `all`); empty otherwise. curve_lengths.png draws AL
 against D per drafter and length.
 
-`draft_share`: the share of target passes that verified a draft (speclens/metrics.py draft_share),
+`draft_share`: the share of target passes that verified a draft (speclens/figures/metrics.py draft_share),
 so tokens_per_step = 1 + draft_share·(al − 1) less the tokens cut at the turns' ends; for n-gram
 each proposer's own (V1 drafts where it finds a match, V2 on every decode step). Empty for segment
 rows and where passes were not counted. `runner` and `dtype`: the engine that computed the point
@@ -51,9 +51,9 @@ from reports.runs import (
     shown_identity,
 )
 from speclens.errors import ArgumentParser, SpeclensError, guarded
+from speclens.figures.metrics import GroupFigures, SegmentFigures
+from speclens.figures.summary import WHOLE_RUN_GROUP, RunSummary
 from speclens.files import output_path
-from speclens.metrics import GroupFigures, SegmentFigures
-from speclens.summary import WHOLE_RUN_GROUP, RunSummary
 
 CURVE_COLUMNS = [
     "drafter",

@@ -1,7 +1,7 @@
 """`python -m reports.explain <run A> <run B>`: why two ALs differ.
 
 A and B are speclens run dirs, or B is another tool's per-request export (`vllm bench serve
---save-result` JSON, aiperf's profile_export.jsonl, specdec_bench's output; speclens/peer_exports.py).
+--save-result` JSON, aiperf's profile_export.jsonl, specdec_bench's output; speclens/file_formats/peer_exports.py).
 Prints, and writes into --out as explain.md and explain.json: the settings that differ (most
 consequential first), whether the prompts and their token ids are the same, where the outputs part,
 and the AL difference split into additive parts that sum to it (speclens/attribution.py), with the
@@ -24,12 +24,12 @@ import pandas as pd
 from reports.table import cell, markdown_table, text_table
 from speclens.attribution import Tally, split_difference
 from speclens.errors import ArgumentParser, SpeclensError, guarded
+from speclens.figures.metrics import output_positions
+from speclens.figures.peer_figures import PEER_FORMULAS, drafted_turns, peer_figures, specdec_bench_requests
+from speclens.figures.summary import SUMMARY_FILE
+from speclens.file_formats.peer_exports import PeerExport, read_peer_export
+from speclens.file_formats.reading import Run, read_run
 from speclens.files import output_dir, output_path, write_json_atomic, write_text_atomic
-from speclens.metrics import output_positions
-from speclens.peer_exports import PeerExport, read_peer_export
-from speclens.peer_figures import PEER_FORMULAS, drafted_turns, peer_figures, specdec_bench_requests
-from speclens.reading import Run, read_run
-from speclens.summary import SUMMARY_FILE
 
 EXPLAIN_MD = "explain.md"
 EXPLAIN_JSON = "explain.json"

@@ -14,17 +14,17 @@ import pandas as pd
 
 from reports.page import Section
 from reports.runs import RunView
-from speclens import metrics
 from speclens.checkpoints import read_config
 from speclens.errors import SpeclensError
+from speclens.figures import metrics
+from speclens.figures.summary import OperatingPoint
+from speclens.file_formats.records import read_parquet
+from speclens.file_formats.run_files import REQUESTS_FILE
 from speclens.gpu_model.draft_cost import MECHANISMS, drafter_shape
 from speclens.gpu_model.model_error import HELD_OUT, UNSCORED_WIDENING, interval_for, unscored_because
 from speclens.gpu_model.model_shape import shape_of
 from speclens.gpu_model.step_cost import Hardware, check_tp
 from speclens.gpu_model.whatif import Drafting, mean_context, point, undrafted_step
-from speclens.records import read_parquet
-from speclens.run_files import REQUESTS_FILE
-from speclens.summary import OperatingPoint
 
 HEADER = [
     "drafter",

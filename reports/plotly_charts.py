@@ -23,10 +23,10 @@ from typing import Any, Callable, Iterable
 import pandas as pd
 
 from reports.runs import RunView
-from speclens.account import CORRECTIONS, MODEL
-from speclens.costs import GAP_TOLERANCE
-from speclens.metrics import GroupFigures, PositionBin, length_label
-from speclens.summary import ContextWindow
+from speclens.figures.account import CORRECTIONS, MODEL
+from speclens.figures.costs import GAP_TOLERANCE
+from speclens.figures.metrics import GroupFigures, PositionBin, length_label
+from speclens.figures.summary import ContextWindow
 
 AL_AXIS = "AL (accepted + 1 per drafted step)"
 PANEL_COLUMNS = 3
@@ -86,7 +86,7 @@ class Points:
         return {"type": "data", "symmetric": False, "array": plus, "arrayminus": minus, "thickness": 1.2}
 
 
-# al_ci95 is None for both (speclens/metrics.py)
+# al_ci95 is None for both (speclens/figures/metrics.py)
 NO_CI = "fewer than two requests, or the engine reported counters only"
 NO_PAIRED_CI = "fewer than two prompts"  # reports/compare.py
 

@@ -9,7 +9,7 @@ import pandas as pd
 
 from reports.plotly_charts import extension_at, length_figures, length_series_names, speedup_points
 from reports.runs import RunView
-from speclens.costs import GAP_TOLERANCE
+from speclens.figures.costs import GAP_TOLERANCE
 
 
 def draw(plot: Callable[[Any], None], size: tuple[float, float] = (6.4, 4.0), dpi: int = 100) -> bytes:

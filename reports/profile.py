@@ -1,5 +1,5 @@
 """A run's acceptance profiles, built from its step records, as speculation_profile.json holds them
-(the file format, its reader, checks and writer: speclens/profile_file.py): all its prompts and
+(the file format, its reader, checks and writer: speclens/file_formats/profile_file.py): all its prompts and
 each domain, per reasoning segment and per length bucket, each with the vLLM speculative config
 that reproduces it (the zero-cost proposer verified by the synthetic sampler), its planner fields,
 measurement conditions and provenance; and a sweep's file written with the (B, context) -> D
@@ -14,13 +14,13 @@ from typing import Any
 import pandas as pd
 
 from runners.zero_cost_proposer import CLASS_PATH
-from speclens import metrics
 from speclens.errors import CorruptRecord
-from speclens.profile_file import planner_fields, read_stamp_or_empty, write_profile_file
-from speclens.records import read_parquet
-from speclens.run_files import REQUESTS_FILE, STEPS_FILE
-from speclens.serve_file import context_table_beside
-from speclens.summary import RunSummary
+from speclens.figures import metrics
+from speclens.figures.summary import RunSummary
+from speclens.file_formats.profile_file import planner_fields, read_stamp_or_empty, write_profile_file
+from speclens.file_formats.records import read_parquet
+from speclens.file_formats.run_files import REQUESTS_FILE, STEPS_FILE
+from speclens.file_formats.serve_file import context_table_beside
 
 
 def synthetic_config(d: int, marginal: list[float]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any, Iterable
 
 from speclens import provenance as prov
 from speclens.errors import ConfigError
-from speclens.profile_file import profile_provenance
+from speclens.file_formats.profile_file import profile_provenance
 from speclens.provenance import Provenance
 
 # The words `setting=` takes for the defaults.

@@ -27,11 +27,12 @@ from reports.speedup_ranking import (
     tables,
 )
 from reports.table import cell, markdown_table, text_table
-from speclens import checkpoints, costs
+from speclens import checkpoints
 from speclens.config_guidelines import Guidelines, low_latency_speedup
 from speclens.errors import ConfigError, CorruptRecord
-from speclens.profile_file import read_profiles
-from speclens.serve_file import write_serve_file
+from speclens.figures import costs
+from speclens.file_formats.profile_file import read_profiles
+from speclens.file_formats.serve_file import write_serve_file
 from speclens.text import markdown_safe
 
 

@@ -9,10 +9,7 @@ from typing import Any, Callable, Collection, Hashable, Iterable, Sequence, Type
 
 from speclens import provenance as prov
 from speclens.errors import SpeclensError
-from speclens.options import dotted_get
-from speclens.provenance import SETTING_DEFAULTS, SETTING_KEYS, Provenance, setting_label
-from speclens.run_files import holding, read_stamp
-from speclens.summary import (
+from speclens.figures.summary import (
     REPLAY_FILE,
     SUMMARY_FILE,
     Fingerprints,
@@ -21,6 +18,9 @@ from speclens.summary import (
     read_replay,
     read_summary,
 )
+from speclens.file_formats.run_files import holding, read_stamp
+from speclens.options import dotted_get
+from speclens.provenance import SETTING_DEFAULTS, SETTING_KEYS, Provenance, setting_label
 
 # What must be the same across runs that are drawn or ranked together.
 CONSISTENT_KEYS = (

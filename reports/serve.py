@@ -1,4 +1,4 @@
-"""serve.json's content (its format: speclens/serve_file.py): the ranking as what to deploy. For
+"""serve.json's content (its format: speclens/file_formats/serve_file.py): the ranking as what to deploy. For
 each domain and batch size the winner with the exact vLLM `--speculative-config` it was measured with, and for each mechanism a
 `num_speculative_tokens_per_batch_size` schedule (vLLM's dynamic speculative decoding: inclusive
 batch-size ranges covering 1 … engine.max_num_seqs, each with the D that mechanism measured best
@@ -24,8 +24,8 @@ import pandas as pd
 
 from reports.runs import RunView, template_label
 from reports.speedup_ranking import has_lengths, length_ranking_rows
+from speclens.file_formats.serve_file import mode_plans
 from speclens.gpu_model.whatif import length_ranges
-from speclens.serve_file import mode_plans
 from speclens.text import markdown_safe
 
 

@@ -18,9 +18,9 @@ from reports.page import Section
 from reports.runs import RunView
 from reports.table import cell
 from speclens.errors import SpeclensError
+from speclens.file_formats.run_files import BASELINE_OUTPUTS_FILE, read_outputs
 from speclens.lossless import first_divergence
 from speclens.provenance import IDENTITY_FIELDS, differences
-from speclens.run_files import BASELINE_OUTPUTS_FILE, read_outputs
 
 # reports.compare's figures of the pooled group, as they are named there.
 PAIRED_FIGURES = ("n_requests", "baseline_al", "candidate_al", "al_diff", "diff_ci95_lo", "diff_ci95_hi", "significant")

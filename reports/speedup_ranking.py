@@ -5,7 +5,7 @@ throughput against interactivity. Its rendering is reports/ranking_tables.py, it
 The speedup is the measured one (speculative output tokens/s over plain decoding at the same
 batch size and prompts) where the run measured it, i.e. over all its prompts; per domain of a
 mixed run it is predicted from the domain's tokens per step and the run's measured step costs
-(speclens/costs.py), corrected by the run's speedup account where it has one, and labelled so.
+(speclens/figures/costs.py), corrected by the run's speedup account where it has one, and labelled so.
 Plain decoding (`none`, speedup 1 by definition) is ranked beside the mechanisms: where it ranks
 first, speculation does not pay at that operating point.
 
@@ -34,10 +34,10 @@ from reports.runs import (
     shown_identity,
 )
 from reports.table import median_ms
-from speclens import costs
 from speclens.errors import SpeclensError
+from speclens.figures import costs
+from speclens.figures.summary import DomainPoint, LengthPoint, OperatingPoint
 from speclens.provenance import MEASURED
-from speclens.summary import DomainPoint, LengthPoint, OperatingPoint
 
 RANK_COLUMNS = [
     "domain",
@@ -70,7 +70,7 @@ RANK_COLUMNS = [
     "ttft_p50_ms",
     "tpot_p50_ms",
     "latency_speedup",
-    # The prediction times the corrections its operating point measured (speclens/account.py), and range.
+    # The prediction times the corrections its operating point measured (speclens/figures/account.py), and range.
     "predicted_corrected",
     "predicted_corrected_lo",
     "predicted_corrected_hi",

@@ -8,9 +8,9 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from speclens.costs import GAP_TOLERANCE, StepTiming
+from speclens.figures.costs import GAP_TOLERANCE, StepTiming
+from speclens.figures.summary import LosslessCheck, OperatingPoint, RunSummary, SyntheticAcceptance
 from speclens.provenance import FAKE
-from speclens.summary import LosslessCheck, OperatingPoint, RunSummary, SyntheticAcceptance
 from speclens.text import markdown_safe, terminal_safe
 
 
@@ -173,7 +173,7 @@ def segment_table(summary: RunSummary) -> str:
 
 
 def numerics_line(summary: RunSummary) -> str | None:
-    """Where the run's greedy outputs are not a fixed function of its config (speclens/summary.py
+    """Where the run's greedy outputs are not a fixed function of its config (speclens/figures/summary.py
     Numerics), by how much that can move its figures and what makes them exact."""
     numerics = summary.numerics
     if numerics is None or numerics.reproducible:

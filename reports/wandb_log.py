@@ -16,8 +16,8 @@ from typing import Any
 import pandas as pd
 
 from reports.table import median_ms
+from speclens.figures.summary import RunSummary
 from speclens.redact import redact
-from speclens.summary import RunSummary
 
 # wandb refuses tags longer than 64 characters.
 MAX_TAG = 64

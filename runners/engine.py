@@ -39,7 +39,7 @@ class Engine(Protocol):
     record_granularity: RecordGranularity
     # The SpecCounters fields its counters() keeps (all four for vLLM; a server may keep fewer).
     counted: tuple[str, ...]
-    # Threads it computes with: greedy bf16 outputs on CPU move with it (speclens/summary.py Numerics).
+    # Threads it computes with: greedy bf16 outputs on CPU move with it (speclens/figures/summary.py Numerics).
     # None where it cannot be seen (an attached server, the fake engine).
     threads: int | None
     # vLLM's model runner that computed it ("v1", "v2"; runners/model_runner.py), None where it

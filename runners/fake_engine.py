@@ -21,8 +21,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from runners.engine import ProgressFn
 from runners.zero_cost_proposer import CLASS_PATH, IDLE_CLASS_PATH
-from speclens.costs import PassMode
 from speclens.errors import ConfigError
+from speclens.figures.costs import PassMode
 from speclens.generation import (
     COUNTER_NAMES,
     DraftedStep,

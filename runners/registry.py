@@ -83,7 +83,7 @@ RUNNERS: dict[str, Runner] = {
 
 
 def runner_of(cfg: RunConfig) -> Runner:
-    """The runner that `cfg` names, with its capabilities: decided once per run (evals/plan.py
+    """The runner that `cfg` names, with its capabilities: decided once per run (evals/pipeline/plan.py
     make_plan holds it in the plan) and read from there."""
     for runner in RUNNERS.values():
         if type(cfg.runner) is runner.config_class:

@@ -12,7 +12,7 @@ runner still takes the speculative path for every step (its rejection sampler ru
 drafts, the proposer is called, the scheduler keeps the speculative bookkeeping: V1's own n-gram
 proposer does the same on a step where it finds no match), so each step verifies B tokens, as
 plain decoding does, through the speculative machinery: its step time is T_idle(B), and
-T_idle(B) / T_verif(B) − 1 is the K=0 tax (speclens/costs.py). vLLM refuses
+T_idle(B) / T_verif(B) − 1 is the K=0 tax (speclens/figures/costs.py). vLLM refuses
 num_speculative_tokens = 0, hence D with empty proposals.
 """
 

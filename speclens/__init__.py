@@ -3,8 +3,8 @@ cost definitions, redaction and cache paths. Imports nothing of the project.
 
 The public API for notebooks and other tools (docs/api.md), imported on first use so that
 `import speclens.errors` stays light:
-- `read_run(path) -> Run`, `read_sweep(path) -> Sweep` (speclens/reading.py);
-- the definitions over those frames (speclens/metrics.py): `al(steps)`, `al_ci95(steps, seed)`,
+- `read_run(path) -> Run`, `read_sweep(path) -> Sweep` (speclens/file_formats/reading.py);
+- the definitions over those frames (speclens/figures/metrics.py): `al(steps)`, `al_ci95(steps, seed)`,
   `request_weighted_al(steps)`, `tokens_per_step(requests)`, `per_position_acceptance(steps, d)`,
   `conditional_acceptance(per_position)`, `acceptance_histogram(steps, d)`.
 """
@@ -15,17 +15,17 @@ import importlib
 from typing import Any
 
 _PUBLIC = {
-    "read_run": ("speclens.reading", "read_run"),
-    "read_sweep": ("speclens.reading", "read_sweep"),
-    "Run": ("speclens.reading", "Run"),
-    "Sweep": ("speclens.reading", "Sweep"),
-    "al": ("speclens.metrics", "acceptance_length"),
-    "al_ci95": ("speclens.metrics", "al_ci95"),
-    "request_weighted_al": ("speclens.metrics", "request_weighted_al"),
-    "tokens_per_step": ("speclens.metrics", "tokens_per_step"),
-    "per_position_acceptance": ("speclens.metrics", "per_position_acceptance"),
-    "conditional_acceptance": ("speclens.metrics", "conditional_acceptance"),
-    "acceptance_histogram": ("speclens.metrics", "acceptance_histogram"),
+    "read_run": ("speclens.file_formats.reading", "read_run"),
+    "read_sweep": ("speclens.file_formats.reading", "read_sweep"),
+    "Run": ("speclens.file_formats.reading", "Run"),
+    "Sweep": ("speclens.file_formats.reading", "Sweep"),
+    "al": ("speclens.figures.metrics", "acceptance_length"),
+    "al_ci95": ("speclens.figures.metrics", "al_ci95"),
+    "request_weighted_al": ("speclens.figures.metrics", "request_weighted_al"),
+    "tokens_per_step": ("speclens.figures.metrics", "tokens_per_step"),
+    "per_position_acceptance": ("speclens.figures.metrics", "per_position_acceptance"),
+    "conditional_acceptance": ("speclens.figures.metrics", "conditional_acceptance"),
+    "acceptance_histogram": ("speclens.figures.metrics", "acceptance_histogram"),
 }
 __all__ = sorted(_PUBLIC)
 

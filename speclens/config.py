@@ -3,7 +3,7 @@ line (Hydra's structured configs). A mistyped key or a value outside a choice fa
 naming the key and what it allows, before any engine starts.
 
 Components chosen by name (drafter=, dataset=, runner=, logger=) are one config class each,
-registered under their name (evals/compose.py): the name is their identity, nowhere restated.
+registered under their name (evals/pipeline/compose.py): the name is their identity, nowhere restated.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ DEFAULT_DTYPE = "bfloat16"
 @dataclass
 class EngineConfig:
     # null: the smaller of default_max_model_len and the target's context window, raised to the
-    # longest prompt with its answer where that is longer (evals/capacity.py).
+    # longest prompt with its answer where that is longer (evals/pipeline/capacity.py).
     max_model_len: int | None = None
     # The window fitted where max_model_len is null (engine=gpu: 8192).
     default_max_model_len: int = DEFAULT_MAX_MODEL_LEN
@@ -106,7 +106,7 @@ class EngineConfig:
     # Every figure measured with it says so (summary.json's context_window). {}: the own window.
     rope_scaling: dict[str, Any] = field(default_factory=dict)
     # The KV cache's element type (vLLM's kv_cache_dtype): auto (the model's dtype) or an FP8
-    # format; an axis of curves and comparisons (evals/kv_cache.py checks it before any engine).
+    # format; an axis of curves and comparisons (evals/pipeline/kv_cache.py checks it before any engine).
     kv_cache_dtype: str = "auto"
     # Any other vLLM engine argument, passed through unchanged.
     extra_args: dict[str, Any] = field(default_factory=dict)
@@ -161,7 +161,7 @@ class ReasoningConfig:
 class AcceptanceConfig:
     """Time the drafter at an acceptance set here instead of its own (vLLM's synthetic rejection
     sampler: each draft position accepted with a set probability, the drafter's drafting and the
-    target's verification computed as usual; evals/synthetic.py)."""
+    target's verification computed as usual; evals/pipeline/synthetic.py)."""
 
     # The marginal per-position rates (P(the first k+1 drafts accepted), one per draft position, as
     # vLLM's synthetic_acceptance_rates takes them), or a speculation_profile.json / run dir whose
@@ -175,7 +175,7 @@ class VerifyConfig:
     at a time; block, the drafts jointly as a block (Sun et al.; vLLM's Model Runner V2 only). And
     how a model drafter samples its drafts (vLLM's draft_sample_method): greedy, its argmax, taken
     as one-hot in verification; probabilistic, sampled, its probabilities kept for the ratio test.
-    draft_sampling is folded into drafter.sample_method when composed (evals/compose.py), so the
+    draft_sampling is folded into drafter.sample_method when composed (evals/pipeline/compose.py), so the
     two spellings are one run; null: the drafter's own."""
 
     method: str = "standard"
@@ -204,7 +204,7 @@ class RunConfig:
     # however many are in flight (runner=server).
     request_rate: float | None = None
     # Also run without speculation at each B (lossless check, measured speedup, T_verif(B)) and
-    # with a zero-cost proposer (T_verif(B*(1+D)), hence T_draft): see speclens/costs.py.
+    # with a zero-cost proposer (T_verif(B*(1+D)), hence T_draft): see speclens/figures/costs.py.
     baseline: bool = False
     # With baseline=true: run the speculative and plain passes this many times, interleaved; the
     # speedup is the median repeat's, with the range over all of them (null: once).
@@ -216,7 +216,7 @@ class RunConfig:
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     # Drafts accepted at set rates instead of measured (acceptance.synthetic): speed at any AL.
     acceptance: AcceptanceConfig = field(default_factory=AcceptanceConfig)
-    # How drafts are verified (evals/verify.py checks it before any engine).
+    # How drafts are verified (evals/pipeline/verify.py checks it before any engine).
     verify: VerifyConfig = field(default_factory=VerifyConfig)
     # Re-run even when the run dir already holds a finished run of this configuration.
     force: bool = False

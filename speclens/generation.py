@@ -104,7 +104,7 @@ class TurnResult:
     top2_margins: list[float] | None = None
     # The prompt it answered (set by the conversation runner; explaining a mismatch re-sends it).
     prompt_token_ids: tuple[int, ...] = ()
-    # Where its thinking ends (set after the pass where reasoning.* is configured; evals/reasoning.py).
+    # Where its thinking ends (set after the pass where reasoning.* is configured; evals/pipeline/reasoning.py).
     boundary: Boundary | None = None
     # Why it ended: "stop" (EOS or a stop string), "length" (max_tokens); None where the engine did not say.
     finish_reason: str | None = None
@@ -121,7 +121,7 @@ class EngineStep:
     # Tokens the target processed: prefill (chunks), decode tokens and draft tokens to verify.
     num_tokens: int
     num_draft_tokens: int
-    # The length bucket of the requests the step ran (evals/passes.py runs one length at a time
+    # The length bucket of the requests the step ran (evals/pipeline/passes.py runs one length at a time
     # where the prompts state several); None where the prompts state none.
     input_tokens: int | None = None
 

@@ -179,7 +179,7 @@ def engine_of(runner: str) -> str:
 SETTING_KEYS = {
     "config.engine.kv_cache_dtype": "kv_cache_dtype",
     "config.verify.method": "verify.method",
-    # verify.draft_sampling is stored as drafter.sample_method (evals/verify.py fold_draft_sampling).
+    # verify.draft_sampling is stored as drafter.sample_method (evals/pipeline/verify.py fold_draft_sampling).
     "config.drafter.sample_method": "verify.draft_sampling",
     "config.drafter.parallel_drafting": "drafter.parallel_drafting",
     # The checkpoints' weight quantization, from their config.json (stamp.json `quantization`).

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from speclens.errors import ConfigError
-from speclens.serve_file import plan_at_temperature
+from speclens.file_formats.serve_file import plan_at_temperature
 
 Schedule = list[list[int]]
 

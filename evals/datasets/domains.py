@@ -7,7 +7,7 @@ source's own category.
 
 from __future__ import annotations
 
-from speclens.metrics import length_label
+from speclens.figures.metrics import length_label
 
 # Source category (lower case) -> domain. Categories not listed are their own domain.
 SHARED_DOMAINS = {

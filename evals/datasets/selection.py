@@ -9,8 +9,8 @@ from collections import defaultdict
 from dataclasses import asdict
 
 from speclens.errors import ConfigError
+from speclens.figures.summary import RESERVED_GROUP_NAMES
 from speclens.generation import Prompt
-from speclens.summary import RESERVED_GROUP_NAMES
 
 
 def check_group_names(prompts: list[Prompt], source: str) -> None:

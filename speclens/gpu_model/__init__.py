@@ -8,7 +8,8 @@ acceptance speclens measures (docs/whatif.md).
 - `whatif`: the predicted speedup at each operating point, from AL and the share of passes that
   draft; `model_error`: its error held out by published source, and the interval it prints;
 - `calibrate`: the model fitted to a machine's measured step costs;
-- `guidelines`, `gpu_guidelines`: the draft-length guidelines from a config, and on a GPU.
+- `gpu_guidelines`: the draft-length guidelines on a GPU (from a config alone:
+  speclens/config_guidelines.py).
 
 It imports only the foundation's other modules; the commands on it are `evals.whatif`,
 `evals.guidelines` and `reports.build --gpu`.

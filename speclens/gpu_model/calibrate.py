@@ -11,7 +11,7 @@ error on every point and held out (the point left out of that fit only; the thre
 fitted on every T_verif point):
 
 - **the K=0 tax** (`fit_tax`): an undrafted step's cost beyond a plain one, T_idle(B) − T_verif(B)
-  (speclens/costs.py: speculation on, nothing proposed), a constant in ms, or linear in B where
+  (speclens/figures/costs.py: speculation on, nothing proposed), a constant in ms, or linear in B where
   three batch sizes or more were measured and the line predicts them held out better; never below
   0 (Efficiency's fields are costs). The error of a point: (T_verif(B) + the tax) / T_idle(B) − 1;
 - **T_draft** (`fit_draft`): for model drafters the per-pass overhead `draft_pass_overhead_ms`

@@ -16,10 +16,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.compose import compose_config
+from evals.pipeline.compose import compose_config
 from evals.run import run
 from reports.runs import find_runs
-from speclens.summary import read_summary
+from speclens.figures.summary import read_summary
 from tests.unit.conftest import fake_overrides, write_checkpoint, write_questions
 
 REPO = Path(__file__).resolve().parents[2]

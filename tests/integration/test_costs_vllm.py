@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from reports.ranking_tables import write_ranking
-from speclens.records import read_parquet
-from speclens.serve_file import SERVE_FILE, read_serve_file
+from speclens.file_formats.records import read_parquet
+from speclens.file_formats.serve_file import SERVE_FILE, read_serve_file
 from tests.fixtures.models import tiny_target
 from tests.integration.conftest import measure, tiny_overrides
 

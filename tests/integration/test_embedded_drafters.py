@@ -23,8 +23,8 @@ from evals.embedded_drafters import (
     training_set,
 )
 from evals.embedded_target import ensure_smollm2
-from speclens.drafter_build import describe_build, read_drafter_facts
-from speclens.run_files import read_outputs
+from speclens.file_formats.drafter_build import describe_build, read_drafter_facts
+from speclens.file_formats.run_files import read_outputs
 from tests.integration.conftest import measure
 
 REDUCED = BUDGETS["reduced"]
@@ -206,10 +206,10 @@ def test_the_parallel_draft_model_is_measured_at_each_d_and_stays_lossless(measu
     decoding's tokens (float32), and the replay from one pass equals each of them."""
     import shutil
 
-    from evals.compose import compose_config
+    from evals.pipeline.compose import compose_config
     from evals.replay import replay
     from reports.curves import collect
-    from speclens.summary import read_replay
+    from speclens.figures.summary import read_replay
 
     mechanism = "draft_model_parallel"
     built, trained_dir, _ = measured(mechanism)
@@ -273,10 +273,10 @@ def test_the_heads_curve_replayed_from_one_pass_is_the_measured_runs(measured, p
     difference only where the replay counted a near-tie), and drawn with them, each by source."""
     import shutil
 
-    from evals.compose import compose_config
+    from evals.pipeline.compose import compose_config
     from evals.replay import replay
     from reports.curves import collect
-    from speclens.summary import read_replay
+    from speclens.figures.summary import read_replay
 
     mechanism = "eagle3"
     built, trained_dir, _ = measured(mechanism)

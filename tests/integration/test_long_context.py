@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from speclens.records import read_parquet
+from speclens.file_formats.records import read_parquet
 from tests.fixtures.models import tiny_target
 from tests.integration.conftest import measure, requests_of
 from tests.integration.test_tiny_models import assert_records_sum_to_counters

@@ -18,7 +18,7 @@ from reports.compare import compare
 from reports.runs import find_runs
 from reports.settings import setting_pairs
 from reports.speedup_ranking import rank
-from speclens.whatif_file import read_whatif_file
+from speclens.file_formats.whatif_file import read_whatif_file
 from tests.integration.conftest import measure
 from tests.integration.shared_runs import SMOLLM2_NGRAM
 

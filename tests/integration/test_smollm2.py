@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from reports.explain import explain
-from speclens.run_files import read_outputs
+from speclens.file_formats.run_files import read_outputs
 from tests.integration.conftest import measure, requests_of, steps_of
 
 D = 3

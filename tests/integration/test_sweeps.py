@@ -10,14 +10,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.compose import compose_config
+from evals.pipeline.compose import compose_config
 from evals.replay import replay
 from reports.curves import collect
 from tests.fixtures.models import random_eagle3_head, tiny_draft, tiny_target
 from tests.integration.conftest import measure, tiny_overrides
 
 REPO = Path(__file__).resolve().parents[2]
-# Exact: every run here is float32, where greedy outputs are plain decoding's (speclens/summary.py
+# Exact: every run here is float32, where greedy outputs are plain decoding's (speclens/figures/summary.py
 # Numerics), so the replay sees the measured run's tokens; only float rounding of the means differs.
 TOLERANCE = 1e-12
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from speclens.file_formats.records import read_parquet
 from speclens.machine import fp8_kv_cache_isa
-from speclens.records import read_parquet
 from tests.fixtures.models import random_eagle3_head, tiny_draft, tiny_target
 from tests.integration.conftest import measure, requests_of, steps_of, tiny_overrides
 
@@ -132,7 +132,7 @@ def _sampled_self_draft_al(target: Path, out: Path, fix_enabled: bool) -> float:
 import json, os, sys
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 os.environ["VLLM_CPU_KVCACHE_SPACE"] = "1"
-from evals.conversation import run_conversations
+from evals.pipeline.conversation import run_conversations
 from evals.datasets import load_prompts
 from evals.datasets.mt_bench import MtBenchConfig
 from speclens.generation import SamplingSpec

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.compose import compose_config
+from evals.pipeline.compose import compose_config
 from runners import fake_engine
 
 

@@ -12,7 +12,7 @@ import pytest
 from evals.run import run
 from runners.fake_engine import chat_token_ids
 from speclens.errors import ConfigError
-from speclens.records import read_parquet
+from speclens.file_formats.records import read_parquet
 from tests.fixtures.trajectories import TOOLS, messages, openai_row, speed_bench_row, write_rows
 from tests.unit.conftest import compose_run, write_checkpoint, write_script
 

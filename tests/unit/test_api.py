@@ -12,7 +12,7 @@ import pytest
 import speclens
 from evals.run import run
 from speclens.errors import SpeclensError
-from speclens.summary import SUMMARY_VERSION
+from speclens.figures.summary import SUMMARY_VERSION
 from tests.unit.conftest import compose_run, fake_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,8 +93,6 @@ def test_reading_what_is_not_a_finished_run_is_one_line(tmp_path):
 
 
 def test_the_foundation_stays_light_to_import():
-    code = (
-        "import speclens.errors, speclens.config, sys; print(sorted({'pandas', 'speclens.reading'} & set(sys.modules)))"
-    )
+    code = "import speclens.errors, speclens.config, sys; print(sorted({'pandas', 'speclens.file_formats.reading'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -18,12 +18,12 @@ import pytest
 from evals.run import run
 from evals.whatif import build, main
 from evals.whatif_calibration import calibration_steps, fitted_beside_line
+from speclens.file_formats.whatif_file import read_whatif_file
 from speclens.gpu_model import calibrate
 from speclens.gpu_model.calibrate import Drafted, Fit, Undrafted
 from speclens.gpu_model.draft_cost import draft_ms, head_shape
 from speclens.gpu_model.model_shape import shape_of
 from speclens.gpu_model.step_cost import Efficiency
-from speclens.whatif_file import read_whatif_file
 from tests.unit.conftest import compose_run, fake_overrides
 from tests.unit.test_k0_tax import as_version_11
 

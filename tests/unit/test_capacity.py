@@ -1,13 +1,13 @@
-"""What long prompts ask of the engine, settled before it starts (evals/capacity.py): the window and
+"""What long prompts ask of the engine, settled before it starts (evals/pipeline/capacity.py): the window and
 a named extension, max_model_len fitted to the longest prompt, the KV cache B requests need."""
 
 from __future__ import annotations
 
 import pytest
 
-from evals import capacity
-from evals.compose import to_run_config
-from evals.plan import make_plan
+from evals.pipeline import capacity
+from evals.pipeline.compose import to_run_config
+from evals.pipeline.plan import make_plan
 from evals.run import run
 from runners.vllm_runner import engine_args
 from speclens.errors import ConfigError
@@ -183,7 +183,7 @@ def test_kv_bytes_per_token_count_every_layer_at_the_engine_dtype_and_fp8_kv(smo
 def test_a_kv_cache_set_too_small_is_refused_naming_both_numbers_and_the_key(tmp_path, smollm2, no_engine, monkeypatch):  # noqa: F811
     """On vLLM's CPU build, named as the device whichever vLLM this venv holds (make gpu-check runs
     the unit suite under the CUDA build, which keeps the KV cache on a GPU)."""
-    from evals import plan
+    from evals.pipeline import plan
 
     monkeypatch.setattr(plan, "engine_device", lambda runner, cfg: "cpu")
     cfg = long_context(

@@ -12,7 +12,7 @@ import pytest
 
 from reports import plotly_charts
 from reports.curves import CURVE_COLUMNS
-from speclens.metrics import PositionBin
+from speclens.figures.metrics import PositionBin
 from tests.unit.test_commands_fake import check_golden
 
 

@@ -105,8 +105,8 @@ def test_hub_checkpoints_come_down_as_published_from_a_hub_standin(tmp_path):
 def test_a_checkpoint_only_its_own_code_defines_is_refused_until_its_code_is_trusted(tmp_path):
     import pytest
 
-    from evals.compose import to_run_config
-    from evals.plan import make_plan as plan_of
+    from evals.pipeline.compose import to_run_config
+    from evals.pipeline.plan import make_plan as plan_of
     from speclens.errors import ConfigError
     from tests.unit.conftest import compose_run, fake_overrides
     from tests.unit.test_commands_fake import ROWS

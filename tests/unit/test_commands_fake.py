@@ -12,8 +12,8 @@ import pytest
 from evals.run import run
 from reports.table import result_table
 from speclens.errors import ConfigError, CorruptRecord, MeasurementError, exit_status
-from speclens.records import read_parquet
-from speclens.summary import read_summary
+from speclens.figures.summary import read_summary
+from speclens.file_formats.records import read_parquet
 from tests.unit.conftest import compose_run, fake_overrides, write_checkpoint
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
@@ -277,7 +277,7 @@ def test_a_target_changed_in_place_is_measured_again(tmp_path, capsys):
 
 
 def test_a_second_process_is_refused_naming_the_holder(tmp_path):
-    from evals.run_dir import claimed
+    from evals.pipeline.run_dir import claimed
 
     with claimed(tmp_path / "run"):
         with pytest.raises(ConfigError, match=rf"run is being measured by another process \(pid {os.getpid()}\)"):

@@ -8,14 +8,14 @@ from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from drafters import REGISTRY as DRAFTERS
-from evals.compose import (
+from evals.datasets import DATASETS
+from evals.pipeline.compose import (
     CONF_DIR,
     components,
     compose_config,
     register_configs,
     to_run_config,
 )
-from evals.datasets import DATASETS
 from runners.registry import RUNNERS, runner_of
 from speclens.config import (
     LOGGERS,
@@ -77,7 +77,7 @@ def test_help_is_speclens_own_page(command, first):
     import sys
     from pathlib import Path
 
-    from evals.compose import components
+    from evals.pipeline.compose import components
 
     repo = Path(__file__).resolve().parents[2]
     page = subprocess.run(

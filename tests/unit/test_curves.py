@@ -13,7 +13,7 @@ from evals.run import run
 from reports.curves import collect, write_curves
 from reports.curves import main as curves_main
 from speclens.errors import SpeclensError
-from speclens.serve_file import SERVE_FILE, read_serve_file
+from speclens.file_formats.serve_file import SERVE_FILE, read_serve_file
 from tests.unit.conftest import compose_run, fake_overrides
 from tests.unit.test_commands_fake import ROWS, check_golden
 

@@ -1,11 +1,11 @@
-"""Each diagnostic (speclens/diagnostics.py) on a planted case, and silence on a clean run."""
+"""Each diagnostic (speclens/figures/diagnostics.py) on a planted case, and silence on a clean run."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from speclens.diagnostics import LOOP_NGRAM, RunFacts, diagnose, loops
+from speclens.figures.diagnostics import LOOP_NGRAM, RunFacts, diagnose, loops
 
 
 def facts(**changes) -> RunFacts:

@@ -153,8 +153,8 @@ def test_dspark_on_a_build_without_triton_says_why(tmp_path, monkeypatch, has_tr
 
 
 def test_the_embedded_head_drafting_in_parallel_is_refused_before_anything_is_built(monkeypatch):
-    from evals import plan as plan_module
-    from evals.compose import compose_config, to_run_config
+    from evals.pipeline import plan as plan_module
+    from evals.pipeline.compose import compose_config, to_run_config
 
     monkeypatch.setattr(plan_module, "ensure_drafter", lambda *a, **k: pytest.fail("built a drafter"))
     cfg = to_run_config(compose_config(["drafter=eagle3", "drafter.parallel_drafting=true"]))
@@ -181,8 +181,8 @@ def test_mlp_speculator_is_refused_with_the_reason(tmp_path):
 def test_the_embedded_target_drafts_with_its_own_built_drafter_when_drafter_model_is_unset(
     monkeypatch, tmp_path, overrides, build
 ):
-    from evals import plan as plan_module
-    from evals.compose import compose_config, to_run_config
+    from evals.pipeline import plan as plan_module
+    from evals.pipeline.compose import compose_config, to_run_config
 
     name = overrides[0].split("=")[1]
     built = write_checkpoint(tmp_path / f"built-{build}")
@@ -240,7 +240,7 @@ def _build_facts(**overrides) -> dict:
     from dataclasses import asdict
 
     from drafters.training.eagle3_head import HeadPlan
-    from speclens.drafter_build import DRAFTER_FACTS_VERSION
+    from speclens.file_formats.drafter_build import DRAFTER_FACTS_VERSION
 
     facts = {
         "version": DRAFTER_FACTS_VERSION,
@@ -266,7 +266,7 @@ def _build_facts(**overrides) -> dict:
 def test_a_damaged_build_record_in_a_stamp_is_said_to_be_unreadable(damaged):
     """The report describes the build a run's stamp carries; a stamp from outside may hold anything
     there (found by tests/unit/test_fuzz_commands.py)."""
-    from speclens.drafter_build import describe_build
+    from speclens.file_formats.drafter_build import describe_build
 
     assert describe_build(damaged) == "a build record speclens cannot read (damaged or written by another tool)"
 
@@ -275,7 +275,7 @@ def test_a_build_record_is_described_in_one_line_and_listed_by_evals_drafters(mo
     import json
 
     from evals.embedded_drafters import drafter_dir
-    from speclens.drafter_build import DRAFTER_FACTS_FILE, describe_build
+    from speclens.file_formats.drafter_build import DRAFTER_FACTS_FILE, describe_build
 
     assert describe_build(_build_facts()) == (
         "eagle3 for SmolLM2-135M-Instruct built by speclens with speculators 0.9.0: speclens-selfdistill-v1 "
@@ -313,13 +313,13 @@ def test_a_build_record_is_described_in_one_line_and_listed_by_evals_drafters(mo
 def test_a_build_record_of_another_version_is_refused_with_the_fix_and_is_not_current(tmp_path):
     import json
 
-    from speclens.drafter_build import (
+    from speclens.errors import CorruptRecord
+    from speclens.file_formats.drafter_build import (
         DRAFTER_FACTS_FILE,
         DRAFTER_FACTS_VERSION,
         is_current_build,
         read_drafter_facts,
     )
-    from speclens.errors import CorruptRecord
 
     assert read_drafter_facts(tmp_path) is None
     assert not is_current_build(tmp_path)
@@ -347,7 +347,7 @@ def test_ensure_drafter_builds_again_only_a_drafter_of_another_builder_version_o
     from drafters.training.eagle3_head import HeadPlan
     from evals import embedded_drafters
     from evals.embedded_drafters import BUDGETS, drafter_dir, ensure_drafter
-    from speclens.drafter_build import DRAFTER_FACTS_FILE
+    from speclens.file_formats.drafter_build import DRAFTER_FACTS_FILE
 
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
     folder = drafter_dir("eagle3", "reduced")
@@ -412,7 +412,7 @@ def test_an_unreadable_build_record_is_refused_in_one_line_not_rebuilt(monkeypat
 
     from evals import embedded_drafters
     from evals.embedded_drafters import drafter_dir, main
-    from speclens.drafter_build import DRAFTER_FACTS_FILE
+    from speclens.file_formats.drafter_build import DRAFTER_FACTS_FILE
 
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
     folder = drafter_dir("eagle3", "reduced")
@@ -444,8 +444,8 @@ def _safetensors(path, tensors: dict[str, bytes]) -> None:
 
 def test_truncated_weights_are_refused_before_vllm_naming_the_drafter_and_how_to_rebuild_it(tmp_path):
     from drafters.checkpoint_drafter import check_weights
-    from speclens.drafter_build import DRAFTER_FACTS_FILE
     from speclens.errors import ConfigError
+    from speclens.file_formats.drafter_build import DRAFTER_FACTS_FILE
     from speclens.weights import safetensors_problem
 
     folder = tmp_path / "head"
@@ -490,7 +490,7 @@ def test_a_head_folder_without_weights_is_refused_before_an_engine_loads_it(tmp_
 def test_the_fake_runner_never_builds_the_embedded_drafters(monkeypatch, capsys, tmp_path):
     """issue 50, part 9: `runner=fake drafter=eagle3` on the embedded target is one line, not a
     14-minute head build, and leaves no run dir."""
-    from evals import plan as plan_module
+    from evals.pipeline import plan as plan_module
     from evals.run import main
 
     monkeypatch.setattr(plan_module, "ensure_drafter", lambda *a, **k: pytest.fail("built a drafter"))

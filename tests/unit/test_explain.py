@@ -11,7 +11,7 @@ import pytest
 from reports import explain
 from speclens.attribution import Tally, split_difference
 from speclens.errors import SpeclensError
-from speclens.peer_exports import read_peer_export
+from speclens.file_formats.peer_exports import read_peer_export
 from tests.unit.test_commands_fake import ROWS, SCRIPT, fake_run
 
 PEERS = Path(__file__).resolve().parents[1] / "data" / "peers"

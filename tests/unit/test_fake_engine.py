@@ -18,13 +18,13 @@ import pytest
 
 from evals.cli import COMMANDS
 from evals.cli import main as speclens_main
-from evals.compose import compose_config
+from evals.pipeline.compose import compose_config
 from evals.replay import replay
 from evals.run import run
 from evals.selfcheck import selfcheck
 from speclens.errors import ConfigError
-from speclens.records import read_parquet, write_parquet
-from speclens.summary import read_replay, read_summary
+from speclens.figures.summary import read_replay, read_summary
+from speclens.file_formats.records import read_parquet, write_parquet
 from tests.unit.conftest import fake_overrides, write_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,9 +11,8 @@ import json
 import pytest
 
 from speclens.errors import CorruptRecord
-from speclens.run_files import FAILURE_FILE, read_failure, record_failure
-from speclens.schedule import read_schedule
-from speclens.serve_file import (
+from speclens.file_formats.run_files import FAILURE_FILE, read_failure, record_failure
+from speclens.file_formats.serve_file import (
     SERVE_FILE,
     context_table_beside,
     mode_plans,
@@ -21,7 +20,8 @@ from speclens.serve_file import (
     read_serve_file,
     write_serve_file,
 )
-from speclens.whatif_file import WHATIF_FILE, read_whatif_file, write_whatif_file
+from speclens.file_formats.whatif_file import WHATIF_FILE, read_whatif_file, write_whatif_file
+from speclens.schedule import read_schedule
 
 
 def plan(temperature: float, k: int, lengths: bool = False) -> dict:

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from reports.table import numerics_line
 from runners.gpu_facts import attention_backends, gpu_facts
-from speclens.summary import Numerics
+from speclens.figures.summary import Numerics
 from tests.unit.test_curves import sweep
 
 

@@ -100,7 +100,7 @@ def test_api1_staging_and_failed_attempt_dirs_are_not_runs_to_the_reader_or_the_
     import shutil
 
     from reports.runs import find_runs
-    from speclens.run_files import FAILED_ATTEMPT, STAGING_PREFIX
+    from speclens.file_formats.run_files import FAILED_ATTEMPT, STAGING_PREFIX
 
     steps = len(speclens.read_sweep(fake_run).steps)
     shutil.copytree(fake_run, fake_run / f"{STAGING_PREFIX}4242", ignore=shutil.ignore_patterns(".incoming-*"))
@@ -351,7 +351,7 @@ def test_pf1_many_categories_draw_a_bounded_number_of_pngs(tmp_path):
 
 @pytest.mark.parametrize("file, value", [("steps.parquet", float("nan")), ("requests.parquet", float("inf"))])
 def test_p1_records_holding_a_non_finite_figure_are_corrupt(fake_run, file, value):
-    from speclens.records import read_parquet, write_parquet
+    from speclens.file_formats.records import read_parquet, write_parquet
 
     path = fake_run / file
     frame = read_parquet(path)

@@ -1,4 +1,4 @@
-"""The K=0 tax (speclens/costs.py): the idle pass (speculation on at D, nothing proposed) beside plain
+"""The K=0 tax (speclens/figures/costs.py): the idle pass (speculation on at D, nothing proposed) beside plain
 decoding, against hand-computed values from the fake engine's scripted step times
 (runners.fake_engine.linear_cost: 10 ms per step + 1 ms per token processed + 2 ms per drafted token
 in the drafter's pass + runner.idle_ms per step of the idle pass)."""
@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from evals.passes import IDLE_NEEDS_STEPS, IDLE_NOT_ON_V2, idle_spec
+from evals.pipeline.passes import IDLE_NEEDS_STEPS, IDLE_NOT_ON_V2, idle_spec
 from evals.run import run
 from reports.table import operating_point_line
 from runners import fake_engine
 from runners.zero_cost_proposer import IDLE_CLASS_PATH, IdleProposer
-from speclens import costs
-from speclens.costs import StepTiming
-from speclens.records import read_parquet
-from speclens.summary import SUMMARY_VERSION, read_summary
+from speclens.figures import costs
+from speclens.figures.costs import StepTiming
+from speclens.figures.summary import SUMMARY_VERSION, read_summary
+from speclens.file_formats.records import read_parquet
 from tests.unit.conftest import compose_run, fake_overrides
 
 PROMPTS = [

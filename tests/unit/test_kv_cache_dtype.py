@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from evals import kv_cache, plan
-from evals.compose import to_run_config
+from evals.pipeline import kv_cache, plan
+from evals.pipeline.compose import to_run_config
 from evals.run import run
 from runners.server_runner import server_flags
 from runners.vllm_runner import engine_args

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from speclens.figures.latency import latency_of
 from speclens.generation import TurnResult
-from speclens.latency import latency_of
 
 
 def result(tokens: int, ttft_s: float, e2e_s: float, gaps: list[float]) -> TurnResult:

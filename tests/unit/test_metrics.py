@@ -6,7 +6,7 @@ Request A (domain x) accepted 3, 1, 0 of d=3; request B (domain y) accepted 2, 2
 import pandas as pd
 import pytest
 
-from speclens import metrics
+from speclens.figures import metrics
 from speclens.generation import SpecCounters
 
 D = 3
@@ -122,7 +122,7 @@ def test_the_near_tie_bound_is_four_ulps_of_a_top_logit_in_each_dtype():
 def test_a_later_turn_carrying_a_parted_answer_follows_that_turn():
     """Turn 1 carries turn 0's answer: where turn 0 parted at a near-tie, turn 1's prompts differ and
     its mismatch is that one's consequence, neither a near-tie nor a divergence of its own."""
-    from evals.summarise import lossless
+    from evals.pipeline.summarise import lossless
     from speclens.generation import TurnResult
 
     def result(turn: int, prompt: tuple, out: list) -> TurnResult:

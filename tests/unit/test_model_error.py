@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from speclens.file_formats.whatif_file import read_whatif_file
 from speclens.gpu_model.model_error import HELD_OUT, UNSCORED_WIDENING, case_error, held_out, leave_one_source_out
 from speclens.gpu_model.step_cost import Efficiency
-from speclens.whatif_file import read_whatif_file
 
 DATA = json.loads((Path(__file__).resolve().parents[1] / "data" / "published_speedups.json").read_text())
 

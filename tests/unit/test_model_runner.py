@@ -1,11 +1,11 @@
 """Which vLLM model runner a run is computed on (runners/model_runner.py): the choice, its refusals,
-and the verify pass that follows it (evals/passes.py zero_cost_spec)."""
+and the verify pass that follows it (evals/pipeline/passes.py zero_cost_spec)."""
 
 from __future__ import annotations
 
 import pytest
 
-from evals.passes import zero_cost_spec
+from evals.pipeline.passes import zero_cost_spec
 from runners.model_runner import V1_ONLY_METHODS, check_shared, choose, runner_in_use
 from runners.zero_cost_proposer import CLASS_PATH
 from speclens.errors import ConfigError
@@ -55,7 +55,7 @@ def test_the_runner_in_use_is_read_from_the_workers_model_runner_class():
 
 
 def test_a_launched_server_gets_the_runner_asked_for_and_an_attached_one_cannot(tmp_path):
-    from evals.compose import to_run_config
+    from evals.pipeline.compose import to_run_config
     from runners.server_runner import check_support, numerics_env
     from tests.unit.conftest import compose_run, fake_overrides
     from tests.unit.test_commands_fake import ROWS

@@ -104,7 +104,7 @@ def test_the_module_map_names_every_module_and_nothing_else():
 
 def test_modules_on_disk_follow_the_init_rule():
     modules = modules_on_disk()
-    assert "evals/plan.py" in modules
+    assert "evals/pipeline/plan.py" in modules
     assert "evals/datasets/selection.py" in modules
     assert "speclens/gpu_model/step_cost.py" in modules
     assert "benchmarks/synthetic_grid.py" in modules
@@ -135,29 +135,29 @@ def test_the_map_section_stops_at_the_next_heading_and_reads_first_cells_only():
             "### `evals/` — pipeline",
             "| module | purpose |",
             "| --- | --- |",
-            "| `evals/plan.py` | checks, also `evals/stamp.py` named in a description |",
+            "| `evals/pipeline/plan.py` | checks, also `evals/pipeline/stamp.py` named in a description |",
             "| `conf/config.yaml` | not a module |",
             "| `tests/layers.py` | not a project package |",
             "| `evals/datasets/` | a folder, not a module |",
             "### `drafters/training/` — sub-package",
             "| `drafters/training/corpus.py` | prompts |",
             "## Design choices",
-            "| `evals/measure.py` | after the map: not counted |",
+            "| `evals/pipeline/measure.py` | after the map: not counted |",
         ]
     )
-    assert mapped_modules(map_section(doc)) == ["evals/plan.py", "drafters/training/corpus.py"]
+    assert mapped_modules(map_section(doc)) == ["evals/pipeline/plan.py", "drafters/training/corpus.py"]
 
 
 def test_a_planted_unmapped_module_and_a_planted_stale_row_are_found():
     # Paths built from parts, so that tests/unit/test_docs_paths.py does not read them as stale pointers.
     unmapped = "/".join(("evals", "planted_module.py"))
     stale = "/".join(("runners", "planted_gone.py"))
-    modules = ["evals/plan.py", "drafters/base.py", unmapped]
+    modules = ["evals/pipeline/plan.py", "drafters/base.py", unmapped]
     map_text = "\n".join(
         [
             "| module | purpose |",
             "| --- | --- |",
-            "| `evals/plan.py` | checks |",
+            "| `evals/pipeline/plan.py` | checks |",
             "| `drafters/base.py` | the drafter base |",
             f"| `{stale}` | a module since removed |",
         ]
@@ -168,12 +168,14 @@ def test_a_planted_unmapped_module_and_a_planted_stale_row_are_found():
     assert real.unmapped == [unmapped]
     assert real.stale == []
     # A module removed from disk leaves its row stale.
-    without_plan = [m for m in modules_on_disk() if m != "evals/plan.py"]
-    assert map_differences(map_section(DOC.read_text(encoding="utf-8")), without_plan).stale == ["evals/plan.py"]
+    without_plan = [m for m in modules_on_disk() if m != "evals/pipeline/plan.py"]
+    assert map_differences(map_section(DOC.read_text(encoding="utf-8")), without_plan).stale == [
+        "evals/pipeline/plan.py"
+    ]
 
 
 def test_a_module_named_twice_is_found():
-    map_text = "| `evals/plan.py` | checks |\n| `evals/plan.py` | the same, again |\n"
-    assert map_differences(map_text, ["evals/plan.py"]) == Differences(
-        unmapped=[], stale=[], repeated=["evals/plan.py"]
+    map_text = "| `evals/pipeline/plan.py` | checks |\n| `evals/pipeline/plan.py` | the same, again |\n"
+    assert map_differences(map_text, ["evals/pipeline/plan.py"]) == Differences(
+        unmapped=[], stale=[], repeated=["evals/pipeline/plan.py"]
     )

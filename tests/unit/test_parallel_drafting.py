@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from evals import plan
-from evals.compose import run_fingerprint, to_run_config
+from evals.pipeline import plan
+from evals.pipeline.compose import run_fingerprint, to_run_config
 from evals.run import run
 from reports.curves import collect
 from speclens.errors import ConfigError
@@ -73,7 +73,7 @@ def test_each_d_is_measured_and_the_profile_says_so(tmp_path):
     serial = json.loads((sweep / "serial" / "speculation_profile.json").read_text())["profiles"][0]
     assert serial["measured_per_k"] is False and list(serial["acceptance_length_by_k"]) == ["1", "2", "3"]
 
-    from evals.compose import compose_config
+    from evals.pipeline.compose import compose_config
     from evals.replay import replay
 
     # its first k drafts do not depend on D >= k (causal over the masks): replayed from its mask

@@ -11,7 +11,7 @@ import pytest
 
 from evals.run import run
 from speclens.errors import CorruptRecord
-from speclens.profile_file import PROFILE_FILE, read_profiles
+from speclens.file_formats.profile_file import PROFILE_FILE, read_profiles
 from tests.unit.conftest import compose_run, fake_overrides
 
 ROWS = [{"question_id": f"q{i}", "category": "coding", "turns": [f"write code {i}"]} for i in range(3)]

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from evals import plan
-from evals.compose import to_run_config
+from evals.pipeline import plan
+from evals.pipeline.compose import to_run_config
 from evals.run import main as run_main
 from evals.run import run
 from speclens.errors import ConfigError

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.compose import MAX_REPEATS, MIN_REQUEST_RATE, compose_config, to_run_config
+from evals.pipeline.compose import MAX_REPEATS, MIN_REQUEST_RATE, compose_config, to_run_config
 from evals.replay import replay
 from evals.run import run
 from reports.curves import collect, safe_name, write_curves

@@ -18,12 +18,12 @@ from evals.sweep_report import gather_profiles
 from reports.gpu_prediction import prediction_rows
 from reports.ranking_tables import LENGTH_RANKING_FILE, write_rankings
 from reports.runs import find_runs
+from speclens.figures.summary import read_summary
+from speclens.file_formats.profile_file import CONTEXT_TABLE_KEY, PROFILE_FILE
+from speclens.file_formats.serve_file import SERVE_FILE, read_serve_file
 from speclens.gpu_model.gpus import gpu_named
 from speclens.gpu_model.step_cost import Hardware
 from speclens.gpu_model.whatif import length_ranges, nearest_length
-from speclens.profile_file import CONTEXT_TABLE_KEY, PROFILE_FILE
-from speclens.serve_file import SERVE_FILE, read_serve_file
-from speclens.summary import read_summary
 from tests.unit.conftest import compose_run, fake_overrides, write_script
 from tests.unit.test_curves import accepted_script
 from tests.unit.test_long_context import smollm2  # noqa: F401 (the embedded target, shared)

@@ -9,7 +9,7 @@ import pytest
 
 from runners.fake_engine import decode, output_token
 from speclens.errors import ConfigError
-from speclens.records import read_parquet
+from speclens.file_formats.records import read_parquet
 from speclens.segments import ANSWER, THINKING, Boundary, passes_by_segment, step_segment, text_boundary
 from tests.unit.test_commands_fake import fake_run
 
@@ -250,12 +250,12 @@ def test_chat_template_kwargs_render_into_the_prompt(think_tokenizer, tmp_path):
 
 
 def test_chat_template_kwargs_a_template_ignores_are_warned_about(think_tokenizer, tmp_path, capsys):
-    from evals.reasoning import check_template_kwargs
+    from evals.pipeline.reasoning import check_template_kwargs
     from runners.chat import ChatTokenizer
     from tests.unit.conftest import compose_run
 
     cfg_dict = compose_run("runner=fake", "+chat_template_kwargs.enable_thinking=false")
-    from evals.compose import to_run_config
+    from evals.pipeline.compose import to_run_config
 
     cfg = to_run_config(cfg_dict)
     messages = [{"role": "user", "content": "hello"}]
@@ -286,7 +286,7 @@ def test_speculation_profiles_per_segment_match_the_summary(tmp_path):
 
 def test_wandb_gets_the_segment_figures(tmp_path):
     from reports.wandb_log import summary_figures
-    from speclens.summary import read_summary
+    from speclens.figures.summary import read_summary
 
     summary, out, _ = fake_run(tmp_path, f"reasoning.end={END}")
     flat = summary_figures(read_summary(out))
@@ -298,8 +298,8 @@ def test_wandb_gets_the_segment_figures(tmp_path):
 def test_a_target_without_a_chat_template_is_refused_unless_one_is_named(think_tokenizer, tmp_path):
     """Chat prompts sent untemplated measure AL on another input than the target serves: refused in
     one line; target.chat_template names a Jinja file to use, or `plain` keeps the turns as text."""
-    from evals.compose import to_run_config
-    from evals.plan import check_chat_template_file, check_has_template
+    from evals.pipeline.compose import to_run_config
+    from evals.pipeline.plan import check_chat_template_file, check_has_template
     from runners.chat import ChatTokenizer
     from tests.unit.conftest import compose_run, fake_overrides
     from tests.unit.test_commands_fake import ROWS

@@ -169,7 +169,7 @@ def test_the_report_shows_each_speedup_account_closing(tmp_path):
 def test_the_run_stamp_names_how_speclens_built_the_draft(tmp_path):
     import json
 
-    from speclens.drafter_build import DRAFTER_FACTS_FILE, describe_build
+    from speclens.file_formats.drafter_build import DRAFTER_FACTS_FILE, describe_build
     from tests.unit.conftest import write_checkpoint
     from tests.unit.test_drafters import _build_facts
 

@@ -9,7 +9,7 @@ import pytest
 from evals.run import run
 from reports.table import numerics_line, result_table
 from speclens.config import config_fingerprint
-from speclens.summary import Numerics, read_summary
+from speclens.figures.summary import Numerics, read_summary
 from tests.unit.conftest import compose_run, fake_overrides
 
 ROWS = [{"question_id": "q1", "category": "coding", "turns": ["write code"]}]
@@ -72,7 +72,7 @@ def test_keys_added_later_enter_the_fingerprint_only_when_set():
 
 
 def test_batch_invariant_kernels_are_refused_on_a_cpu_build_with_the_reason(tmp_path, monkeypatch):
-    from evals.compose import to_run_config
+    from evals.pipeline.compose import to_run_config
     from runners import vllm_runner
     from speclens.errors import ConfigError
 
@@ -93,7 +93,7 @@ def test_batch_invariant_kernels_are_refused_on_a_cpu_build_with_the_reason(tmp_
 
 
 def test_a_launched_server_computes_on_the_threads_the_in_process_engine_would(tmp_path, monkeypatch):
-    from evals.compose import to_run_config
+    from evals.pipeline.compose import to_run_config
     from runners.server_runner import numerics_env, parse_cpus
 
     cfg = to_run_config(compose_run(*fake_overrides(tmp_path, ROWS), "runner=server"))
@@ -108,7 +108,7 @@ def test_a_launched_server_computes_on_the_threads_the_in_process_engine_would(t
 
 
 def test_batch_invariant_kernels_cannot_be_asked_of_an_attached_server(tmp_path):
-    from evals.compose import to_run_config
+    from evals.pipeline.compose import to_run_config
     from runners.server_runner import check_support
     from speclens.errors import ConfigError
 
@@ -141,8 +141,8 @@ def test_batch_invariant_kernels_cannot_be_asked_of_an_attached_server(tmp_path)
 def test_a_bf16_target_is_fitted_to_float32_where_this_cpu_has_no_native_bf16(
     tmp_path, monkeypatch, runner, native, fitted
 ):
-    from evals import plan
-    from evals.compose import to_run_config
+    from evals.pipeline import plan
+    from evals.pipeline.compose import to_run_config
     from runners.registry import runner_of
     from speclens.model_facts import ModelFacts
 

@@ -124,7 +124,7 @@ def test_a_schema2_night_is_a_nightly_baseline(schema2, tmp_path, capsys):
 
 def test_the_reader_migrates_every_earlier_summary_and_refuses_a_newer_one(schema2):
     from speclens.errors import SpeclensError
-    from speclens.summary import SUMMARY_VERSION, read_summary
+    from speclens.figures.summary import SUMMARY_VERSION, read_summary
 
     run_dir = schema2 / "baseline" / "drafter=ngram,d=3"
     summary = read_summary(run_dir)
@@ -147,12 +147,12 @@ def test_the_reader_migrates_every_earlier_summary_and_refuses_a_newer_one(schem
 def test_a_run_measured_by_the_schema2_release_is_recognised_as_the_same_configuration(schema2):
     """The skip-on-rerun fingerprint is unchanged by the reshape (components are named by their
     registry key now, not by a config `name`): a sweep resumed by today's code skips those jobs."""
-    from evals.capacity import check_kv_cache
-    from evals.compose import compose_config, run_fingerprint, to_run_config
-    from evals.plan import fit_engine_defaults
+    from evals.pipeline.capacity import check_kv_cache
+    from evals.pipeline.compose import compose_config, run_fingerprint, to_run_config
+    from evals.pipeline.plan import fit_engine_defaults
     from runners.registry import runner_of
+    from speclens.figures.summary import read_summary
     from speclens.model_facts import ModelFacts
-    from speclens.summary import read_summary
 
     # The overrides the schema-2 runs were made with (their paths, before tests/data rewrote them).
     for drafter, d in (("ngram", 1), ("ngram", 3), ("suffix", 3)):

@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from evals.compose import compose_config, job_dirname
 from evals.embedded_target import ensure_smollm2
+from evals.pipeline.compose import compose_config, job_dirname
 from evals.run import run
 from evals.sweep_report import redact_saved_config
 from speclens.errors import ConfigError, MeasurementError, exit_status, user_message
-from speclens.records import read_parquet
+from speclens.file_formats.records import read_parquet
+from speclens.file_formats.run_files import record_failure
 from speclens.redact import redact_overrides
-from speclens.run_files import record_failure
 from tests.unit.conftest import write_checkpoint, write_questions
 from tests.unit.test_server_dialects import Scripted
 from tests.unit.test_server_runner import ROWS, D, FakeVllm, Handler

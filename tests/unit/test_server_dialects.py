@@ -26,12 +26,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from evals.compose import compose_config
 from evals.embedded_target import ensure_smollm2
+from evals.pipeline.compose import compose_config
 from evals.run import run
 from speclens.errors import ConfigError, MeasurementError, exit_status
-from speclens.records import read_parquet
-from speclens.summary import read_summary
+from speclens.figures.summary import read_summary
+from speclens.file_formats.records import read_parquet
 from tests.unit.conftest import write_questions
 from tests.unit.test_server_runner import FakeVllm
 

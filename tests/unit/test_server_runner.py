@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from evals.compose import compose_config
 from evals.embedded_target import ensure_smollm2
+from evals.pipeline.compose import compose_config
 from evals.run import run
 from runners.server_runner import server_flags
 from speclens.errors import ConfigError
@@ -285,7 +285,7 @@ def test_engine_keys_become_server_flags():
             "+engine.extra_args.max_num_batched_tokens=2048",
         ]
     )
-    from evals.compose import to_run_config
+    from evals.pipeline.compose import to_run_config
 
     flags = server_flags(to_run_config(cfg))
     assert flags[flags.index("--max-model-len") + 1] == "1024" and flags[flags.index("--dtype") + 1] == "float32"

@@ -53,7 +53,7 @@ def test_the_static_check_finds_a_planted_copy_of_a_shared_run():
 
 
 def test_the_ledger_fails_a_second_test_measuring_a_configuration_unless_it_says_why():
-    from evals.compose import compose_config
+    from evals.pipeline.compose import compose_config
 
     key = configuration_key(compose_config(["runner=fake", "drafter=ngram", "d=3"]))
     assert key != configuration_key(compose_config(["runner=fake", "drafter=ngram", "d=2"]))

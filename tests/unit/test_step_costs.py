@@ -14,11 +14,11 @@ from evals.run import run
 from reports.rank import main as rank_main
 from reports.ranking_tables import write_ranking
 from reports.speedup_ranking import pareto_front, rank
-from speclens import costs
-from speclens.costs import StepTiming
 from speclens.errors import ConfigError, SpeclensError
-from speclens.records import read_parquet
-from speclens.serve_file import SERVE_FILE, read_serve_file
+from speclens.figures import costs
+from speclens.figures.costs import StepTiming
+from speclens.file_formats.records import read_parquet
+from speclens.file_formats.serve_file import SERVE_FILE, read_serve_file
 from tests.unit.conftest import compose_run, fake_overrides
 
 PROMPTS = [
@@ -236,7 +236,7 @@ def test_a_sweep_that_cannot_be_ranked_any_more_drops_its_stale_ranking(tmp_path
 
 
 def test_pass_factors_name_prefill_tail_and_outliers():
-    from speclens.account import pass_factors
+    from speclens.figures.account import pass_factors
 
     # B=2: a prefill step, three full decode steps (one 4x slower), a tail step with one request
     steps = pd.DataFrame(
@@ -261,7 +261,7 @@ def test_pass_factors_name_prefill_tail_and_outliers():
 
 
 def _pass(mode: str, seconds: float, tokens: int = 100):
-    from evals.passes import Pass
+    from evals.pipeline.passes import Pass
     from speclens.generation import TurnResult
 
     result = TurnResult("q", 0, 5, list(range(tokens)), "", [], tokens, seconds)
@@ -269,7 +269,7 @@ def _pass(mode: str, seconds: float, tokens: int = 100):
 
 
 def test_repeats_give_the_median_repeat_and_the_range():
-    from evals.measure import median_repeats
+    from evals.pipeline.measure import median_repeats
 
     # speedups of the three repeats: 2.0, 1.25, 1.6 -> the median repeat is the third
     spec = [[_pass("speculative", s)] for s in (1.0, 2.0, 1.25)]

@@ -9,7 +9,7 @@ import pytest
 
 from evals.run import run
 from speclens.errors import ConfigError
-from speclens.records import read_parquet
+from speclens.file_formats.records import read_parquet
 from tests.unit.conftest import compose_run, fake_overrides
 
 PROMPTS = [{"question_id": f"q{i}", "category": "chat", "turns": [f"tell me about thing {i} " * 3]} for i in range(24)]
@@ -114,7 +114,7 @@ def test_rates_are_read_from_a_measured_profile_and_a_profile_without_them_is_on
 
 
 def test_a_replay_refuses_synthetic_acceptance_a_curve_is_measured_acceptance(tmp_path):
-    from evals.compose import compose_config
+    from evals.pipeline.compose import compose_config
     from evals.replay import replay
 
     with pytest.raises(ConfigError, match=r"evals.replay does not use acceptance.synthetic: .* synthetic acceptance"):
@@ -133,7 +133,7 @@ def test_selfcheck_sets_a_synthetic_step_beside_whatifs_prediction_for_the_gpu_i
     from dataclasses import replace
 
     from evals.selfcheck import synthetic_check, synthetic_step_check
-    from speclens.summary import read_summary
+    from speclens.figures.summary import read_summary
 
     # a target the step-cost model can shape: SmolLM2-135M's config
     smollm2 = {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9, "num_key_value_heads": 3}

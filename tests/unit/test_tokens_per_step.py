@@ -9,13 +9,13 @@ import pytest
 
 from evals.whatif import build
 from speclens.errors import ConfigError, SpeclensError
+from speclens.file_formats.records import read_parquet
+from speclens.file_formats.whatif_file import read_whatif_file
 from speclens.gpu_model.draft_cost import head_shape
 from speclens.gpu_model.gpus import gpu_named
 from speclens.gpu_model.model_shape import shape_of
 from speclens.gpu_model.step_cost import Hardware, verify_step
 from speclens.gpu_model.whatif import Drafting, point, predict
-from speclens.records import read_parquet
-from speclens.whatif_file import read_whatif_file
 from tests.unit.conftest import compose_run, fake_overrides
 from tests.unit.test_whatif import SMALL, write_config
 
@@ -130,7 +130,7 @@ def test_a_profile_without_a_draft_share_is_taken_as_drafting_every_step_and_sai
 
 
 def test_v1_and_v2_n_gram_replays_give_each_runners_own_share_of_drafting_passes(tmp_path):
-    from evals.compose import compose_config
+    from evals.pipeline.compose import compose_config
     from evals.replay import replay
 
     rows = [{"question_id": f"q{i}", "category": "chat", "turns": [f"task {i}"]} for i in range(4)]
@@ -151,7 +151,7 @@ def test_v1_and_v2_n_gram_replays_give_each_runners_own_share_of_drafting_passes
 
 
 def test_a_runs_profile_carries_what_the_planners_ask_and_round_trips(sparse_run, tmp_path):
-    from speclens.profile_file import read_profiles
+    from speclens.file_formats.profile_file import read_profiles
 
     _, out = sparse_run
     written = json.loads((out / "speculation_profile.json").read_text())["profiles"]
@@ -168,7 +168,7 @@ def test_a_runs_profile_carries_what_the_planners_ask_and_round_trips(sparse_run
 
 def test_a_model_optimizer_layout_profile_is_read_as_acceptance_and_given_to_dynamo(tmp_path, capsys):
     from evals.whatif import main
-    from speclens.profile_file import dynamo_flags, read_profiles
+    from speclens.file_formats.profile_file import dynamo_flags, read_profiles
 
     theirs = {
         "method": "eagle3",
@@ -194,7 +194,7 @@ def test_a_model_optimizer_layout_profile_is_read_as_acceptance_and_given_to_dyn
     assert [rates[0], rates[0] * rates[1], rates[0] * rates[1] * rates[2]] == pytest.approx(read["marginal"])
     assert dynamo_flags([0.9, None], 7).startswith("--aic-nextn 5 --aic-nextn-accept-rates 0.9,0,0,0,0")
     # and as synthetic acceptance for a run of that drafter and d
-    from evals.synthetic import profile_rates
+    from evals.pipeline.synthetic import profile_rates
 
     assert profile_rates(folder, "eagle3", 3)[0] == pytest.approx([0.8, 0.6, 0.3])
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from evals import plan
-from evals.compose import to_run_config
+from evals.pipeline import plan
+from evals.pipeline.compose import to_run_config
 from runners import model_runner, vllm_runner
 from speclens.config import config_fingerprint
 from speclens.errors import ConfigError
@@ -49,7 +49,7 @@ def test_a_combination_vllm_cannot_verify_is_one_line_before_any_engine(tmp_path
 def test_block_verification_on_model_runner_v1_is_refused_naming_the_runner(tmp_path, monkeypatch):
     """vLLM 0.32's V1 rejection sampler has no block path (vllm/v1/sample/rejection_sampler.py):
     the CPU build (no Triton) and engine.model_runner=v1 are refused; V2 passes."""
-    from evals import verify
+    from evals.pipeline import verify
 
     cfg = to_run_config(compose_run(*fake_overrides(tmp_path, ROWS), "drafter=ngram", "verify.method=block"))
     drafter = plan.make_drafter(cfg.drafter)
@@ -79,7 +79,7 @@ def test_an_attached_server_verifies_as_it_was_started(tmp_path):
 def test_draft_sampling_is_one_run_under_either_spelling_and_passed_to_vllm(tmp_path):
     """verify.draft_sampling is folded into drafter.sample_method when composed: one fingerprint,
     one speculative config; greedy (the default) leaves every earlier run's identity alone."""
-    from evals.compose import run_fingerprint
+    from evals.pipeline.compose import run_fingerprint
 
     base = [*fake_overrides(tmp_path, ROWS), "drafter=draft_model", f"drafter.model={tmp_path / 'target'}", "d=3"]
 

@@ -107,7 +107,7 @@ def test_secret_keys_are_told_apart_from_token_counts(key, secret):
 
 
 def test_secrets_stay_out_of_job_dir_names_and_the_saved_sweep_config(tmp_path):
-    from evals.compose import job_dirname
+    from evals.pipeline.compose import job_dirname
     from evals.sweep_report import redact_saved_config
     from speclens.redact import REDACTED, redact_overrides
 
@@ -166,7 +166,7 @@ def test_the_command_line_with_a_secret_is_not_stored_by_wandb(tmp_path, monkeyp
     ],
 )
 def test_a_dict_valued_override_is_redacted_too(override):
-    from evals.compose import job_dirname
+    from evals.pipeline.compose import job_dirname
     from speclens.redact import redact
 
     assert SECRET not in job_dirname(override)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from speclens.errors import ConfigError
+from speclens.file_formats.whatif_file import read_whatif_file
 from speclens.gpu_model.draft_cost import draft_ms, head_shape
 from speclens.gpu_model.gpus import gpu_named
 from speclens.gpu_model.model_shape import shape_of
@@ -27,7 +28,6 @@ from speclens.gpu_model.step_cost import (
     weight_bytes,
 )
 from speclens.gpu_model.whatif import Drafting, best, point, schedule
-from speclens.whatif_file import read_whatif_file
 
 # One layer of a small dense model: 8 query heads over 2 KV heads (G = 4), head_dim 128.
 SMALL = {
@@ -526,10 +526,10 @@ def test_whatif_answers_the_slo_in_one_line_and_draws_its_page(tmp_path, capsys)
 def test_the_report_predicts_each_runs_speedup_on_a_named_gpu(tmp_path):
     from reports.build import main as build_main
     from speclens.checkpoints import read_config
+    from speclens.file_formats.records import read_parquet
     from speclens.gpu_model.serving_engines import ENGINES
     from speclens.gpu_model.step_cost import Hardware
     from speclens.gpu_model.whatif import mean_context
-    from speclens.records import read_parquet
     from tests.unit.test_step_costs import measure
 
     summary, out = measure(tmp_path, 2)

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from evals.whatif import build, main
-from speclens.acceptance import al_at
 from speclens.config_guidelines import tile_aligned_draft_lengths
+from speclens.figures.acceptance import al_at
+from speclens.file_formats.whatif_file import read_whatif_file
 from speclens.gpu_model.gpus import gpu_named
 from speclens.gpu_model.model_shape import shape_of
 from speclens.gpu_model.step_cost import Hardware, verify_step
-from speclens.whatif_file import read_whatif_file
 from tests.unit.test_whatif import SMALL, write_config
 
 # Llama-3-8B's shape (G = 4), and one with 16 query heads per KV head, whose 128-row attention

@@ -13,9 +13,9 @@ import pytest
 from evals.run import run
 from evals.sweep_report import gather_profiles
 from evals.whatif import build, main
-from speclens.profile_file import read_profiles
+from speclens.file_formats.profile_file import read_profiles
+from speclens.file_formats.whatif_file import read_whatif_file
 from speclens.provenance import Provenance
-from speclens.whatif_file import read_whatif_file
 from tests.unit.conftest import compose_run, fake_overrides
 from tests.unit.test_kv_cache_dtype import AUTO_SCRIPT, FP8_SCRIPT, ROWS, SMOLLM2
 from tests.unit.test_whatif import SMALL, write_config

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
-from speclens.drafter_build import read_drafter_facts
+from speclens.figures.summary import SUMMARY_VERSION
+from speclens.file_formats.drafter_build import read_drafter_facts
 from speclens.redact import redact, redact_overrides
-from speclens.summary import SUMMARY_VERSION
 
 if TYPE_CHECKING:
-    from evals.plan import RunPlan
+    from evals.pipeline.plan import RunPlan
 
 STAMPED_PACKAGES = {
     "speclens": ("speclens",),
@@ -44,7 +44,7 @@ def package_versions() -> dict[str, str | None]:
 
 def git_sha() -> str | None:
     """The speclens checkout's commit (with `-dirty` when it has local changes)."""
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     try:
         sha = subprocess.run(
             ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True

@@ -1,5 +1,5 @@
 """The files of a run dir, named once, and the readers of the two that are neither records
-(speclens/records.py) nor the summary (speclens/summary.py): the stamp and the outputs."""
+(speclens/file_formats/records.py) nor the summary (speclens/figures/summary.py): the stamp and the outputs."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ ENGINE_LOG = "engine.log"
 ERROR_LOG = "error.log"  # a failed measurement's traceback, or the lossless check's mismatches
 FAILURE_FILE = "failure.json"  # a failed sweep job's one-line reason (record_failure)
 FAILURES_FILE = "failures.json"  # in a sweep's dir: its failed jobs' reasons, gathered (evals/sweep_report.py)
-# Inside a run dir (evals/run_dir.py): a measurement being written, and a failed attempt kept beside the
+# Inside a run dir (evals/pipeline/run_dir.py): a measurement being written, and a failed attempt kept beside the
 # earlier result. Neither is a finished run, whatever files it holds.
 STAGING_PREFIX = ".incoming-"
 FAILED_ATTEMPT = "failed_attempt"

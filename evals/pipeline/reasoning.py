@@ -8,9 +8,9 @@ from typing import Any, Protocol, Sequence
 from speclens.config import ReasoningConfig, RunConfig
 from speclens.console import console
 from speclens.errors import ConfigError
+from speclens.figures.summary import ReasoningSplit
 from speclens.generation import TurnResult
 from speclens.segments import Boundary, text_boundary
-from speclens.summary import ReasoningSplit
 
 
 class Segmenter(Protocol):

@@ -29,12 +29,12 @@ from runners.cpu_plugins import disabled
 from runners.registry import Runner
 from speclens.config import RunConfig
 from speclens.errors import ConfigError, CorruptRecord
-from speclens.profile_file import PROFILE_FILE, profile_provenance, read_profiles
+from speclens.file_formats.profile_file import PROFILE_FILE, profile_provenance, read_profiles
 from speclens.provenance import IDENTITY_FIELDS, Provenance, differences, of_stamp
 
 # What a profile is compared with the run in (its source: the run's own is synthetic, by definition).
 BESIDE_SOURCE = tuple(name for name in IDENTITY_FIELDS if name != "source")
-from speclens.summary import SyntheticAcceptance
+from speclens.figures.summary import SyntheticAcceptance
 
 KEY = "acceptance.synthetic"
 

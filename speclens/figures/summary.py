@@ -50,15 +50,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from speclens.account import SpeedupAccount
-from speclens.costs import StepTiming
-from speclens.diagnostics import Diagnostic
 from speclens.errors import CorruptRecord, SpeclensError
+from speclens.figures.account import SpeedupAccount
+from speclens.figures.costs import StepTiming
+from speclens.figures.diagnostics import Diagnostic
+from speclens.figures.latency import Latency
+from speclens.figures.metrics import OMITTED_WHEN_NONE, GroupFigures, PositionBin, SegmentFigures
+from speclens.figures.peer_figures import PeerFigures
 from speclens.files import non_finite_at, numbers_at, write_json_atomic
 from speclens.generation import SpecCounters
-from speclens.latency import Latency
-from speclens.metrics import OMITTED_WHEN_NONE, GroupFigures, PositionBin, SegmentFigures
-from speclens.peer_figures import PeerFigures
 from speclens.provenance import Provenance, of_stamp
 
 SUMMARY_FILE = "summary.json"
@@ -79,7 +79,7 @@ class DomainPoint(GroupFigures):
 
     predicted_speedup: float | None = None
     predicted_speedup_range: list[float] | None = None
-    # The prediction times the operating point's measured corrections (speclens/account.py).
+    # The prediction times the operating point's measured corrections (speclens/figures/account.py).
     predicted_corrected: float | None = None
     predicted_corrected_range: list[float] | None = None
 
@@ -88,7 +88,7 @@ class DomainPoint(GroupFigures):
 class LengthPoint(DomainPoint):
     """A length bucket at one operating point: its acceptance (GroupFigures' length fields), and
     what its own steps measured, since a pass runs one length at a time: throughput, the step
-    costs (speclens/costs.py) and, with a baseline, the measured speedup."""
+    costs (speclens/figures/costs.py) and, with a baseline, the measured speedup."""
 
     output_tokens_per_s: float | None = None
     baseline_output_tokens_per_s: float | None = None
@@ -99,7 +99,7 @@ class LengthPoint(DomainPoint):
     t_draft_ms: float | None = None
     # The most requests this length's pass held in flight, where that is not the point's B.
     batch_size_held: int | None = field(default=None, metadata=OMITTED_WHEN_NONE)
-    # The idle pass's step and the K=0 tax at this length (speclens/costs.py; since version 12).
+    # The idle pass's step and the K=0 tax at this length (speclens/figures/costs.py; since version 12).
     t_idle: StepTiming | None = None
     k0_tax: float | None = None
     k0_tax_range: list[float] | None = None
@@ -272,7 +272,7 @@ class OperatingPoint(DomainPoint):
     # batch_size: a length pass of fewer prompts than B, a pass of fewer requests (absent: B).
     batch_size_held: int | None = field(default=None, metadata=OMITTED_WHEN_NONE)
     # The idle pass's steady step T_idle(B) (speculation on, nothing proposed) and the K=0 tax
-    # T_idle(B) / T_verif(B) − 1 with its quartile range (speclens/costs.py; since version 12) ...
+    # T_idle(B) / T_verif(B) − 1 with its quartile range (speclens/figures/costs.py; since version 12) ...
     t_idle: StepTiming | None = None
     k0_tax: float | None = None
     k0_tax_range: list[float] | None = None
@@ -346,17 +346,17 @@ class RunSummary:
     reasoning: ReasoningSplit | None = field(default=None, metadata=OMITTED_WHEN_NONE)
     # On agent trajectories: the figures per assistant-turn index ("0", "1", ...).
     by_turn: dict[str, GroupFigures] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
-    # The spread of AL over the requests (speclens/metrics.py al_spread); by_domain holds each domain's.
+    # The spread of AL over the requests (speclens/figures/metrics.py al_spread); by_domain holds each domain's.
     al_per_request: dict[str, float] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
-    # What is odd about the run, with its evidence (speclens/diagnostics.py); [] where nothing is.
+    # What is odd about the run, with its evidence (speclens/figures/diagnostics.py); [] where nothing is.
     diagnostics: list[Diagnostic] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
-    # AL by generated-token index at each step's start (speclens/metrics.py); by_domain holds each domain's.
+    # AL by generated-token index at each step's start (speclens/figures/metrics.py); by_domain holds each domain's.
     al_by_output_position: list[PositionBin] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
     # AL over the tokens the outputs kept, and the accepted tokens AL counts (as vLLM's counters do)
     # that max_tokens or the end of sequence cut (step records only).
     al_emitted: float | None = field(default=None, metadata=OMITTED_WHEN_NONE)
     accepted_tokens_cut: int | None = field(default=None, metadata=OMITTED_WHEN_NONE)
-    # Other tools' figures, each by its own formula over these records (speclens/peer_figures.py).
+    # Other tools' figures, each by its own formula over these records (speclens/figures/peer_figures.py).
     peer_figures: PeerFigures | None = field(default=None, metadata=OMITTED_WHEN_NONE)
     # The figures per length bucket ("1k", "32k"), where the prompts state their lengths.
     by_length: dict[str, GroupFigures] | None = field(default=None, metadata=OMITTED_WHEN_NONE)

@@ -20,7 +20,7 @@ not in the measured speedup, which is over engine-step time; its share of each p
 beside the account.
 
 Beside the factors, not one of them (the product stays the measured speedup), the K=0 tax
-(speclens/costs.py, measured by the idle pass: speculation on, nothing proposed):
+(speclens/figures/costs.py, measured by the idle pass: speculation on, nothing proposed):
 
     k0_tax            T_idle(B) / T_verif(B) − 1
     k0_tax_share      (T_idle(B) − T_verif(B)) / T_step(B, D)
@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from speclens.costs import PassMode, PointCosts, in_flight
-from speclens.metrics import OMITTED_WHEN_NONE
+from speclens.figures.costs import PassMode, PointCosts, in_flight
+from speclens.figures.metrics import OMITTED_WHEN_NONE
 
 # The corrections, in the order the account applies them after the steady-state model.
 CORRECTIONS = ("prefill", "ramp_up_and_tail", "slow_outliers", "token_yield")

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterator
 
 import pandas as pd
 
-from evals.passes import (
+from evals.pipeline.passes import (
     IDLE_NEEDS_STEPS,
     IDLE_NOT_ON_V2,
     SERVER_LOG,
@@ -21,10 +21,10 @@ from evals.passes import (
     top2_margins,
     zero_cost_spec,
 )
-from evals.plan import RunPlan
-from evals.reasoning import split_outputs, warn_about
-from evals.stamp import RunOrigin, run_stamp
-from evals.summarise import (
+from evals.pipeline.plan import RunPlan
+from evals.pipeline.reasoning import split_outputs, warn_about
+from evals.pipeline.stamp import RunOrigin, run_stamp
+from evals.pipeline.summarise import (
     build_summary,
     lossless,
     merge_lossless,
@@ -34,15 +34,14 @@ from evals.summarise import (
 )
 from reports.profile import run_profiles, write_profiles
 from runners.engine import EngineFactory, EngineFailed
-from speclens import metrics, records
-from speclens.costs import PassMode
-from speclens.diagnostics import RunFacts, diagnose
 from speclens.errors import MeasurementError, SpeclensError
-from speclens.files import write_json_atomic, write_text_atomic
-from speclens.generation import RecordGranularity, SpecCounters
-from speclens.machine import cpu_label
-from speclens.profile_file import PROFILE_FILE
-from speclens.run_files import (
+from speclens.figures import metrics
+from speclens.figures.costs import PassMode
+from speclens.figures.diagnostics import RunFacts, diagnose
+from speclens.figures.summary import SUMMARY_FILE, Numerics, RunSummary
+from speclens.file_formats import records
+from speclens.file_formats.profile_file import PROFILE_FILE
+from speclens.file_formats.run_files import (
     BASELINE_OUTPUTS_FILE,
     ENGINE_LOG,
     ENGINE_STEPS_FILE,
@@ -54,9 +53,11 @@ from speclens.run_files import (
     STEPS_FILE,
     prompt_digest,
 )
-from speclens.summary import SUMMARY_FILE, Numerics, RunSummary
+from speclens.files import write_json_atomic, write_text_atomic
+from speclens.generation import RecordGranularity, SpecCounters
+from speclens.machine import cpu_label
 
-# Everything a measurement writes into a run dir (evals/run_dir.py publishes them; summary.json last).
+# Everything a measurement writes into a run dir (evals/pipeline/run_dir.py publishes them; summary.json last).
 RUN_ARTIFACTS = (
     STAMP_FILE,
     STEPS_FILE,
@@ -136,7 +137,7 @@ def engine_numerics(plan: RunPlan, passes: list[Pass]) -> Numerics:
 def run_facts(
     plan: RunPlan, summary: RunSummary, steps: pd.DataFrame, requests: pd.DataFrame, passes: list[Pass], stamp: dict
 ) -> RunFacts:
-    """What speclens/diagnostics.py reads of a run (`stamp`: its stamp.json, for the draft's build)."""
+    """What speclens/figures/diagnostics.py reads of a run (`stamp`: its stamp.json, for the draft's build)."""
     cfg = plan.config
     window = summary.context_window
     return RunFacts(
@@ -173,7 +174,7 @@ def request_histograms(passes: list[Pass]) -> list[tuple[int, ...]] | None:
 
 
 def _check_counters(passes: list[Pass], plan: RunPlan, out_dir: Path) -> None:
-    """Each speculative pass's records against the engine's counters (speclens/metrics.py); where they
+    """Each speculative pass's records against the engine's counters (speclens/figures/metrics.py); where they
     disagree, the records are written for inspection before the error goes on."""
     cfg = plan.config
     steps, requests = record_frames(passes, plan)

@@ -43,7 +43,7 @@ BOOTSTRAP_SAMPLES = 2000
 # Below this many requests an interval is not given: one request's resamples are all that request,
 # and a zero-width interval would claim a certainty the data does not have.
 MIN_REQUESTS_FOR_CI = 2
-# Dataclass fields written to JSON only when set (speclens/summary.py to_plain): absent, not null,
+# Dataclass fields written to JSON only when set (speclens/figures/summary.py to_plain): absent, not null,
 # where they do not apply.
 OMITTED_WHEN_NONE = {"omit_when_none": True}
 

@@ -8,11 +8,11 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any, Callable
 
-from evals.conversation import run_conversations
-from evals.plan import RunPlan
+from evals.pipeline.conversation import run_conversations
+from evals.pipeline.plan import RunPlan
 from runners.engine import Engine, EngineFactory, EngineFailed, ProgressFn
 from runners.zero_cost_proposer import CLASS_PATH, IDLE_CLASS_PATH
-from speclens.costs import PassMode
+from speclens.figures.costs import PassMode
 from speclens.generation import (
     COUNTER_NAMES,
     EngineStep,
@@ -50,7 +50,7 @@ class Pass:
     counted: tuple[str, ...] = COUNTER_NAMES
     # Domain granularity: each domain's counter deltas (its requests ran on their own).
     domain_counters: dict[str, SpecCounters] | None = None
-    # The untimed warm-up request before the pass (evals/passes.py warm_up).
+    # The untimed warm-up request before the pass (evals/pipeline/passes.py warm_up).
     warmup_s: float = 0.0
     # The engine's thread count (Engine.threads).
     threads: int | None = None

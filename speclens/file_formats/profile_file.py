@@ -51,7 +51,7 @@ Where the prompts state their lengths (long context), a run also has one profile
 bucket over all its prompts of that length (`domain` all, with `length` and `input_tokens`), and a
 ranked sweep's file gains `num_speculative_tokens_by_context`: the (B, context) -> D table of the
 serve.json beside it, one row per mechanism and length bucket with the contexts it serves and its
-`num_speculative_tokens_per_batch_size` (speclens/serve_file.py `context_table`). Files without lengths
+`num_speculative_tokens_per_batch_size` (speclens/file_formats/serve_file.py `context_table`). Files without lengths
 are as before (schema version 1: readers of it ignore the added key).
 """
 
@@ -61,14 +61,14 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from speclens import metrics
 from speclens import provenance as prov
-from speclens.acceptance import marginal_from_conditional
 from speclens.errors import CorruptRecord, SpeclensError
+from speclens.figures import metrics
+from speclens.figures.acceptance import marginal_from_conditional
+from speclens.figures.summary import SUMMARY_FILE, read_summary
+from speclens.file_formats.run_files import read_stamp
 from speclens.files import write_json_atomic
 from speclens.provenance import Provenance
-from speclens.run_files import read_stamp
-from speclens.summary import SUMMARY_FILE, read_summary
 
 PROFILE_FILE = "speculation_profile.json"
 

@@ -24,7 +24,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandat
 from drafters import REGISTRY as DRAFTERS
 from drafters import drafter_name
 from evals.datasets import DATASETS, dataset_name, declared_lengths
-from evals.verify import fold_draft_sampling
+from evals.pipeline.verify import fold_draft_sampling
 from runners.registry import RUNNERS
 from speclens.assets import cache_dir
 from speclens.config import (
@@ -40,7 +40,7 @@ from speclens.errors import ConfigError
 from speclens.options import closest
 from speclens.redact import redact_overrides
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
 def cache_path(relative: str = "") -> str:
@@ -166,7 +166,7 @@ MIN_REQUEST_RATE = 0.01
 
 def check_bounds(cfg: RunConfig) -> None:
     """Keys whose out-of-range values would keep a run going for hours or for ever, refused when the
-    config is composed (evals/plan.py checks the rest of each key's range before the engine starts)."""
+    config is composed (evals/pipeline/plan.py checks the rest of each key's range before the engine starts)."""
     if cfg.repeats is not None and not 1 <= cfg.repeats <= MAX_REPEATS:
         raise ConfigError(
             f"repeats={cfg.repeats}: must be in 1..{MAX_REPEATS} (or null for once); each repeat runs every pass again."
@@ -183,7 +183,7 @@ def check_bounds(cfg: RunConfig) -> None:
 
 def to_run_config(cfg: DictConfig) -> Any:
     """The typed RunConfig (or ReplayConfig) of a composed config, verify.draft_sampling folded
-    into drafter.sample_method in `cfg` itself first (evals/verify.py), so the fingerprint taken
+    into drafter.sample_method in `cfg` itself first (evals/pipeline/verify.py), so the fingerprint taken
     from `cfg` after this is the same for both spellings."""
     extra = unknown_keys(cfg)
     if extra:

@@ -21,12 +21,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from evals import kv_cache
+from evals.pipeline import kv_cache
 from speclens.config import RunConfig
 from speclens.errors import ConfigError
+from speclens.figures.summary import ContextWindow
 from speclens.gpu_model.model_shape import shape_of
 from speclens.model_facts import ModelFacts, text_config
-from speclens.summary import ContextWindow
 
 GIB = 1024**3
 # vLLM's CPU build allocates the KV cache in blocks of this many tokens (a request's last block is

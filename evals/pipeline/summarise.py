@@ -1,4 +1,4 @@
-"""Building a run's RunSummary (speclens/summary.py) from its passes and records."""
+"""Building a run's RunSummary (speclens/figures/summary.py) from its passes and records."""
 
 from __future__ import annotations
 
@@ -7,23 +7,13 @@ from typing import Mapping, Protocol, Sequence
 
 import pandas as pd
 
-from evals.stamp import RunOrigin
-from speclens import costs, metrics
-from speclens.account import SpeedupAccount, speedup_account
-from speclens.costs import PassMode
-from speclens.generation import EngineStep, RecordGranularity, SpecCounters, TurnResult
-from speclens.latency import Latency, latency_of
-from speclens.lossless import (
-    DIVERGENCE,
-    FOLLOWS_EARLIER_TURN,
-    NEAR_TIE,
-    UNEXPLAINED,
-    classify,
-    first_divergence,
-    near_tie_bound,
-)
-from speclens.peer_figures import peer_figures
-from speclens.summary import (
+from evals.pipeline.stamp import RunOrigin
+from speclens.figures import costs, metrics
+from speclens.figures.account import SpeedupAccount, speedup_account
+from speclens.figures.costs import PassMode
+from speclens.figures.latency import Latency, latency_of
+from speclens.figures.peer_figures import peer_figures
+from speclens.figures.summary import (
     SUMMARY_VERSION,
     ContextWindow,
     DomainPoint,
@@ -37,13 +27,23 @@ from speclens.summary import (
     RunSummary,
     Timing,
 )
+from speclens.generation import EngineStep, RecordGranularity, SpecCounters, TurnResult
+from speclens.lossless import (
+    DIVERGENCE,
+    FOLLOWS_EARLIER_TURN,
+    NEAR_TIE,
+    UNEXPLAINED,
+    classify,
+    first_divergence,
+    near_tie_bound,
+)
 
 # Mismatched outputs listed by name in summary.json (the count is always complete).
 MISMATCHES_SHOWN = 20
 
 
 class MeasuredPass(Protocol):
-    """What the summary needs of a pass (evals.passes.Pass): its batch size, results and throughput."""
+    """What the summary needs of a pass (evals.pipeline.passes.Pass): its batch size, results and throughput."""
 
     batch_size: int
     elapsed_s: float

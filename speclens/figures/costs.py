@@ -83,7 +83,7 @@ class PointCosts:
 
 def in_flight(pass_steps: pd.DataFrame) -> pd.Series:
     """Per step of one pass, the most requests its pass held in flight: per length bucket where the
-    pass runs one length at a time (evals/passes.py), which may hold fewer than B."""
+    pass runs one length at a time (evals/pipeline/passes.py), which may hold fewer than B."""
     if "input_tokens" in pass_steps.columns and pass_steps["input_tokens"].notna().any():
         return pass_steps.groupby(pass_steps["input_tokens"].fillna(-1))["num_requests"].transform("max")
     return pd.Series(pass_steps["num_requests"].max(), index=pass_steps.index)

@@ -11,8 +11,9 @@ from typing import Any
 import pandas as pd
 
 from speclens.errors import SpeclensError
-from speclens.records import ENGINE_STEP_COLUMNS, read_parquet
-from speclens.run_files import (
+from speclens.figures.summary import SUMMARY_FILE, RunSummary, read_summary
+from speclens.file_formats.records import ENGINE_STEP_COLUMNS, read_parquet
+from speclens.file_formats.run_files import (
     ENGINE_STEPS_FILE,
     OUTPUTS_FILE,
     REQUESTS_FILE,
@@ -21,7 +22,6 @@ from speclens.run_files import (
     read_outputs,
     read_stamp,
 )
-from speclens.summary import SUMMARY_FILE, RunSummary, read_summary
 
 # The columns read_sweep adds to every record row: which run it came from, and that run's settings
 # (batch_size is a column of every record already).

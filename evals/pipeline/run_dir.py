@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from speclens.errors import ConfigError
+from speclens.file_formats.run_files import FAILED_ATTEMPT, STAGING_PREFIX
 from speclens.files import Busy, exclusive
-from speclens.run_files import FAILED_ATTEMPT, STAGING_PREFIX
 
 LOCK_FILE = ".speclens.lock"
 

@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from drafters import Drafter, make_drafter
-from evals import capacity, embedded_target, kv_cache, verify
-from evals import synthetic as synthetic_acceptance
-from evals.conversation import conversation_token_ids
+from evals import embedded_target
 from evals.datasets import dataset_name, declared_lengths, load_prompts
 from evals.datasets.selection import fingerprint as dataset_fingerprint
 from evals.embedded_drafters import BUDGETS, embedded_build, ensure_drafter, is_built
-from evals.reasoning import Segmenter, check_template_kwargs, make_segmenter
+from evals.pipeline import capacity, kv_cache, verify
+from evals.pipeline import synthetic as synthetic_acceptance
+from evals.pipeline.conversation import conversation_token_ids
+from evals.pipeline.reasoning import Segmenter, check_template_kwargs, make_segmenter
 from runners.chat import PLAIN
 from runners.model_runner import check_requested
 from runners.registry import Runner, runner_of
@@ -34,11 +35,11 @@ from speclens.config import (
 )
 from speclens.console import console
 from speclens.errors import ConfigError, TemplateFailed
+from speclens.figures.summary import ContextWindow, SyntheticAcceptance
 from speclens.generation import Prompt, SamplingSpec
 from speclens.machine import cpu_label, memory_total, native_bf16
 from speclens.model_facts import ModelFacts
 from speclens.schedule import read_schedule
-from speclens.summary import ContextWindow, SyntheticAcceptance
 
 
 def _embedded_targets() -> dict[str, tuple[Callable[[], Path], Callable[[], Path]]]:
@@ -69,7 +70,7 @@ class RunPlan:
     dropped_too_long: dict[str, int] = field(default_factory=dict)
     # The window the target runs with, and the context extension where one is named.
     context_window: ContextWindow | None = None
-    # acceptance.synthetic, read: drafts accepted at set rates (evals/synthetic.py).
+    # acceptance.synthetic, read: drafts accepted at set rates (evals/pipeline/synthetic.py).
     synthetic: SyntheticAcceptance | None = None
 
     @property

@@ -15,9 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from speclens.errors import CorruptRecord, SpeclensError
+from speclens.file_formats.run_files import REQUESTS_FILE, STEPS_FILE
 from speclens.files import write_atomic
 from speclens.generation import EngineStep, Prompt, RecordGranularity, TurnResult
-from speclens.run_files import REQUESTS_FILE, STEPS_FILE
 from speclens.segments import passes_by_segment, step_segment
 
 # 2: every record carries the batch size (operating point) it was measured at; engine steps their pass.
@@ -162,7 +162,7 @@ def request_frame(
     return frame
 
 
-# mode: the pass (speclens/costs.py PassMode).
+# mode: the pass (speclens/figures/costs.py PassMode).
 ENGINE_STEP_COLUMNS = ["mode", "batch_size", "step", "wall_s", "num_requests", "num_tokens", "num_draft_tokens"]
 
 

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from speclens.metrics import TURN_KEY, GroupFigures, accepted_cut
+from speclens.figures.metrics import TURN_KEY, GroupFigures, accepted_cut
 
 # First-position acceptance below which a mechanism is most often set up wrong, per family: a head
 # or MTP layer trained for the target accepts its first draft token well over half the time
@@ -70,7 +70,7 @@ class RunFacts:
     requests: pd.DataFrame
     # Each request turn's output token ids, keyed as the records are (request_id, turn).
     outputs: dict[tuple[str, int], Sequence[int]] = field(default_factory=dict)
-    # The draft's build record where speclens built it (speclens/drafter_build.py): its budget.
+    # The draft's build record where speclens built it (speclens/file_formats/drafter_build.py): its budget.
     draft_budget: str | None = None
     # Server mode: each request turn's prompt tokens by speclens's rendering and by the server's
     # usage, where the server counted them.

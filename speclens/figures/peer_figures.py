@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from speclens.metrics import TURN_KEY, last_steps
+from speclens.figures.metrics import TURN_KEY, last_steps
 
 
 @dataclass
@@ -152,7 +152,7 @@ def _aiperf(f: PeerFigures) -> float | None:
     return f.aiperf.spec_decode_acceptance_length if f.aiperf else None
 
 
-# A peer export's tool (speclens/peer_exports.py) -> its headline figure among the peer figures.
+# A peer export's tool (speclens/file_formats/peer_exports.py) -> its headline figure among the peer figures.
 PEER_FORMULAS: dict[str, Callable[[PeerFigures], float | None]] = {
     "specdec_bench": _specdec,
     "vllm bench serve": _vllm,

@@ -1,0 +1,14 @@
+"""The files speclens writes and reads back, each format defined once with its reader and writer
+(the summary's own, summary.json and replay.json, is `speclens/figures/summary.py`).
+
+- `run_files`: a run dir's files, named once; the stamp and outputs' readers; a failed sweep job's
+  failure.json;
+- `records`: the per-step and per-request records as versioned parquet;
+- `reading`: the public reader over run and sweep dirs (`speclens.read_run`, `speclens.read_sweep`);
+- `profile_file`: speculation_profile.json (speclens's layout and Model-Optimizer's);
+- `serve_file`: serve.json, what to deploy; `whatif_file`: whatif.json, the GPU predictions;
+- `drafter_build`: speclens_drafter.json, how a drafter speclens built was trained;
+- `peer_exports`: the export files of other benchmark tools, read for `reports.explain`.
+
+Commands and reports read and write these files through these modules only.
+"""
