@@ -422,52 +422,72 @@ def check_support(cfg: RunConfig, speculative: bool) -> None:
     baseline one (runner.baseline_url) does not speculate; with drafter=none, runner.url does not
     speculate either."""
     check_config(cfg)
-    rc = cfg.runner
-    kind = ServerKind.of(rc.engine, "runner.engine")
-    if rc.url is not None and cfg.engine.batch_invariant:
-        raise ConfigError(
-            "engine.batch_invariant=true with runner.url: an attached server's kernels are chosen where "
-            "it starts (VLLM_BATCH_INVARIANT=1 in its environment); leave engine.batch_invariant unset, "
-            "or let speclens launch the server."
-        )
-    if rc.url is not None and cfg.engine.model_runner != "auto":
-        raise ConfigError(
-            f"engine.model_runner={cfg.engine.model_runner} with runner.url: an attached server's model runner "
-            "is chosen where it starts (VLLM_USE_V2_MODEL_RUNNER in its environment); leave "
-            "engine.model_runner unset, or let speclens launch the server."
-        )
-    if rc.url is not None and cfg.verify.method != "standard":
-        raise ConfigError(
-            f"verify.method={cfg.verify.method} with runner.url: an attached server verifies as its "
-            "--speculative-config says (rejection_sample_method); leave verify.method unset, or let speclens "
-            "launch the server."
-        )
-    if rc.url is not None and cfg.engine.kv_cache_dtype != "auto":
-        raise ConfigError(
-            f"engine.kv_cache_dtype={cfg.engine.kv_cache_dtype} with runner.url: an attached server's KV cache is "
-            "chosen where it starts (its --kv-cache-dtype); leave engine.kv_cache_dtype unset, or let speclens "
-            "launch the server."
-        )
-    if rc.url is None:
-        check_requested(cfg.engine.model_runner, None)
-        check_batch_invariance(cfg)
-        if kind not in (ServerKind.auto, ServerKind.vllm):
-            raise ConfigError(
-                f"runner.engine={kind}: speclens launches vLLM servers only; start your {kind} server "
-                "and attach to it with runner.url=http://host:port."
-            )
-        if rc.baseline_url:
-            raise ConfigError(
-                "runner.baseline_url goes with runner.url (attached servers); without runner.url "
-                "speclens launches the plain server itself."
-            )
-        if importlib.util.find_spec("vllm") is None:
-            raise ConfigError(
-                "runner=server without runner.url launches a vLLM server and needs vLLM installed "
-                "(make install); or attach to a running one with runner.url=http://host:port."
-            )
-        check_v2_runs_here(cfg.engine.model_runner)
+    kind = ServerKind.of(cfg.runner.engine, "runner.engine")
+    if cfg.runner.url is None:
+        _check_launch(cfg, kind)
         return
+    for key, value, why in _settings_the_server_owns(cfg):
+        if value is not None:
+            raise ConfigError(
+                f"{key}={value} with runner.url: {why}; leave {key} unset, or let speclens launch the server."
+            )
+    _check_attached(cfg, speculative)
+
+
+def _settings_the_server_owns(cfg: RunConfig) -> list[tuple[str, Any, str]]:
+    """Each engine setting an attached server chose where it started: its key, the value this run
+    sets (None where it is left unset) and where the server decides it."""
+    engine, method = cfg.engine, cfg.verify.method
+    return [
+        (
+            "engine.batch_invariant",
+            "true" if engine.batch_invariant else None,
+            "an attached server's kernels are chosen where it starts (VLLM_BATCH_INVARIANT=1 in its environment)",
+        ),
+        (
+            "engine.model_runner",
+            None if engine.model_runner == "auto" else engine.model_runner,
+            "an attached server's model runner is chosen where it starts (VLLM_USE_V2_MODEL_RUNNER in its environment)",
+        ),
+        (
+            "verify.method",
+            None if method == "standard" else method,
+            "an attached server verifies as its --speculative-config says (rejection_sample_method)",
+        ),
+        (
+            "engine.kv_cache_dtype",
+            None if engine.kv_cache_dtype == "auto" else engine.kv_cache_dtype,
+            "an attached server's KV cache is chosen where it starts (its --kv-cache-dtype)",
+        ),
+    ]
+
+
+def _check_launch(cfg: RunConfig, kind: ServerKind) -> None:
+    """A server speclens launches: a vLLM one, with vLLM installed here, and no baseline URL."""
+    check_requested(cfg.engine.model_runner, None)
+    check_batch_invariance(cfg)
+    if kind not in (ServerKind.auto, ServerKind.vllm):
+        raise ConfigError(
+            f"runner.engine={kind}: speclens launches vLLM servers only; start your {kind} server "
+            "and attach to it with runner.url=http://host:port."
+        )
+    if cfg.runner.baseline_url:
+        raise ConfigError(
+            "runner.baseline_url goes with runner.url (attached servers); without runner.url "
+            "speclens launches the plain server itself."
+        )
+    if importlib.util.find_spec("vllm") is None:
+        raise ConfigError(
+            "runner=server without runner.url launches a vLLM server and needs vLLM installed "
+            "(make install); or attach to a running one with runner.url=http://host:port."
+        )
+    check_v2_runs_here(cfg.engine.model_runner)
+
+
+def _check_attached(cfg: RunConfig, speculative: bool) -> None:
+    """Attached servers: each answers and serves the target; the speculative one speculates as this
+    run asks, and the baseline (and runner.url with drafter=none) does not speculate."""
+    rc = cfg.runner
     if cfg.baseline and speculative and not rc.baseline_url:
         raise ConfigError(
             "baseline=true with runner.url needs runner.baseline_url=http://host:port, a server of the "
