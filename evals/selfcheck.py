@@ -263,7 +263,8 @@ def synthetic_step_check(user_overrides: list[str], out_root: Path) -> CheckResu
 def synthetic_check(summary: RunSummary, run_dir: Path) -> CheckResult:
     """Passes where the measured AL's CI holds the rates' AL (the synthetic sampler works on this
     engine); beside it, per B, the speedup measured and the one evals.whatif predicts for this GPU."""
-    from evals.whatif import interval_label, run_point
+    from evals.whatif import run_point
+    from reports.whatif_text import interval_label
     from speclens.gpu_model.model_error import HELD_OUT
 
     expected = summary.synthetic_acceptance.expected_al

@@ -249,25 +249,3 @@ def fitted_beside_line(record: dict[str, Any]) -> str:
         else:
             parts.append(f"T_draft: {kind} {fit['value']:g} {unit} kept (the GPU constant: no such drafter measured)")
     return "; ".join(parts)
-
-
-def beside_lines(calibration: dict[str, Any]) -> list[str]:
-    """The terminal's lines for the K=0 tax and T_draft fitted beside the three constants."""
-
-    def held(value: float | None) -> str:
-        return "-" if value is None else f"{value:+.1%}"
-
-    lines = [f"fitted beside: {calibration['fitted_beside']}"]
-    for p in (calibration.get("k0_tax") or {}).get("points", []):
-        lines.append(
-            f"  K=0 tax B={p['batch_size']} context {p['context']}: plain {p['t_plain_ms']:.2f} ms, idle "
-            f"{p['t_idle_ms']:.2f} ms ({p['tax_ms']:+.2f} ms); T_idle fit {p['error']:+.1%}, held out {held(p['held_out_error'])}"
-        )
-    for kind, fit in calibration["t_draft"].items():
-        for p in fit.get("points", []):
-            lines.append(
-                f"  T_draft {p['drafter']} B={p['batch_size']} D={p['d']} context {p['context']}: measured "
-                f"{p['t_draft_ms']:.2f} ms of a {p['t_step_ms']:.2f} ms step; off by {p['error']:+.1%} of the step "
-                f"fitted, {held(p['held_out_error'])} held out ({kind})"
-            )
-    return lines
