@@ -57,6 +57,7 @@ from speclens.figures.summary import (
     ReplaySummary,
     read_replay,
 )
+from speclens.file_formats.curves_file import CURVE_FILES, CURVES_CSV, read_curves_file, write_curves_files
 from speclens.file_formats.records import SEGMENT_REQUEST_COLUMNS, read_parquet
 from speclens.file_formats.run_files import REQUESTS_FILE, STAMP_FILE, STEPS_FILE
 from speclens.lossless import near_tie_bound
@@ -67,8 +68,7 @@ from speclens.segments import passes_by_segment, step_segment
 register_configs()
 
 # What a replay writes into its dir (with measured_d<d_max>/ for estimated curves); replay.json last.
-REPLAY_ARTIFACTS = ("curves.parquet", "curves.csv", ERROR_LOG, ENGINE_LOG, REPLAY_FILE)
-CURVE_FILES = ("curves.parquet", "curves.csv")
+REPLAY_ARTIFACTS = (*CURVE_FILES, ERROR_LOG, ENGINE_LOG, REPLAY_FILE)
 # What other commands leave in a dir: a replay there would remove or overwrite it (or be read as it).
 OTHER_RESULTS = (STAMP_FILE, SUMMARY_FILE, "multirun.yaml")
 # evals.run keys a replay has no use for: it replays D = 1..d_max over one generation of all the
@@ -391,7 +391,7 @@ def replay(cfg: DictConfig, out_dir: Path, overrides: Sequence[str] = ()) -> pd.
                 f"drafter={drafter.name} has no one-pass replay; measure each D with `python -m evals.run -m d=1,2,...`."
             )
         if not run_config.force and finished_replay(out_dir, fingerprint, plan.runner.name, plan.fingerprints):
-            kept = pd.read_parquet(out_dir / "curves.parquet")
+            kept = read_curves_file(out_dir)
             if set(kept.get("proposer", pd.Series([""]))) >= set(drafter.replay_proposers):
                 print(f"speclens: {out_dir} already holds this replay; skipped (force=true runs it again)")
                 return kept
@@ -405,8 +405,7 @@ def replay(cfg: DictConfig, out_dir: Path, overrides: Sequence[str] = ()) -> pd.
             with failures_logged(staging), quiet(staging / ENGINE_LOG, run_config.verbose):
                 curves, near_ties = replay_curves(plan, d_max, staging, factory)
             elapsed = time.perf_counter() - start
-            curves.to_parquet(staging / "curves.parquet", index=False)
-            curves.to_csv(staging / "curves.csv", index=False)
+            write_curves_files(curves, staging)
             config = OmegaConf.to_container(OmegaConf.structured(run_config), resolve=True, enum_to_str=True)
             summary = ReplaySummary(
                 drafter.name,
@@ -434,7 +433,7 @@ def hydra_main(cfg: DictConfig) -> None:
         end_job(exc, out_dir)
         return
     print(replay_table(curves))
-    print(f"curves: {out_dir / 'curves.csv'}")
+    print(f"curves: {out_dir / CURVES_CSV}")
 
 
 def replay_table(curves: pd.DataFrame) -> str:

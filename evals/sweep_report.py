@@ -37,6 +37,7 @@ from speclens.errors import (
     user_message,
 )
 from speclens.figures.summary import SUMMARY_FILE
+from speclens.file_formats.curves_file import CURVE_FILES
 from speclens.file_formats.profile_file import PROFILE_FILE, read_profiles
 from speclens.file_formats.run_files import FAILURE_FILE, FAILURES_FILE, read_failure
 from speclens.files import write_json_atomic
@@ -46,7 +47,6 @@ from speclens.redact import redact
 LAST_SWEEP_FAILURES: list[dict[str, Any]] = []
 # ... and what its end found wrong in the finished jobs' records ({error, exit_status}).
 LAST_SWEEP_PROBLEMS: list[dict[str, Any]] = []
-CURVE_FILES = ("curves.csv", "curves.parquet")
 RANKING_FILES = ("ranking.csv", "ranking.md", "serve.json", "pareto.png")
 
 

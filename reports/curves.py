@@ -53,6 +53,7 @@ from reports.runs import (
 from speclens.errors import ArgumentParser, SpeclensError, guarded
 from speclens.figures.metrics import GroupFigures, SegmentFigures
 from speclens.figures.summary import WHOLE_RUN_GROUP, RunSummary
+from speclens.file_formats.curves_file import CURVES_CSV, read_curves_file, write_curves_files
 from speclens.files import output_path
 
 CURVE_COLUMNS = [
@@ -234,7 +235,7 @@ def collect(root: Path, exclude: Collection[Path] = ()) -> pd.DataFrame:
 
 
 def _replay_rows(replay: Replay) -> pd.DataFrame:
-    frame = pd.read_parquet(replay.path / "curves.parquet")
+    frame = read_curves_file(replay.path)
     if "segment" not in frame.columns:
         frame["segment"] = WHOLE_OUTPUT
     if "proposer" not in frame.columns:  # replayed before both n-gram proposers were: V1's function
@@ -272,8 +273,7 @@ def write_curves(root: Path, out_dir: Path | None = None, exclude: Collection[Pa
     curves = collect(root, exclude)
     out_dir = out_dir or root
     out_dir.mkdir(parents=True, exist_ok=True)
-    curves.to_parquet(out_dir / "curves.parquet", index=False)
-    curves.to_csv(out_dir / "curves.csv", index=False)
+    write_curves_files(curves, out_dir)
     whole = curves[curves.segment == WHOLE_OUTPUT]
     lengths = whole[whole.domain.map(is_length_group)]
     if not lengths.empty:
@@ -302,7 +302,7 @@ def main(argv: list[str]) -> int:
         args.out = output_path(args.out, "--out")
     curves = write_curves(args.sweep_dir, args.out)
     print(curves.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    print(f"curves: {(args.out or args.sweep_dir) / 'curves.csv'}")
+    print(f"curves: {(args.out or args.sweep_dir) / CURVES_CSV}")
     return 0
 
 

@@ -1,6 +1,7 @@
-"""The file formats the foundation owns beside the run dir's records: serve.json, whatif.json and a
-sweep job's failure.json read back as written, and a damaged or foreign file refused in one line
-(CorruptRecord naming the file and what it lacks) rather than read as something it is not.
+"""The file formats the foundation owns beside the run dir's records: serve.json, whatif.json,
+curves.parquet and a sweep job's failure.json read back as written, and a damaged or foreign file
+refused in one line (CorruptRecord naming the file and what it lacks) rather than read as
+something it is not.
 Ranked sweeps and predictions read through these readers in test_rank_by_length.py,
 test_curves.py and test_whatif*.py."""
 
@@ -8,9 +9,11 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from speclens.errors import CorruptRecord
+from speclens.file_formats.curves_file import CURVES_CSV, CURVES_FILE, read_curves_file, write_curves_files
 from speclens.file_formats.run_files import FAILURE_FILE, read_failure, record_failure
 from speclens.file_formats.serve_file import (
     SERVE_FILE,
@@ -107,3 +110,14 @@ def test_a_failed_jobs_record_reads_back_redacted_and_a_damaged_one_is_still_a_f
     (tmp_path / "job" / FAILURE_FILE).write_text("{cut sh")
     damaged = read_failure(tmp_path / "job" / FAILURE_FILE)
     assert damaged["exit_status"] == 1 and "is unreadable" in damaged["error"]
+
+
+def test_curves_read_back_as_written_and_a_damaged_parquet_is_refused_in_one_line(tmp_path):
+    curves = pd.DataFrame({"drafter": ["eagle3", "eagle3"], "d": [1, 2], "domain": ["all", "all"], "al": [1.6, 2.1]})
+    write_curves_files(curves, tmp_path)
+    assert read_curves_file(tmp_path).al.tolist() == [1.6, 2.1]
+    assert pd.read_csv(tmp_path / CURVES_CSV).d.tolist() == [1, 2]  # the CSV holds the same rows
+    (tmp_path / CURVES_FILE).write_bytes(b"PAR1 cut short")
+    with pytest.raises(CorruptRecord, match="is not a readable parquet file") as refused:
+        read_curves_file(tmp_path)
+    assert "\n" not in str(refused.value)
