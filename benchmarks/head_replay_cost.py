@@ -85,7 +85,7 @@ def main(argv: list[str]) -> None:
     settings = DEFAULTS + overrides
     other = any(o.startswith("drafter=") and o != "drafter=eagle3" for o in overrides)
     if not other and not any(o.startswith("drafter.model=") for o in overrides):
-        from evals.embedded_drafters import ensure_drafter
+        from evals.embedded.drafter_builds import ensure_drafter
 
         settings.append(f"drafter.model={ensure_drafter('eagle3', 'reduced')}")
     out = Path(tempfile.mkdtemp(prefix="speclens-head-replay-"))

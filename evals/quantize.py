@@ -99,11 +99,11 @@ def quantize_w8a8(weight):
 
 def source_dir(source: str) -> Path:
     if source == "target":
-        from evals.embedded_target import ensure_smollm2
+        from evals.embedded.target import ensure_smollm2
 
         return ensure_smollm2()
     if source in ("draft_model", "eagle3"):
-        from evals.embedded_drafters import ensure_drafter
+        from evals.embedded.drafter_builds import ensure_drafter
 
         return ensure_drafter(source)
     folder = Path(source)

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from drafters import Drafter, make_drafter
-from evals import embedded_target
 from evals.datasets import dataset_name, declared_lengths, load_prompts
 from evals.datasets.selection import fingerprint as dataset_fingerprint
-from evals.embedded_drafters import BUDGETS, embedded_build, ensure_drafter, is_built
+from evals.embedded import target as embedded_target
+from evals.embedded.drafter_builds import BUDGETS, embedded_build, ensure_drafter, is_built
 from evals.pipeline import capacity, kv_cache, verify
 from evals.pipeline import synthetic as synthetic_acceptance
 from evals.pipeline.conversation import conversation_token_ids
@@ -36,10 +36,10 @@ from speclens.config import (
 from speclens.console import console
 from speclens.errors import ConfigError, TemplateFailed
 from speclens.figures.summary import ContextWindow, SyntheticAcceptance
+from speclens.file_formats.schedule_file import read_schedule
 from speclens.generation import Prompt, SamplingSpec
 from speclens.machine import cpu_label, memory_total, native_bf16
 from speclens.model_facts import ModelFacts
-from speclens.schedule import read_schedule
 
 
 def _embedded_targets() -> dict[str, tuple[Callable[[], Path], Callable[[], Path]]]:

@@ -7,7 +7,8 @@
 - `reading`: the public reader over run and sweep dirs (`speclens.read_run`, `speclens.read_sweep`);
 - `profile_file`: speculation_profile.json (speclens's layout and Model-Optimizer's);
 - `curves_file`: curves.parquet and curves.csv, the AL-vs-D curves;
-- `serve_file`: serve.json, what to deploy; `whatif_file`: whatif.json, the GPU predictions;
+- `serve_file`: serve.json, what to deploy; `schedule_file`: a draft-length schedule, from its own
+  file or a serve.json; `whatif_file`: whatif.json, the GPU predictions;
 - `drafter_build`: speclens_drafter.json, how a drafter speclens built was trained;
 - `peer_exports`: the export files of other benchmark tools, read for `reports.explain`.
 

@@ -80,7 +80,7 @@ def describe_build(facts: Any) -> str:
 
 def _described(facts: dict[str, Any]) -> str:
     training = facts["training"]
-    if training["steps"] == 0:  # the untrained build synthetic acceptance times (evals/embedded_drafters.py)
+    if training["steps"] == 0:  # the untrained build synthetic acceptance times (evals/embedded/drafter_builds.py)
         return (
             f"{facts['mechanism']} for {facts['target']} built by speclens with {facts['library']}: untrained, "
             "of the trained one's shape (for synthetic acceptance)"

@@ -118,7 +118,7 @@ def test_the_reasoning_split_costs_a_measured_share_and_its_segments_agree(smoll
 
 
 def test_the_head_transfer_reads_a_built_head():
-    from evals.embedded_drafters import ensure_drafter
+    from evals.embedded.drafter_builds import ensure_drafter
 
     head = ensure_drafter("eagle3", "reduced")
     out = benchmark("head_transfer.py", str(head), "--prompts", "2", "--max-tokens", "8")

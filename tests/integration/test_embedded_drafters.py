@@ -13,7 +13,7 @@ import pytest
 
 from drafters.training.corpus import CORPUS, shared_passages
 from drafters.training.optimise import PROBE_STEPS
-from evals.embedded_drafters import (
+from evals.embedded.drafter_builds import (
     BUDGETS,
     BUILD_OVERRIDES,
     EMBEDDED_DRAFTERS,
@@ -22,7 +22,7 @@ from evals.embedded_drafters import (
     evaluation_sets,
     training_set,
 )
-from evals.embedded_target import ensure_smollm2
+from evals.embedded.target import ensure_smollm2
 from speclens.file_formats.drafter_build import describe_build, read_drafter_facts
 from speclens.file_formats.run_files import read_outputs
 from tests.integration.conftest import measure
@@ -47,7 +47,7 @@ def samples():
 # pins this process's threads, which makes torch training here many times slower.
 _PROBE = """
 import json, sys
-from evals.embedded_drafters import BUDGETS, training_probe
+from evals.embedded.drafter_builds import BUDGETS, training_probe
 print(json.dumps(training_probe(sys.argv[1], BUDGETS["reduced"])))
 """
 
@@ -138,8 +138,8 @@ def test_the_build_record_says_what_was_trained_and_the_stamp_carries_it(measure
 _REGENERATE = """
 import json, os
 from drafters.training.selfdistill import generate_answers
-from evals.embedded_drafters import BUDGETS, _prompts
-from evals.embedded_target import ensure_smollm2
+from evals.embedded.drafter_builds import BUDGETS, _prompts
+from evals.embedded.target import ensure_smollm2
 os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
 budget = BUDGETS["reduced"]
 samples = generate_answers(ensure_smollm2(), _prompts(budget), budget.max_tokens)
@@ -183,8 +183,8 @@ _AGREEMENT = """
 import json, sys
 from pathlib import Path
 from drafters.training.eagle3_head import head_agreement
-from evals.embedded_drafters import BUDGETS, training_samples
-from evals.embedded_target import ensure_smollm2
+from evals.embedded.drafter_builds import BUDGETS, training_samples
+from evals.embedded.target import ensure_smollm2
 _, heldout = training_samples(ensure_smollm2(), BUDGETS["reduced"])
 print(json.dumps(head_agreement(ensure_smollm2(), Path(sys.argv[1]), {"heldout": heldout})["heldout"]))
 """

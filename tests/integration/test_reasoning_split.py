@@ -16,7 +16,7 @@ END = "."
 def test_every_steps_segment_matches_an_independent_derivation(smollm2_ngram):
     from transformers import AutoTokenizer
 
-    from evals.embedded_target import smollm2_path
+    from evals.embedded.target import smollm2_path
 
     assert f"reasoning.end='{END}'" in smollm2_ngram.overrides
     out, summary = smollm2_ngram.out, smollm2_ngram.summary

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.embedded_target import ensure_smollm2
+from evals.embedded.target import ensure_smollm2
 from runners.parent_watch import PARENT_ENV
 from speclens.errors import ConfigError
 from tests.integration.conftest import measure, requests_of, steps_of

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.embedded_target import ensure_smollm2
+from evals.embedded.target import ensure_smollm2
 from tests.integration.conftest import measure
 
 SETTINGS = [

@@ -12,7 +12,7 @@ from drafters.training.corpus import shared_passages, training_prompts
 from evals.datasets.humaneval import problems
 from evals.datasets.long_context import SOURCE_MODULES, TASKS, _docstrings
 from evals.datasets.mt_bench import questions
-from evals.embedded_drafters import BUDGETS
+from evals.embedded.drafter_builds import BUDGETS
 
 SPEC_BENCH = Path(__file__).resolve().parents[3] / "shared" / "data" / "spec_bench" / "question.jsonl"
 

@@ -274,7 +274,7 @@ def test_a_damaged_build_record_in_a_stamp_is_said_to_be_unreadable(damaged):
 def test_a_build_record_is_described_in_one_line_and_listed_by_evals_drafters(monkeypatch, tmp_path):
     import json
 
-    from evals.embedded_drafters import drafter_dir
+    from evals.embedded.drafter_builds import drafter_dir
     from speclens.file_formats.drafter_build import DRAFTER_FACTS_FILE, describe_build
 
     assert describe_build(_build_facts()) == (
@@ -345,8 +345,8 @@ def test_ensure_drafter_builds_again_only_a_drafter_of_another_builder_version_o
     from dataclasses import asdict
 
     from drafters.training.eagle3_head import HeadPlan
-    from evals import embedded_drafters
-    from evals.embedded_drafters import BUDGETS, drafter_dir, ensure_drafter
+    from evals.embedded import drafter_builds as embedded_drafters
+    from evals.embedded.drafter_builds import BUDGETS, drafter_dir, ensure_drafter
     from speclens.file_formats.drafter_build import DRAFTER_FACTS_FILE
 
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
@@ -376,7 +376,7 @@ def test_ensure_drafter_builds_again_only_a_drafter_of_another_builder_version_o
 
 def test_the_targets_answers_are_generated_once_and_read_back_as_generated(monkeypatch, tmp_path):
     from drafters.training import selfdistill
-    from evals.embedded_drafters import BUDGETS, _answers
+    from evals.embedded.drafter_builds import BUDGETS, _answers
 
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
     calls = []
@@ -410,8 +410,9 @@ def test_the_heads_agreement_counts_chains_as_greedy_verification_accepts_them()
 def test_an_unreadable_build_record_is_refused_in_one_line_not_rebuilt(monkeypatch, tmp_path, capsys):
     import subprocess
 
-    from evals import embedded_drafters
-    from evals.embedded_drafters import drafter_dir, main
+    from evals.embedded import drafter_builds as embedded_drafters
+    from evals.embedded.drafter_builds import drafter_dir
+    from evals.embedded_drafters import main
     from speclens.file_formats.drafter_build import DRAFTER_FACTS_FILE
 
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))

@@ -15,6 +15,7 @@ import pytest
 from speclens.errors import CorruptRecord
 from speclens.file_formats.curves_file import CURVES_CSV, CURVES_FILE, read_curves_file, write_curves_files
 from speclens.file_formats.run_files import FAILURE_FILE, read_failure, record_failure
+from speclens.file_formats.schedule_file import read_schedule
 from speclens.file_formats.serve_file import (
     SERVE_FILE,
     context_table_beside,
@@ -24,7 +25,6 @@ from speclens.file_formats.serve_file import (
     write_serve_file,
 )
 from speclens.file_formats.whatif_file import WHATIF_FILE, read_whatif_file, write_whatif_file
-from speclens.schedule import read_schedule
 
 
 def plan(temperature: float, k: int, lengths: bool = False) -> dict:

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from evals.datasets.long_context import LongContextConfig, load, o200k_counter
-from evals.embedded_target import ensure_smollm2
+from evals.embedded.target import ensure_smollm2
 from runners.chat import ChatTokenizer
 from speclens.errors import ConfigError
 

@@ -20,7 +20,7 @@ from evals.run import run
 from reports.curves import collect, safe_name, write_curves
 from reports.speedup_ranking import rank
 from speclens.errors import ConfigError, MeasurementError
-from speclens.schedule import check_schedule, read_schedule
+from speclens.file_formats.schedule_file import check_schedule, read_schedule
 from tests.unit.conftest import compose_run, fake_overrides
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from evals.embedded_target import ensure_smollm2
+from evals.embedded.target import ensure_smollm2
 from evals.pipeline.compose import compose_config, job_dirname
 from evals.run import run
 from evals.sweep_report import redact_saved_config

@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from evals.embedded_target import ensure_smollm2
+from evals.embedded.target import ensure_smollm2
 from evals.pipeline.compose import compose_config
 from evals.run import run
 from speclens.errors import ConfigError, MeasurementError, exit_status

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from evals.embedded_target import ensure_smollm2
+from evals.embedded.target import ensure_smollm2
 from evals.pipeline.compose import compose_config
 from evals.run import run
 from runners.server_runner import server_flags

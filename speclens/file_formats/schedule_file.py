@@ -1,6 +1,8 @@
 """A draft-length schedule over batch sizes, as vLLM 0.32's `num_speculative_tokens_per_batch_size`
 takes it (dynamic speculative decoding): inclusive ranges [start, end, k] starting at 1, in order,
-not overlapping; vLLM carries a range's k over any gap to the next one and past the last."""
+not overlapping; vLLM carries a range's k over any gap to the next one and past the last. Its
+checks, and its reader for `drafter.schedule=`: a JSON file holding the schedule, or a serve.json
+(its `schedules.<drafter>`, at the run's temperature)."""
 
 from __future__ import annotations
 
