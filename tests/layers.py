@@ -125,3 +125,21 @@ def file_loops(graph: dict[str, set[str]]) -> list[list[str]]:
 def import_graph(root: Path) -> dict[str, set[str]]:
     modules = project_modules(root)
     return {module: imports_of(module, path, modules) for module, path in modules.items()}
+
+
+def folder_loops(root: Path) -> list[list[str]]:
+    """Loops between folders, each sub-package a folder of its own (`speclens`, `speclens.figures`):
+    a folder's files importing a sub-package that imports them back, directly or round others."""
+    modules = project_modules(root)
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        here = _folder(module, path)
+        for other in imports_of(module, path, modules):
+            there = _folder(other, modules[other])
+            if there != here:
+                graph.setdefault(here, set()).add(there)
+    return file_loops(graph)
+
+
+def _folder(module: str, path: Path) -> str:
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]

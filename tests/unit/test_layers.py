@@ -1,11 +1,11 @@
 """The house's import layering (tests/layers.py, docs/architecture.md) holds in the code, and
-the check finds a planted upward import, a sideways one and a file loop."""
+the check finds a planted upward import, a sideways one, a file loop and a folder loop."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tests.layers import LAYERS, file_loops, import_graph, layer_violations
+from tests.layers import LAYERS, file_loops, folder_loops, import_graph, layer_violations
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,6 +16,7 @@ def test_no_import_climbs_a_layer_and_no_files_import_each_other_in_a_loop():
     assert sum(map(len, graph.values())) > 300  # the graph is read, not empty
     assert [str(v) for v in layer_violations(graph)] == []
     assert file_loops(graph) == []
+    assert folder_loops(ROOT) == []  # nor do folders: a sub-package never imports its parent's files back
 
 
 def plant(root: Path, files: dict[str, str]) -> Path:
@@ -45,3 +46,18 @@ def test_a_planted_upward_import_a_sideways_one_and_a_loop_are_each_found(tmp_pa
         ("speclens.errors", "reports.table"),
     ]
     assert file_loops(graph) == [["reports.table", "speclens.errors"], ["runners.chat", "runners.engine"]]
+
+
+def test_a_planted_folder_loop_is_found_though_no_files_loop(tmp_path):
+    root = plant(
+        tmp_path,
+        {
+            "speclens/schedule.py": "from speclens.formats import serve\n",
+            "speclens/errors.py": "",
+        },
+    )
+    (root / "speclens" / "formats").mkdir()
+    (root / "speclens" / "formats" / "__init__.py").write_text("")
+    (root / "speclens" / "formats" / "serve.py").write_text("from speclens import errors\n")
+    assert file_loops(import_graph(root)) == []
+    assert folder_loops(root) == [["speclens", "speclens.formats"]]
