@@ -13,7 +13,6 @@ from typing import Collection
 import pandas as pd
 
 from reports import png_plots
-from reports.profile import write_profiles
 from reports.runs import RunView
 from reports.serve import serve_markdown, serve_plan
 from reports.speedup_ranking import (
@@ -31,8 +30,8 @@ from speclens import checkpoints
 from speclens.config_guidelines import Guidelines, low_latency_speedup
 from speclens.errors import ConfigError, CorruptRecord
 from speclens.figures import costs
-from speclens.file_formats.profile_file import read_profiles
-from speclens.file_formats.serve_file import write_serve_file
+from speclens.file_formats.profile_file import read_profiles, write_profile_file
+from speclens.file_formats.serve_file import context_table, write_serve_file
 from speclens.text import markdown_safe
 
 
@@ -265,17 +264,17 @@ def length_terminal_table(lengths: pd.DataFrame) -> str:
     return "\n".join(out)
 
 
-def profiles_with_table(runs: list[RunView], out_dir: Path) -> None:
+def profiles_with_table(runs: list[RunView], out_dir: Path, plan: dict) -> None:
     """speculation_profile.json in `out_dir` from the runs' own profiles, with the (B, context) -> D
-    table of the serve.json just written there (a job whose file is unreadable is left out, as a
-    sweep's gathering leaves it out and names it)."""
+    table of `plan`, the serve.json just written there (a job whose file is unreadable is left out,
+    as a sweep's gathering leaves it out and names it)."""
     profiles = []
     for run in runs:
         try:
             profiles += read_profiles(run.path)
         except CorruptRecord:
             continue
-    write_profiles(profiles, out_dir)
+    write_profile_file(profiles, out_dir, context_table(plan))
 
 
 def plot_pareto(ranking: pd.DataFrame) -> bytes:
@@ -316,7 +315,7 @@ def write_rankings(
     else:
         lengths.to_csv(out_dir / LENGTH_RANKING_FILE, index=False)
         markdown += "\n" + length_markdown(lengths)
-        profiles_with_table(runs, out_dir)
+        profiles_with_table(runs, out_dir, plan)
     (out_dir / "ranking.md").write_text(markdown + "\n" + "\n".join(serve_markdown(plan)))
     (out_dir / "pareto.png").write_bytes(plot_pareto(ranking))
     return ranking, lengths, notes
