@@ -52,7 +52,7 @@ def test_a_planted_folder_loop_is_found_though_no_files_loop(tmp_path):
     root = plant(
         tmp_path,
         {
-            "speclens/schedule.py": "from speclens.formats import serve\n",
+            "speclens/config.py": "from speclens.formats import serve\n",
             "speclens/errors.py": "",
         },
     )
