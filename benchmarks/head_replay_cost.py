@@ -47,7 +47,7 @@ def one_dtype(dtype: str, d_max: int, settings: list[str], out: Path) -> None:
     from evals.pipeline.compose import compose_config
     from evals.replay import replay
     from evals.run import run
-    from speclens.figures.summary import read_replay
+    from speclens.file_formats.summary_file import read_replay
 
     settings = [*settings, f"engine.dtype={dtype}"]
     run(compose_config([*settings, "d=1", "dataset.num_requests=1", "sampling.max_tokens=8"]), out / "warmup")

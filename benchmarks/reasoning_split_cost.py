@@ -28,8 +28,8 @@ def main(overrides: list[str]) -> None:
     from evals.pipeline.reasoning import split_outputs
     from evals.run import run
     from runners.registry import runner_of
-    from speclens.figures.summary import read_summary
     from speclens.file_formats import records
+    from speclens.file_formats.summary_file import read_summary
     from speclens.generation import DraftedStep, TurnResult
 
     out = Path(tempfile.mkdtemp(prefix="speclens-split-")) / "run"

@@ -16,7 +16,7 @@ import json
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +28,9 @@ from evals.pipeline.stamp import RunOrigin  # noqa: E402
 from evals.pipeline.summarise import build_summary, operating_points  # noqa: E402
 from speclens.figures.summary import Timing  # noqa: E402
 from speclens.file_formats import records  # noqa: E402
+from speclens.file_formats.summary_file import write_summary  # noqa: E402
 from speclens.generation import RecordGranularity  # noqa: E402
+from speclens.provenance import Provenance  # noqa: E402
 
 DRAFTERS = ["ngram", "suffix", "eagle3", "draft_model"]
 DRAFT_LENGTHS = [1, 2, 3, 5]
@@ -139,7 +141,7 @@ def summarize(run: dict, drafter: str, d: int, out_dir: Path) -> None:
         d=d,
         target="synthetic",
         dataset="synthetic",
-        runner="synthetic",
+        runner="fake",
         steps=steps,
         requests=requests,
         counters=None,
@@ -148,8 +150,12 @@ def summarize(run: dict, drafter: str, d: int, out_dir: Path) -> None:
         origin=RunOrigin({}, {"target": "t", "draft": None, "dataset": "p"}, None, None),
         operating_points=points,
     )
+    # scripted records, as the fake engine's: every figure of this sweep is fake
+    summary = replace(
+        summary, provenance=Provenance(source="fake", runner="fake", engine="fake", batch_sizes=BATCH_SIZES)
+    )
     out_dir.mkdir(parents=True)
-    summary.write(out_dir)
+    write_summary(summary, out_dir)
     stamp = {"config": {"sampling": {"temperature": 0.0, "top_p": 1.0, "max_tokens": 256}, "seed": 0, "drafter": {}}}
     (out_dir / "stamp.json").write_text(json.dumps(stamp))
 

@@ -10,8 +10,8 @@ import json
 import sys
 from pathlib import Path
 
-from speclens.figures.summary import read_summary
 from speclens.file_formats.records import read_parquet
+from speclens.file_formats.summary_file import read_summary
 from tests.fixtures.segments import derived_segments
 
 

@@ -39,7 +39,7 @@ from speclens.errors import (  # noqa: E402
     MeasurementError,
     guarded,
 )
-from speclens.figures.summary import SUMMARY_FILE  # noqa: E402
+from speclens.file_formats.summary_file import SUMMARY_FILE
 
 # Marginal per-position rates per D: non-increasing, ALs from 1.7 to 4.5 across the grid.
 GRID = {1: [0.7], 3: [0.8, 0.6, 0.4], 5: [0.9, 0.8, 0.7, 0.6, 0.5]}

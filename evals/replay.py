@@ -47,19 +47,11 @@ from speclens.errors import (
     guarded,
 )
 from speclens.figures import metrics
-from speclens.figures.summary import (
-    REPLAY_FILE,
-    REPLAY_VERSION,
-    SUMMARY_FILE,
-    WHOLE_RUN_GROUP,
-    Fingerprints,
-    ReplayRecord,
-    ReplaySummary,
-    read_replay,
-)
+from speclens.figures.summary import WHOLE_RUN_GROUP, Fingerprints, ReplayRecord, ReplaySummary
 from speclens.file_formats.curves_file import CURVE_FILES, CURVES_CSV, read_curves_file, write_curves_files
 from speclens.file_formats.records import SEGMENT_REQUEST_COLUMNS, read_parquet
 from speclens.file_formats.run_files import REQUESTS_FILE, STAMP_FILE, STEPS_FILE
+from speclens.file_formats.summary_file import REPLAY_FILE, REPLAY_VERSION, SUMMARY_FILE, read_replay, write_replay
 from speclens.lossless import near_tie_bound
 from speclens.provenance import config_setting
 from speclens.redact import redact
@@ -417,7 +409,7 @@ def replay(cfg: DictConfig, out_dir: Path, overrides: Sequence[str] = ()) -> pd.
                 runner=plan.runner.name,
                 near_ties=near_ties,
             )
-            ReplayRecord(REPLAY_VERSION, summary, {"config": redact(config)}).write(staging)
+            write_replay(ReplayRecord(REPLAY_VERSION, summary, {"config": redact(config)}), staging)
     return curves
 
 

@@ -34,8 +34,9 @@ from speclens.errors import (
     MeasurementError,
     guarded,
 )
-from speclens.figures.summary import SUMMARY_FILE, RunSummary, read_summary
+from speclens.figures.summary import RunSummary
 from speclens.file_formats.run_files import read_stamp
+from speclens.file_formats.summary_file import SUMMARY_FILE, read_summary
 from speclens.lossless import DIVERGENCE, UNEXPLAINED
 
 register_configs()

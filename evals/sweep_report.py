@@ -36,10 +36,10 @@ from speclens.errors import (
     report,
     user_message,
 )
-from speclens.figures.summary import SUMMARY_FILE
 from speclens.file_formats.curves_file import CURVE_FILES
 from speclens.file_formats.profile_file import PROFILE_FILE, read_profiles
 from speclens.file_formats.run_files import FAILURE_FILE, FAILURES_FILE, read_failure
+from speclens.file_formats.summary_file import SUMMARY_FILE
 from speclens.files import write_json_atomic
 from speclens.redact import redact
 

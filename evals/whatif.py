@@ -69,7 +69,6 @@ from reports.whatif_text import slo_line, whatif_lines
 from speclens import provenance as prov
 from speclens.errors import ConfigError, guarded
 from speclens.figures.metrics import conditional_acceptance, length_label
-from speclens.figures.summary import read_summary
 from speclens.file_formats.profile_file import (
     PROFILE_FILE,
     dynamo_cut_note,
@@ -77,6 +76,7 @@ from speclens.file_formats.profile_file import (
 )
 from speclens.file_formats.records import read_parquet
 from speclens.file_formats.run_files import REQUESTS_FILE, read_stamp
+from speclens.file_formats.summary_file import read_summary
 from speclens.file_formats.whatif_file import WHATIF_FILE, write_whatif_file
 from speclens.files import output_dir, output_path
 from speclens.gpu_model import calibrate

@@ -26,9 +26,9 @@ from speclens.attribution import Tally, split_difference
 from speclens.errors import ArgumentParser, SpeclensError, guarded
 from speclens.figures.metrics import output_positions
 from speclens.figures.peer_figures import PEER_FORMULAS, drafted_turns, peer_figures, specdec_bench_requests
-from speclens.figures.summary import SUMMARY_FILE
 from speclens.file_formats.peer_exports import PeerExport, read_peer_export
 from speclens.file_formats.reading import Run, read_run
+from speclens.file_formats.summary_file import SUMMARY_FILE
 from speclens.files import output_dir, output_path, write_json_atomic, write_text_atomic
 
 EXPLAIN_MD = "explain.md"

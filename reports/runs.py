@@ -9,16 +9,9 @@ from typing import Any, Callable, Collection, Hashable, Iterable, Sequence, Type
 
 from speclens import provenance as prov
 from speclens.errors import SpeclensError
-from speclens.figures.summary import (
-    REPLAY_FILE,
-    SUMMARY_FILE,
-    Fingerprints,
-    ReplayRecord,
-    RunSummary,
-    read_replay,
-    read_summary,
-)
+from speclens.figures.summary import Fingerprints, ReplayRecord, RunSummary
 from speclens.file_formats.run_files import holding, read_stamp
+from speclens.file_formats.summary_file import REPLAY_FILE, SUMMARY_FILE, read_replay, read_summary
 from speclens.options import dotted_get
 from speclens.provenance import SETTING_DEFAULTS, SETTING_KEYS, Provenance, setting_label
 

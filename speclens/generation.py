@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol, Sequence
 
+from speclens.schema import Count, record
 from speclens.segments import Boundary
 
 
@@ -130,14 +131,14 @@ class EngineStep:
 COUNTER_NAMES = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos")
 
 
-@dataclass
+@record(frozen=False)
 class SpecCounters:
     """vLLM's own speculative-decoding counters for the whole run."""
 
-    num_drafts: int = 0
-    num_draft_tokens: int = 0
-    num_accepted_tokens: int = 0
-    num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
+    num_drafts: Count = 0
+    num_draft_tokens: Count = 0
+    num_accepted_tokens: Count = 0
+    num_accepted_tokens_per_pos: list[Count] = field(default_factory=list)
 
     def since(self, earlier: "SpecCounters") -> "SpecCounters":
         """What was counted after `earlier` was read (the counters are cumulative)."""

@@ -11,8 +11,10 @@ axis under study, and a figure that was not measured never headlines as measured
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, field, replace
 from typing import Any, Iterable
+
+from speclens.schema import record
 
 # Acceptance measured by the target verifying a real drafter's drafts.
 MEASURED = "measured"
@@ -47,7 +49,7 @@ FIELD_NAMES = {
 }
 
 
-@dataclass(frozen=True)
+@record
 class Provenance:
     """What one figure (or every figure of one record) is."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -38,7 +39,7 @@ from speclens.errors import MeasurementError, SpeclensError
 from speclens.figures import metrics
 from speclens.figures.costs import PassMode
 from speclens.figures.diagnostics import RunFacts, diagnose
-from speclens.figures.summary import SUMMARY_FILE, Numerics, RunSummary
+from speclens.figures.summary import Numerics, RunSummary
 from speclens.file_formats import records
 from speclens.file_formats.profile_file import PROFILE_FILE
 from speclens.file_formats.run_files import (
@@ -53,6 +54,7 @@ from speclens.file_formats.run_files import (
     STEPS_FILE,
     prompt_digest,
 )
+from speclens.file_formats.summary_file import SUMMARY_FILE, write_summary
 from speclens.files import write_json_atomic, write_text_atomic
 from speclens.generation import RecordGranularity, SpecCounters
 from speclens.machine import cpu_label
@@ -421,11 +423,14 @@ def _execute(
         request_histograms=request_histograms(passes),
         context_window=plan.context_window,
     )
-    summary.synthetic_acceptance = plan.synthetic
-    summary.diagnostics = diagnose(run_facts(plan, summary, steps, requests, passes, stamp))
-    summary.provenance = summary.provenance_of(stamp_what_ran(stamp, summary, out_dir))
+    summary = replace(
+        summary,
+        synthetic_acceptance=plan.synthetic,
+        diagnostics=diagnose(run_facts(plan, summary, steps, requests, passes, stamp)),
+        provenance=summary.provenance_of(stamp_what_ran(stamp, summary, out_dir)),
+    )
     profiles = [] if plan.synthetic is not None else run_profiles(out_dir, summary)  # acceptance set, not measured
     if profiles:
         write_profiles(profiles, out_dir)
-    summary.write(out_dir)
+    write_summary(summary, out_dir)
     return summary

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
-from speclens.figures.summary import SUMMARY_VERSION
 from speclens.file_formats.drafter_build import read_drafter_facts
+from speclens.file_formats.summary_file import SUMMARY_VERSION
 from speclens.redact import redact, redact_overrides
 
 if TYPE_CHECKING:

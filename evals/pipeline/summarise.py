@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Mapping, Protocol, Sequence
+from dataclasses import dataclass, replace
+from typing import Mapping, Protocol, Sequence, TypeVar
 
 import pandas as pd
 
@@ -14,7 +14,6 @@ from speclens.figures.costs import PassMode
 from speclens.figures.latency import Latency, latency_of
 from speclens.figures.peer_figures import peer_figures
 from speclens.figures.summary import (
-    SUMMARY_VERSION,
     ContextWindow,
     DomainPoint,
     Fingerprints,
@@ -27,6 +26,7 @@ from speclens.figures.summary import (
     RunSummary,
     Timing,
 )
+from speclens.file_formats.summary_file import SUMMARY_VERSION
 from speclens.generation import EngineStep, RecordGranularity, SpecCounters, TurnResult
 from speclens.lossless import (
     DIVERGENCE,
@@ -192,12 +192,18 @@ def _length_rate(p: MeasuredPass, request_ids: set[str], length: int) -> float |
     return tokens / seconds if seconds > 0 else None
 
 
-def _corrected(point: DomainPoint, account: SpeedupAccount | None) -> None:
-    """The domain's prediction times the corrections its operating point measured."""
+P = TypeVar("P", bound=DomainPoint)
+
+
+def _corrected(point: P, account: SpeedupAccount | None) -> P:
+    """The domain's point with its prediction times the corrections its operating point measured."""
     if account is None or point.predicted_speedup is None:
-        return
-    point.predicted_corrected = point.predicted_speedup * account.correction
-    point.predicted_corrected_range = [v * account.correction for v in point.predicted_speedup_range]
+        return point
+    return replace(
+        point,
+        predicted_corrected=point.predicted_speedup * account.correction,
+        predicted_corrected_range=[v * account.correction for v in point.predicted_speedup_range],
+    )
 
 
 def operating_points(
@@ -275,8 +281,8 @@ def _operating_point(
         domain: _domain_point(domain_steps, group, records.seed, point_costs, domain_counters.get(domain))
         for domain, group, domain_steps in metrics.split_by_domain(at_b.steps, at_b.requests)
     }
-    for point in [overall, *by_domain.values()]:
-        _corrected(point, account)
+    overall = _corrected(overall, account)
+    by_domain = {domain: _corrected(point, account) for domain, point in by_domain.items()}
     held = costs.held(records.engine_steps, PassMode.speculative if d else PassMode.plain, b)
     return OperatingPoint(
         **vars(overall),
@@ -365,17 +371,16 @@ def pooled_timing(
         return seconds, tokens / seconds if seconds > 0 else 0.0
 
     generate_s, tokens_per_s = pooled(passes)
+    base_s, base_tokens_per_s = pooled(baseline) if baseline else (None, None)
     timing = Timing(
         generate_s=generate_s,
         output_tokens_per_s=tokens_per_s,
         load_s=load_s,
+        baseline_generate_s=base_s,
+        baseline_output_tokens_per_s=base_tokens_per_s,
         warmup_s=sum(p.warmup_s for p in [*passes, *baseline]),
     )
-    speedup = None
-    if baseline:
-        timing.baseline_generate_s, timing.baseline_output_tokens_per_s = pooled(baseline)
-        if timing.baseline_output_tokens_per_s > 0:
-            speedup = tokens_per_s / timing.baseline_output_tokens_per_s
+    speedup = tokens_per_s / base_tokens_per_s if base_tokens_per_s else None
     return timing, speedup
 
 

@@ -33,20 +33,21 @@ Absent where the idle pass did not run (no baseline, a server, Model Runner V2).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 import pandas as pd
 
 from speclens.figures.costs import PassMode, PointCosts, in_flight
 from speclens.figures.metrics import OMITTED_WHEN_NONE
+from speclens.schema import record
 
 # The corrections, in the order the account applies them after the steady-state model.
 CORRECTIONS = ("prefill", "ramp_up_and_tail", "slow_outliers", "token_yield")
 MODEL = "steady_state_model"
 
 
-@dataclass
+@record
 class SpeedupAccount:
     """`factors`: the model's prediction and each correction (speculative over plain); `product`
     equals `measured` up to rounding. `outside_steps`: each pass's share of wall time outside

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from speclens.config import Choice
+from speclens.schema import Count, Milliseconds, record
 
 
 class PassMode(Choice):
@@ -55,14 +56,14 @@ MIN_STEADY_STEPS = 5
 GAP_TOLERANCE = 0.10
 
 
-@dataclass
+@record
 class StepTiming:
     """A step-time term over a pass's steady steps, in ms: median, quartiles, step count."""
 
-    median_ms: float
-    p25_ms: float
-    p75_ms: float
-    n: int
+    median_ms: Milliseconds
+    p25_ms: Milliseconds
+    p75_ms: Milliseconds
+    n: Count
 
 
 @dataclass

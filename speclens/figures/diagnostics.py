@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from speclens.figures.metrics import TURN_KEY, GroupFigures, accepted_cut
+from speclens.schema import record
 
 # First-position acceptance below which a mechanism is most often set up wrong, per family: a head
 # or MTP layer trained for the target accepts its first draft token well over half the time
@@ -47,7 +48,7 @@ NOISE_MARGIN = 1.05
 TRUNCATED_SHARE = 0.2
 
 
-@dataclass
+@record
 class Diagnostic:
     code: str
     severity: str

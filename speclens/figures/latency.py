@@ -7,30 +7,30 @@ With speculation a chunk may carry several tokens, so chunk gaps (ITL) are per c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from speclens.generation import TurnResult
+from speclens.schema import Milliseconds, NonNegative, record
 
 
-@dataclass
+@record
 class Percentiles:
-    p50: float
-    p90: float
-    p99: float
-    mean: float
+    p50: Milliseconds
+    p90: Milliseconds
+    p99: Milliseconds
+    mean: Milliseconds
 
 
-@dataclass
+@record
 class Latency:
     ttft_ms: Percentiles | None
     tpot_ms: Percentiles | None
     itl_ms: Percentiles | None
     e2e_ms: Percentiles | None
-    output_tokens_per_s: float
-    requests_per_s: float
+    output_tokens_per_s: NonNegative
+    requests_per_s: NonNegative
 
 
 def percentiles(values_s: Sequence[float]) -> Percentiles | None:

@@ -29,14 +29,17 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field, replace
+from typing import Annotated
 
 import numpy as np
 import pandas as pd
+from pydantic import Field
 
 from speclens.console import console
 from speclens.errors import MeasurementError
 from speclens.generation import COUNTER_NAMES, SpecCounters
+from speclens.schema import AL, Count, NonNegative, Rate, record
 from speclens.segments import SEGMENTS
 
 BOOTSTRAP_SAMPLES = 2000
@@ -48,42 +51,43 @@ MIN_REQUESTS_FOR_CI = 2
 OMITTED_WHEN_NONE = {"omit_when_none": True}
 
 
-@dataclass
+@record
 class PositionBin:
     """AL of the drafted steps whose position at their start (context length, or generated-token
     index) is in [from, to) (`to` None: open-ended)."""
 
-    from_: int
-    to: int | None
-    n_steps: int
-    al: float
+    from_: Annotated[int, Field(ge=0, alias="from")]
+    to: Count | None
+    n_steps: Count
+    al: AL
 
 
-@dataclass
+@record
 class SegmentFigures:
     """Acceptance within one segment (thinking or answer) of a group's outputs."""
 
-    al: float | None
-    al_ci95: list[float] | None
-    # The segment's output tokens over its target passes.
-    tokens_per_step: float | None
-    per_position_acceptance: list[float] | None
+    al: AL | None
+    al_ci95: list[AL] | None
+    # The segment's output tokens over its target passes (a segment's can pass 1 + d where a step
+    # straddles the boundary).
+    tokens_per_step: NonNegative | None
+    per_position_acceptance: list[Rate] | None
     # Conversations with at least one token in the segment.
-    n_requests: int
-    n_steps: int
-    output_tokens: int
-    share_of_output_tokens: float | None
+    n_requests: Count
+    n_steps: Count
+    output_tokens: Count
+    share_of_output_tokens: Rate | None
 
 
-@dataclass
+@record
 class GroupFigures:
     """Acceptance of a group of requests (all, or one domain)."""
 
-    al: float | None
-    al_ci95: list[float] | None
-    tokens_per_step: float | None
-    n_requests: int
-    n_steps: int
+    al: AL | None
+    al_ci95: list[AL] | None
+    tokens_per_step: NonNegative | None
+    n_requests: Count
+    n_steps: Count
     # With a reasoning boundary: the same per segment (thinking, answer).
     by_segment: dict[str, SegmentFigures] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
     # The spread of AL over its requests (each request's own AL): p10, p50, p90, min, max, std.
@@ -92,12 +96,12 @@ class GroupFigures:
     al_by_output_position: list[PositionBin] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
     # A length bucket's (by_length): its input length, and beside AL's interval those of tokens per
     # step and of each position's acceptance rate (the same bootstrap over requests).
-    input_tokens: int | None = field(default=None, metadata=OMITTED_WHEN_NONE)
-    tokens_per_step_ci95: list[float] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
-    per_position_acceptance: list[float] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
-    per_position_ci95: list[list[float]] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    input_tokens: Count | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    tokens_per_step_ci95: list[NonNegative] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    per_position_acceptance: list[Rate] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    per_position_ci95: list[list[Rate]] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
     # The share of target passes that verified a draft (draft_share); absent where passes were not counted.
-    draft_share: float | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    draft_share: Rate | None = field(default=None, metadata=OMITTED_WHEN_NONE)
 
 
 def al_spread(totals: pd.DataFrame) -> dict[str, float] | None:
@@ -354,8 +358,7 @@ def by_domain(
     out = {}
     for domain, group, domain_steps in split_by_domain(steps, requests):
         figures = group_summary(domain_steps, group, seed, counters[domain] if counters else None)
-        figures.by_segment = by_segment(domain_steps, group, seed, d, per_step)
-        out[domain] = figures
+        out[domain] = replace(figures, by_segment=by_segment(domain_steps, group, seed, d, per_step))
     return out
 
 
@@ -382,12 +385,17 @@ def length_figures(
 ) -> GroupFigures:
     """One length bucket's figures: the group's, with per-position acceptance (step records) and the
     intervals of tokens per step and of each position's rate."""
-    figures = group_summary(steps, requests, seed)
-    figures.input_tokens = length
-    figures.tokens_per_step_ci95 = _ratio_ci95(requests, "output_tokens", "target_steps", seed)
+    figures = replace(
+        group_summary(steps, requests, seed),
+        input_tokens=length,
+        tokens_per_step_ci95=_ratio_ci95(requests, "output_tokens", "target_steps", seed),
+    )
     if d and per_step and not steps.empty:
-        figures.per_position_acceptance = per_position_acceptance(steps, d)
-        figures.per_position_ci95 = _per_position_ci95(steps, d, seed)
+        figures = replace(
+            figures,
+            per_position_acceptance=per_position_acceptance(steps, d),
+            per_position_ci95=_per_position_ci95(steps, d, seed),
+        )
     return figures
 
 

@@ -16,35 +16,35 @@ AL against. docs/definitions.md#peer-figures says where each formula is from.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from speclens.figures.metrics import TURN_KEY, last_steps
+from speclens.schema import AL, record
 
 
-@dataclass
+@record
 class SpecdecBench:
-    Average_AL: float  # noqa: N815 - the tool's own key
-    Category_AL: dict[str, float]  # noqa: N815
+    Average_AL: AL  # noqa: N815 - the tool's own key
+    Category_AL: dict[str, AL]  # noqa: N815
 
 
-@dataclass
+@record
 class VllmBenchServe:
-    spec_decode_acceptance_length: float
+    spec_decode_acceptance_length: AL
 
 
-@dataclass
+@record
 class Aiperf:
-    spec_decode_acceptance_length: float
-    spec_decode_token_weighted_acceptance_length: float
+    spec_decode_acceptance_length: AL
+    spec_decode_token_weighted_acceptance_length: AL
     # `aiperf speed-bench-report`: per category pooled, and Overall the mean of the categories
-    speed_bench_report: dict[str, float]
+    speed_bench_report: dict[str, AL]
 
 
-@dataclass
+@record
 class PeerFigures:
     specdec_bench: SpecdecBench | None
     vllm_bench_serve: VllmBenchServe | None

@@ -1,6 +1,7 @@
-"""The files speclens writes and reads back, each format defined once with its reader and writer
-(the summary's own, summary.json and replay.json, is `speclens/figures/summary.py`).
+"""The files speclens writes and reads back, each format defined once with its reader and writer.
 
+- `summary_file`: summary.json and replay.json (their record types: `speclens/figures/summary.py`),
+  the one reader and its migrations;
 - `run_files`: a run dir's files, named once; the stamp and outputs' readers; a failed sweep job's
   failure.json;
 - `records`: the per-step and per-request records as versioned parquet;

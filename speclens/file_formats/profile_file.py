@@ -65,8 +65,8 @@ from speclens import provenance as prov
 from speclens.errors import CorruptRecord, SpeclensError
 from speclens.figures import metrics
 from speclens.figures.acceptance import marginal_from_conditional
-from speclens.figures.summary import SUMMARY_FILE, read_summary
 from speclens.file_formats.run_files import read_stamp
+from speclens.file_formats.summary_file import SUMMARY_FILE, read_summary
 from speclens.files import write_json_atomic
 from speclens.provenance import Provenance
 

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from speclens.errors import SpeclensError
-from speclens.figures.summary import SUMMARY_FILE, RunSummary, read_summary
+from speclens.figures.summary import RunSummary
 from speclens.file_formats.records import ENGINE_STEP_COLUMNS, read_parquet
 from speclens.file_formats.run_files import (
     ENGINE_STEPS_FILE,
@@ -22,6 +22,7 @@ from speclens.file_formats.run_files import (
     read_outputs,
     read_stamp,
 )
+from speclens.file_formats.summary_file import SUMMARY_FILE, read_summary
 
 # The columns read_sweep adds to every record row: which run it came from, and that run's settings
 # (batch_size is a column of every record already).

@@ -19,7 +19,7 @@ import pytest
 from evals.pipeline.compose import compose_config
 from evals.run import run
 from reports.runs import find_runs
-from speclens.figures.summary import read_summary
+from speclens.file_formats.summary_file import read_summary
 from tests.unit.conftest import fake_overrides, write_checkpoint, write_questions
 
 REPO = Path(__file__).resolve().parents[2]

@@ -79,7 +79,7 @@ LEDGER = Ledger()
 def shared_dir(root: Path, name: str, produce: Callable[[Path], Any]) -> Path:
     """The run dir of shared run `name` under `root` (the session's, or all xdist workers' common
     basetemp), produced by `produce(run_dir)` by whichever process gets there first."""
-    from speclens.figures.summary import SUMMARY_FILE
+    from speclens.file_formats.summary_file import SUMMARY_FILE
     from speclens.files import exclusive
 
     run_dir = root / f"shared-{name}"

@@ -209,7 +209,7 @@ def test_the_parallel_draft_model_is_measured_at_each_d_and_stays_lossless(measu
     from evals.pipeline.compose import compose_config
     from evals.replay import replay
     from reports.curves import collect
-    from speclens.figures.summary import read_replay
+    from speclens.file_formats.summary_file import read_replay
 
     mechanism = "draft_model_parallel"
     built, trained_dir, _ = measured(mechanism)
@@ -276,7 +276,7 @@ def test_the_heads_curve_replayed_from_one_pass_is_the_measured_runs(measured, p
     from evals.pipeline.compose import compose_config
     from evals.replay import replay
     from reports.curves import collect
-    from speclens.figures.summary import read_replay
+    from speclens.file_formats.summary_file import read_replay
 
     mechanism = "eagle3"
     built, trained_dir, _ = measured(mechanism)

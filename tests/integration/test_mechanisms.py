@@ -30,7 +30,7 @@ def test_the_mtp_layers_curve_replayed_from_one_pass_is_the_measured_runs(tmp_pa
     float32 to runs measured at D = 1 and 3, with no draft a kernel's rounding could flip."""
     from evals.pipeline.compose import compose_config
     from evals.replay import replay
-    from speclens.figures.summary import read_replay
+    from speclens.file_formats.summary_file import read_replay
 
     overrides = [
         *tiny_overrides(tiny_mtp_target(mtp="partial"), "drafter=mtp"),

@@ -12,7 +12,7 @@ import pytest
 import speclens
 from evals.run import run
 from speclens.errors import SpeclensError
-from speclens.figures.summary import SUMMARY_VERSION
+from speclens.file_formats.summary_file import SUMMARY_VERSION
 from tests.unit.conftest import compose_run, fake_overrides
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -12,8 +13,8 @@ import pytest
 from evals.run import run
 from reports.table import result_table
 from speclens.errors import ConfigError, CorruptRecord, MeasurementError, exit_status
-from speclens.figures.summary import read_summary
 from speclens.file_formats.records import read_parquet
+from speclens.file_formats.summary_file import read_summary
 from tests.unit.conftest import compose_run, fake_overrides, write_checkpoint
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
@@ -163,7 +164,8 @@ def test_golden_summary_and_table(tmp_path):
     assert all(p["elapsed_s"] > 0 for p in summary["operating_points"])
     check_golden("fake_summary.json", json.dumps(stable, indent=2, sort_keys=True) + "\n")
     typed = read_summary(tmp_path / "run")
-    typed.timing.load_s, typed.timing.generate_s, typed.timing.output_tokens_per_s = 1.0, 2.0, 12.5
+    timing = replace(typed.timing, load_s=1.0, generate_s=2.0, output_tokens_per_s=12.5)
+    typed = replace(typed, timing=timing)
     check_golden("fake_table.txt", result_table(typed) + "\n")
 
 

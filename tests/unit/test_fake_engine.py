@@ -23,8 +23,8 @@ from evals.replay import replay
 from evals.run import run
 from evals.selfcheck import selfcheck
 from speclens.errors import ConfigError
-from speclens.figures.summary import read_replay, read_summary
 from speclens.file_formats.records import read_parquet, write_parquet
+from speclens.file_formats.summary_file import read_replay, read_summary
 from tests.unit.conftest import fake_overrides, write_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]

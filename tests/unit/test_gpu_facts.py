@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import enum
+from dataclasses import replace
 from types import SimpleNamespace
 
 from reports.table import numerics_line
@@ -48,11 +49,13 @@ def test_a_gpu_run_is_pointed_to_batch_invariant_kernels_a_cpu_run_to_float32(tm
     from reports.runs import find_runs
 
     summary = find_runs(sweep(tmp_path, [("ngram", 2)]))[0].summary
-    summary.numerics = Numerics.of("bfloat16", 16, cpu="Intel Xeon (amx_bf16)")
+    summary = replace(summary, numerics=Numerics.of("bfloat16", 16, cpu="Intel Xeon (amx_bf16)"))
     assert numerics_line(summary).endswith("engine.dtype=float32 makes it reproducible")
     gpu = {"name": "NVIDIA H100 80GB HBM3", "count": 1}
-    summary.numerics = Numerics.of("bfloat16", 16, cpu="Intel Xeon (amx_bf16)", model_runner="v2", gpu=gpu)
+    summary = replace(
+        summary, numerics=Numerics.of("bfloat16", 16, cpu="Intel Xeon (amx_bf16)", model_runner="v2", gpu=gpu)
+    )
     line = numerics_line(summary)
     assert "on 1x NVIDIA H100 80GB HBM3" in line and line.endswith("engine.batch_invariant=true makes it reproducible")
-    summary.numerics = Numerics.of("bfloat16", 16, batch_invariant=True, gpu=gpu)
-    assert numerics_line(summary) is None  # batch-invariant kernels: reproducible, nothing to say
+    invariant = replace(summary, numerics=Numerics.of("bfloat16", 16, batch_invariant=True, gpu=gpu))
+    assert numerics_line(invariant) is None  # batch-invariant kernels: reproducible, nothing to say

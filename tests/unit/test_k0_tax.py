@@ -17,8 +17,8 @@ from runners import fake_engine
 from runners.zero_cost_proposer import IDLE_CLASS_PATH, IdleProposer
 from speclens.figures import costs
 from speclens.figures.costs import StepTiming
-from speclens.figures.summary import SUMMARY_VERSION, read_summary
 from speclens.file_formats.records import read_parquet
+from speclens.file_formats.summary_file import SUMMARY_VERSION, read_summary
 from tests.unit.conftest import compose_run, fake_overrides
 
 PROMPTS = [

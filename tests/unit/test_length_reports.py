@@ -23,8 +23,8 @@ from reports.compare import main as compare_main
 from reports.curves import write_curves
 from speclens.figures.diagnostics import diagnose, long_context_decay
 from speclens.figures.metrics import GroupFigures
-from speclens.figures.summary import SUMMARY_FILE
 from speclens.file_formats.run_files import REQUESTS_FILE, STEPS_FILE
+from speclens.file_formats.summary_file import SUMMARY_FILE
 from tests.unit.conftest import FAKE_PAIR_NOTE, compose_run, write_script
 from tests.unit.test_diagnostics import facts
 from tests.unit.test_long_context import smollm2  # noqa: F401 (the embedded target, shared)

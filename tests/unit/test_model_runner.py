@@ -3,6 +3,8 @@ and the verify pass that follows it (evals/pipeline/passes.py zero_cost_spec).""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from evals.pipeline.passes import zero_cost_spec
@@ -105,14 +107,15 @@ def test_the_gpu_selfcheck_compares_a_measured_ngram_run_with_its_runners_replay
     from tests.unit.test_curves import sweep
 
     summary = find_runs(sweep(tmp_path, [("ngram", 2)]))[0].summary
-    summary.numerics.model_runner = "v2"
+    summary = replace(summary, numerics=replace(summary.numerics, model_runner="v2"))
     rows = [
         {"domain": "all", "segment": "all", "d": 2, "proposer": "v1", "al": summary.al + 0.3},
         {"domain": "all", "segment": "all", "d": 2, "proposer": "v2", "al": summary.al},
     ]
     check = replay_check("n-gram", summary, pd.DataFrame(rows))
     assert check.passed and f"model runner v2: measured AL {summary.al:.4f}" in check.detail
-    summary.numerics.model_runner = "v1"  # the same run read as V1's: V1's proposer's point differs
+    # the same run read as V1's: V1's proposer's point differs
+    summary = replace(summary, numerics=replace(summary.numerics, model_runner="v1"))
     assert not replay_check("n-gram", summary, pd.DataFrame(rows)).passed
 
 

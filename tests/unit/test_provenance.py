@@ -13,7 +13,7 @@ from reports.speedup_ranking import rank_runs
 from reports.table import result_table
 from reports.wandb_log import run_tags
 from speclens.errors import CorruptRecord
-from speclens.figures.summary import read_summary
+from speclens.file_formats.summary_file import read_summary
 from speclens.provenance import Provenance, differences, mark, of_stamp, source_of
 from tests.unit.test_length_reports import measure
 from tests.unit.test_long_context import smollm2  # noqa: F401 (the embedded target, shared)

@@ -18,9 +18,9 @@ from evals.sweep_report import gather_profiles
 from reports.gpu_prediction import prediction_rows
 from reports.ranking_tables import LENGTH_RANKING_FILE, write_rankings
 from reports.runs import find_runs
-from speclens.figures.summary import read_summary
 from speclens.file_formats.profile_file import CONTEXT_TABLE_KEY, PROFILE_FILE
 from speclens.file_formats.serve_file import SERVE_FILE, read_serve_file
+from speclens.file_formats.summary_file import read_summary
 from speclens.gpu_model.gpus import gpu_named
 from speclens.gpu_model.step_cost import Hardware
 from speclens.gpu_model.whatif import length_ranges, nearest_length

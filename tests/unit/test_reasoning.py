@@ -286,7 +286,7 @@ def test_speculation_profiles_per_segment_match_the_summary(tmp_path):
 
 def test_wandb_gets_the_segment_figures(tmp_path):
     from reports.wandb_log import summary_figures
-    from speclens.figures.summary import read_summary
+    from speclens.file_formats.summary_file import read_summary
 
     summary, out, _ = fake_run(tmp_path, f"reasoning.end={END}")
     flat = summary_figures(read_summary(out))

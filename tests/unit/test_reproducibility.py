@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 
 from evals.run import run
 from reports.table import numerics_line, result_table
 from speclens.config import config_fingerprint
-from speclens.figures.summary import Numerics, read_summary
+from speclens.figures.summary import Numerics
+from speclens.file_formats.summary_file import read_summary
 from tests.unit.conftest import compose_run, fake_overrides
 
 ROWS = [{"question_id": "q1", "category": "coding", "turns": ["write code"]}]
@@ -52,12 +54,11 @@ def test_a_bf16_run_says_its_figures_can_move_and_what_makes_them_exact(tmp_path
 
 def test_a_target_drafting_for_itself_below_one_plus_d_is_explained(tmp_path):
     summary = fake_summary(tmp_path, "engine.dtype=bfloat16")
-    summary.fingerprints.draft = summary.fingerprints.target
-    summary.al = 3.969
+    summary = replace(summary, fingerprints=replace(summary.fingerprints, draft=summary.fingerprints.target), al=3.969)
     assert numerics_line(summary).endswith(
         "its AL 3.969 below 1 + D = 4 is such near-ties between the draft and verify passes"
     )
-    summary.al = 4.0  # every draft accepted: nothing to explain
+    summary = replace(summary, al=4.0)  # every draft accepted: nothing to explain
     assert "the draft is the target itself" not in numerics_line(summary)
 
 

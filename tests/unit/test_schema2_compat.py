@@ -124,7 +124,7 @@ def test_a_schema2_night_is_a_nightly_baseline(schema2, tmp_path, capsys):
 
 def test_the_reader_migrates_every_earlier_summary_and_refuses_a_newer_one(schema2):
     from speclens.errors import SpeclensError
-    from speclens.figures.summary import SUMMARY_VERSION, read_summary
+    from speclens.file_formats.summary_file import SUMMARY_VERSION, read_summary
 
     run_dir = schema2 / "baseline" / "drafter=ngram,d=3"
     summary = read_summary(run_dir)
@@ -151,7 +151,7 @@ def test_a_run_measured_by_the_schema2_release_is_recognised_as_the_same_configu
     from evals.pipeline.compose import compose_config, run_fingerprint, to_run_config
     from evals.pipeline.plan import fit_engine_defaults
     from runners.registry import runner_of
-    from speclens.figures.summary import read_summary
+    from speclens.file_formats.summary_file import read_summary
     from speclens.model_facts import ModelFacts
 
     # The overrides the schema-2 runs were made with (their paths, before tests/data rewrote them).

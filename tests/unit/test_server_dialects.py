@@ -30,8 +30,8 @@ from evals.embedded.target import ensure_smollm2
 from evals.pipeline.compose import compose_config
 from evals.run import run
 from speclens.errors import ConfigError, MeasurementError, exit_status
-from speclens.figures.summary import read_summary
 from speclens.file_formats.records import read_parquet
+from speclens.file_formats.summary_file import read_summary
 from tests.unit.conftest import write_questions
 from tests.unit.test_server_runner import FakeVllm
 

@@ -133,7 +133,7 @@ def test_selfcheck_sets_a_synthetic_step_beside_whatifs_prediction_for_the_gpu_i
     from dataclasses import replace
 
     from evals.selfcheck import synthetic_check, synthetic_step_check
-    from speclens.figures.summary import read_summary
+    from speclens.file_formats.summary_file import read_summary
 
     # a target the step-cost model can shape: SmolLM2-135M's config
     smollm2 = {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9, "num_key_value_heads": 3}
