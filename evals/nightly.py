@@ -13,6 +13,10 @@ it was measured under (`context_extension`).
 
 Exit status: 1 when any (drafter, domain) AL fell by more than `threshold` (AL units; the
 suite's value unless threshold=<x> is given) with its CI below zero, each named; 0 otherwise.
+Like is compared with like: a night whose figures would differ from the baseline's in what they are
+(source, runner, engine, engine.dtype, engine.model_runner: a fake night, another dtype) is refused
+before it runs, unless intended=<field>[,<field>] names each difference as meant; a verdict line
+names every difference between the pair it compares.
 Without `baseline` the night's results are a new baseline and it exits 0. The history is
 written once, at the end, atomically: a night that dies leaves it as it was, and running the
 same night again skips the jobs that finished (their run dirs hold summary.json).
@@ -31,7 +35,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from evals.pipeline.compose import compose_config, to_run_config
-from evals.pipeline.plan import RunPlan, make_plan
+from evals.pipeline.plan import RunPlan, make_plan, planned_identity
 from evals.run import TqdmProgress, run
 from reports import png_plots
 from reports.compare import lengths_named, own_length_groups, terminal_table, write_comparison
@@ -44,8 +48,12 @@ from speclens.errors import ConfigError, guarded
 from speclens.figures.metrics import GroupFigures, length_label
 from speclens.figures.summary import RunSummary
 from speclens.files import check_folder, exclusive, write_atomic
+from speclens.provenance import FIELD_NAMES, Provenance, differences
 
-NIGHTLY_KEYS = ("baseline", "history", "threshold", "suite", "night", "out")
+NIGHTLY_KEYS = ("baseline", "history", "threshold", "suite", "night", "out", "intended")
+# What a night may differ from its baseline in only where intended= names it: a fake night is no
+# measurement of the target, and a dtype, runner or engine change moves AL by itself.
+GUARDED_FIELDS = ("source", "runner", "engine", "dtype", "model_runner")
 TREND_FILE = "trend.png"
 TREND_PAGE = "trend.html"  # the same, interactive
 DEFAULT_SUITE = Path(__file__).resolve().parent.parent / "conf" / "experiment" / "nightly.yaml"
@@ -69,6 +77,12 @@ HISTORY_COLUMNS = [
     "regressed",
     "context_extension",
     "setting",
+    # what the night's figures are (speclens/provenance.py; absent from histories before issue 66)
+    "source",
+    "runner",
+    "engine",
+    "dtype",
+    "model_runner",
 ]
 
 
@@ -122,6 +136,21 @@ class NightlyArgs:
     suite: Suite
     night: str
     out: Path
+    # The identity fields (as FIELD_NAMES names them) the night is meant to differ in from its baseline.
+    intended: tuple[str, ...] = ()
+
+
+def parse_intended(value: str) -> tuple[str, ...]:
+    """intended=engine.dtype,runner: the identity fields a night may differ in from its baseline."""
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    known = {FIELD_NAMES[f]: f for f in GUARDED_FIELDS}
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise ConfigError(
+            f"intended={value}: name the fields the night is meant to differ in from its baseline, among "
+            f"{', '.join(known)} (comma-separated)."
+        )
+    return tuple(known[n] for n in names)
 
 
 def parse_args(argv: list[str]) -> NightlyArgs:
@@ -159,7 +188,8 @@ def parse_args(argv: list[str]) -> NightlyArgs:
         raise ConfigError(f"threshold={own['threshold']}: must be a number (AL units).") from None
     if threshold < 0:
         raise ConfigError(f"threshold={threshold}: must be >= 0.")
-    return NightlyArgs(overrides, baseline, history, threshold, suite, night, out)
+    intended = parse_intended(own["intended"]) if "intended" in own else ()
+    return NightlyArgs(overrides, baseline, history, threshold, suite, night, out, intended)
 
 
 def check_label(label: str, key: str, hint: str = "") -> str:
@@ -187,9 +217,10 @@ def check_history(history: Path) -> None:
         _read_history(history)
 
 
-def check_baseline(baseline: Path, plans: list[RunPlan]) -> None:
-    """The baseline holds finished runs over the prompts, sampling and seed this night uses: checked
-    before the suite runs, not after hours of measuring."""
+def check_baseline(baseline: Path, plans: list[RunPlan], intended: tuple[str, ...] = ()) -> None:
+    """The baseline holds finished runs over the prompts, sampling and seed this night uses, measured
+    as this night is (source, runner, engine, dtype, model runner) but where `intended` says
+    otherwise: checked before the suite runs, not after hours of measuring."""
     runs = [r for r in measured_runs(find_runs(baseline)) if r.summary.d is not None]
     if not runs:
         raise ConfigError(
@@ -197,6 +228,7 @@ def check_baseline(baseline: Path, plans: list[RunPlan]) -> None:
             "earlier night's dir, or no baseline to make this night the baseline."
         )
     for plan in plans:
+        check_like_with_like(baseline, runs, plan, intended)
         cfg = plan.config
         mine = {
             "fingerprints.dataset": plan.fingerprints["dataset"],
@@ -217,6 +249,38 @@ def check_baseline(baseline: Path, plans: list[RunPlan]) -> None:
                     f"baseline={baseline} was measured with {what}; this night's {key} is {value}. "
                     "Compare nights over the same prompts, sampling and seed."
                 )
+
+
+def check_like_with_like(baseline: Path, runs: list[RunView], plan: RunPlan, intended: tuple[str, ...]) -> None:
+    """Refuse a night whose figures would differ from its baseline's in what they are (a fake night
+    against a measured baseline, another dtype or runner), unless intended= names each difference."""
+    own = planned_identity(plan.config, plan.runner, plan.synthetic, plan.target, plan.draft)
+    same = [r for r in runs if (r.summary.drafter, r.summary.d) == (plan.drafter.name, plan.d)] or runs
+    unintended = list(
+        dict.fromkeys(
+            line
+            for run in same
+            for line in differences(run.provenance, own, GUARDED_FIELDS)
+            if not _unknown_either_side(line, run.provenance, own)
+            and {v: k for k, v in FIELD_NAMES.items()}[line.split(":", 1)[0]] not in intended
+        )
+    )
+    if unintended:
+        names = list(dict.fromkeys(line.split(":", 1)[0] for line in unintended))
+        raise ConfigError(
+            f"baseline={baseline} was measured otherwise than this night's drafter={plan.drafter.name}"
+            f"{f' d={plan.d}' if plan.d else ''} would be ({'; '.join(unintended)}; baseline vs night): a change "
+            f"there moves AL by itself. Measure the night as the baseline was, or say the change is meant: "
+            f"intended={','.join(names)}."
+        )
+
+
+def _unknown_either_side(line: str, a: Provenance, b: Provenance) -> bool:
+    """A difference in a field one side does not know (the model runner before vLLM chose it)."""
+    name = {v: k for k, v in FIELD_NAMES.items()}[line.split(":", 1)[0]]
+    return (
+        getattr(a, name) is None or getattr(b, name) is None or (name == "engine" and "server" in (a.runner, b.runner))
+    )
 
 
 def other_prompts(baseline_runs: list[RunView], plan: RunPlan) -> str:
@@ -242,7 +306,7 @@ def run_suite(args: NightlyArgs) -> None:
     typed = [to_run_config(cfg) for cfg in jobs.values()]
     runner_of(typed[0]).prepare_process(typed[0])
     if args.baseline is not None:
-        check_baseline(args.baseline, [make_plan(cfg) for cfg in typed])
+        check_baseline(args.baseline, [make_plan(cfg) for cfg in typed], args.intended)
     for name, cfg in jobs.items():
         print(f"speclens nightly: {name} ({' '.join(args.suite.jobs[name])})", flush=True)
         run(cfg, args.out / name, progress=TqdmProgress)
@@ -271,6 +335,7 @@ def night_rows(args: NightlyArgs, comparison: pd.DataFrame | None) -> pd.DataFra
                     "al": group.al,
                     "context_extension": extension_over(s.context_window, group_lengths(domain, lengths)) or "",
                     "setting": measured.setting,
+                    **{k: v for k, v in measured.provenance.columns().items() if k in GUARDED_FIELDS},
                     "_path": str(measured.path),
                 }
             )
@@ -287,6 +352,20 @@ def night_rows(args: NightlyArgs, comparison: pd.DataFrame | None) -> pd.DataFra
         frame["baseline_dir"] = str(args.baseline.resolve()) if args.baseline else None
         frame["regressed"] = regressed(frame, args.threshold)
     return frame.reindex(columns=HISTORY_COLUMNS)
+
+
+def pair_differences(comparison: pd.DataFrame) -> dict[str, str]:
+    """Per night job (its run dir's name), what its figures are beside its baseline's where they
+    differ (the source, and each identity field intended= allowed), as its verdict line says it."""
+    out: dict[str, str] = {}
+    pairs = comparison[comparison.segment == "all"][["baseline_run", "candidate_run"]].drop_duplicates()
+    for base_path, cand_path in pairs.itertuples(index=False):
+        base, cand = (find_runs(Path(p))[0].provenance for p in (base_path, cand_path))
+        lines = differences(base, cand)
+        if lines or not cand.measured:
+            what = f"; the night's figures are {cand.label()}" + (f", the baseline's {base.label()}" if lines else "")
+            out[Path(cand_path).name] = what + (f" (baseline vs night: {'; '.join(lines)})" if lines else "")
+    return out
 
 
 def night_groups(summary: RunSummary) -> dict[str, GroupFigures]:
@@ -356,12 +435,14 @@ def nightly(args: NightlyArgs) -> int:
         print(f"speclens nightly: no baseline given; this night is a new baseline: {args.out}")
         return 0
     bad = rows[rows.regressed.eq(True)]
+    across = pair_differences(comparison) if comparison is not None else {}
     for r in bad.itertuples():
         print(
             f"speclens nightly: REGRESSION drafter={r.drafter} d={r.d} domain={r.domain}: AL {r.baseline_al:.3f} -> "
             f"{r.al:.3f} ({r.al_diff:+.3f}, 95% CI [{r.diff_ci95_lo:+.3f}, {r.diff_ci95_hi:+.3f}], threshold "
             f"{args.threshold})"
-            + (f"; measured past the target's own window, with {r.context_extension}" if r.context_extension else ""),
+            + (f"; measured past the target's own window, with {r.context_extension}" if r.context_extension else "")
+            + across.get(r.job, ""),
             file=sys.stderr,
         )
     if bad.empty:

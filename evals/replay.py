@@ -33,7 +33,7 @@ from evals.hydra_app import end_job, run_app
 from evals.pipeline.compose import CONF_DIR, register_configs, run_fingerprint, to_run_config
 from evals.pipeline.conversation import run_reference
 from evals.pipeline.measure import ENGINE_LOG, ERROR_LOG, failures_logged, measure
-from evals.pipeline.plan import make_plan
+from evals.pipeline.plan import make_plan, planned_identity
 from evals.pipeline.run_dir import claimed, staged
 from reports.curves import curve_row
 from reports.runs import template_label
@@ -53,7 +53,6 @@ from speclens.file_formats.records import SEGMENT_REQUEST_COLUMNS, read_parquet
 from speclens.file_formats.run_files import REQUESTS_FILE, STAMP_FILE, STEPS_FILE
 from speclens.file_formats.summary_file import REPLAY_FILE, REPLAY_VERSION, SUMMARY_FILE, read_replay, write_replay
 from speclens.lossless import near_tie_bound
-from speclens.provenance import config_setting
 from speclens.redact import redact
 from speclens.segments import passes_by_segment, step_segment
 
@@ -133,8 +132,10 @@ def curve_rows(
     groups |= {dom: (steps[steps.domain == dom], g) for dom, g in requests.groupby("domain", sort=True)}
     seed, temperature = plan.config.seed, plan.config.sampling.temperature
     template = template_label(dict(plan.config.chat_template_kwargs))
-    quantization = {"target": plan.target.quantization, "draft": plan.draft.quantization if plan.draft else None}
-    setting = config_setting(OmegaConf.to_container(OmegaConf.structured(plan.config), enum_to_str=True), quantization)
+    found = planned_identity(plan.config, plan.runner, plan.synthetic, plan.target, plan.draft)
+    setting = found.setting
+    # the engine whose outputs were replayed (a fake one's: runner=fake, the record's source fake)
+    identity = {k: v for k, v in found.columns().items() if k not in ("setting", "source")}
     rows = []
     for domain, (s, r) in groups.items():
         whole = metrics.group_summary(s, r, seed)
@@ -150,11 +151,13 @@ def curve_rows(
                 proposer=proposer,
                 setting=setting,
             )
+            | identity
         )
         rows += [
             curve_row(
                 plan.drafter.name, d, domain, figures, source, temperature, segment, template, proposer, setting=setting
             )
+            | identity
             for segment, figures in (metrics.by_segment(s, r, seed, d) or {}).items()
         ]
     return rows

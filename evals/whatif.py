@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from evals.whatif_calibration import (
+    beside_warnings,
     calibration_points,
     calibration_steps,
     calibration_what,
@@ -272,6 +273,7 @@ def fitted_machine(target: ModelShape, found: Calibration, options: dict[str, An
     errors = calibrate.errors(target, found.points, weights, everything=fitted)
     warnings = calibrate.implausible(fitted, [h for _, _, h in errors])
     fitted, beside = fit_beside(fitted, target, found.steps, weights)
+    warnings += beside_warnings(beside)
     hw = fitted.hardware(weights, ints(options.get("tp", 1), "tp")[0], options.get("expert_weights"))
     return Machine(hw, fitted, errors, warnings, beside)
 

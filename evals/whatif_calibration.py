@@ -27,10 +27,25 @@ from speclens.gpu_model.whatif import (
 
 
 def calibration_runs(folder: Path) -> list[RunView]:
-    """The runs under `folder` measured with baseline=true (step costs to fit)."""
+    """The runs under `folder` measured with baseline=true (step costs to fit), all of one identity
+    (speclens/provenance.py: source, runner, engine, dtype, model runner, setting): a calibration
+    fits one machine's steps, and a script's step times, another dtype's or an FP8 cache's are not
+    that machine's under the same settings."""
     runs = [r for r in find_runs(folder) if any(op.t_verif for op in r.summary.operating_points)]
     if not runs:
         raise ConfigError(f"calibrate={folder}: no run there was measured with baseline=true (no step costs).")
+    by_identity: dict[tuple, list[RunView]] = {}
+    for run in runs:
+        by_identity.setdefault(run.provenance.identity(), []).append(run)
+    if len(by_identity) > 1:
+        held = "; ".join(
+            f"{members[0].provenance.identity_label()} ({len(members)} run(s), e.g. {members[0].path})"
+            for members in by_identity.values()
+        )
+        raise ConfigError(
+            f"calibrate={folder} holds step costs of {len(by_identity)} identities ({held}); a calibration fits one "
+            "machine's steps under one setting: give calibrate= a folder of one of them."
+        )
     return runs
 
 
@@ -225,6 +240,34 @@ def fit_beside(
             ],
         }
     return fitted, record
+
+
+def beside_warnings(record: dict[str, Any]) -> list[str]:
+    """What fit_beside's record says cannot be trusted: a K=0 tax or T_draft fit that misses a point
+    held out of it by more than the calibration's bound, and a measured T_draft below zero (no
+    drafting is cheaper than none: timing noise)."""
+    out = []
+    fits = [("the K=0 tax fit", (record.get("k0_tax") or {}).get("points", []))]
+    fits += [(f"the T_draft fit ({kind})", fit.get("points", [])) for kind, fit in record.get("t_draft", {}).items()]
+    for name, points in fits:
+        held = [p["held_out_error"] for p in points if p.get("held_out_error") is not None]
+        worst = max(held, key=abs, default=None)
+        if worst is not None and abs(worst) > calibrate.HELD_OUT_BOUND:
+            out.append(
+                f"{name} predicts a point held out of it {worst:+.0%} off (bound ±{calibrate.HELD_OUT_BOUND:.0%}): "
+                "it does not predict what it was not given; measure more batch sizes or D, or less noisy steps"
+            )
+    negative = [
+        p for fit in record.get("t_draft", {}).values() for p in fit.get("points", []) if p.get("t_draft_ms", 0) < 0
+    ]
+    if negative:
+        worst = min(negative, key=lambda p: p["t_draft_ms"])
+        out.append(
+            f"{len(negative)} measured T_draft below zero (down to {worst['t_draft_ms']:.2f} ms: {worst['drafter']} at "
+            f"B={worst['batch_size']}, D={worst['d']}): drafting is never cheaper than none, so these steps are timing "
+            "noise and the T_draft fitted on them is too; measure on an idle machine, or with repeats="
+        )
+    return out
 
 
 def nan_none(value: float) -> float | None:

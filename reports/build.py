@@ -37,7 +37,7 @@ from reports.runs import (
     measured_runs,
     template_label,
 )
-from reports.serve import serve_markdown, serve_plan
+from reports.serve import mode_label, serve_markdown, serve_plan
 from reports.settings import settings_section
 from reports.speedup_ranking import pareto_front, rank_runs, tables
 from reports.table import cell, markdown_table
@@ -45,6 +45,7 @@ from speclens.errors import ArgumentParser, SpeclensError, guarded
 from speclens.figures.account import CORRECTIONS, MODEL
 from speclens.figures.summary import WHOLE_RUN_GROUP
 from speclens.file_formats.drafter_build import describe_build
+from speclens.file_formats.serve_file import headline_plans, mode_plans
 from speclens.gpu_model.gpus import GPUS, gpu_named
 from speclens.gpu_model.serving_engines import DEFAULT_ENGINE, ENGINES, engine_named
 from speclens.gpu_model.step_cost import Hardware
@@ -60,11 +61,12 @@ def decision_section(root: Path, runs: list[RunView], ranking: pd.DataFrame | Sp
         return headline_section(root, runs, ranking)
     plan = serve_plan(ranking, runs)
     section = Section("What to serve", text=[line for line in serve_markdown(plan)[1:] if line])
-    plans = plan.get("by_temperature") or [plan]
+    plans, left_out = headline_plans(plan)
+    several = len(mode_plans(plan)) > 1
     answers = []
     for one in plans:
         # Several modes (temperatures, chat_template_kwargs, settings): each plan's rows and configs say theirs.
-        mode = mode_name(one) if len(plans) > 1 else ""
+        mode = mode_label(one) if several else ""
         rows = []
         for w in one["winners"]:
             in_mode = (
@@ -101,15 +103,9 @@ def decision_section(root: Path, runs: list[RunView], ranking: pd.DataFrame | Sp
                     f"--speculative-config '{json.dumps(config)}'"
                 )
     section.answer = "Serve " + "; ".join(answers) + "." if answers else None
-    section.text = section.text[:1]  # the plan's own explanation; its lines are the table and code above
+    # the plan's own explanation (and what it leaves out); its lines are the table and code above
+    section.text = section.text[: 2 if left_out else 1]
     return section
-
-
-def mode_name(plan: dict) -> str:
-    """`T=0.5`, the chat_template_kwargs and the engine setting a plan was measured in."""
-    kwargs = template_label(plan.get("chat_template_kwargs") or {})
-    setting = plan.get("setting")
-    return f"T={plan['temperature']:g}" + (f", {kwargs}" if kwargs else "") + (f", {setting}" if setting else "")
 
 
 def _ranked_entry(ranking: pd.DataFrame, winner: dict) -> pd.Series | None:
@@ -191,7 +187,7 @@ def headline_section(root: Path, runs: list[RunView], reason: SpeclensError) -> 
     best = max(candidates, key=lambda r: r.summary.al or 0, default=None)
     if best is not None:
         answer = (
-            f"Highest AL{what}: {best.summary.label}{f' ({best.setting})' if best.setting else ''}, "
+            f"Highest AL{what}: {best.label}, "
             f"{cell(best.summary.al, al_digits(best.summary.al_ci95))} {_ci_cell(best.summary.al_ci95)}."
         )
     elif spec:
@@ -329,7 +325,7 @@ def pareto_points(runs: list[RunView], ranking: pd.DataFrame | SpeclensError) ->
                     "batch_size": point.batch_size,
                     "tokens_per_s_per_request": per_request,
                     "output_tokens_per_s": total,
-                    "label": run.summary.label,
+                    "label": run.label,
                 }
             )
     return pd.DataFrame(
@@ -382,7 +378,7 @@ def segment_section(runs: list[RunView]) -> Section | None:
         for segment, f in (s.by_segment or {}).items():
             rows.append(
                 [
-                    s.label,
+                    run.label,
                     segment,
                     cell(f.al, 3),
                     _ci_cell(f.al_ci95),
@@ -400,7 +396,7 @@ def segment_section(runs: list[RunView]) -> Section | None:
         "shares count each token where it is."
     ]
     unclosed = [
-        f"{run.summary.label}: {run.summary.reasoning.n_unclosed} of {run.summary.reasoning.n_outputs}"
+        f"{run.label}: {run.summary.reasoning.n_unclosed} of {run.summary.reasoning.n_outputs}"
         for run in runs
         if run.summary.reasoning and run.summary.reasoning.n_unclosed
     ]
@@ -420,7 +416,7 @@ def turn_section(runs: list[RunView]) -> Section | None:
     if not measured:
         return None
     rows = [
-        [run.summary.label, turn, str(g.n_requests), str(g.n_steps), cell(g.al, 3), _ci_cell(g.al_ci95)]
+        [run.label, turn, str(g.n_requests), str(g.n_steps), cell(g.al, 3), _ci_cell(g.al_ci95)]
         for run in measured
         for turn, g in sorted(run.summary.by_turn.items(), key=lambda kv: int(kv[0]))
     ]
@@ -486,7 +482,7 @@ def length_table(runs: list[RunView]) -> tuple[list[str], list[list[str]]]:
     header = ["run", "length", "input tokens", "requests", "steps", "AL", "95% CI", "tokens/step", "95% CI", "window"]
     rows = [
         [
-            run.summary.label,
+            run.label,
             label,
             f"{g.input_tokens:,}" if g.input_tokens is not None else "-",
             str(g.n_requests),
@@ -514,7 +510,7 @@ def length_point_table(runs: list[RunView]) -> tuple[list[str], list[list[str]]]
                     continue
                 rows.append(
                     [
-                        run.summary.label,
+                        run.label,
                         str(point.batch_size),
                         label,
                         cell(p.al, 3),
@@ -545,7 +541,7 @@ def latency_section(runs: list[RunView]) -> Section | None:
             load = f"{point.request_rate:g} req/s" if point.request_rate else f"B={point.batch_size}"
             rows.append(
                 [
-                    run.summary.label,
+                    run.label,
                     load,
                     pct(lat.ttft_ms),
                     pct(lat.tpot_ms),
@@ -593,7 +589,7 @@ def account_section(runs: list[RunView]) -> Section | None:
             outside = account.outside_steps or {}
             rows.append(
                 [
-                    run.summary.label,
+                    run.label,
                     str(point.batch_size),
                     *(cell(account.factors[n], 3) for n in (MODEL, *CORRECTIONS)),
                     cell(account.product, 3),
@@ -603,8 +599,8 @@ def account_section(runs: list[RunView]) -> Section | None:
             )
             if len(images) < MAX_WATERFALLS:
                 name, title = (
-                    f"account_{safe_name(run.summary.label)}_B{point.batch_size}",
-                    f"{run.summary.label}, B={point.batch_size}",
+                    f"account_{safe_name(run.label)}_B{point.batch_size}",
+                    f"{run.label}, B={point.batch_size}",
                 )
                 images.append((name, png_plots.waterfall(title, account.factors, account.measured)))
                 waterfalls.append(plotly_charts.waterfall_chart(name, title, account.factors, account.measured))
@@ -622,7 +618,7 @@ def account_section(runs: list[RunView]) -> Section | None:
 
 def diagnostics_section(runs: list[RunView]) -> Section | None:
     """What is odd about each run (speclens/figures/diagnostics.py), warnings first, under the answer."""
-    rows = [[run.summary.label, d.severity, d.code, d.message] for run in runs for d in run.summary.diagnostics or []]
+    rows = [[run.label, d.severity, d.code, d.message] for run in runs for d in run.summary.diagnostics or []]
     if not rows:
         return None
     rows.sort(key=lambda row: (row[1] != "warning", row[0], row[2]))
@@ -642,7 +638,7 @@ def runs_section(runs: list[RunView]) -> Section:
     shown = any(model_runners)
     rows = [
         [
-            r.summary.label,
+            r.label,
             str(r.summary.n_requests),
             cell(r.summary.al, 3),
             cell(r.summary.tokens_per_step, 3),
@@ -662,7 +658,7 @@ def stamp_section(runs: list[RunView]) -> Section:
     section.text.append(f"git: {first.summary.git_sha}")
     rows = [
         [
-            run.summary.label,
+            run.label,
             str(run.path.name),
             run.fingerprints.target or "-",
             run.fingerprints.draft or "-",

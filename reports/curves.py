@@ -23,8 +23,10 @@ against D per drafter and length.
 `draft_share`: the share of target passes that verified a draft (speclens/figures/metrics.py draft_share),
 so tokens_per_step = 1 + draft_share·(al − 1) less the tokens cut at the turns' ends; for n-gram
 each proposer's own (V1 drafts where it finds a match, V2 on every decode step). Empty for segment
-rows and where passes were not counted. `runner` and `dtype`: the engine that computed the point
-(speclens/provenance.py); runs that differ in them are lines of their own, their setting naming it.
+rows and where passes were not counted. `runner`, `engine`, `dtype` and `model_runner`: the engine
+that computed the point (speclens/provenance.py; `unknown` where the record does not say); runs that
+differ in them are lines of their own, their setting naming it. Each row is a CurveRow
+(speclens/file_formats/curves_file.py), checked when a replay's curves.parquet is read back.
 """
 
 from __future__ import annotations
@@ -53,30 +55,9 @@ from reports.runs import (
 from speclens.errors import ArgumentParser, SpeclensError, guarded
 from speclens.figures.metrics import GroupFigures, SegmentFigures
 from speclens.figures.summary import WHOLE_RUN_GROUP, RunSummary
-from speclens.file_formats.curves_file import CURVES_CSV, read_curves_file, write_curves_files
+from speclens.file_formats.curves_file import CURVE_COLUMNS, CURVES_CSV, read_curves_file, write_curves_files
 from speclens.files import output_path
 
-CURVE_COLUMNS = [
-    "drafter",
-    "d",
-    "domain",
-    "al",
-    "al_ci95_lo",
-    "al_ci95_hi",
-    "tokens_per_step",
-    "source",
-    "temperature",
-    "segment",
-    "chat_template_kwargs",
-    "setting",
-    "proposer",
-    "input_tokens",
-    "context_extension",
-    "draft_share",
-    # The engine that computed the point (speclens/provenance.py): its runner and dtype.
-    "runner",
-    "dtype",
-]
 # One point of one curve.
 CURVE_KEY = ["drafter", "d", "domain", "segment", "temperature", "chat_template_kwargs", "setting", "proposer"]
 WHOLE_OUTPUT = "all"
@@ -176,7 +157,7 @@ def measured_rows(run: RunView) -> list[dict]:
     s = run.summary
     proposer = measured_proposer(s)
     found = run.provenance
-    engine = {"runner": found.runner, "dtype": found.dtype}
+    engine = {k: v for k, v in found.columns().items() if k != "setting"}
     rows = []
     for domain, g in measured_groups(s).items():
         lengths = s.by_length or {}
@@ -244,13 +225,10 @@ def _replay_rows(replay: Replay) -> pd.DataFrame:
         frame["input_tokens"], frame["context_extension"] = None, ""
     if "draft_share" not in frame.columns:  # replayed before curves carried the share of drafting passes
         frame["draft_share"] = None
-    found = replay.provenance
+    # a point's source is its kind (replayed, estimated); the engine columns say whose outputs
+    identity = {k: v for k, v in replay.provenance.columns().items() if k not in ("setting", "source")}
     frame = frame.assign(
-        temperature=replay.temperature,
-        chat_template_kwargs=replay.template,
-        setting=replay.setting,
-        runner=found.runner,
-        dtype=found.dtype,
+        temperature=replay.temperature, chat_template_kwargs=replay.template, setting=replay.setting, **identity
     )
     return frame[CURVE_COLUMNS]
 

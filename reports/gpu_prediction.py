@@ -25,13 +25,14 @@ from speclens.gpu_model.model_error import HELD_OUT, UNSCORED_WIDENING, interval
 from speclens.gpu_model.model_shape import shape_of
 from speclens.gpu_model.step_cost import Hardware, check_tp
 from speclens.gpu_model.whatif import Drafting, mean_context, point, undrafted_step
+from speclens.provenance import mark
 
 HEADER = [
     "drafter",
     "D",
     "B",
     "context",
-    "AL (measured)",
+    "AL (here; [source] where not measured)",
     "tokens/step",
     "speedup here",
     "predicted speedup",
@@ -89,7 +90,8 @@ def prediction_rows(runs: list[RunView], hw: Hardware) -> tuple[list[list[str]],
                 p = point(drafting, summary.d, op.held, context, target, hw)
                 here = "-" if speedup is None else f"x{speedup:.2f}"
                 rows.append(
-                    [summary.mechanism, str(summary.d), str(op.held), str(context), f"{al:.2f}"]
+                    [summary.mechanism + run.qualifier, str(summary.d), str(op.held), str(context)]
+                    + [f"{al:.2f}{mark(run.provenance.source)}"]
                     + [
                         f"{p['tokens_per_step']:.2f}",
                         here,

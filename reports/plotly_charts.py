@@ -326,7 +326,7 @@ def histogram_chart(runs: list[RunView]) -> Chart | Missing:
         traces.append(
             {
                 "type": "bar",
-                "name": run.summary.label,
+                "name": run.label,
                 "x": list(range(len(counts))),
                 "y": [c / total for c in counts],
                 "customdata": [
@@ -356,7 +356,7 @@ def per_position_chart(runs: list[RunView]) -> Chart | Missing:
             {
                 "type": "scatter",
                 "mode": "lines+markers",
-                "name": run.summary.label,
+                "name": run.label,
                 "x": list(range(1, len(rates) + 1)),
                 "y": rates,
                 "customdata": [
@@ -420,7 +420,7 @@ def binned_al_chart(
         traces.append(
             {
                 "type": "bar",
-                "name": run.summary.label,
+                "name": run.label,
                 "x": x,
                 "y": [b.al for b in bins],
                 "customdata": [
@@ -452,8 +452,8 @@ def al_per_request_chart(runs: list[RunView]) -> Chart | Missing:
         traces.append(
             {
                 "type": "box",
-                "name": run.summary.label,
-                "x": [run.summary.label],
+                "name": run.label,
+                "x": [run.label],
                 "q1": [spread["p10"]],
                 "median": [spread["p50"]],
                 "q3": [spread["p90"]],
@@ -480,7 +480,7 @@ def al_per_request_chart(runs: list[RunView]) -> Chart | Missing:
 def speedup_points(runs: list[RunView]) -> list[tuple[str, int, float, float]]:
     """(run, B, measured, predicted) of every operating point that has both speedups."""
     return [
-        (run.summary.label, p.batch_size, p.speedup, p.predicted_speedup)
+        (run.label, p.batch_size, p.speedup, p.predicted_speedup)
         for run in runs
         for p in run.summary.operating_points
         if p.speedup is not None and p.predicted_speedup is not None
@@ -662,10 +662,10 @@ def segment_chart(runs: list[RunView]) -> Chart | Missing:
                 continue
             share = "-" if f.share_of_output_tokens is None else f"{f.share_of_output_tokens:.0%}"
             points.add(
-                run.summary.label,
+                run.label,
                 f.al,
                 f.al_ci95,
-                f"{run.summary.label}, {segment}: AL {f.al:.3f}<br>{ci_text(f.al_ci95)}<br>"
+                f"{run.label}, {segment}: AL {f.al:.3f}<br>{ci_text(f.al_ci95)}<br>"
                 f"{f.n_steps} steps, {share} of output tokens",
             )
         if points.x:
@@ -687,7 +687,7 @@ def turn_chart(runs: list[RunView]) -> Chart | Missing:
         turns = sorted((int(k), g) for k, g in (run.summary.by_turn or {}).items() if g.al is not None)
         if not turns:
             continue
-        points = Points(run.summary.label)
+        points = Points(run.label)
         for turn, g in turns:
             points.add(
                 turn,
@@ -736,7 +736,7 @@ def length_figures(run: RunView) -> list[tuple[str, GroupFigures]]:
 def length_series_names(runs: list[RunView]) -> dict[int, str]:
     """Each run's line name: its drafter and D, with the temperature where runs differ in it."""
     several = len({run.temperature for run in runs}) > 1
-    return {id(run): run.summary.label + (f" T={run.temperature:g}" if several else "") for run in runs}
+    return {id(run): run.label + (f" T={run.temperature:g}" if several else "") for run in runs}
 
 
 # The two figures drawn against length: (key, title, value, its CI, its name in hover text, y-axis title).

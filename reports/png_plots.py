@@ -139,7 +139,7 @@ def per_position(runs: list[RunView]) -> bytes:
         for run in runs:
             rates = run.summary.per_position_acceptance
             if rates:
-                ax.plot(range(1, len(rates) + 1), rates, "o-", label=run.summary.label)
+                ax.plot(range(1, len(rates) + 1), rates, "o-", label=run.label)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("draft position k")
         ax.set_ylabel("P(k-th draft token accepted)")
@@ -161,7 +161,7 @@ def histogram(runs: list[RunView]) -> bytes:
                     [k + (i - (len(runs) - 1) / 2) * 0.8 / len(runs) for k in range(len(counts))],
                     [c / total for c in counts],
                     0.8 / len(runs),
-                    label=run.summary.label,
+                    label=run.label,
                 )
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("tokens accepted in a drafted step")
@@ -184,7 +184,7 @@ def binned_al(runs: list[RunView], bins_of, linthresh: int, axis: str, title: st
         for run in runs:
             bins = bins_of(run)
             if bins and run.summary.d is not None:
-                ax.plot([b.from_ for b in bins], [b.al for b in bins], "o-", label=run.summary.label)
+                ax.plot([b.from_ for b in bins], [b.al for b in bins], "o-", label=run.label)
         ax.set_xscale("symlog", linthresh=linthresh)
         ax.set_xlabel(f"{axis} (tokens, bin start)")
         ax.set_ylabel("AL")
@@ -199,7 +199,7 @@ def al_per_request(runs: list[RunView]) -> bytes:
     def plot(ax):
         stats = [
             {
-                "label": run.summary.label,
+                "label": run.label,
                 "q1": s["p10"],
                 "med": s["p50"],
                 "q3": s["p90"],
@@ -226,7 +226,7 @@ def al_vs_turn(runs: list[RunView]) -> bytes:
             if not turns:
                 continue
             x = [k for k, _ in turns]
-            (line,) = ax.plot(x, [g.al for _, g in turns], "o-", label=run.summary.label)
+            (line,) = ax.plot(x, [g.al for _, g in turns], "o-", label=run.label)
             ci = [g.al_ci95 or [g.al, g.al] for _, g in turns]
             ax.fill_between(x, [c[0] for c in ci], [c[1] for c in ci], color=line.get_color(), alpha=0.15, linewidth=0)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Collection, Hashable, Iterable, Sequence, TypeVar
@@ -44,10 +45,35 @@ class Measured:
     stamp: dict[str, Any]
     # The identity fields its setting names beside the settings axis (shown_identity).
     shown: tuple[str, ...] = field(default=(), kw_only=True)
+    # Whether the runs read with it differ in their source (measured, fake, synthetic, replayed): its
+    # label names it then (a source is no axis: replayed points fill in a measured curve).
+    shown_source: bool = field(default=False, kw_only=True)
+    # Where its name and setting are another's too (the same mechanism and D measured twice under
+    # one identity): its dir, which tells them apart in every view ('' otherwise).
+    tag: str = field(default="", kw_only=True)
 
     @property
     def provenance(self) -> Provenance:
         raise NotImplementedError
+
+    @property
+    def name(self) -> str:
+        """What it measured: the mechanism and D (a replay: its drafter's curve)."""
+        raise NotImplementedError
+
+    @property
+    def label(self) -> str:
+        """How every view names it: what it measured, then each identity field and setting the
+        runs shown with it differ in, then its dir where that alone tells it from another:
+        `ngram d=3 (source=fake, runner=fake, kv_cache_dtype=fp8)`."""
+        return self.name + self.qualifier
+
+    @property
+    def qualifier(self) -> str:
+        """What its label adds to what it measured: ` (source=fake, engine.dtype=float32) [dir]`."""
+        parts = [*([prov.field_label(self.provenance, "source")] if self.shown_source else []), self.setting]
+        named = ", ".join(p for p in parts if p)
+        return (f" ({named})" if named else "") + (f" [{self.tag}]" if self.tag else "")
 
     @property
     def temperature(self) -> float:
@@ -96,16 +122,35 @@ def template_label(kwargs: dict[str, Any]) -> str:
 CONSISTENT_ACROSS_TEMPERATURES = tuple(k for k in CONSISTENT_KEYS if k != "config.sampling.temperature")
 # The identity fields (speclens/provenance.py) a setting label names where the runs read together
 # differ in them: the settings axis itself is named always, as changed from its defaults.
-SHOWN_WHEN_MIXED = ("runner", "dtype", "model_runner")
+SHOWN_WHEN_MIXED = tuple(name for name in prov.LABELLED_FIELDS if name != "source")
 
 
 def shown_identity(runs: Sequence[M]) -> list[M]:
     """`runs`, each naming in its `setting` every identity field (SHOWN_WHEN_MIXED) the runs differ
     in: a fake run beside a vLLM one, a float32 run beside a bfloat16 one, are lines and rows of
-    their own, labelled so."""
+    their own, labelled so. Their labels also name the source where the runs differ in it (a
+    synthetic run beside a fake one), and runs that would still share a label are tagged with
+    their dirs."""
     # a field a record does not say (a replay's model runner) is unknown, not one more value
-    mixed = prov.mixed_fields((r.provenance for r in runs), SHOWN_WHEN_MIXED)
-    return [replace(run, shown=mixed) for run in runs]
+    found = [r.provenance for r in runs]
+    mixed = prov.mixed_fields(found, SHOWN_WHEN_MIXED)
+    sources = bool(prov.mixed_fields(found, ("source",)))
+    return _tagged([replace(run, shown=mixed, shown_source=sources) for run in runs])
+
+
+def _tagged(runs: list[M]) -> list[M]:
+    by_name: dict[tuple, list[int]] = {}
+    for i, run in enumerate(runs):
+        key = (run.name, run.setting, run.provenance.source if run.shown_source else "", run.temperature, run.template)
+        by_name.setdefault(key, []).append(i)
+    out = list(runs)
+    for members in by_name.values():
+        if len(members) > 1:
+            paths = [runs[i].path.resolve() for i in members]
+            common = Path(os.path.commonpath(paths))
+            for i, path in zip(members, paths):
+                out[i] = replace(runs[i], tag=path.relative_to(common).as_posix() or path.name)
+    return out
 
 
 M = TypeVar("M", bound=Measured)
@@ -117,7 +162,12 @@ class RunView(Measured):
 
     @property
     def provenance(self) -> Provenance:
-        return self.summary.provenance_of(self.stamp)
+        assert self.summary.provenance is not None  # the reader gives every summary its provenance
+        return self.summary.provenance
+
+    @property
+    def name(self) -> str:
+        return self.summary.label
 
 
 @dataclass(frozen=True)
@@ -127,6 +177,10 @@ class Replay(Measured):
     @property
     def provenance(self) -> Provenance:
         return prov.of_stamp(self.stamp, runner=self.record.summary.runner, replay_kind=self.record.summary.replay)
+
+    @property
+    def name(self) -> str:
+        return f"{self.record.summary.drafter} replay d<={self.record.summary.d_max}"
 
 
 def _found(root: Path, name: str, exclude: Collection[Path]) -> list[Path]:

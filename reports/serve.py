@@ -24,7 +24,7 @@ import pandas as pd
 
 from reports.runs import RunView, template_label
 from reports.speedup_ranking import has_lengths, length_ranking_rows
-from speclens.file_formats.serve_file import mode_plans
+from speclens.file_formats.serve_file import headline_plans, is_measured_plan, plan_sources
 from speclens.gpu_model.whatif import length_ranges
 from speclens.text import markdown_safe
 
@@ -124,6 +124,8 @@ def serve_plan(ranking: pd.DataFrame, runs: list[RunView], lengths: pd.DataFrame
                 "provenance": plan_provenance([by_path[p] for p in dict.fromkeys(group.run) if p in by_path]),
             }
         )
+    # measured plans first: a reader that takes the first plan of a mode takes a measured one
+    plans.sort(key=lambda one: not is_measured_plan(one))
     return plans[0] if len(plans) == 1 else {"by_temperature": plans}
 
 
@@ -233,9 +235,12 @@ def length_winners(rows: pd.DataFrame, configs: dict[str, dict[str, Any] | None]
 
 
 def serve_markdown(plan: dict[str, Any]) -> list[str]:
-    """The section of ranking.md (and the report) that says what to serve."""
-    plans = mode_plans(plan)
+    """The section of ranking.md (and the report) that says what to serve: the measured plans, and
+    plans of fake or synthetic figures only where nothing was measured."""
+    plans, left_out = headline_plans(plan)
     out = ["## What to serve", ""]
+    if left_out:
+        out += [left_out_note(left_out), ""]
     for one in plans:
         if len(plans) > 1:
             kwargs = template_label(one.get("chat_template_kwargs") or {})
@@ -249,6 +254,25 @@ def serve_markdown(plan: dict[str, Any]) -> list[str]:
             ]
         out += _plan_markdown(one)
     return out
+
+
+def left_out_note(left_out: list[dict[str, Any]]) -> str:
+    """What the answer leaves out: plans whose figures were not measured, each named by its mode."""
+    named = "; ".join(
+        f"{mode_label(one) or 'the defaults'} ({', '.join(sorted(plan_sources(one)))})" for one in left_out
+    )
+    return (
+        f"Only measured plans are shown: {len(left_out)} plan(s) of figures that were not measured are in "
+        f"serve.json, never headlined beside measured ones: {named}."
+    )
+
+
+def mode_label(plan: dict[str, Any]) -> str:
+    """`T=0.5, enable_thinking=false, runner=fake`: the temperature, chat_template_kwargs and setting
+    of one plan."""
+    kwargs = template_label(plan.get("chat_template_kwargs") or {})
+    setting = plan.get("setting")
+    return f"T={plan['temperature']:g}" + (f", {kwargs}" if kwargs else "") + (f", {setting}" if setting else "")
 
 
 def _plan_markdown(plan: dict[str, Any]) -> list[str]:

@@ -20,7 +20,7 @@ from reports.table import cell
 from speclens.errors import SpeclensError
 from speclens.file_formats.run_files import BASELINE_OUTPUTS_FILE, read_outputs
 from speclens.lossless import first_divergence
-from speclens.provenance import IDENTITY_FIELDS, differences
+from speclens.provenance import IDENTITY_FIELDS, differences, field_label
 
 # reports.compare's figures of the pooled group, as they are named there.
 PAIRED_FIGURES = ("n_requests", "baseline_al", "candidate_al", "al_diff", "diff_ci95_lo", "diff_ci95_hi", "significant")
@@ -32,6 +32,9 @@ SETTINGS_COLUMNS = [
     "setting",
     # What both runs' figures are (speclens/provenance.py label): measured, fake, ...
     "provenance",
+    # The identity fields the runs read with the pair differ in, as the pair has them
+    # (`engine.dtype=float32`): what tells two pairs of one setting apart.
+    "identity",
     *PAIRED_FIGURES,
     "baseline_tokens_per_step",
     "candidate_tokens_per_step",
@@ -134,6 +137,7 @@ def settings_table(runs: list[RunView], seed: int = 0) -> tuple[pd.DataFrame, li
                 # everything the pair differs in: the setting alone (setting_pairs pairs no other)
                 "setting": cand.axis_setting,
                 "provenance": cand.provenance.but(setting="").label(),
+                "identity": ", ".join(field_label(cand.provenance, name) for name in cand.shown),
                 **{k: whole[k] for k in PAIRED_FIGURES},
                 "baseline_tokens_per_step": base.summary.tokens_per_step,
                 "candidate_tokens_per_step": cand.summary.tokens_per_step,
@@ -190,7 +194,8 @@ def settings_section(runs: list[RunView]) -> Section | None:
                 f" (T={r.temperature:g}{', ' + r.chat_template_kwargs if r.chat_template_kwargs else ''})"
                 if r.temperature or r.chat_template_kwargs
                 else ""
-            ),
+            )
+            + (f" [{r.identity}]" if r.identity else ""),
             str(r.n_requests),
             cell(r.baseline_al, 3),
             cell(r.candidate_al, 3),

@@ -85,9 +85,10 @@ RANK_COLUMNS = [
     "chat_template_kwargs",
     "setting",
     # What the entry's figures are (speclens/provenance.py): measured, fake, ...; the engine's
-    # runner, dtype and model runner.
+    # runner, engine (vllm, sglang, trtllm, fake), dtype and model runner.
     "source",
     "runner",
+    "engine",
     "dtype",
     "model_runner",
 ]
@@ -148,7 +149,13 @@ def _plain_latency(point: OperatingPoint | None, speculative_run: bool) -> dict[
 def identity_columns(run: RunView) -> dict[str, Any]:
     """The provenance columns of a run's rows (RANK_COLUMNS)."""
     found = run.provenance
-    return {"source": found.source, "runner": found.runner, "dtype": found.dtype, "model_runner": found.model_runner}
+    return {
+        "source": found.source,
+        "runner": found.runner,
+        "engine": found.engine,
+        "dtype": found.dtype,
+        "model_runner": found.model_runner,
+    }
 
 
 def _facts(drafter: str) -> tuple[str, str]:
@@ -462,6 +469,7 @@ LENGTH_RANK_COLUMNS = [
     "tie",
     "source",
     "runner",
+    "engine",
     "dtype",
     "model_runner",
 ]

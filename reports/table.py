@@ -10,7 +10,7 @@ import pandas as pd
 
 from speclens.figures.costs import GAP_TOLERANCE, StepTiming
 from speclens.figures.summary import LosslessCheck, OperatingPoint, RunSummary, SyntheticAcceptance
-from speclens.provenance import FAKE
+from speclens.provenance import FAKE, MEASURED
 from speclens.text import markdown_safe, terminal_safe
 
 
@@ -92,14 +92,15 @@ def result_table(summary: RunSummary) -> str:
         )
     timing = summary.timing
     runner = summary.numerics.model_runner if summary.numerics else None
+    source = summary.provenance.source if summary.provenance is not None else MEASURED
     out.append(
         f"generate {timing.generate_s:.1f}s, {timing.output_tokens_per_s:.1f} output tokens/s"
-        + (f", measured speedup x{summary.speedup:.2f} over plain decoding" if summary.speedup else "")
+        + (f", {source} speedup x{summary.speedup:.2f} over plain decoding" if summary.speedup else "")
         + (f" (vLLM model runner {runner.upper()})" if runner else "")
     )
     points = summary.operating_points
     if len(points) > 1 or any(p.t_verif for p in points):
-        out += [operating_point_line(p) for p in points]
+        out += [operating_point_line(p, source) for p in points]
     loss = summary.lossless
     if loss and loss.checked:
         out.append(
@@ -176,7 +177,7 @@ def numerics_line(summary: RunSummary) -> str | None:
     """Where the run's greedy outputs are not a fixed function of its config (speclens/figures/summary.py
     Numerics), by how much that can move its figures and what makes them exact."""
     numerics = summary.numerics
-    if numerics is None or numerics.reproducible:
+    if numerics is None or numerics.reproducible or summary.runner == FAKE:  # a script has no rounding
         return None
     if numerics.gpu:
         # on a GPU kernels and batch shapes move bf16 outputs; vLLM's batch-invariant kernels fix them
@@ -236,11 +237,12 @@ def median_ms(timing: StepTiming | None) -> float | None:
     return None if timing is None else timing.median_ms
 
 
-def operating_point_line(point: OperatingPoint) -> str:
-    """One batch size's throughput, speedups and step costs (medians, ms)."""
+def operating_point_line(point: OperatingPoint, source: str = MEASURED) -> str:
+    """One batch size's throughput, speedups and step costs (medians, ms); `source`: what the run's
+    figures are (a fake run's speedup is the script's, never said to be measured)."""
     speedups = ""
     if point.speedup is not None:
-        speedups += f", speedup x{point.speedup:.2f} measured"
+        speedups += f", speedup x{point.speedup:.2f} {source}"
     if point.speedup_range is not None:
         lo, hi = point.speedup_range
         speedups += f" [{lo:.2f}, {hi:.2f}] over {len(point.speedup_repeats or [])} repeats"

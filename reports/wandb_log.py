@@ -203,6 +203,23 @@ def log_run(out_dir: Path, summary: RunSummary, stamp: dict[str, Any], logger: A
         run.finish()
 
 
+# What makes one line of an AL-vs-D plot: points of one drafter in one mode and identity.
+LINE_KEY = ["drafter", "proposer", "temperature", "chat_template_kwargs", "setting"]
+
+
+def curve_lines(curves: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """One domain's curve rows as lines, each keyed by its drafter and by every part of its mode
+    (proposer, temperature, chat template, setting) the lines differ in: two dtypes, or an FP8
+    cache beside the defaults, are two lines, never one."""
+    varying = [k for k in LINE_KEY[1:] if curves[k].nunique(dropna=False) > 1]
+    lines = []
+    for values, rows in curves.groupby(["drafter", *varying], sort=True, dropna=False):
+        values = values if isinstance(values, tuple) else (values,)
+        parts = [f"{k}={v:g}" if k == "temperature" else str(v) for k, v in zip(varying, values[1:]) if v != ""]
+        lines.append((values[0] + (f" ({', '.join(parts)})" if parts else ""), rows.sort_values("d")))
+    return lines
+
+
 def log_sweep(sweep_dir: Path, curves: pd.DataFrame, ranking: pd.DataFrame | None, logger: Any, group: str) -> None:
     """AL-vs-D tables and line plots per domain, and the ranking, as one run of the sweep's group."""
     # wandb is loaded only with logger=wandb.
@@ -220,12 +237,12 @@ def log_sweep(sweep_dir: Path, curves: pd.DataFrame, ranking: pd.DataFrame | Non
         # nullable integer columns (curves' input_tokens) as floats: wandb's JSON takes no pd.NA
         nullable = {c: "float64" for c in curves.columns if isinstance(curves[c].dtype, pd.Int64Dtype)}
         logged: dict[str, Any] = {"table/al_vs_d": wandb.Table(dataframe=curves.astype(nullable))}
-        for domain, g in curves.groupby("domain", sort=True):
-            series = [(drafter, s.sort_values("d")) for drafter, s in g.groupby("drafter", sort=True)]
+        for domain, g in curves[curves.segment == "all"].groupby("domain", sort=True):
+            series = curve_lines(g)
             logged[f"plot/al_vs_d/{domain}"] = wandb.plot.line_series(
                 xs=[s.d.tolist() for _, s in series],
                 ys=[s.al.tolist() for _, s in series],
-                keys=[drafter for drafter, _ in series],
+                keys=[key for key, _ in series],
                 title=f"AL vs D: {domain}",
                 xname="D",
             )

@@ -47,6 +47,11 @@ class Engine(Protocol):
     model_runner: str | None
     # The GPU it computed on (runners/gpu_facts.py), None on a CPU or where it cannot be seen.
     gpu: dict[str, Any] | None
+    # The serving engine that computed it, as it names itself ("vllm", "sglang", "trtllm", "fake"),
+    # and its version (a server's from the server; None where it does not say): what a run's
+    # provenance records, so that an SGLang server's figures never pair as vLLM's.
+    engine_name: str
+    engine_version: str | None
 
     def chat_token_ids(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None

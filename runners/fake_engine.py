@@ -174,6 +174,7 @@ class FakeEngine:
         self.threads: int | None = None
         self.model_runner: str | None = None
         self.gpu: dict[str, Any] | None = None
+        self.engine_name, self.engine_version = "fake", None
         self._counters = SpecCounters(num_accepted_tokens_per_pos=[0] * (d or 0))
         self._steps: list[EngineStep] = []
 

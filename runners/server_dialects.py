@@ -143,6 +143,24 @@ def completions_body(model: str, prompt: list[int], sampling: SamplingSpec) -> d
     return body
 
 
+# Where each engine's server says its version: vLLM's and TensorRT-LLM's /version
+# ({"version": "0.32.0"}), SGLang's /get_server_info (its server args with "version").
+VERSION_PATHS = ("/version", "/get_server_info")
+
+
+def served_version(server: Getter, timeout: float = 10.0) -> str | None:
+    """The version the server reports of itself (None where it says none, or cannot be asked)."""
+    for path in VERSION_PATHS:
+        try:
+            status, text = server.get(path, timeout=timeout)
+            found = json.loads(text).get("version") if status == 200 else None
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(found, str) and found:
+            return found
+    return None
+
+
 def read_finish(choice: dict[str, Any], reply: Reply) -> None:
     """A completions choice's finish_reason, where it has one (the last token chunk's)."""
     if choice.get("finish_reason"):

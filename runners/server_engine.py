@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from runners.chat import ChatTokenizer
 from runners.engine import EngineFailed, ProgressFn
-from runners.server_dialects import DIALECTS, Acceptance, Dialect, Reply, unfinished
+from runners.server_dialects import DIALECTS, Acceptance, Dialect, Reply, served_version, unfinished
 from speclens.assets import cache_dir
 from speclens.errors import ConfigError, MeasurementError
 from speclens.files import exclusive
@@ -171,6 +171,8 @@ class ServerEngine:
         self.threads: int | None = None
         self.model_runner: str | None = None
         self.gpu: dict[str, Any] | None = None
+        # the server's own engine and version, as it reports them (not this machine's vLLM)
+        self.engine_name, self.engine_version = dialect.name, served_version(endpoint)
         self.arrivals = arrivals
         # speclens renders every prompt itself, so a server sees the template's variables too.
         self.tokenizer = ChatTokenizer(target_dir, chat_template_kwargs, chat_template)

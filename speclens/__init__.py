@@ -4,6 +4,8 @@ cost definitions, redaction and cache paths. Imports nothing of the project.
 The public API for notebooks and other tools (docs/api.md), imported on first use so that
 `import speclens.errors` stays light:
 - `read_run(path) -> Run`, `read_sweep(path) -> Sweep` (speclens/file_formats/reading.py);
+- what every figure is: `Provenance` (a Run's `provenance`) and `IDENTITY_COLUMNS`, the columns
+  every row of a Sweep's frames carries (speclens/provenance.py);
 - the definitions over those frames (speclens/figures/metrics.py): `al(steps)`, `al_ci95(steps, seed)`,
   `request_weighted_al(steps)`, `tokens_per_step(requests)`, `per_position_acceptance(steps, d)`,
   `conditional_acceptance(per_position)`, `acceptance_histogram(steps, d)`.
@@ -26,6 +28,8 @@ _PUBLIC = {
     "per_position_acceptance": ("speclens.figures.metrics", "per_position_acceptance"),
     "conditional_acceptance": ("speclens.figures.metrics", "conditional_acceptance"),
     "acceptance_histogram": ("speclens.figures.metrics", "acceptance_histogram"),
+    "IDENTITY_COLUMNS": ("speclens.provenance", "IDENTITY_COLUMNS"),
+    "Provenance": ("speclens.provenance", "Provenance"),
 }
 __all__ = sorted(_PUBLIC)
 

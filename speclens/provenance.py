@@ -14,6 +14,7 @@ import json
 from dataclasses import asdict, field, replace
 from typing import Any, Iterable
 
+from speclens.errors import SpeclensError
 from speclens.schema import record
 
 # Acceptance measured by the target verifying a real drafter's drafts.
@@ -38,15 +39,21 @@ VLLM_RUNNERS = ("vllm", "server")
 # What must agree for two figures to be paired or one chosen over another, in the order a label
 # names them. `setting` is the settings axis (SETTING_KEYS below) and is compared by
 # the reader that studies it.
-IDENTITY_FIELDS = ("source", "runner", "dtype", "model_runner", "setting")
+IDENTITY_FIELDS = ("source", "runner", "engine", "dtype", "model_runner", "setting")
 # How a label names each field: as the command line names the key where there is one.
 FIELD_NAMES = {
     "source": "source",
     "runner": "runner",
+    "engine": "engine",
     "dtype": "engine.dtype",
     "model_runner": "engine.model_runner",
     "setting": "setting",
 }
+# The columns every table speclens hands out carries beside its figures (read_sweep's frames,
+# curves, ranking rows): what each row is.
+IDENTITY_COLUMNS = IDENTITY_FIELDS
+# An identity field a record does not know (an attached server's model runner, the fake's), in a table.
+UNKNOWN = "unknown"
 
 
 @record
@@ -88,6 +95,11 @@ class Provenance:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def columns(self) -> dict[str, str]:
+        """Its IDENTITY_COLUMNS, as a table's row carries them: never null, so that a groupby over
+        them keeps every row (a field the record does not know is `unknown`; setting '': defaults)."""
+        return {name: UNKNOWN if getattr(self, name) is None else str(getattr(self, name)) for name in IDENTITY_COLUMNS}
+
     def label(self) -> str:
         """One line: `measured (vllm 0.32.0, bfloat16, v1)`, `fake (scripted engine)`, ..."""
         if self.source == FAKE:
@@ -95,6 +107,11 @@ class Provenance:
         engine = " ".join(p for p in (self.engine, self.engine_version) if p)
         parts = [p for p in (engine, self.dtype, self.model_runner, self.setting, self.extension_label()) if p]
         return f"{self.source} ({', '.join(parts)})" if parts else self.source
+
+    def identity_label(self) -> str:
+        """Every identity field it states, as the command line names it: `source=fake, runner=fake,
+        engine=fake, engine.dtype=bfloat16, setting=kv_cache_dtype=fp8`."""
+        return ", ".join(field_label(self, name) for name in IDENTITY_FIELDS if getattr(self, name) not in (None, ""))
 
     def extension_label(self) -> str:
         return f"context extended: {self.context_extension}" if self.context_extension else ""
@@ -122,24 +139,47 @@ def mark(source: str) -> str:
 
 def differences(a: Provenance, b: Provenance, fields: tuple[str, ...] = IDENTITY_FIELDS) -> list[str]:
     """Every identity field two figures differ in, each with both values, in label order:
-    ["runner: fake vs vllm", "engine.dtype: float32 vs bfloat16"]."""
+    ["runner: fake vs vllm", "engine.dtype: float32 vs bfloat16"] (the engine where the runners
+    agree: a different runner says it already)."""
     return [
         f"{FIELD_NAMES[name]}: {_shown(getattr(a, name))} vs {_shown(getattr(b, name))}"
         for name in fields
-        if getattr(a, name) != getattr(b, name)
+        if getattr(a, name) != getattr(b, name) and not (name == "engine" and a.runner != b.runner)
     ]
 
 
 # The identity fields a label names where the figures read together differ in them (the settings
 # axis is named always, as changed from its defaults).
-LABELLED_FIELDS = ("source", "runner", "dtype", "model_runner")
+LABELLED_FIELDS = ("source", "runner", "engine", "dtype", "model_runner")
+
+
+def check_one_identity(frame: Any, what: str = "these rows") -> None:
+    """Refuse a table (a pandas frame) that pools rows of different identities: a figure over it
+    would be one of no run (docs/api.md). Tables without identity columns are one run's own."""
+    mixed = []
+    for name in IDENTITY_COLUMNS:
+        if name in getattr(frame, "columns", ()):
+            values = sorted({str(v) for v in frame[name].dropna().unique()})
+            if len(values) > 1:
+                mixed.append(f"{FIELD_NAMES[name]}: {', '.join(v or 'defaults' for v in values)}")
+    if mixed:
+        raise SpeclensError(
+            f"{what} pool runs of different identities ({'; '.join(mixed)}): a figure over them is no run's. "
+            f"Group by {', '.join(IDENTITY_COLUMNS)} as well (speclens.IDENTITY_COLUMNS), or select one."
+        )
 
 
 def mixed_fields(found: Iterable[Provenance | None], fields: tuple[str, ...] = LABELLED_FIELDS) -> tuple[str, ...]:
     """The fields among `fields` that the records differ in; a field a record does not say (None) is
     unknown there, not one more value."""
     known = [p for p in found if p is not None]
-    return tuple(name for name in fields if len({getattr(p, name) for p in known} - {None}) > 1)
+
+    def mixed(name: str) -> bool:
+        if name == "engine":  # named only where one runner met several engines (servers of each kind)
+            return any(len({p.engine for p in known if p.runner == r} - {None}) > 1 for r in {p.runner for p in known})
+        return len({getattr(p, name) for p in known} - {None}) > 1
+
+    return tuple(name for name in fields if mixed(name))
 
 
 def label_among(found: Provenance, shown: tuple[str, ...]) -> str:
@@ -160,13 +200,15 @@ def _shown(value: Any) -> str:
 
 
 def source_of(runner: str, synthetic: bool, replay_kind: str | None = None) -> str:
-    """The source of a run's acceptance figures: a replay's kind, set rates, the scripted engine,
-    or measured."""
-    if replay_kind is not None:
-        return REPLAYED if replay_kind == "exact" else ESTIMATED
+    """The source of a run's acceptance figures: set rates, the scripted engine (a replay of its
+    outputs too: a script's, not a model's), a replay's kind, or measured."""
     if synthetic:  # set rates, whatever engine drew them
         return SYNTHETIC
-    return FAKE if runner == FAKE else MEASURED
+    if runner == FAKE:
+        return FAKE
+    if replay_kind is not None:
+        return REPLAYED if replay_kind == "exact" else ESTIMATED
+    return MEASURED
 
 
 def engine_of(runner: str) -> str:
@@ -245,11 +287,13 @@ def of_stamp(
     engine = config.get("engine") or {}
     versions = stamp.get("versions") or {}
     asked_runner = engine.get("model_runner")
+    # the engine as it named itself (a server's own, since issue 66), else the runner's
+    served = stamp.get("served_by") if isinstance(stamp.get("served_by"), dict) else {}
     return Provenance(
         source=source_of(runner, synthetic, replay_kind),
         runner=runner,
-        engine=engine_of(runner),
-        engine_version=None if runner == FAKE else versions.get("vllm"),
+        engine=served.get("engine") or engine_of(runner),
+        engine_version=served.get("version") if served else (None if runner == FAKE else versions.get("vllm")),
         dtype=dtype or engine.get("dtype"),
         # what ran (the stamp's `model_runner`, written once the engine said), else what was asked
         model_runner=model_runner

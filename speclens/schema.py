@@ -4,7 +4,7 @@ A record type is a dataclass declared with `record` (frozen by default): its fie
 each figure is, its ranges (`AL`, `Rate`, `Count`, `Milliseconds`, ...) and which fields are
 required, once. pydantic checks a file against that declaration when it is read (`parse`: strict
 types, no unknown keys, no NaN or infinity) and gives the JSON Schema users validate against
-(`json_schema`, written to docs/schemas/ by `python -m speclens.schema_docs`). A file that breaks
+(`json_schema`). A file that breaks
 the declaration is refused in one line naming the file, the field and the rule.
 """
 

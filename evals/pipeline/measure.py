@@ -116,6 +116,14 @@ def _pooled_domain_counters(passes: list[Pass]) -> dict[str, SpecCounters] | Non
     return pooled
 
 
+def served_by(passes: list[Pass]) -> dict[str, str | None] | None:
+    """The serving engine and version every pass of the run ran on, as the engine named them."""
+    found = {json.dumps(p.served_by, sort_keys=True): p.served_by for p in passes if p.served_by}
+    if len(found) > 1:  # one server or engine kind per run (a run's factory starts one kind)
+        raise MeasurementError(f"the run's passes ran on different engines ({'; '.join(sorted(found))})")
+    return next(iter(found.values()), None)
+
+
 def engine_numerics(plan: RunPlan, passes: list[Pass]) -> Numerics:
     """The engine's numerics; its CPU is this machine's where its threads are known here (in-process,
     a launched server), unknown otherwise (an attached server, the fake)."""
@@ -163,7 +171,10 @@ def run_facts(
         by_length=summary.by_length,
         native_window=window.native if window is not None else None,
         context_extension=window.extension if window is not None else None,
-        timings=[(p.batch_size, p.speedup, p.tokens_per_step, p.t_draft_ms) for p in summary.operating_points],
+        timings=[
+            (p.batch_size, p.speedup, p.tokens_per_step, p.t_draft_ms, p.k0_tax, p.k0_tax_range)
+            for p in summary.operating_points
+        ],
     )
 
 
@@ -344,11 +355,15 @@ def lossless_checks(plan: RunPlan, factory: EngineFactory, passes: list[Pass], b
     }
 
 
-def stamp_what_ran(stamp: dict[str, Any], summary: RunSummary, out_dir: Path) -> dict[str, Any]:
-    """The stamp with what computed the run (its model runner, its GPU) beside what the config
-    asked for (engine.*), rewritten where the engine said."""
+def stamp_what_ran(
+    stamp: dict[str, Any], summary: RunSummary, out_dir: Path, served_by: dict[str, str | None] | None = None
+) -> dict[str, Any]:
+    """The stamp with what computed the run (its model runner, its GPU, the serving engine and its
+    version as the engine named them) beside what the config asked for (engine.*), rewritten where
+    the engine said."""
     numerics = summary.numerics
     ran_on = {"model_runner": numerics.model_runner, "gpu": numerics.gpu} if numerics is not None else {}
+    ran_on["served_by"] = served_by
     if any(ran_on.values()):
         stamp = stamp | {k: v for k, v in ran_on.items() if v is not None}
         write_json_atomic(stamp, out_dir / STAMP_FILE)
@@ -423,11 +438,12 @@ def _execute(
         request_histograms=request_histograms(passes),
         context_window=plan.context_window,
     )
+    # what it is follows from its figures (set rates: synthetic) and from what ran
+    summary = replace(summary, synthetic_acceptance=plan.synthetic)
     summary = replace(
         summary,
-        synthetic_acceptance=plan.synthetic,
         diagnostics=diagnose(run_facts(plan, summary, steps, requests, passes, stamp)),
-        provenance=summary.provenance_of(stamp_what_ran(stamp, summary, out_dir)),
+        provenance=summary.provenance_of(stamp_what_ran(stamp, summary, out_dir, served_by(passes))),
     )
     profiles = [] if plan.synthetic is not None else run_profiles(out_dir, summary)  # acceptance set, not measured
     if profiles:

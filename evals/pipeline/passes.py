@@ -58,6 +58,8 @@ class Pass:
     model_runner: str | None = None
     # The GPU it computed on (Engine.gpu).
     gpu: dict[str, Any] | None = None
+    # The serving engine and its version (Engine.engine_name, .engine_version).
+    served_by: dict[str, str | None] | None = None
 
     @property
     def generate_s(self) -> float:
@@ -123,6 +125,7 @@ def run_passes(
                     engine.threads,
                     engine.model_runner,
                     engine.gpu,
+                    {"engine": engine.engine_name, "version": engine.engine_version},
                 )
             )
         except EngineFailed as exc:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from omegaconf import OmegaConf
+
 from drafters import Drafter, make_drafter
 from evals.datasets import dataset_name, declared_lengths, load_prompts
 from evals.datasets.selection import fingerprint as dataset_fingerprint
@@ -36,10 +38,11 @@ from speclens.config import (
 from speclens.console import console
 from speclens.errors import ConfigError, TemplateFailed
 from speclens.figures.summary import ContextWindow, SyntheticAcceptance
-from speclens.file_formats.schedule_file import read_schedule
+from speclens.file_formats.schedule_file import Mode, read_schedule
 from speclens.generation import Prompt, SamplingSpec
 from speclens.machine import cpu_label, memory_total, native_bf16
 from speclens.model_facts import ModelFacts
+from speclens.provenance import Provenance, of_stamp
 
 
 def _embedded_targets() -> dict[str, tuple[Callable[[], Path], Callable[[], Path]]]:
@@ -518,7 +521,7 @@ def make_plan(cfg: RunConfig) -> RunPlan:
         prompts,
         sampling,
         batch_sizes,
-        resolve_schedule(cfg, drafter),
+        resolve_schedule(cfg, drafter, planned_identity(cfg, runner, synthetic, target, draft)),
         fitted,
         segmenter,
         dropped,
@@ -562,18 +565,41 @@ def engine_device(runner: Runner, cfg: RunConfig) -> str | None:
     return "cpu" if _cpu_build() else "gpu"
 
 
-def resolve_schedule(cfg: RunConfig, drafter: Drafter) -> list[list[int]] | None:
-    """drafter.schedule read and checked against d (vLLM caps every k at num_speculative_tokens)."""
+def planned_identity(
+    cfg: RunConfig, runner: Runner, synthetic: SyntheticAcceptance | None, target: ModelFacts, draft: ModelFacts | None
+) -> Provenance:
+    """What the run's figures will be (speclens/provenance.py), known before it starts: the source,
+    runner and engine, the dtype it computes in, the model runner asked for (None: vLLM decides) and
+    the setting, as its stamp and summary will say."""
+    config = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True)
+    quantization = {"target": target.quantization, "draft": draft.quantization if draft else None}
+    return of_stamp(
+        {"config": config, "quantization": quantization},
+        runner=runner.name,
+        synthetic=synthetic is not None,
+        dtype=saved_dtype(target) if str(cfg.engine.dtype) == "auto" else str(cfg.engine.dtype),
+    )
+
+
+def resolve_schedule(cfg: RunConfig, drafter: Drafter, own: Provenance) -> list[list[int]] | None:
+    """drafter.schedule read (from a serve.json: the plan of this run's mode and identity `own`) and
+    checked against d (vLLM caps every k at num_speculative_tokens)."""
     if cfg.drafter.schedule is None:
         return None
     if not drafter.speculative:
         raise ConfigError("drafter.schedule needs a drafter that drafts; drafter=none has no draft length.")
-    schedule = read_schedule(cfg.drafter.schedule, drafter.name, "drafter.schedule", cfg.sampling.temperature)
+    mode = Mode(cfg.sampling.temperature, dict(cfg.chat_template_kwargs or {}))
+    schedule = read_schedule(cfg.drafter.schedule, drafter.name, "drafter.schedule", own, mode)
     top = max(k for _, _, k in schedule)
     if top > VLLM_MAX_SPEC_LEN:
         raise ConfigError(
             f"drafter.schedule={cfg.drafter.schedule}: its largest k is {top}, above {VLLM_MAX_SPEC_LEN} (vLLM's "
             f"limit on num_speculative_tokens); keep every k <= {VLLM_MAX_SPEC_LEN}."
+        )
+    if top == 0:
+        raise ConfigError(
+            f"drafter.schedule={cfg.drafter.schedule}: its {drafter.name} schedule is k = 0 at every batch size "
+            f"(plain decoding beat every D measured): serve it with drafter=none, or measure other D."
         )
     if top != cfg.d:
         raise ConfigError(

@@ -82,7 +82,10 @@ class RunFacts:
     native_window: int | None = None
     context_extension: str | None = None
     # Per batch size: the measured speedup, tokens per target step and T_draft in ms (None where not measured).
-    timings: list[tuple[int, float | None, float | None, float | None]] = field(default_factory=list)
+    # Per operating point: (B, speedup, tokens per step, T_draft ms, K=0 tax, its range or None).
+    timings: list[tuple[int, float | None, float | None, float | None, float | None, list[float] | None]] = field(
+        default_factory=list
+    )
 
 
 def diagnose(run: RunFacts) -> list[Diagnostic]:
@@ -312,14 +315,19 @@ def long_context_decay(run: RunFacts) -> Diagnostic | None:
 
 def timing_noise(run: RunFacts) -> Diagnostic | None:
     """Timings that cannot be right: a speedup above the tokens each target step gives (drafting
-    cannot make a step cheaper than plain decoding's), or a negative drafting cost. On a noisy
-    machine the two passes' wall times moved apart; the figures are noise, not a result."""
+    cannot make a step cheaper than plain decoding's), a negative drafting cost, or a K=0 tax below
+    zero over its whole range (speculation switched on with nothing proposed is no cheaper than
+    plain decoding). On a noisy machine the passes' wall times moved apart; the figures are noise,
+    not a result."""
     found = []
-    for batch_size, speedup, tokens_per_step, t_draft_ms in run.timings:
+    for batch_size, speedup, tokens_per_step, t_draft_ms, tax, tax_range in run.timings:
         if speedup is not None and tokens_per_step is not None and speedup > tokens_per_step * NOISE_MARGIN:
             found.append(f"B={batch_size}: speedup x{speedup:.2f} above its {tokens_per_step:.2f} tokens per step")
         if t_draft_ms is not None and t_draft_ms < 0:
             found.append(f"B={batch_size}: T_draft {t_draft_ms:.2f} ms, below zero")
+        if tax is not None and (tax_range[1] if tax_range else tax) < 0:
+            shown = f" [{tax_range[0]:+.0%}, {tax_range[1]:+.0%}]" if tax_range else ""
+            found.append(f"B={batch_size}: K=0 tax {tax:+.0%}{shown}, below zero")
     if not found:
         return None
     return Diagnostic(

@@ -39,6 +39,7 @@ from pydantic import Field
 from speclens.console import console
 from speclens.errors import MeasurementError
 from speclens.generation import COUNTER_NAMES, SpecCounters
+from speclens.provenance import check_one_identity
 from speclens.schema import AL, Count, NonNegative, Rate, record
 from speclens.segments import SEGMENTS
 
@@ -123,7 +124,8 @@ def al_spread(totals: pd.DataFrame) -> dict[str, float] | None:
 def per_request(steps: pd.DataFrame, requests: pd.DataFrame | None = None) -> pd.DataFrame:
     """Each request (conversation) with at least one drafted step: its accepted tokens and drafted
     steps, by request id. From the step records where there are any, else from the requests'
-    totals (request granularity)."""
+    totals (request granularity). Rows of runs of different identities are refused (check_one_identity)."""
+    check_one_identity(steps, "these steps")
     if not steps.empty or requests is None or "drafted_steps" not in requests.columns:
         _check_counts(steps["num_accepted"], "steps.num_accepted")
         # factorize + bincount: a sweep's summaries take hundreds of these, and groupby.agg costs
@@ -152,7 +154,8 @@ def _check_counts(values: pd.Series, name: str) -> None:
 def acceptance_length(steps: pd.DataFrame, requests: pd.DataFrame | None = None) -> float | None:
     """AL: the mean over drafted steps of (accepted + 1), pooled over requests, i.e.
     1 + accepted tokens / drafted steps (`requests`: from each request's totals where the engine
-    recorded no steps). None without a drafted step. Public as `speclens.al` (docs/definitions.md)."""
+    recorded no steps). None without a drafted step. Public as `speclens.al` (docs/definitions.md);
+    rows of runs with different identities (read_sweep's frames) are refused, not pooled."""
     return _al_of(per_request(steps, requests))
 
 
@@ -206,6 +209,7 @@ def request_weighted_al(steps: pd.DataFrame, requests: pd.DataFrame | None = Non
 def tokens_per_step(requests: pd.DataFrame) -> float | None:
     """Output tokens / target forward passes that produced tokens (prefill, undrafted and drafted
     steps): what the speedup model multiplies by."""
+    check_one_identity(requests, "these requests")
     passes = requests["target_steps"].sum()
     return float(requests["output_tokens"].sum() / passes) if passes else None
 
@@ -225,6 +229,7 @@ def draft_share(requests: pd.DataFrame) -> float | None:
 
 def per_position_acceptance(steps: pd.DataFrame, d: int) -> list[float] | None:
     """[k] for k = 0 .. d-1: the share of drafted steps that accepted more than k tokens."""
+    check_one_identity(steps, "these steps")
     if steps.empty:
         return None
     accepted = steps["num_accepted"].to_numpy()
@@ -243,6 +248,7 @@ def conditional_acceptance(per_position: list[float]) -> list[float | None]:
 
 def acceptance_histogram(steps: pd.DataFrame, d: int) -> list[int]:
     """[j] for j = 0 .. d: how many drafted steps accepted exactly j tokens."""
+    check_one_identity(steps, "these steps")
     counts = np.bincount(steps["num_accepted"].to_numpy(dtype=np.int64), minlength=d + 1)
     return [int(c) for c in counts]
 

@@ -1,6 +1,7 @@
 """The public reader: a run dir or a sweep dir as typed summaries and pandas frames, for notebooks
 and other tools (docs/api.md). Record files are read on first use; every summary version is
-migrated to today's layout on reading."""
+migrated to today's layout on reading. Nothing is handed out without what it is: a Run carries its
+provenance, and every row of a Sweep's frames its run's identity columns."""
 
 from __future__ import annotations
 
@@ -23,10 +24,12 @@ from speclens.file_formats.run_files import (
     read_stamp,
 )
 from speclens.file_formats.summary_file import SUMMARY_FILE, read_summary
+from speclens.provenance import IDENTITY_COLUMNS, Provenance
 
-# The columns read_sweep adds to every record row: which run it came from, and that run's settings
-# (batch_size is a column of every record already).
-RUN_COLUMNS = ("run", "drafter", "d", "temperature")
+# The columns read_sweep adds to every record row: which run it came from, that run's settings and
+# what its figures are (speclens/provenance.py IDENTITY_COLUMNS: source, runner, engine, dtype,
+# model_runner, setting); batch_size is a column of every record already.
+RUN_COLUMNS = ("run", "drafter", "d", "temperature", *IDENTITY_COLUMNS)
 
 
 class Run:
@@ -41,7 +44,14 @@ class Run:
         self.stamp: dict[str, Any] = read_stamp(self.path)
 
     def __repr__(self) -> str:
-        return f"Run({str(self.path)!r}: {self.summary.label}, AL {self.summary.al})"
+        return f"Run({str(self.path)!r}: {self.summary.label}, AL {self.summary.al}, {self.provenance.label()})"
+
+    @property
+    def provenance(self) -> Provenance:
+        """What its figures are (measured, fake, synthetic, ...; runner, engine, dtype, setting):
+        from summary.json, or for a summary before schema 11 from its stamp."""
+        assert self.summary.provenance is not None  # the reader gives every summary its provenance
+        return self.summary.provenance
 
     @property
     def drafter(self) -> str:
@@ -103,6 +113,7 @@ class Sweep:
             "drafter": run.drafter,
             "d": pd.array([run.d] * len(frame), dtype="Int64"),
             "temperature": run.temperature,
+            **run.provenance.columns(),
         }
         return frame.assign(**values)
 

@@ -2,15 +2,19 @@
 takes it (dynamic speculative decoding): inclusive ranges [start, end, k] starting at 1, in order,
 not overlapping; vLLM carries a range's k over any gap to the next one and past the last. Its
 checks, and its reader for `drafter.schedule=`: a JSON file holding the schedule, or a serve.json
-(its `schedules.<drafter>`, at the run's temperature)."""
+(its `schedules.<drafter>` of the plan ranked in the run's mode from figures of the run's identity:
+a plan of fake figures never schedules a measured run, nor an FP8 cache's a run under the defaults)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from speclens.errors import ConfigError
-from speclens.file_formats.serve_file import plan_at_temperature
+from speclens.file_formats.serve_file import PLAN_KEYS, is_serve_plan, mode_plans
+from speclens.provenance import Provenance, differences, from_dict
 
 Schedule = list[list[int]]
 
@@ -41,32 +45,106 @@ def check_schedule(schedule: object, where: str) -> Schedule:
     return out
 
 
-def read_schedule(path: str, drafter: str, key: str, temperature: float = 0.0) -> Schedule:
-    """The drafter's schedule from a serve.json (`schedules.<drafter>`, at this temperature where
-    it holds several) or from a JSON file holding the schedule itself."""
+def read_schedule(path: str, drafter: str, key: str, own: Provenance, mode: Mode) -> Schedule:
+    """The drafter's schedule from a JSON file holding the schedule itself, or from a serve.json:
+    the plan of this run's mode (temperature, chat_template_kwargs) and identity (`own`: source,
+    runner, engine, dtype, model runner, setting), else a ConfigError naming the plans it holds."""
     file = Path(path).expanduser()
     try:
         data = json.loads(file.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{key}={path}: not a readable JSON file ({exc}).") from None
-    if isinstance(data, dict) and "by_temperature" in data:
-        data = plan_at_temperature(data, temperature)
-        if data is None:
-            raise ConfigError(f"{key}={path} has no plan for sampling.temperature={temperature:g}.")
     if isinstance(data, dict):
-        measured_at = data.get("temperature")
-        # A plan names the temperature it was ranked at (serve.json since plans per temperature).
-        if isinstance(measured_at, (int, float)) and measured_at != temperature:
+        if not is_serve_plan(data):
             raise ConfigError(
-                f"{key}={path} is a plan measured at sampling.temperature={measured_at:g}, and this run "
-                f"samples at {temperature:g}: acceptance, hence the best D, moves with the temperature. "
-                f"Rank a sweep at {temperature:g} for its plan, or set sampling.temperature={measured_at:g}."
+                f"{key}={path} is neither a schedule ([[start, end, k], ...]) nor a serve.json speclens wrote "
+                f"(a plan with {', '.join(PLAN_KEYS)}, or by_temperature: a list of them)."
             )
-        schedules = data.get("schedules") or {}
-        if drafter not in schedules:
-            raise ConfigError(
-                f"{key}={path} has no schedule for drafter={drafter} (it has: "
-                f"{', '.join(sorted(schedules)) or 'none'})."
-            )
-        data = schedules[drafter]
+        data = _plan_for(data, drafter, f"{key}={path}", own, mode)
     return check_schedule(data, f"{key}={path}")
+
+
+@dataclass(frozen=True)
+class Mode:
+    """What a plan is ranked for beside its figures' identity: the sampling temperature and the
+    chat_template_kwargs (acceptance, hence the best D, moves with both)."""
+
+    temperature: float
+    chat_template_kwargs: dict[str, Any]
+
+    def label(self) -> str:
+        kwargs = ", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(self.chat_template_kwargs.items()))
+        return f"sampling.temperature={self.temperature:g}" + (f", chat_template_kwargs {kwargs}" if kwargs else "")
+
+
+def _plan_for(data: dict[str, Any], drafter: str, where: str, own: Provenance, mode: Mode) -> Schedule:
+    plans = mode_plans(data)
+    at_mode = [one for one in plans if _plan_mode(one) == mode]
+    if not at_mode:
+        held = "; ".join(sorted({_plan_mode(one).label() for one in plans}))
+        raise ConfigError(
+            f"{where} has no plan at {mode.label()} (it has plans at: {held}): acceptance, hence the best D, moves "
+            "with the temperature and the chat template; rank a sweep measured so, or run as one of those."
+        )
+    mine = [one for one in at_mode if not _differences(one, own)]
+    if not mine:
+        held = "; ".join(
+            f"{_plan_identity(one)} (plan vs this run: {'; '.join(_differences(one, own))})" for one in at_mode
+        )
+        raise ConfigError(
+            f"{where} has no plan measured as this run is ({own.identity_label()}); its plans at {mode.label()}: {held}. "
+            "Rank runs measured under this run's source, runner, dtype and setting, or run as one of those."
+        )
+    schedules = mine[0]["schedules"]
+    if drafter not in schedules:
+        raise ConfigError(
+            f"{where} has no schedule for drafter={drafter} in the plan measured as this run is (it has: "
+            f"{', '.join(sorted(schedules)) or 'none'})."
+        )
+    return schedules[drafter]
+
+
+def _plan_mode(plan: dict[str, Any]) -> Mode:
+    temperature = plan.get("temperature")
+    kwargs = plan.get("chat_template_kwargs")
+    return Mode(
+        float(temperature) if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) else 0.0,
+        kwargs if isinstance(kwargs, dict) else {},
+    )
+
+
+def _plan_identities(plan: dict[str, Any]) -> list[Provenance] | None:
+    found = plan.get("provenance")
+    if not isinstance(found, list) or not found or not all(isinstance(p, dict) for p in found):
+        return None
+    try:
+        return [from_dict(p) for p in found]
+    except (TypeError, ValueError):
+        return None
+
+
+def _plan_identity(plan: dict[str, Any]) -> str:
+    identities = _plan_identities(plan)
+    if identities is None:
+        return "a plan that does not record what its figures are"
+    return " + ".join(sorted({p.identity_label() for p in identities}))
+
+
+def _differences(plan: dict[str, Any], own: Provenance) -> list[str]:
+    """What the plan's figures differ from this run in (identity fields either side does not know
+    are not compared: an attached server's engine, a model runner left to vLLM); [] where it is this
+    run's."""
+    identities = _plan_identities(plan)
+    if identities is None:
+        return ["it records no provenance (a serve.json from before speclens recorded one): rank again"]
+    found: list[str] = []
+    for theirs in identities:
+        for line in differences(theirs, own):
+            name = line.split(":", 1)[0]
+            unknown = {
+                "engine.model_runner": own.model_runner is None or theirs.model_runner is None,
+                "engine": own.runner == "server",
+            }
+            if not unknown.get(name, False) and line not in found:
+                found.append(line)
+    return found

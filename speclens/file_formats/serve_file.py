@@ -60,6 +60,28 @@ def mode_plans(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return plan.get("by_temperature") or [plan]
 
 
+def plan_sources(plan: dict[str, Any]) -> set[str]:
+    """The sources of one plan's figures (its `provenance` records; none recorded: unknown)."""
+    found = plan.get("provenance")
+    if not isinstance(found, list) or not found:
+        return {"unknown"}
+    return {str(p.get("source")) if isinstance(p, dict) else "unknown" for p in found}
+
+
+def is_measured_plan(plan: dict[str, Any]) -> bool:
+    return plan_sources(plan) == {"measured"}
+
+
+def headline_plans(plan: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A serve.json's plans to headline and those left out: the measured ones where any plan was
+    measured (a fake or synthetic figure headlines only where nothing was measured), else all."""
+    plans = mode_plans(plan)
+    measured = [one for one in plans if is_measured_plan(one)]
+    if not measured:
+        return plans, []
+    return measured, [one for one in plans if not is_measured_plan(one)]
+
+
 def plan_at_temperature(plan: dict[str, Any], temperature: float) -> dict[str, Any] | None:
     """The plan ranked at `temperature` (None where a file of several modes has none there); a
     file of one mode is its plan, at whatever temperature it names."""

@@ -34,7 +34,7 @@ def run(label: str, d: int, histogram=None, per_position=None, bins=()) -> Simpl
         per_position_acceptance=per_position,
         al_by_position=list(bins),
     )
-    return SimpleNamespace(summary=summary)
+    return SimpleNamespace(summary=summary, label=label)
 
 
 def golden(name: str, chart: plotly_charts.Chart) -> None:

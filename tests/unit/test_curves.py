@@ -55,7 +55,9 @@ def test_curves_from_a_sweep_match_the_golden_file(tmp_path):
         "context_extension",
         "draft_share",
         "runner",
+        "engine",
         "dtype",
+        "model_runner",
     ]
     assert set(curves.segment) == {"all"} and set(curves.chat_template_kwargs) == {""} and set(curves.setting) == {""}
     # every point: its share of drafting passes gives its tokens per step (no tokens cut here)

@@ -153,13 +153,43 @@ def test_prompt_counts_a_server_reports_otherwise_are_named():
 def test_timings_that_cannot_be_right_are_said_to_be_noise():
     """issue 50, part 6: a speedup above tokens per step, or a negative drafting cost, is named
     with its batch size and figure; a plausible timing is not."""
-    clean = facts(timings=[(1, 1.30, 1.38, 2.0), (4, None, 1.38, None)])
+    # a K=0 tax whose range reaches zero is noise about zero, not a tax that cannot be
+    clean = facts(timings=[(1, 1.30, 1.38, 2.0, 0.05, [0.01, 0.09]), (4, None, 1.38, None, -0.02, [-0.06, 0.01])])
     assert [d.code for d in diagnose(clean)] == []
-    noisy = facts(timings=[(1, 4.79, 1.38, 2.0), (8, 1.10, 1.38, -0.5)])
+    noisy = facts(
+        timings=[
+            (1, 4.79, 1.38, 2.0, None, None),
+            (8, 1.10, 1.38, -0.5, None, None),
+            (4, 1.2, 1.5, 1.0, -0.21, [-0.24, -0.16]),
+        ]
+    )
     (found,) = [d for d in diagnose(noisy) if d.code == "timing_noise"]
     assert found.severity == "warning"
     assert found.evidence["found"] == [
         "B=1: speedup x4.79 above its 1.38 tokens per step",
         "B=8: T_draft -0.50 ms, below zero",
+        "B=4: K=0 tax -21% [-24%, -16%], below zero",
     ]
     assert "noise" in found.message
+
+
+def test_calibration_fits_that_miss_held_out_or_stand_on_a_negative_draft_cost_are_flagged():
+    """issue 66: calibration.warnings said nothing where the K=0 tax fit missed a held-out point by
+    +103% and a measured T_draft was -9.46 ms."""
+    from evals.whatif_calibration import beside_warnings
+
+    drafted = {"drafter": "ngram", "batch_size": 4, "d": 3, "context": 300, "t_step_ms": 20.0, "error": 0.0}
+    record = {
+        "k0_tax": {"points": [{"held_out_error": 1.03}, {"held_out_error": -0.1}]},
+        "t_draft": {
+            "lookup_us_per_request": {
+                "fitted": True,
+                "points": [drafted | {"t_draft_ms": -9.46, "held_out_error": 0.2}],
+            },
+            "draft_pass_overhead_ms": {"fitted": False, "value": 0.44},
+        },
+    }
+    tax, negative = beside_warnings(record)
+    assert tax.startswith("the K=0 tax fit predicts a point held out of it +103% off (bound ±30%)")
+    assert negative.startswith("1 measured T_draft below zero (down to -9.46 ms: ngram at B=4, D=3)")
+    assert beside_warnings({"k0_tax": {"points": [{"held_out_error": 0.2}]}, "t_draft": {}}) == []

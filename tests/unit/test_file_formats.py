@@ -15,7 +15,7 @@ import pytest
 from speclens.errors import CorruptRecord
 from speclens.file_formats.curves_file import CURVES_CSV, CURVES_FILE, read_curves_file, write_curves_files
 from speclens.file_formats.run_files import FAILURE_FILE, read_failure, record_failure
-from speclens.file_formats.schedule_file import read_schedule
+from speclens.file_formats.schedule_file import Mode, read_schedule
 from speclens.file_formats.serve_file import (
     SERVE_FILE,
     context_table_beside,
@@ -25,6 +25,10 @@ from speclens.file_formats.serve_file import (
     write_serve_file,
 )
 from speclens.file_formats.whatif_file import WHATIF_FILE, read_whatif_file, write_whatif_file
+from speclens.provenance import Provenance
+
+# What the plans below are of: measured in float32 by vLLM in this process.
+PLAN_IDENTITY = {"source": "measured", "runner": "vllm", "engine": "vllm", "dtype": "float32", "model_runner": "v1"}
 
 
 def plan(temperature: float, k: int, lengths: bool = False) -> dict:
@@ -35,6 +39,7 @@ def plan(temperature: float, k: int, lengths: bool = False) -> dict:
         "schedule_configs": {"eagle3": None},
         "max_num_seqs": 64,
         "temperature": temperature,
+        "provenance": [Provenance(**PLAN_IDENTITY).to_dict()],
     }
     if lengths:
         out["by_length"] = [
@@ -61,7 +66,11 @@ def test_serve_json_reads_back_per_temperature_and_its_context_table_names_each_
         (0.0, "1k", [[1, 64, 2]])
     ]
     # evals.run's drafter.schedule= reads the same file through the same walk.
-    assert read_schedule(str(tmp_path / SERVE_FILE), "eagle3", "drafter.schedule", 1.0) == [[1, 8, 2], [9, 64, 0]]
+    own = Provenance(**PLAN_IDENTITY)
+    assert read_schedule(str(tmp_path / SERVE_FILE), "eagle3", "drafter.schedule", own, Mode(1.0, {})) == [
+        [1, 8, 2],
+        [9, 64, 0],
+    ]
 
 
 @pytest.mark.parametrize(
@@ -113,10 +122,21 @@ def test_a_failed_jobs_record_reads_back_redacted_and_a_damaged_one_is_still_a_f
 
 
 def test_curves_read_back_as_written_and_a_damaged_parquet_is_refused_in_one_line(tmp_path):
-    curves = pd.DataFrame({"drafter": ["eagle3", "eagle3"], "d": [1, 2], "domain": ["all", "all"], "al": [1.6, 2.1]})
+    curves = pd.DataFrame(
+        {"drafter": ["eagle3"] * 2, "d": [1, 2], "domain": ["all"] * 2, "al": [1.6, 2.1], "source": ["replayed"] * 2}
+    )
     write_curves_files(curves, tmp_path)
     assert read_curves_file(tmp_path).al.tolist() == [1.6, 2.1]
     assert pd.read_csv(tmp_path / CURVES_CSV).d.tolist() == [1, 2]  # the CSV holds the same rows
+    # a replay's curves without the AL they draw, or with one below 1: one line, not a KeyError
+    curves.drop(columns="al").to_parquet(tmp_path / CURVES_FILE)
+    with pytest.raises(
+        CorruptRecord, match=r"curves.parquet does not have the layout of a curves file \(field \[0\].al is required"
+    ):
+        read_curves_file(tmp_path)
+    curves.assign(al=[0.5, 2.1]).to_parquet(tmp_path / CURVES_FILE)
+    with pytest.raises(CorruptRecord, match=r"curves.parquet: field \[0\].al=0.5: must be >= 1"):
+        read_curves_file(tmp_path)
     (tmp_path / CURVES_FILE).write_bytes(b"PAR1 cut short")
     with pytest.raises(CorruptRecord, match="is not a readable parquet file") as refused:
         read_curves_file(tmp_path)

@@ -11,6 +11,7 @@ from reports.table import numerics_line
 from runners.gpu_facts import attention_backends, gpu_facts
 from speclens.figures.summary import Numerics
 from tests.unit.test_curves import sweep
+from tests.unit.test_reproducibility import as_vllms
 
 
 def backend(name: str):
@@ -48,7 +49,7 @@ def test_a_cuda_device_is_described_with_its_kernels(monkeypatch):
 def test_a_gpu_run_is_pointed_to_batch_invariant_kernels_a_cpu_run_to_float32(tmp_path):
     from reports.runs import find_runs
 
-    summary = find_runs(sweep(tmp_path, [("ngram", 2)]))[0].summary
+    summary = as_vllms(find_runs(sweep(tmp_path, [("ngram", 2)]))[0].summary)
     summary = replace(summary, numerics=Numerics.of("bfloat16", 16, cpu="Intel Xeon (amx_bf16)"))
     assert numerics_line(summary).endswith("engine.dtype=float32 makes it reproducible")
     gpu = {"name": "NVIDIA H100 80GB HBM3", "count": 1}

@@ -20,7 +20,8 @@ from evals.run import run
 from reports.curves import collect, safe_name, write_curves
 from reports.speedup_ranking import rank
 from speclens.errors import ConfigError, MeasurementError
-from speclens.file_formats.schedule_file import check_schedule, read_schedule
+from speclens.file_formats.schedule_file import Mode, check_schedule, read_schedule
+from speclens.provenance import Provenance
 from tests.unit.conftest import compose_run, fake_overrides
 
 REPO = Path(__file__).resolve().parents[2]
@@ -276,10 +277,14 @@ def test_a_schedule_with_a_boolean_is_refused(entry):
 
 def test_a_plan_from_another_temperature_is_refused(tmp_path):
     plan = tmp_path / "serve.json"
-    plan.write_text(json.dumps({"winners": [], "schedules": {"ngram": [[1, 64, 3]]}, "temperature": 0.0}))
-    assert read_schedule(str(plan), "ngram", "drafter.schedule", 0.0) == [[1, 64, 3]]
-    with pytest.raises(ConfigError, match=r"a plan measured at sampling.temperature=0, and this run samples at 0.7"):
-        read_schedule(str(plan), "ngram", "drafter.schedule", 0.7)
+    measured = Provenance(source="measured", runner="vllm", engine="vllm", dtype="float32")
+    one = {"winners": [], "schedules": {"ngram": [[1, 64, 3]]}, "schedule_configs": {}, "max_num_seqs": 64}
+    plan.write_text(json.dumps(one | {"temperature": 0.0, "provenance": [measured.to_dict()]}))
+    assert read_schedule(str(plan), "ngram", "drafter.schedule", measured, Mode(0.0, {})) == [[1, 64, 3]]
+    with pytest.raises(
+        ConfigError, match=r"has no plan at sampling.temperature=0.7 \(it has plans at: sampling.temperature=0\)"
+    ):
+        read_schedule(str(plan), "ngram", "drafter.schedule", measured, Mode(0.7, {}))
 
 
 def test_a_run_on_a_boolean_schedule_is_refused_before_any_engine(tmp_path, engines_started):

@@ -123,7 +123,8 @@ def test_the_best_d_differs_by_length_where_each_lengths_own_figures_say_so(tmp_
 
     # the report's prediction for another GPU: a row per length, each from that length's own AL
     rows, notes = prediction_rows(find_runs(root / "d=3"), Hardware(gpu_named("h200_sxm", {})))
-    assert [(r[2], r[4]) for r in rows] == [("1", "4.00"), ("1", "2.00"), ("2", "4.00"), ("2", "2.00")]
+    fake = [("1", "4.00 [fake]"), ("1", "2.00 [fake]"), ("2", "4.00 [fake]"), ("2", "2.00 [fake]")]
+    assert [(r[2], r[4]) for r in rows] == fake
     # predicted from the fake engine's acceptance: said so
     assert notes == ["d=3: predicted from fake (scripted engine, runner=fake) acceptance, not measured."]
     assert 300 < int(rows[0][3]) < 1000 < int(rows[1][3])  # each length's mean context
@@ -187,11 +188,12 @@ def test_runs_without_lengths_rank_and_serve_as_before(tmp_path):
     profile = json.loads((root / "d=2" / PROFILE_FILE).read_text())
     assert set(profile) == {"schema_version", "profiles"} and profile["schema_version"] == 1
     assert not any("length" in p or "input_tokens" in p for p in profile["profiles"])
-    assert list(pd.read_csv(root / "ranking.csv").columns[-6:]) == [
+    assert list(pd.read_csv(root / "ranking.csv").columns[-7:]) == [
         "chat_template_kwargs",
         "setting",
         "source",
         "runner",
+        "engine",
         "dtype",
         "model_runner",
     ]

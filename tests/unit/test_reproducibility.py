@@ -44,8 +44,15 @@ def test_the_summary_records_the_engines_dtype_and_reads_it_back(tmp_path):
     assert numerics_line(again) is None and "numerics:" not in result_table(again)
 
 
+def as_vllms(summary):
+    """The fake run's summary read as vLLM's (the numerics line is about an engine's rounding; a
+    script has none, and its own table says nothing of it)."""
+    assert numerics_line(summary) is None
+    return replace(summary, runner="vllm", provenance=replace(summary.provenance, source="measured", runner="vllm"))
+
+
 def test_a_bf16_run_says_its_figures_can_move_and_what_makes_them_exact(tmp_path):
-    summary = fake_summary(tmp_path, "engine.dtype=bfloat16")
+    summary = as_vllms(fake_summary(tmp_path, "engine.dtype=bfloat16"))
     line = numerics_line(summary)
     assert line.startswith("numerics: bfloat16:") and "engine.dtype=float32" in line
     assert "the draft is the target itself" not in line
@@ -53,7 +60,7 @@ def test_a_bf16_run_says_its_figures_can_move_and_what_makes_them_exact(tmp_path
 
 
 def test_a_target_drafting_for_itself_below_one_plus_d_is_explained(tmp_path):
-    summary = fake_summary(tmp_path, "engine.dtype=bfloat16")
+    summary = as_vllms(fake_summary(tmp_path, "engine.dtype=bfloat16"))
     summary = replace(summary, fingerprints=replace(summary.fingerprints, draft=summary.fingerprints.target), al=3.969)
     assert numerics_line(summary).endswith(
         "its AL 3.969 below 1 + D = 4 is such near-ties between the draft and verify passes"

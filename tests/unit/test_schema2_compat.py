@@ -110,6 +110,8 @@ def test_a_schema2_night_is_a_nightly_baseline(schema2, tmp_path, capsys):
                     f"runner.script={script}",
                     f"baseline={schema2 / 'baseline'}",
                     f"history={tmp_path / 'history.parquet'}",
+                    # the fake engine's nights against vLLM's baseline: a difference said as meant
+                    "intended=source,runner",
                 ]
             )
             == status

@@ -107,6 +107,10 @@ def models(model: str, owner: str) -> str:
     )
 
 
+# What the stand-ins say of themselves (SGLang in /get_server_info; the TensorRT-LLM one says nothing).
+SGLANG_VERSION = "0.5.14"
+
+
 def fake_sglang(
     model: str,
     chunks=(1, 4, 2),
@@ -162,7 +166,9 @@ def fake_sglang(
             "/health": "",
             "/v1/models": models(model, "sglang"),
             "/metrics": metrics,
-            "/get_server_info": json.dumps({"speculative_num_steps": D, "speculative_algorithm": "EAGLE3"}),
+            "/get_server_info": json.dumps(
+                {"speculative_num_steps": D, "speculative_algorithm": "EAGLE3", "version": SGLANG_VERSION}
+            ),
         },
         post,
     )
@@ -270,6 +276,14 @@ def attach(tmp_path, smollm2, url: str, *overrides: str):
 def test_sglang_reports_request_totals_checked_against_its_verify_counter(tmp_path, smollm2):
     server = fake_sglang(str(smollm2))
     summary = attach(tmp_path, smollm2, server.url)
+    # issue 66: the figures are SGLang's, at the version it reports, never this machine's vLLM
+    found = summary.provenance
+    assert (found.source, found.runner, found.engine, found.engine_version) == (
+        "measured",
+        "server",
+        "sglang",
+        SGLANG_VERSION,
+    )
     # each request: 2 verification steps accepting 4 drafts in all -> AL 3; 7 tokens over 3 passes
     assert (summary.record_granularity, summary.al, summary.tokens_per_step) == ("request", 3.0, pytest.approx(7 / 3))
     assert summary.vllm_counters.num_drafts == 8
@@ -310,6 +324,7 @@ def test_tensorrt_llm_gives_al_per_domain_from_counters_one_domain_at_a_time(tmp
     }
     server = fake_trtllm(str(smollm2), lambda prompt: domain_of.get(tuple(prompt), "writing"))  # + the warm-up
     summary = attach(tmp_path, smollm2, server.url)
+    assert (summary.provenance.engine, summary.provenance.engine_version) == ("trtllm", None)  # it says no version
     assert summary.record_granularity == "domain"
     # coding: 4 steps accepting 3 -> AL 4; writing: AL 2; together 1 + 16/8
     assert summary.by_domain["coding"].al == 4.0 and summary.by_domain["writing"].al == 2.0 and summary.al == 3.0

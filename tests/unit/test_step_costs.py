@@ -14,6 +14,7 @@ from evals.run import run
 from reports.rank import main as rank_main
 from reports.ranking_tables import write_ranking
 from reports.speedup_ranking import pareto_front, rank
+from speclens.config import DEFAULT_DTYPE
 from speclens.errors import ConfigError, SpeclensError
 from speclens.figures import costs
 from speclens.figures.costs import StepTiming
@@ -355,10 +356,15 @@ def test_a_schedule_from_serve_json_is_measured_and_ranked_beside_each_fixed_d(t
     import json
 
     serve = tmp_path / "serve.json"
-    serve.write_text(json.dumps({"schedules": {"ngram": [[1, 1, 2], [2, 64, 1]]}}))
+    # a plan of the fake engine's figures, as these runs' own are (the schedule reader takes no other)
+    fake = {"source": "fake", "runner": "fake", "engine": "fake", "dtype": DEFAULT_DTYPE}
+    plan = {"winners": [], "schedule_configs": {}, "max_num_seqs": 64, "temperature": 0.0, "provenance": [fake]}
+    serve.write_text(json.dumps(plan | {"schedules": {"ngram": [[1, 1, 2], [2, 64, 1]]}}))
     with pytest.raises(ConfigError, match=r"its largest k is 2 but d=1; set d=2"):
         measure(tmp_path, 1, f"drafter.schedule={serve}", name="wrong")
-    with pytest.raises(ConfigError, match=r"has no schedule for drafter=suffix \(it has: ngram\)"):
+    with pytest.raises(
+        ConfigError, match=r"has no schedule for drafter=suffix in the plan measured as this run is \(it has: ngram\)"
+    ):
         measure(tmp_path, 2, f"drafter.schedule={serve}", "drafter=suffix", name="other")
     measure(tmp_path, 1)
     measure(tmp_path, 2)

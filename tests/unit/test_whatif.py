@@ -548,7 +548,8 @@ def test_the_report_predicts_each_runs_speedup_on_a_named_gpu(tmp_path):
         # the default engine, vLLM: its n-gram steps lose the async scheduling its plain steps keep
         predicted = point(drafting, 2, b, context, shape, Hardware(gpu_named("h200_sxm"), engine=ENGINES["vllm"]))
         row = (
-            f"| ngram | 2 | {b} | {context} | {summary['al']:.2f} | {predicted['tokens_per_step']:.2f} | "
+            # the AL is the fake engine's, marked so
+            f"| ngram | 2 | {b} | {context} | {summary['al']:.2f} [fake] | {predicted['tokens_per_step']:.2f} | "
             f"x{op['speedup']:.2f} | x{predicted['speedup']:.2f} |"
         )
         assert row in section
