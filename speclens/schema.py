@@ -33,6 +33,9 @@ DraftLength = Annotated[int, Field(ge=1)]
 # Every record refuses keys it does not declare, and NaN or infinity in any figure: no figure
 # speclens writes can be one, and arithmetic downstream would carry it silently.
 RECORD_CONFIG = ConfigDict(extra="forbid", allow_inf_nan=False)
+# A record that holds another's document whole (a stamp's resolved config) keeps the keys it does not
+# read: it declares only those, with their types.
+OPEN_RECORD_CONFIG = ConfigDict(extra="allow", allow_inf_nan=False)
 
 T = TypeVar("T")
 
@@ -45,7 +48,8 @@ def record(cls: type[T] | None = None, *, frozen: bool = True) -> Any:
     """A record type: a dataclass (frozen unless said otherwise) that pydantic validates strictly."""
 
     def wrap(kind: type[T]) -> type[T]:
-        kind.__pydantic_config__ = RECORD_CONFIG  # type: ignore[attr-defined]
+        if "__pydantic_config__" not in vars(kind):  # a record that keeps others' keys says so itself
+            kind.__pydantic_config__ = RECORD_CONFIG  # type: ignore[attr-defined]
         return dataclasses.dataclass(frozen=frozen)(kind)
 
     return wrap if cls is None else wrap(cls)

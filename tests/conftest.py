@@ -25,6 +25,39 @@ def _bind_worker_to_one_core() -> None:
 _bind_worker_to_one_core()
 
 
+def _check_written_json_against_the_schemas() -> None:
+    """Every JSON file of a format speclens writes (summary.json, stamp.json, serve.json, ...) is
+    validated, as it is written anywhere in the suite's process, against its JSON Schema in
+    docs/schemas/ (speclens/file_formats/schemas.py): a writer that drifts from the declared records
+    fails the test that wrote the file."""
+    import jsonschema
+
+    from speclens import files
+    from speclens.file_formats.schemas import DOCS_FOLDER, FORMATS, schema_name
+
+    validators: dict[str, jsonschema.Draft202012Validator] = {}
+    write = files.json_text
+
+    def checked(data, path):
+        name = Path(path).name
+        if name in FORMATS and not name.startswith("."):
+            if name not in validators:
+                schema = json.loads((DOCS_FOLDER / schema_name(name)).read_text())
+                validators[name] = jsonschema.Draft202012Validator(schema)
+            error = next(iter(validators[name].iter_errors(data)), None)
+            if error is not None:
+                where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+                raise AssertionError(
+                    f"{path} breaks docs/schemas/{schema_name(name)} at {where or '/'}: {error.message}"
+                )
+        return write(data, path)
+
+    files.json_text = checked
+
+
+_check_written_json_against_the_schemas()
+
+
 def pytest_addoption(parser):
     parser.addoption("--run-gpu", action="store_true", help="run tests marked gpu (needs CUDA)")
     parser.addoption(

@@ -11,7 +11,12 @@
 - `serve_file`: serve.json, what to deploy; `schedule_file`: a draft-length schedule, from its own
   file or a serve.json; `whatif_file`: whatif.json, the GPU predictions;
 - `drafter_build`: speclens_drafter.json, how a drafter speclens built was trained;
-- `peer_exports`: the export files of other benchmark tools, read for `reports.explain`.
+- `peer_exports`: the export files of other benchmark tools, read for `reports.explain`;
+- `schemas`: each format's JSON Schema, generated from its record types into docs/schemas/.
+
+Every format's types, ranges and required fields are declared once, as record types checked by one
+schema library (speclens/schema.py, pydantic): a damaged or foreign file is refused in one line
+naming the file, the field and the rule.
 
 Commands and reports read and write these files through these modules only.
 """

@@ -69,6 +69,7 @@ from speclens.file_formats.run_files import read_stamp
 from speclens.file_formats.summary_file import SUMMARY_FILE, read_summary
 from speclens.files import write_json_atomic
 from speclens.provenance import Provenance
+from speclens.schema import AL, OPEN_RECORD_CONFIG, Count, DraftLength, Rate, parse, record
 
 PROFILE_FILE = "speculation_profile.json"
 
@@ -133,9 +134,6 @@ def read_stamp_or_empty(run_dir: Path) -> dict[str, Any]:
     except CorruptRecord:
         return {}
 
-
-# What every profile entry holds (a run's file is checked for them before a sweep gathers it).
-PROFILE_KEYS = ("drafter", "d", "domain", "al", "marginal")
 
 # Model-Optimizer's proposed layout: what one of its profiles holds (with one of its rate lists).
 FOREIGN_KEYS = ("num_speculative_tokens",)
@@ -350,11 +348,8 @@ def read_profiles(run_dir: Path) -> list[dict[str, Any]]:
         raise CorruptRecord(
             f"{path} has no schema_version this speclens reads (1 to {PROFILE_VERSION}; it has {version!r})"
         )
-    profiles = data.get("profiles")
-    if not isinstance(profiles, list) or not all(
-        isinstance(p, dict) and all(k in p for k in PROFILE_KEYS) for p in profiles
-    ):
-        raise CorruptRecord(f"{path} does not hold a list of profiles (each with {', '.join(PROFILE_KEYS)})")
+    parse(ProfileFile, data, path, "speculation profile file")
+    profiles = data["profiles"]
     for p in profiles:
         check_profile(p, str(path))
     if any("provenance" not in p for p in profiles):
@@ -364,23 +359,39 @@ def read_profiles(run_dir: Path) -> list[dict[str, Any]]:
     return profiles
 
 
+@record
+class ProfileEntry:
+    """One profile of speclens's layout: the fields every reader takes, with their types and ranges
+    (the planners' fields beside them are checked against these figures: check_planner_fields)."""
+
+    __pydantic_config__ = OPEN_RECORD_CONFIG
+
+    drafter: str
+    d: DraftLength
+    domain: str
+    al: AL
+    marginal: list[Rate]
+    segment: str = "all"
+    input_tokens: Count | None = None
+    draft_share: Rate | None = None
+
+
+@record
+class ProfileFile:
+    """speculation_profile.json in speclens's layout (Model-Optimizer's is read by from_foreign)."""
+
+    schema_version: int
+    profiles: list[ProfileEntry]
+    # A ranked sweep's (B, context) -> D table (serve_file.context_table), where lengths were measured.
+    num_speculative_tokens_by_context: list[dict[str, Any]] | None = None
+
+
 def check_profile(p: dict[str, Any], where: str) -> None:
-    """CorruptRecord for a profile whose figures are not of the kinds speclens writes (a damaged file)."""
-    d = p["d"]
-    checks = {
-        "drafter": isinstance(p["drafter"], str),
-        "domain": isinstance(p["domain"], str),
-        "segment": isinstance(p.get("segment", "all"), str),
-        "d": isinstance(d, int) and not isinstance(d, bool) and d >= 1,
-        "al": _is_number(p["al"]) and isinstance(d, int) and 1 <= p["al"] <= 1 + d,
-        "marginal": isinstance(p["marginal"], list) and all(_is_number(m) and 0 <= m <= 1 for m in p["marginal"]),
-        "input_tokens": p.get("input_tokens") is None
-        or (isinstance(p["input_tokens"], int) and not isinstance(p["input_tokens"], bool)),
-        "draft_share": p.get("draft_share") is None or (_is_number(p["draft_share"]) and 0 <= p["draft_share"] <= 1),
-    }
-    bad = next((key for key, ok in checks.items() if not ok), None)
-    if bad is not None:
-        raise CorruptRecord(f"{where}: a profile has {bad}={p.get(bad)!r}, which no profile speclens writes holds")
+    """CorruptRecord for a profile whose figures break ProfileEntry, whose AL passes 1 + d, or whose
+    provenance or planner fields disagree with its figures (a damaged file)."""
+    parse(ProfileEntry, p, where, "speculation profile")
+    if p["al"] > 1 + p["d"] + 1e-9:
+        raise CorruptRecord(f"{where}: a profile has al={p['al']!r}: an AL is in [1, 1 + d] = [1, {1 + p['d']}]")
     profile_provenance(p, where)
     if not isinstance(p.get("source_path"), str):  # speclens's own; another tool's checks its own way
         check_planner_fields(p, where)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -12,6 +13,7 @@ from speclens.errors import CorruptRecord
 from speclens.files import write_json_atomic
 from speclens.options import strict_json_loads
 from speclens.redact import redact
+from speclens.schema import OPEN_RECORD_CONFIG, parse, record
 
 STAMP_FILE = "stamp.json"  # config, versions, fingerprints: written first
 STEPS_FILE = "steps.parquet"  # one row per request per drafted verification step
@@ -41,22 +43,68 @@ def holding(root: Path, name: str) -> list[Path]:
     return folders
 
 
-# The stamp fields readers use, and their types where present (absent or null: unknown).
-STAMP_FIELDS: dict[str, tuple[type, ...]] = {
-    "target_dir": (str,),
-    "runner": (str,),
-    "fingerprints": (dict,),
-    "versions": (dict,),
-    "speculative_config": (dict,),
-    "config.drafter": (dict,),
-    "config.drafter.model": (str,),
-    "config.sampling": (dict,),
-    "config.engine": (dict,),
-}
+@record
+class ServedBy:
+    """The serving engine that computed a run and its version, as the engine named itself."""
+
+    engine: str
+    version: str | None = None
+
+
+@record
+class StampDrafter:
+    """The drafter's settings as the stamp holds them: each drafter's own keys (drafters/), of
+    which readers use the draft checkpoint."""
+
+    __pydantic_config__ = OPEN_RECORD_CONFIG
+
+    model: str | None = None
+
+
+@record
+class StampConfig:
+    """The resolved run config (speclens/config.py RunConfig, as OmegaConf dumps it): every key of
+    its version, of which readers use these parts."""
+
+    __pydantic_config__ = OPEN_RECORD_CONFIG
+
+    drafter: StampDrafter | None = None
+    sampling: dict[str, Any] | None = None
+    engine: dict[str, Any] | None = None
+
+
+@record
+class RunStamp:
+    """stamp.json: what a run was measured with and by, written before it starts (and rewritten
+    with what ran: `model_runner`, `gpu`, `served_by`). Fields with defaults are those earlier
+    stamps did not hold."""
+
+    schema_version: int | None = None
+    config: StampConfig = field(default_factory=StampConfig)
+    started_at: str | None = None
+    config_fingerprint: str | None = None
+    # The runner that measured (since summary schema 3).
+    runner: str | None = None
+    speculative_config: dict[str, Any] | None = None
+    # Engine keys left unset, fitted to the target: value, default and why.
+    fitted_defaults: dict[str, dict[str, Any]] | None = None
+    target_dir: str | None = None
+    versions: dict[str, str | None] | None = None
+    fingerprints: dict[str, str | None] | None = None
+    draft_build: dict[str, Any] | None = None
+    quantization: dict[str, str | None] | None = None
+    git_sha: str | None = None
+    overrides: list[str] | None = None
+    dropped_too_long: dict[str, int] | None = None
+    # What ran, where the engine said: vLLM's model runner, the GPU, the serving engine.
+    model_runner: str | None = None
+    gpu: dict[str, Any] | None = None
+    served_by: ServedBy | None = None
 
 
 def read_stamp(run_dir: Path) -> dict[str, Any]:
-    """The run's stamp in today's layout ({} where there is none)."""
+    """The run's stamp in today's layout ({} where there is none), checked against RunStamp: a
+    damaged or foreign one is refused in one line naming the file, the field and the rule."""
     stamp_file = run_dir / STAMP_FILE
     if not stamp_file.is_file():
         return {}
@@ -64,15 +112,9 @@ def read_stamp(run_dir: Path) -> dict[str, Any]:
         stamp = json.loads(stamp_file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CorruptRecord(f"{stamp_file} is unreadable ({exc})") from None
-    if not isinstance(stamp, dict) or not isinstance(stamp.get("config", {}), dict):
-        raise CorruptRecord(f"{stamp_file} does not have the layout of a run stamp")
-    for key, kinds in STAMP_FIELDS.items():
-        node: Any = stamp
-        for part in key.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
-        if node is not None and not isinstance(node, kinds):
-            wanted = " or ".join(k.__name__ for k in kinds)
-            raise CorruptRecord(f"{stamp_file}: field {key}={node!r}: expected {wanted} (a damaged stamp)")
+    if not isinstance(stamp, dict):
+        raise CorruptRecord(f"{stamp_file} does not have the layout of a run stamp (a JSON object)")
+    parse(RunStamp, stamp, stamp_file, "run stamp")
     drafter = stamp.get("config", {}).get("drafter")
     if isinstance(drafter, dict):
         # Stamps before summary schema 3 restated the drafter's name inside its settings; keys added
@@ -98,6 +140,16 @@ def prompt_digest(prompt_token_ids: Sequence[int]) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
+@record
+class FailureRecord:
+    """failure.json: a failed sweep job's one-line reason and exit status (README's table)."""
+
+    job: str
+    overrides: list[str]
+    error: str
+    exit_status: int
+
+
 def record_failure(job_dir: Path, overrides: list[str], message: str, status: int) -> None:
     """A failed sweep job's reason, in its own dir (the sweep's end collects them)."""
     job_dir.mkdir(parents=True, exist_ok=True)
@@ -114,7 +166,10 @@ def read_failure(file: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         record = None
         why = f"{file} is unreadable ({exc})"
-    if isinstance(record, dict) and isinstance(record.get("error"), str):
-        return record
-    why = why if record is None else f"{file} does not have the layout of a failure record"
+    if isinstance(record, dict):
+        try:
+            parse(FailureRecord, record, file, "failure record")
+            return record
+        except CorruptRecord as exc:
+            why = str(exc)
     return {"job": file.parent.name, "overrides": [], "error": why, "exit_status": 1}

@@ -9,11 +9,14 @@ measured lengths `by_length` (the same per length bucket, with the contexts each
 from __future__ import annotations
 
 import json
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from speclens.errors import CorruptRecord
 from speclens.files import write_json_atomic
+from speclens.provenance import Provenance
+from speclens.schema import AL, Count, DraftLength, NonNegative, parse, record
 
 SERVE_FILE = "serve.json"
 
@@ -28,31 +31,105 @@ def write_serve_file(plan: dict[str, Any], out_dir: Path) -> Path:
     return path
 
 
+Schedule = list[list[int]]
+
+
+@record
+class Winner:
+    """The speculative config to serve for one domain and batch size (null: plain decoding)."""
+
+    domain: str
+    batch_size: Count
+    drafter: str
+    d: DraftLength | None
+    speedup: NonNegative
+    # What the speedup is: measured, fake, predicted (corrected) from ..., ...
+    speedup_source: str
+    speculative_config: dict[str, Any] | None
+
+
+@record
+class LengthWinner:
+    """The same for one length bucket and batch size, from that length's own figures."""
+
+    batch_size: Count
+    drafter: str
+    d: DraftLength | None
+    speedup: NonNegative
+    speedup_source: str
+    al: AL | None = None
+    tokens_per_step: NonNegative | None = None
+    context_extension: str | None = None
+    speculative_config: dict[str, Any] | None = None
+
+
+@record
+class LengthPlan:
+    """One length bucket's plan: the contexts it serves, its winners and each mechanism's schedule."""
+
+    length: str
+    input_tokens: Count
+    context_range: list[Count]
+    context_extension: str | None
+    winners: list[LengthWinner]
+    schedules: dict[str, Schedule]
+    schedule_configs: dict[str, dict[str, Any] | None]
+
+
+@record
+class ServePlan:
+    """One mode's plan (temperature, chat_template_kwargs, setting): its winners, each mechanism's
+    `num_speculative_tokens_per_batch_size` schedule and the config that serves it, and what its
+    figures are. Fields with defaults were added after the first serve.json files were written."""
+
+    winners: list[Winner]
+    schedules: dict[str, Schedule]
+    schedule_configs: dict[str, dict[str, Any] | None]
+    max_num_seqs: Count
+    temperature: NonNegative = 0.0
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    setting: str = ""
+    kv_cache_dtype: str = "auto"
+    # Each distinct provenance of the runs the plan was ranked from (speclens/provenance.py).
+    provenance: list[Provenance] | None = None
+    by_length: list[LengthPlan] | None = None
+
+
+@record
+class ServePlans:
+    """A serve.json of several modes: one plan each."""
+
+    by_temperature: list[ServePlan]
+
+
 def read_serve_file(path: Path) -> dict[str, Any]:
-    """A serve.json's content, or CorruptRecord naming what it is not: readable JSON, an object
-    whose plans (one, or `by_temperature`) each hold PLAN_KEYS."""
+    """A serve.json's content, checked against ServePlan (one plan, or several under
+    `by_temperature`); CorruptRecord naming the file, the field and the rule otherwise."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CorruptRecord(f"{path} is unreadable ({exc})") from None
-    if not is_serve_plan(data):
+    check_serve_plan(data, path)
+    return data
+
+
+def check_serve_plan(data: Any, where: Path | str) -> None:
+    """`data` as serve.json holds it, else a CorruptRecord naming `where`, the field and the rule."""
+    if not isinstance(data, dict):
         raise CorruptRecord(
-            f"{path} does not have the layout of a serve.json (a plan with {', '.join(PLAN_KEYS)}, "
+            f"{where} does not have the layout of a serve.json (a plan with {', '.join(PLAN_KEYS)}, "
             "or by_temperature: a list of them)"
         )
-    return data
+    parse(ServePlans if "by_temperature" in data else ServePlan, data, where, "serve.json")
 
 
 def is_serve_plan(data: Any) -> bool:
     """Whether `data` has serve.json's layout (one plan, or several under `by_temperature`)."""
-    if not isinstance(data, dict):
+    try:
+        check_serve_plan(data, "serve.json")
+    except CorruptRecord:
         return False
-    plans = data.get("by_temperature", [data])
-    return isinstance(plans, list) and bool(plans) and all(_is_plan(p) for p in plans)
-
-
-def _is_plan(plan: Any) -> bool:
-    return isinstance(plan, dict) and all(k in plan for k in PLAN_KEYS) and isinstance(plan["schedules"], dict)
+    return True
 
 
 def mode_plans(plan: dict[str, Any]) -> list[dict[str, Any]]:

@@ -8,16 +8,59 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from speclens import provenance as prov
 from speclens.errors import CorruptRecord
 from speclens.files import write_json_atomic
+from speclens.schema import AL, OPEN_RECORD_CONFIG, Count, NonNegative, parse, record
 
 WHATIF_FILE = "whatif.json"
 
 # What every whatif.json holds (a file without one is not a prediction speclens wrote).
 WHATIF_KEYS = ("gpu", "tp", "points", "best", "provenance")
+
+
+@record
+class WhatifProvenance:
+    """What a prediction's figures are: predicted, from which acceptance and which step costs."""
+
+    __pydantic_config__ = OPEN_RECORD_CONFIG
+
+    source: Literal["predicted"]
+    acceptance: dict[str, Any] | None = None
+    step_costs: Any = None
+
+
+@record
+class WhatifPoint:
+    """One predicted point: a drafter at D, B requests and a context length on the machine named."""
+
+    __pydantic_config__ = OPEN_RECORD_CONFIG
+
+    drafter: str
+    # 0 in `best` where plain decoding is best at that point
+    d: Count | None
+    batch_size: Count
+    context_len: Count
+    speedup: NonNegative | None
+    al: AL | None = None
+    tokens_per_step: NonNegative | None = None
+    speedup_interval: list[NonNegative] | None = None
+
+
+@record
+class WhatifFile:
+    """whatif.json: the predictions (`points`), the best of them (`best`), the machine they are for,
+    and what every figure is (`provenance`). It holds more keys than readers use (the machine's
+    parts, the notes, Dynamo's flags, the schedules): those are kept as written."""
+
+    __pydantic_config__ = OPEN_RECORD_CONFIG
+
+    gpu: dict[str, Any]
+    tp: int
+    points: list[WhatifPoint]
+    best: list[WhatifPoint]
+    provenance: WhatifProvenance
 
 
 def write_whatif_file(result: dict[str, Any], out_dir: Path) -> Path:
@@ -38,8 +81,5 @@ def read_whatif_file(out_dir: Path) -> dict[str, Any]:
     missing = [k for k in WHATIF_KEYS if not isinstance(data, dict) or k not in data]
     if missing:
         raise CorruptRecord(f"{path} does not have the layout of a whatif.json (it lacks {', '.join(missing)})")
-    if not isinstance(data["points"], list) or not all(isinstance(p, dict) for p in data["points"]):
-        raise CorruptRecord(f"{path}: its points are not a list of predicted points")
-    if not isinstance(data["provenance"], dict) or data["provenance"].get("source") != prov.PREDICTED:
-        raise CorruptRecord(f"{path}: its provenance does not say its figures are predicted ({data['provenance']!r})")
+    parse(WhatifFile, data, path, "whatif.json")
     return data

@@ -48,7 +48,9 @@ def plan(temperature: float, k: int, lengths: bool = False) -> dict:
                 "input_tokens": 1000,
                 "context_range": [1, 4096],
                 "context_extension": None,
+                "winners": [],
                 "schedules": {"eagle3": [[1, 64, k - 1]]},
+                "schedule_configs": {"eagle3": None},
             }
         ]
     return out
@@ -94,7 +96,7 @@ def prediction() -> dict:
     return {
         "gpu": {"name": "H100"},
         "tp": 1,
-        "points": [{"drafter": "eagle3", "d": 3, "batch_size": 1, "speedup": 2.1}],
+        "points": [{"drafter": "eagle3", "d": 3, "batch_size": 1, "context_len": 512, "speedup": 2.1}],
         "best": [],
         "provenance": {"source": "predicted", "acceptance": {}},
     }
@@ -105,7 +107,8 @@ def test_whatif_json_reads_back_and_a_file_that_is_no_prediction_is_refused(tmp_
     assert read_whatif_file(tmp_path)["points"][0]["speedup"] == 2.1
     lacking = {k: v for k, v in prediction().items() if k != "points"}
     measured = prediction() | {"provenance": {"source": "measured"}}
-    for damaged, why in ((lacking, "it lacks points"), (measured, "does not say its figures are predicted")):
+    said_measured = r"field provenance.source=\"measured\": input should be 'predicted'"
+    for damaged, why in ((lacking, "it lacks points"), (measured, said_measured)):
         (tmp_path / WHATIF_FILE).write_text(json.dumps(damaged))
         with pytest.raises(CorruptRecord, match=why):
             read_whatif_file(tmp_path)
