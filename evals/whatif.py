@@ -63,7 +63,7 @@ from evals.whatif_calibration import (
     fit_beside,
     fitted_beside_line,
 )
-from evals.whatif_inputs import Acceptance, DrafterInput, Share, draft_lengths, ints, resolve_inputs
+from evals.whatif_inputs import AcceptanceInput, DrafterInput, Share, draft_lengths, ints, resolve_inputs
 from reports.table import text_table
 from reports.whatif_page import write_page
 from reports.whatif_text import slo_line, whatif_lines
@@ -81,7 +81,7 @@ from speclens.file_formats.summary_file import read_summary
 from speclens.file_formats.whatif_file import WHATIF_FILE, write_whatif_file
 from speclens.files import output_dir, output_path
 from speclens.gpu_model import calibrate
-from speclens.gpu_model.calibrate import Measured
+from speclens.gpu_model.calibrate import StepCostPoint
 from speclens.gpu_model.draft_cost import drafter_shape
 from speclens.gpu_model.gpu_guidelines import at_length
 from speclens.gpu_model.gpus import GPUS, gpu_named
@@ -220,7 +220,7 @@ class Calibration:
     T_draft are fitted on (evals/whatif_calibration.py)."""
 
     source: Path
-    points: list[Measured]
+    points: list[StepCostPoint]
     what: dict[str, Any]
     steps: Any
 
@@ -443,7 +443,7 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
 
 
 def drafting_of(
-    drafter: str, acceptance: Acceptance, by_length: dict[int, Acceptance], ds: list[int] | None, draft
+    drafter: str, acceptance: AcceptanceInput, by_length: dict[int, AcceptanceInput], ds: list[int] | None, draft
 ) -> Drafting:
     """A drafter's AL by D (and per measured length where it has lengths) at the asked D (default:
     every D its acceptance holds at every length, up to vLLM's limit)."""
@@ -460,7 +460,7 @@ def drafting_of(
     return Drafting(drafter, al_by_d, draft, al_by_length, labels)
 
 
-def missing_d(drafter: str, d: int, acceptance: Acceptance, by_length: dict[int, Acceptance]) -> str:
+def missing_d(drafter: str, d: int, acceptance: AcceptanceInput, by_length: dict[int, AcceptanceInput]) -> str:
     """Why a D asked for has no AL: a parallel drafter's profile holds the D it measured only; a
     serial one's rates end before it."""
     short = next((found for found in (acceptance, *by_length.values()) if d not in found.al_by_d), acceptance)

@@ -17,7 +17,7 @@ from speclens.figures import costs
 from speclens.file_formats.records import read_parquet
 from speclens.file_formats.run_files import ENGINE_STEPS_FILE, REQUESTS_FILE
 from speclens.gpu_model import calibrate
-from speclens.gpu_model.calibrate import Measured
+from speclens.gpu_model.calibrate import StepCostPoint
 from speclens.gpu_model.draft_cost import MECHANISMS, drafter_shape, needs_draft_config
 from speclens.gpu_model.model_shape import ModelShape
 from speclens.gpu_model.step_cost import Efficiency
@@ -57,7 +57,7 @@ def calibration_what(folder: Path) -> dict[str, Any]:
     return {"sources": sources, "runs": sorted({p.label() for p in found}), "fake": prov.FAKE in sources}
 
 
-def calibration_points(folder: Path) -> tuple[list[Measured], str | None]:
+def calibration_points(folder: Path) -> tuple[list[StepCostPoint], str | None]:
     """The measured T_verif of every run under `folder` measured with baseline=true: plain steps
     at each B (D = 0) and the zero-cost verify pass's at B·(1+D); context: each B's requests' mean
     prompt plus half their output. Points measured by several runs are averaged. With the
@@ -74,7 +74,7 @@ def calibration_points(folder: Path) -> tuple[list[Measured], str | None]:
                 found.setdefault((op.held, 0, context), []).append(op.t_verif.median_ms)
             if op.t_verif_spec is not None and run.summary.d:
                 found.setdefault((op.held, run.summary.d, context), []).append(op.t_verif_spec.median_ms)
-    points = [Measured(b, d, c, sum(ts) / len(ts)) for (b, d, c), ts in sorted(found.items())]
+    points = [StepCostPoint(b, d, c, sum(ts) / len(ts)) for (b, d, c), ts in sorted(found.items())]
     return points, runs[0].stamp.get("target_dir")
 
 

@@ -90,7 +90,7 @@ GIVEN = "given"
 
 
 @dataclass(frozen=True)
-class Acceptance:
+class AcceptanceInput:
     """AL at each D one source holds, and what each figure is: the source's own (measured, fake,
     synthetic, given) or derived from its rates at a larger D (a serial drafter's acceptance at a
     smaller D is a prefix of its acceptance at D). A parallel drafter's (`measured_per_k`) holds the
@@ -108,20 +108,20 @@ class Acceptance:
         return sorted(d for d, source in self.source_by_d.items() if not prov.is_derived(source))
 
 
-def serial_acceptance(marginal: list[float], source: str, derived_below: bool = True) -> Acceptance:
+def serial_acceptance(marginal: list[float], source: str, derived_below: bool = True) -> AcceptanceInput:
     """A chain's AL at every D up to its rates' (at most vLLM's limit): at the rates' own D the
     source's figure; below it derived from them (`derived_below`), or the source's where the rates
     were given per position (acceptance=)."""
     top = min(len(marginal), VLLM_MAX_SPEC_LEN)
     ds = range(1, top + 1)
-    return Acceptance(
+    return AcceptanceInput(
         {d: al_at(marginal, d) for d in ds},
         {d: source if d == len(marginal) or not derived_below else prov.derived_from(source) for d in ds},
         marginal,
     )
 
 
-def profile_acceptance(profiles: list[dict[str, Any]], source: str, where: str) -> Acceptance:
+def profile_acceptance(profiles: list[dict[str, Any]], source: str, where: str) -> AcceptanceInput:
     """The acceptance of one drafter's profiles of one identity: a serial drafter's from the rates
     of its longest D; a parallel drafter's (measured_per_k) AL at each D its profiles measured."""
     longest = max(profiles, key=lambda p: p["d"])
@@ -143,7 +143,7 @@ def profile_acceptance(profiles: list[dict[str, Any]], source: str, where: str) 
             f"{where}: drafter={longest['drafter']} was measured at D={', '.join(map(str, sorted(al)))} only, above "
             f"{VLLM_MAX_SPEC_LEN} (vLLM's limit on num_speculative_tokens); its AL at a smaller D is not known."
         )
-    return Acceptance(kept, {d: source for d in kept}, marginal, measured_per_k=True)
+    return AcceptanceInput(kept, {d: source for d in kept}, marginal, measured_per_k=True)
 
 
 @dataclass(frozen=True)
@@ -152,10 +152,10 @@ class DrafterInput:
     share of drafting steps, what its figures are (whatif.json `provenance.acceptance`), and the
     notes a reader needs (what was passed over, what was assumed)."""
 
-    acceptance: Acceptance
+    acceptance: AcceptanceInput
     share: Share
     what: dict[str, Any]
-    by_length: dict[int, Acceptance] = field(default_factory=dict)
+    by_length: dict[int, AcceptanceInput] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -213,7 +213,7 @@ def length_groups(
     return dict(sorted(out.items()))
 
 
-def profile_what(what: Provenance | None, acceptance: Acceptance, where: str) -> dict[str, Any]:
+def profile_what(what: Provenance | None, acceptance: AcceptanceInput, where: str) -> dict[str, Any]:
     """What a chosen profile's figures are, as whatif.json states them."""
     recorded = what is not None
     found = what if recorded else prov.Provenance(source=prov.MEASURED, runner="unknown")
@@ -298,7 +298,7 @@ def given_acceptance(options: dict[str, Any]) -> dict[str, DrafterInput]:
         al = options["al"]
         if len(ds) != 1 or not isinstance(al, (int, float)) or isinstance(al, bool) or not 1 <= al <= 1 + ds[0]:
             raise ConfigError(f"al={al} needs one d= and 1 <= al <= 1 + d.")
-        acceptance = Acceptance({ds[0]: float(al)}, {ds[0]: GIVEN})
+        acceptance = AcceptanceInput({ds[0]: float(al)}, {ds[0]: GIVEN})
         said = f"al={al:g} at d={ds[0]}"
     what = {"source": GIVEN, "label": f"given ({said})", "own_d": acceptance.own_ds, "derived_d": []}
     share = given_share(options)

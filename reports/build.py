@@ -128,7 +128,10 @@ SET_BY_RANK_COMMAND = ("drafter=", "d=", "baseline=")
 
 def rank_commands(root: Path, runs: list[RunView]) -> list[str]:
     """The commands that measure these runs again with what ranking needs: one per set of other
-    overrides the runs were measured with (stamp.json `overrides`), each repeating them."""
+    overrides the runs were measured with (stamp.json `overrides`), each repeating them. One run is
+    measured again in place (its own dir, force=true); a sweep into a new sweep dir beside it
+    (rank_dir), since baseline=true names other job dirs than the sweep's own: mixed into the old
+    dir, each run would be there twice."""
     spec = [r for r in runs if r.summary.d is not None]
     groups: dict[tuple[str, ...], list[RunView]] = {}
     for run in spec or runs:
@@ -151,11 +154,16 @@ def rank_commands(root: Path, runs: list[RunView]) -> list[str]:
                     *datasets,
                     *kept,
                     "baseline=true force=true",
-                    f"hydra.{'sweep' if sweep else 'run'}.dir={root}",
+                    f"hydra.sweep.dir={rank_dir(root)}" if sweep else f"hydra.run.dir={members[0].path}",
                 ]
             )
         )
     return commands
+
+
+def rank_dir(root: Path) -> Path:
+    """Where a sweep's rank command measures: a new sweep dir beside it."""
+    return root.with_name(root.name + "-ranked")
 
 
 def headline_runs(runs: list[RunView]) -> tuple[list[RunView], str]:
@@ -199,7 +207,12 @@ def headline_section(root: Path, runs: list[RunView], reason: SpeclensError) -> 
         answer=answer,
         text=[
             "Not ranked: speedups need plain decoding's timings at every operating point (baseline=true). "
-            "Measure them with the same other keys as these runs:"
+            "Measure them with the same other keys as these runs"
+            + (
+                f" (into a new sweep dir, {rank_dir(root)}: these runs stay as they are; build its report there):"
+                if len(runs) > 1
+                else " (in the run's own dir, replacing it):"
+            )
         ],
         code=rank_commands(root, runs),
         tables=[(["drafter", "D", "AL", "95% CI", "tokens/step", "requests", "source"], rows)],

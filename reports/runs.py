@@ -37,7 +37,7 @@ LATER_KEY_DEFAULTS: dict[str, Any] = {
 
 
 @dataclass(frozen=True)
-class Measured:
+class RecordView:
     """A run or a replay: where it is, what it measured with (fingerprints) and its stamp."""
 
     path: Path
@@ -153,11 +153,11 @@ def _tagged(runs: list[M]) -> list[M]:
     return out
 
 
-M = TypeVar("M", bound=Measured)
+M = TypeVar("M", bound=RecordView)
 
 
 @dataclass(frozen=True)
-class RunView(Measured):
+class RunView(RecordView):
     summary: RunSummary
 
     @property
@@ -171,7 +171,7 @@ class RunView(Measured):
 
 
 @dataclass(frozen=True)
-class Replay(Measured):
+class Replay(RecordView):
     record: ReplayRecord
 
     @property
@@ -221,7 +221,7 @@ def find_replays(root: Path, exclude: Collection[Path] = ()) -> list[Replay]:
     return shown_identity(replays)
 
 
-def check_consistent(runs: list[Measured], keys: tuple[str, ...] = CONSISTENT_KEYS) -> None:
+def check_consistent(runs: list[RecordView], keys: tuple[str, ...] = CONSISTENT_KEYS) -> None:
     """Refuse runs measured under different settings, naming each differing key and its values."""
     differing = []
     for key in keys:
@@ -252,7 +252,7 @@ def _flat(node: Any, prefix: str = "") -> dict[str, str]:
     return flat
 
 
-def settings(run: Measured) -> dict[str, str]:
+def settings(run: RecordView) -> dict[str, str]:
     """Everything a run was measured with, flattened: its config keys (as the command line names
     them), the runner and the content fingerprints."""
     return (
@@ -262,7 +262,7 @@ def settings(run: Measured) -> dict[str, str]:
     )
 
 
-def differing_settings(a: Measured, b: Measured, shown: int = 4) -> str:
+def differing_settings(a: RecordView, b: RecordView, shown: int = 4) -> str:
     """The keys two runs were measured with different values of, each with both values."""
     mine, theirs = settings(a), settings(b)
     keys = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
@@ -273,14 +273,14 @@ def differing_settings(a: Measured, b: Measured, shown: int = 4) -> str:
 
 
 def check_one_each(
-    runs: list[Measured],
-    keys_of: Callable[[Measured], Iterable[Hashable]],
+    runs: list[RecordView],
+    keys_of: Callable[[RecordView], Iterable[Hashable]],
     describe: Callable[[Hashable], str],
     advice: str,
 ) -> None:
     """Refuse two runs that give the same entry (`keys_of`: the entries a run gives), naming the
     settings they differ in, rather than silently keeping one of them."""
-    seen: dict[Hashable, Measured] = {}
+    seen: dict[Hashable, RecordView] = {}
     for run in runs:
         for key in keys_of(run):
             other = seen.setdefault(key, run)

@@ -79,7 +79,7 @@ RANK_COLUMNS = [
     "speedup_hi",
     "tie",
     # The sampling temperature, the chat template's variables and the engine settings changed from
-    # their defaults (reports/runs.py Measured.template, .setting): entries are ranked only against
+    # their defaults (reports/runs.py RecordView.template, .setting): entries are ranked only against
     # others in the same mode.
     "temperature",
     "chat_template_kwargs",

@@ -1,4 +1,4 @@
-"""A launched server's lifetime, tied to the speclens process that launched it.
+"""A launched server's (or build's) lifetime, tied to the speclens process that launched it.
 
 speclens stops its servers on stop(), at exit and on SIGTERM or SIGINT, but a process killed by
 SIGKILL or a fatal signal (SIGILL, SIGSEGV) runs none of that, and its server would keep its
@@ -63,3 +63,31 @@ def _watch(parent: int) -> None:
 
 def _end_group() -> None:
     os.killpg(os.getpgid(0), signal.SIGTERM)
+
+
+def run_in_group(command: list[str], grace_s: float = 10.0, **popen) -> int:
+    """Run `command` to its end in a process group of its own, tied to this process (launch), and
+    its exit status; if this process is interrupted meanwhile (Ctrl-C, an error), end the whole
+    group, children and grandchildren (a build's vLLM engine) alike, before the interrupt goes on:
+    SIGTERM, then SIGKILL after `grace_s`."""
+    proc = launch(command, dict(os.environ), **popen)
+    try:
+        return proc.wait()
+    except BaseException:
+        stop_group(proc, grace_s)
+        raise
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """End the process group `proc` leads (launch made it a session leader): SIGTERM, SIGKILL
+    after `grace_s`, and wait for `proc`."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue

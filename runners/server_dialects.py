@@ -81,7 +81,7 @@ def unfinished(reply: Reply) -> str | None:
 
 
 @dataclass
-class Acceptance:
+class ReplyAcceptance:
     """A request's acceptance as the dialect reads it: step records, or totals, or neither
     (domain granularity), and its target forward passes."""
 
@@ -113,7 +113,7 @@ class Dialect(Protocol):
 
     def has_stats(self, stats: dict[str, Any] | None) -> bool: ...
 
-    def acceptance(self, prompt_tokens: int, reply: Reply) -> Acceptance: ...
+    def acceptance(self, prompt_tokens: int, reply: Reply) -> ReplyAcceptance: ...
 
     def counters(self, text: str) -> SpecCounters: ...
 
@@ -206,14 +206,14 @@ class Vllm:
         # vLLM leaves the per-step arrays out when they are empty: a request with no verification step
         return stats is not None and (stats.get("per_step_accepted") is not None or stats.get("num_spec_steps") == 0)
 
-    def acceptance(self, prompt_tokens: int, reply: Reply) -> Acceptance:
+    def acceptance(self, prompt_tokens: int, reply: Reply) -> ReplyAcceptance:
         steps, passes, _ = drafted_steps(
             prompt_tokens,
             [len(c) for c in reply.chunks],
             reply.stats.get("per_step_accepted", []),
             reply.stats.get("per_step_drafted", []),
         )
-        return Acceptance(steps, passes)
+        return ReplyAcceptance(steps, passes)
 
     def counters(self, text: str) -> SpecCounters:
         return parse_counters(text)
@@ -270,11 +270,11 @@ class Sglang:
     def has_stats(self, stats: dict[str, Any] | None) -> bool:
         return stats is not None and any(k in stats for k in SGLANG_ACCEPTED)
 
-    def acceptance(self, prompt_tokens: int, reply: Reply) -> Acceptance:
+    def acceptance(self, prompt_tokens: int, reply: Reply) -> ReplyAcceptance:
         verify = int(reply.stats["spec_verify_ct"])
         accepted = int(next(reply.stats[k] for k in SGLANG_ACCEPTED if k in reply.stats))
         # With speculation every decode step is a verification step; the prefill gives the first token.
-        return Acceptance(
+        return ReplyAcceptance(
             [], 1 + verify, RequestTotals(verify, accepted, sglang_histogram(reply.stats, verify, accepted))
         )
 
@@ -342,8 +342,8 @@ class Trtllm:
     def has_stats(self, stats: dict[str, Any] | None) -> bool:
         return True  # acceptance comes from the counters
 
-    def acceptance(self, prompt_tokens: int, reply: Reply) -> Acceptance:
-        return Acceptance([], 0)  # nothing per request: the records leave it null
+    def acceptance(self, prompt_tokens: int, reply: Reply) -> ReplyAcceptance:
+        return ReplyAcceptance([], 0)  # nothing per request: the records leave it null
 
     def counters(self, text: str) -> SpecCounters:
         drafted: dict[int, int] = {}
@@ -385,11 +385,11 @@ class TrtllmPerRequest(Trtllm):
     def has_stats(self, stats: dict[str, Any] | None) -> bool:
         return trtllm_reports_per_request(stats)
 
-    def acceptance(self, prompt_tokens: int, reply: Reply) -> Acceptance:
+    def acceptance(self, prompt_tokens: int, reply: Reply) -> ReplyAcceptance:
         verify = int(reply.stats["num_spec_steps"])
         accepted = int(reply.stats["total_accepted_draft_tokens"])
         # As SGLang's: the prefill gives the first token, every later step verifies drafts.
-        return Acceptance(
+        return ReplyAcceptance(
             [],
             1 + verify,
             RequestTotals(

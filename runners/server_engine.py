@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from runners.chat import ChatTokenizer
 from runners.engine import EngineFailed, ProgressFn
-from runners.server_dialects import DIALECTS, Acceptance, Dialect, Reply, served_version, unfinished
+from runners.server_dialects import DIALECTS, Dialect, Reply, ReplyAcceptance, served_version, unfinished
 from speclens.assets import cache_dir
 from speclens.errors import ConfigError, MeasurementError
 from speclens.files import exclusive
@@ -301,7 +301,7 @@ class ServerEngine:
         output = [t for chunk in reply.chunks for t in chunk]
         if not output and reply.text:  # a server that streams text only: its tokens re-encoded
             output = self.tokenizer.encode_text(reply.text)
-        acceptance = Acceptance([], len(reply.chunks))
+        acceptance = ReplyAcceptance([], len(reply.chunks))
         if self.speculative:
             if not self.dialect.has_stats(reply.stats):
                 raise MeasurementError(

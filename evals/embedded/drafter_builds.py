@@ -31,6 +31,7 @@ from importlib import metadata
 
 from drafters.training.optimise import PROBE_STEPS
 from evals.embedded.target import SMOLLM2_DIRNAME, ensure_smollm2
+from runners.parent_watch import run_in_group
 from speclens.assets import building, cache_dir, locked
 from speclens.console import console, quiet
 from speclens.errors import AssetError, ConfigError
@@ -152,10 +153,12 @@ def ensure_drafter(mechanism: str, budget: str = "full") -> pathlib.Path:
     elif version is not None:
         _log(f"{dest} was built with other training settings than budget {budget}'s: building it again")
     command = [sys.executable, "-m", "evals.embedded_drafters", mechanism, "--budget", budget]
-    proc = subprocess.run(command, stdout=subprocess.DEVNULL)
-    if proc.returncode != 0 or not is_built(mechanism, BUDGETS[budget]):
+    # in a process group of its own: an interrupt ends the build with its self-distillation child
+    # and that child's vLLM engine, not only the build's own process
+    returncode = run_in_group(command, stdout=subprocess.DEVNULL)
+    if returncode != 0 or not is_built(mechanism, BUDGETS[budget]):
         raise AssetError(
-            f"building the embedded {mechanism} drafter failed (exit {proc.returncode}; its output is "
+            f"building the embedded {mechanism} drafter failed (exit {returncode}; its output is "
             f"above); retry with `{' '.join(command[1:])}`, or give drafter.model=<checkpoint>."
         )
     return dest

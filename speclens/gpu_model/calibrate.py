@@ -43,7 +43,7 @@ HELD_OUT_BOUND = 0.30
 
 
 @dataclass(frozen=True)
-class Measured:
+class StepCostPoint:
     """One measured T_verif: B requests, q = 1 + D query tokens each over `context` cached tokens."""
 
     batch_size: int
@@ -134,14 +134,14 @@ class Fit:
         )
         return Hardware(gpu, tp=tp, weights=weights, eff=eff, tile_rows=self.tile_rows, expert_weights=expert_weights)
 
-    def predict(self, shape: ModelShape, point: Measured, weights: str = "bf16") -> float:
+    def predict(self, shape: ModelShape, point: StepCostPoint, weights: str = "bf16") -> float:
         return verify_step(shape, point.batch_size, point.d, point.context, self.hardware(weights)).total_ms
 
 
 LOG_BOUND = 30.0  # e^±30: far past any machine; a minimiser wandering beyond has lost the points
 
 
-def _loss(shape: ModelShape, points: list[Measured], weights: str, tile_rows: int | None, x: np.ndarray) -> float:
+def _loss(shape: ModelShape, points: list[StepCostPoint], weights: str, tile_rows: int | None, x: np.ndarray) -> float:
     if np.abs(x).max() > LOG_BOUND:  # few points leave a direction free: the walk along it stops here
         return math.inf
     fit = Fit(math.exp(x[0]), math.exp(x[1]), math.exp(x[2]), tile_rows)
@@ -177,7 +177,7 @@ def _nelder_mead(f, x0: np.ndarray, steps: int = 600) -> np.ndarray:
     return simplex[int(np.argmin(values))]
 
 
-def fit(shape: ModelShape, points: list[Measured], weights: str = "bf16") -> Fit:
+def fit(shape: ModelShape, points: list[StepCostPoint], weights: str = "bf16") -> Fit:
     """The bandwidth (TB/s), throughput (TFLOPS) and overhead (ms) that fit the points best, with
     attention in 128-row tiles (GPU kernels) or on the real rows (CPU kernels), whichever fits closer."""
     if len(points) < MIN_POINTS:
@@ -205,8 +205,8 @@ def fit(shape: ModelShape, points: list[Measured], weights: str = "bf16") -> Fit
 
 
 def errors(
-    shape: ModelShape, points: list[Measured], weights: str = "bf16", everything: Fit | None = None
-) -> list[tuple[Measured, float, float]]:
+    shape: ModelShape, points: list[StepCostPoint], weights: str = "bf16", everything: Fit | None = None
+) -> list[tuple[StepCostPoint, float, float]]:
     """Per point: the relative error of the fit on every point (`everything`, fitted here unless
     given), and of the fit without that point (held out)."""
     everything = everything or fit(shape, points, weights)

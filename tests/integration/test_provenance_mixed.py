@@ -131,3 +131,67 @@ def test_whatif_and_synthetic_rates_over_a_mixed_folder_choose_by_identity_and_s
         mixed.parent / "synthetic_defaults", *FAKE, "engine.dtype=bfloat16", f"acceptance.synthetic={mixed}"
     )
     assert defaults_rates["synthetic_acceptance"]["source"].endswith("measured (vllm 0.32.0, float32, v1)")
+
+
+def test_issue_66_the_api_every_view_and_every_decision_over_a_mixed_folder_keep_each_identity(mixed, tmp_path, capsys):
+    """Issue 66 over the same folder: the public reader hands out nothing without what it is, every
+    report view keys runs by their identity, and every decision (schedule, nightly gate, calibration)
+    is taken on one identity or refused naming them."""
+    import speclens
+    from evals.nightly import main as nightly_main
+    from evals.pipeline.compose import compose_config
+    from evals.run import run
+    from evals.whatif_calibration import calibration_runs
+    from reports.build import build
+    from reports.rank import main as rank_main
+    from speclens.errors import ConfigError, SpeclensError
+    from speclens.file_formats.serve_file import mode_plans, read_serve_file
+
+    # the API: each row says what it is; docs/api.md's grouping without it is refused, with it each
+    # group is one run's own figure
+    sweep = speclens.read_sweep(mixed)
+    assert {r.path.name: r.provenance.source for r in sweep.runs} == {
+        "real_f32": "measured",
+        "fake_bf16": "fake",
+        "fake_f32_fp8": "fake",
+        "fake_f32_block": "fake",
+        "fake_synthetic": "synthetic",
+    }
+    with pytest.raises(SpeclensError, match="pool runs of different identities"):
+        sweep.steps.groupby(["drafter", "d", "domain"]).apply(speclens.al)
+    grouped = sweep.steps.groupby(["drafter", "d", "domain", *speclens.IDENTITY_COLUMNS]).apply(speclens.al)
+    real = next(r for r in sweep.runs if r.path.name == "real_f32")
+    identity = tuple(real.provenance.columns().values())
+    for domain, figures in real.summary.by_domain.items():
+        assert grouped[("ngram", 3, domain, *identity)] == pytest.approx(figures.al)
+
+    # every view: the Runs table names each run apart, and each run has its own waterfall
+    html, md = build(mixed)
+    text = md.read_text()
+    runs_table = text.split("## Runs", 1)[1].split("##", 1)[0]
+    labels = [line.split("|")[1].strip() for line in runs_table.splitlines() if line.startswith("| ngram")]
+    assert len(labels) == 5 and len(set(labels)) == 5, labels
+    assert any("source=synthetic" in label for label in labels) and any(
+        "engine.dtype=bfloat16" in label for label in labels
+    )
+    waterfalls = {line for line in text.splitlines() if line.startswith("![") and "account_" in line}
+    assert len(waterfalls) == len({w.split("](", 1)[1] for w in waterfalls})  # no two runs share one file
+
+    # the schedule: the folder's plans, one per identity; a run takes its own or is refused
+    assert rank_main([str(mixed)]) == 0
+    plans = mode_plans(read_serve_file(mixed / "serve.json"))
+    assert [p["provenance"][0]["source"] for p in plans][0] == "measured"  # measured first
+    fake_cfg = compose_config([*FAKE, "engine.dtype=float32", f"drafter.schedule={mixed / 'serve.json'}"])
+    with pytest.raises(ConfigError, match=r"no plan measured as this run is|k = 0 at every batch size"):
+        run(fake_cfg, tmp_path / "scheduled", progress=lambda label: None)
+
+    # the nightly gate: the fake engine's night against the measured float32 baseline is refused
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(f"jobs:\n  ngram_d3: {json.dumps(FAKE)}\n")  # JSON is YAML
+    assert nightly_main([f"suite={suite}", f"baseline={mixed / 'real_f32'}", f"out={tmp_path / 'night'}"]) == 2
+    assert "source: measured vs fake; runner: vllm vs fake" in capsys.readouterr().err
+
+    # calibration: one identity's step costs, the folder's mix refused naming them
+    with pytest.raises(ConfigError, match=r"holds step costs of \d identities"):
+        calibration_runs(mixed)
+    assert html.is_file()

@@ -341,7 +341,6 @@ def test_a_build_record_of_another_version_is_refused_with_the_fix_and_is_not_cu
 
 def test_ensure_drafter_builds_again_only_a_drafter_of_another_builder_version_or_plan(monkeypatch, tmp_path):
     import json
-    import subprocess
     from dataclasses import asdict
 
     from drafters.training.eagle3_head import HeadPlan
@@ -357,12 +356,12 @@ def test_ensure_drafter_builds_again_only_a_drafter_of_another_builder_version_o
     (folder / DRAFTER_FACTS_FILE).write_text(json.dumps(current | {"version": 1}))
     commands = []
 
-    def child_build(command, **_):
+    def child_build(command, **_):  # the build's child, run in a process group of its own: its status
         commands.append(command[1:])
         (folder / DRAFTER_FACTS_FILE).write_text(json.dumps(current))
-        return subprocess.CompletedProcess(command, 0)
+        return 0
 
-    monkeypatch.setattr(embedded_drafters.subprocess, "run", child_build)
+    monkeypatch.setattr(embedded_drafters, "run_in_group", child_build)
     assert ensure_drafter("eagle3", "reduced") == folder
     assert commands == [["-m", "evals.embedded_drafters", "eagle3", "--budget", "reduced"]]
     assert ensure_drafter("eagle3", "reduced") == folder

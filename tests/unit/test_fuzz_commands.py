@@ -460,6 +460,28 @@ def test_no_pairing_names_fewer_differences_than_there_are_and_no_headline_is_un
             if not side.provenance.measured:
                 assert any(side.provenance.source in n and "not measured" in n for n in pair_notes), pair_notes
 
+    # issue 66: the API hands out each run's identity, and refuses to pool several
+    import speclens
+    from evals.whatif_calibration import calibration_runs
+    from speclens.errors import ConfigError
+
+    sweep = speclens.read_sweep(folder)
+    identities = {tuple(r.provenance.columns().values()) for r in sweep.runs}
+    assert set(map(tuple, sweep.steps[list(speclens.IDENTITY_COLUMNS)].drop_duplicates().values)) <= identities
+    if len(identities) > 1:
+        with pytest.raises(SpeclensError, match="pool runs of different identities"):
+            speclens.al(sweep.steps)
+    else:
+        assert speclens.al(sweep.steps) == pytest.approx(sweep.runs[0].summary.al)
+    # every view names each run apart
+    assert len({r.label for r in runs}) == len(runs), [r.label for r in runs]
+    # a calibration fits one identity's step costs: refused where the folder holds several
+    if len({r.provenance.identity() for r in runs}) > 1:
+        with pytest.raises(ConfigError, match="holds step costs of"):
+            calibration_runs(folder)
+    else:
+        assert len(calibration_runs(folder)) == len(runs)
+
     # headlines: never a synthetic figure, and a fake one only where nothing was measured, said so
     named, what = headline_runs(runs)
     assert all(r.provenance.source != "synthetic" for r in named)
@@ -472,6 +494,27 @@ def test_no_pairing_names_fewer_differences_than_there_are_and_no_headline_is_un
     except SpeclensError:
         return
     answer = decision_section(folder, runs, ranking).answer or ""
+    # the schedule reader: a run takes the plan of its own identity, or is refused
+    from reports.serve import serve_plan
+    from speclens.file_formats.schedule_file import Mode, read_schedule
+    from speclens.file_formats.serve_file import mode_plans, write_serve_file
+    from speclens.provenance import from_dict
+
+    plan = serve_plan(ranking, measured_runs(runs))
+    write_serve_file(plan, folder)
+    for one_run in measured_runs(runs):
+        own = one_run.provenance
+        mine = [
+            one
+            for one in mode_plans(plan)
+            if all(from_dict(p).identity() == own.identity() for p in one.get("provenance") or [])
+        ]
+        try:
+            got = read_schedule(str(folder / "serve.json"), "ngram", "drafter.schedule", own, Mode(0.0, {}))
+        except ConfigError:
+            assert not any("ngram" in one["schedules"] for one in mine), (own, mine)
+            continue
+        assert any(one["schedules"].get("ngram") == got for one in mine), (own, got)
     for row in ranking.itertuples():
         if row.source != "measured":
             assert row.speedup_source != "measured", row

@@ -389,12 +389,12 @@ def test_p1_a_summary_figure_out_of_its_range_is_a_corrupt_record_naming_field_a
 
 def test_p1_calibration_on_a_negative_or_zero_step_cost_is_one_line(tmp_path, capsys):
     from evals.whatif import main
-    from speclens.gpu_model.calibrate import Measured, fit
+    from speclens.gpu_model.calibrate import StepCostPoint, fit
     from speclens.gpu_model.model_shape import shape_of
 
     config = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 2}
     shape = shape_of(config | {"vocab_size": 100})
-    points = [Measured(1, 0, 100, 2.0), Measured(4, 0, 100, 0.0), Measured(4, 3, 100, 5.0)]
+    points = [StepCostPoint(1, 0, 100, 2.0), StepCostPoint(4, 0, 100, 0.0), StepCostPoint(4, 3, 100, 5.0)]
     with pytest.raises(ConfigError, match=r"step cost measured at B=4, D=0, context 100 is 0 ms"):
         fit(shape, points)
     sweep = tmp_path / "sweep"

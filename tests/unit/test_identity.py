@@ -191,3 +191,15 @@ def test_python_dash_m_speclens_is_the_front_door():
     )
     assert done.returncode == 2
     assert done.stderr.startswith("speclens: error: unknown command 'bogus'; choose one of run, replay, nightly")
+
+
+def test_a_reports_commands_say_where_they_measure_and_never_mix_with_the_runs_shown(mixed):
+    from reports.build import rank_commands
+    from reports.runs import find_runs
+
+    # a sweep: into a new sweep dir beside it (baseline=true names other job dirs than its own)
+    commands = rank_commands(mixed, find_runs(mixed))
+    assert commands and all(c.endswith(f"hydra.sweep.dir={mixed}-ranked") and " -m " in c for c in commands)
+    # one run in a folder of its own: measured again in the run's dir, not in a new one around it
+    (one,) = rank_commands(mixed / "bf16", find_runs(mixed / "bf16"))
+    assert one.endswith(f"baseline=true force=true hydra.run.dir={mixed / 'bf16' / 'ngram'}")

@@ -61,3 +61,20 @@ def test_a_planted_folder_loop_is_found_though_no_files_loop(tmp_path):
     (root / "speclens" / "formats" / "serve.py").write_text("from speclens import errors\n")
     assert file_loops(import_graph(root)) == []
     assert folder_loops(root) == [["speclens", "speclens.formats"]]
+
+
+def test_no_two_classes_share_a_name():
+    """One name per concept (issues 60 and 66): a class name said once in the tree, so a reader who
+    meets `Measured` or `Acceptance` knows which it is."""
+    import ast
+    from collections import defaultdict
+
+    from tests.layers import project_modules
+
+    where: dict[str, list[str]] = defaultdict(list)
+    for module, path in project_modules(ROOT).items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                where[node.name].append(module)
+    shared = {name: modules for name, modules in where.items() if len(modules) > 1}
+    assert shared == {}

@@ -112,3 +112,37 @@ def test_a_process_the_server_starts_itself_does_not_watch(monkeypatch):
 class _Idle:
     def start(self) -> None:
         pass
+
+
+# A build as evals/embedded/drafter_builds.py runs one: a child (the build) that starts a grandchild
+# (its self-distillation's vLLM engine), each writing its pid, then waiting.
+BUILD = (
+    "import pathlib, subprocess, sys, time\n"
+    "folder = pathlib.Path(sys.argv[1])\n"
+    "grandchild = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+    "(folder / 'child.tmp').write_text(f'{__import__(\"os\").getpid()} {grandchild.pid}')\n"
+    "(folder / 'child.tmp').rename(folder / 'child')\n"
+    "time.sleep(600)"
+)
+BUILDER = (
+    "import sys\nfrom runners.parent_watch import run_in_group\n"
+    "try:\n    run_in_group([sys.executable, '-c', sys.argv[1], sys.argv[2]])\n"
+    "except KeyboardInterrupt:\n    sys.exit(130)\n"
+)
+
+
+def test_an_interrupt_during_a_build_ends_the_build_and_what_it_started(tmp_path):
+    """issue 66: Ctrl-C during a first-use drafter build printed `speclens: interrupted` but left the
+    self-distillation child and its vLLM engine running."""
+    builder = subprocess.Popen(
+        [sys.executable, "-c", BUILDER, BUILD, str(tmp_path)], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
+    try:
+        assert wait_for(lambda: (tmp_path / "child").exists(), 60)
+        child, grandchild = map(int, (tmp_path / "child").read_text().split())
+        assert alive(child) and alive(grandchild)
+        os.kill(builder.pid, signal.SIGINT)
+        assert builder.wait(timeout=60) == 130
+        assert wait_for(lambda: not alive(child) and not alive(grandchild), 30)
+    finally:
+        builder.kill()

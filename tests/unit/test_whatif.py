@@ -221,7 +221,7 @@ def test_tensor_parallel_all_reduces_two_per_layer_over_one_direction_of_the_lin
 
 
 class TableOps:
-    """Measured tables as a stand-in: a GEMM costs m·n·k ps, an all-reduce 1 µs per 1,000 elements."""
+    """StepCostPoint tables as a stand-in: a GEMM costs m·n·k ps, an all-reduce 1 µs per 1,000 elements."""
 
     label = "stand-in tables"
 
@@ -422,12 +422,12 @@ def test_evals_guidelines_adds_the_gpus_guidelines(tmp_path, capsys):
 
 
 def test_calibration_recovers_the_machine_that_produced_the_step_costs():
-    from speclens.gpu_model.calibrate import Fit, Measured, errors, fit
+    from speclens.gpu_model.calibrate import Fit, StepCostPoint, errors, fit
 
     shape = shape_of({**SMALL, "num_hidden_layers": 4})
     grid = [(b, d, c) for b in (1, 8, 64) for d in (0, 3, 40) for c in (256, 8192)]
     for truth in (Fit(0.05, 0.4, 3.0, tile_rows=None), Fit(2.0, 300.0, 0.4)):  # a CPU-like and a GPU-like one
-        points = [Measured(b, d, c, 0.0) for b, d, c in grid]
+        points = [StepCostPoint(b, d, c, 0.0) for b, d, c in grid]
         points = [replace(p, t_ms=truth.predict(shape, p)) for p in points]
         found = fit(shape, points)
         assert found.tile_rows == truth.tile_rows
@@ -440,15 +440,15 @@ def test_calibration_on_the_fewest_points_fits_where_one_direction_is_free():
     """Two B and one D at one context (a single synthetic run with baseline=true on the embedded
     target, the step costs it measured): three of the four points leave the minimiser a free
     direction, which once walked it past exp's range (an OverflowError, not a fit)."""
-    from speclens.gpu_model.calibrate import Measured, errors
+    from speclens.gpu_model.calibrate import StepCostPoint, errors
 
     smollm2 = {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9, "num_key_value_heads": 3}
     shape = shape_of(smollm2 | {"num_hidden_layers": 30, "vocab_size": 49152, "tie_word_embeddings": True})
     points = [
-        Measured(1, 0, 200, 101.4),
-        Measured(1, 3, 200, 131.0),
-        Measured(4, 0, 200, 151.7),
-        Measured(4, 3, 200, 268.1),
+        StepCostPoint(1, 0, 200, 101.4),
+        StepCostPoint(1, 3, 200, 131.0),
+        StepCostPoint(4, 0, 200, 151.7),
+        StepCostPoint(4, 3, 200, 268.1),
     ]
     rows = errors(shape, points)
     assert max(abs(in_fit) for _, in_fit, _ in rows) < 0.25
