@@ -71,11 +71,11 @@ def test_every_figure_of_a_mixed_folder_says_what_it_is_and_no_pair_hides_a_diff
         )
         assert all(part in note for part in expected), note
 
-    # reports.compare across folders: the label names the runner, the model runner and the cache
+    # reports.compare across folders: the label names the source, runner, engine, model runner and cache
     table, compare_notes = compare(mixed / "real_f32", mixed / "fake_f32_fp8")
     whole = table[(table.domain == "all") & (table.segment == "all")].iloc[0]
-    assert whole.baseline_setting == "source=measured, runner=vllm, engine.model_runner=v1"
-    assert whole.setting == "source=fake, runner=fake, engine.model_runner=null, kv_cache_dtype=fp8"
+    assert whole.baseline_setting == "source=measured, runner=vllm, engine=vllm, engine.model_runner=v1"
+    assert whole.setting == "source=fake, runner=fake, engine=fake, engine.model_runner=null, kv_cache_dtype=fp8"
     assert "the candidate's figures are fake (scripted engine, runner=fake), not measured" in compare_notes
 
     # the ranking: the synthetic run is not in it, each row says what it is, fake ones never "measured"
