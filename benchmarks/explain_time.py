@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from evals.pipeline.compose import compose_config  # noqa: E402
-from evals.run import run  # noqa: E402
+from evals.pipeline.run_job import run  # noqa: E402
 from reports import explain  # noqa: E402
 from speclens.file_formats.reading import read_run  # noqa: E402
 

@@ -45,8 +45,8 @@ def estimate(run_dir: Path, d: int) -> float:
 
 def one_dtype(dtype: str, d_max: int, settings: list[str], out: Path) -> None:
     from evals.pipeline.compose import compose_config
+    from evals.pipeline.run_job import run
     from evals.replay import replay
-    from evals.run import run
     from speclens.file_formats.summary_file import read_replay
 
     settings = [*settings, f"engine.dtype={dtype}"]

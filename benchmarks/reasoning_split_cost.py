@@ -26,7 +26,7 @@ def main(overrides: list[str]) -> None:
     from evals.pipeline.compose import compose_config, to_run_config
     from evals.pipeline.plan import make_plan
     from evals.pipeline.reasoning import split_outputs
-    from evals.run import run
+    from evals.pipeline.run_job import run
     from runners.registry import runner_of
     from speclens.file_formats import records
     from speclens.file_formats.summary_file import read_summary

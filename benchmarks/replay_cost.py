@@ -36,8 +36,8 @@ def main(argv: list[str]) -> None:
 
     set_process_env(4)
     from evals.pipeline.compose import compose_config
+    from evals.pipeline.run_job import run
     from evals.replay import replay
-    from evals.run import run
 
     out = Path(tempfile.mkdtemp(prefix="speclens-replay-cost-"))
     # Warm-up: the first engine in a process pays imports and cold file reads; neither side should.

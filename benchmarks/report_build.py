@@ -31,7 +31,7 @@ ROWS = [
 
 def fake_sweep(root: Path, runs: int) -> Path:
     from evals.pipeline.compose import compose_config
-    from evals.run import run
+    from evals.pipeline.run_job import run
 
     target = root / "target"
     target.mkdir()

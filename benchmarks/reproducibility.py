@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
         parser.error(f"--dtypes takes {', '.join(DTYPES)}, not {args.dtypes}")
 
     from evals.pipeline.compose import compose_config
-    from evals.run import run
+    from evals.pipeline.run_job import run
     from evals.selfcheck import parted
     from runners.vllm_engine import set_process_env
 

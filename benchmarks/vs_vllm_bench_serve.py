@@ -39,7 +39,7 @@ def counters(url: str):
 
 def speclens_run(url: str, target: Path, args, out: Path) -> tuple[float, float]:
     from evals.pipeline.compose import compose_config
-    from evals.run import run
+    from evals.pipeline.run_job import run
 
     cfg = compose_config(
         [

@@ -36,7 +36,7 @@ from omegaconf import OmegaConf
 
 from evals.pipeline.compose import compose_config, to_run_config
 from evals.pipeline.plan import RunPlan, make_plan, planned_identity
-from evals.run import TqdmProgress, run
+from evals.pipeline.run_job import TqdmProgress, run
 from reports import png_plots
 from reports.compare import lengths_named, own_length_groups, terminal_table, write_comparison
 from reports.curves import group_lengths, length_group

@@ -367,6 +367,7 @@ def replay(cfg: DictConfig, out_dir: Path, overrides: Sequence[str] = ()) -> pd.
         )
     with claimed(out_dir):
         plan = make_plan(run_config)
+        run_config = plan.config  # with the values fitted to the target
         fingerprint = run_fingerprint(cfg, run_config, plan.fitted)
         drafter = plan.drafter
         if drafter.replay is ReplayKind.exact and run_config.sampling.temperature != 0:
@@ -403,11 +404,11 @@ def replay(cfg: DictConfig, out_dir: Path, overrides: Sequence[str] = ()) -> pd.
             write_curves_files(curves, staging)
             config = OmegaConf.to_container(OmegaConf.structured(run_config), resolve=True, enum_to_str=True)
             summary = ReplaySummary(
-                drafter.name,
-                d_max,
-                Fingerprints(**plan.fingerprints),
-                str(drafter.replay),
-                elapsed,
+                drafter=drafter.name,
+                d_max=d_max,
+                fingerprints=Fingerprints(**plan.fingerprints),
+                replay=str(drafter.replay),
+                elapsed_s=elapsed,
                 config_fingerprint=fingerprint,
                 runner=plan.runner.name,
                 near_ties=near_ties,

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Callable
 
 from evals.pipeline.compose import compose_config, to_run_config
-from evals.run import run
+from evals.pipeline.run_job import run
 from reports.table import cell
 from runners.registry import runner_of
 from speclens.errors import ConfigError, MeasurementError, guarded

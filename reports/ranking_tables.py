@@ -31,6 +31,7 @@ from speclens.config_guidelines import Guidelines, low_latency_speedup
 from speclens.errors import ConfigError, CorruptRecord
 from speclens.figures import costs
 from speclens.file_formats.profile_file import read_profiles, write_profile_file
+from speclens.file_formats.ranking_file import LENGTH_RANKING_FILE, RANKING_FILE
 from speclens.file_formats.serve_file import context_table, write_serve_file
 from speclens.text import markdown_safe
 
@@ -217,7 +218,6 @@ def _terminal_section(heading: str, group: pd.DataFrame, columns: list[tuple[str
 
 # -- per length bucket ---------------------------------------------------------------------------
 
-LENGTH_RANKING_FILE = "ranking_by_length.csv"
 LENGTH_DISPLAY = [
     ("rank", "rank", 0),
     ("drafter", "drafter", 0),
@@ -305,7 +305,7 @@ def write_rankings(
     out_dir.mkdir(parents=True, exist_ok=True)
     ranking = rank_runs(runs)
     notes = guideline_notes(runs, ranking)
-    ranking.to_csv(out_dir / "ranking.csv", index=False)
+    ranking.to_csv(out_dir / RANKING_FILE, index=False)
     lengths = length_ranking_rows(runs) if has_lengths(runs) else pd.DataFrame()
     plan = serve_plan(ranking, runs, lengths)
     write_serve_file(plan, out_dir)

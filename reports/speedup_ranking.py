@@ -37,61 +37,17 @@ from reports.table import median_ms
 from speclens.errors import SpeclensError
 from speclens.figures import costs
 from speclens.figures.summary import DomainPoint, LengthPoint, OperatingPoint
+from speclens.file_formats.ranking_file import (
+    LENGTH_RANK_COLUMNS,
+    LENGTH_RANKING_FILE,
+    RANK_COLUMNS,
+    RANKING_FILE,
+    LengthRankingRow,
+    RankingRow,
+    checked_rows,
+)
 from speclens.provenance import MEASURED
 
-RANK_COLUMNS = [
-    "domain",
-    "batch_size",
-    "drafter",
-    "d",
-    "rank",
-    "speedup",
-    "speedup_source",
-    "measured_speedup",
-    "predicted_speedup",
-    "predicted_lo",
-    "predicted_hi",
-    "speedup_gap",
-    "gap_above_tolerance",
-    "al",
-    "tokens_per_step",
-    "t_verif_ms",
-    "t_verif_spec_ms",
-    "t_draft_ms",
-    "t_step_ms",
-    "draft_overhead",
-    "output_tokens_per_s",
-    "tokens_per_s_per_request",
-    "serve_memory",
-    "training_cost",
-    "run",
-    # Latency at the operating point (all prompts; runs that measured it): p50 in ms, and plain
-    # decoding's p50 TPOT over this entry's.
-    "ttft_p50_ms",
-    "tpot_p50_ms",
-    "latency_speedup",
-    # The prediction times the corrections its operating point measured (speclens/figures/account.py), and range.
-    "predicted_corrected",
-    "predicted_corrected_lo",
-    "predicted_corrected_hi",
-    # With repeats: the measured speedup's range over them; entries whose ranges overlap share a rank.
-    "speedup_lo",
-    "speedup_hi",
-    "tie",
-    # The sampling temperature, the chat template's variables and the engine settings changed from
-    # their defaults (reports/runs.py RecordView.template, .setting): entries are ranked only against
-    # others in the same mode.
-    "temperature",
-    "chat_template_kwargs",
-    "setting",
-    # What the entry's figures are (speclens/provenance.py): measured, fake, ...; the engine's
-    # runner, engine (vllm, sglang, trtllm, fake), dtype and model runner.
-    "source",
-    "runner",
-    "engine",
-    "dtype",
-    "model_runner",
-]
 # One table of the ranking: entries in the same mode, domain and batch size.
 TABLE = ["temperature", "chat_template_kwargs", "setting", "domain", "batch_size"]
 
@@ -147,7 +103,7 @@ def _plain_latency(point: OperatingPoint | None, speculative_run: bool) -> dict[
 
 
 def identity_columns(run: RunView) -> dict[str, Any]:
-    """The provenance columns of a run's rows (RANK_COLUMNS)."""
+    """The provenance columns of a run's rows (speclens/file_formats/ranking_file.py)."""
     found = run.provenance
     return {
         "source": found.source,
@@ -362,7 +318,7 @@ def ranking_rows(runs: list[RunView]) -> pd.DataFrame:
                 key = (run.temperature, run.template, run.setting, domain, own["batch_size"])
                 if own["t_verif_ms"] is not None and (key not in plain or s.d is None):
                     plain[key] = own
-    frame = pd.DataFrame(rows + list(plain.values()), columns=RANK_COLUMNS)
+    frame = pd.DataFrame(checked_rows(RankingRow, rows + list(plain.values()), RANKING_FILE), columns=RANK_COLUMNS)
     frame = frame.sort_values([*TABLE, "speedup"], ascending=[True] * len(TABLE) + [False], na_position="last")
     frame = frame.reset_index(drop=True)
     frame["rank"] = frame.groupby(TABLE)["speedup"].rank(method="min", ascending=False)
@@ -439,40 +395,6 @@ def rank_runs(runs: list[RunView]) -> pd.DataFrame:
 
 # -- per length bucket ---------------------------------------------------------------------------
 
-LENGTH_RANK_COLUMNS = [
-    "length",
-    "input_tokens",
-    "batch_size",
-    "drafter",
-    "d",
-    "rank",
-    "speedup",
-    "speedup_source",
-    "measured_speedup",
-    "predicted_speedup",
-    "al",
-    "al_ci95_lo",
-    "al_ci95_hi",
-    "tokens_per_step",
-    "t_verif_ms",
-    "t_verif_spec_ms",
-    "t_draft_ms",
-    "t_step_ms",
-    "output_tokens_per_s",
-    # The context extension an entry past the target's own window was measured under (else empty).
-    "context_extension",
-    "run",
-    "temperature",
-    "chat_template_kwargs",
-    "setting",
-    # Entries of one table with the same speedup share a rank (no repeats' ranges per length).
-    "tie",
-    "source",
-    "runner",
-    "engine",
-    "dtype",
-    "model_runner",
-]
 # One table of the per-length ranking: entries in the same mode, length bucket and batch size.
 LENGTH_TABLE = ["temperature", "chat_template_kwargs", "setting", "input_tokens", "batch_size"]
 
@@ -575,7 +497,8 @@ def length_ranking_rows(runs: list[RunView]) -> pd.DataFrame:
                 )
                 if figures.t_verif is not None and (key not in plain or s.d is None):
                     plain[key] = _plain_length_row(run, point.batch_size, label, figures)
-    frame = pd.DataFrame(rows + list(plain.values()), columns=LENGTH_RANK_COLUMNS)
+    rows = checked_rows(LengthRankingRow, rows + list(plain.values()), LENGTH_RANKING_FILE)
+    frame = pd.DataFrame(rows, columns=LENGTH_RANK_COLUMNS)
     if frame.empty:
         return frame
     order = [*LENGTH_TABLE, "speedup"]

@@ -43,14 +43,15 @@ T = TypeVar("T")
 @overload
 def record(cls: type[T]) -> type[T]: ...
 @overload
-def record(*, frozen: bool = True) -> Callable[[type[T]], type[T]]: ...
-def record(cls: type[T] | None = None, *, frozen: bool = True) -> Any:
-    """A record type: a dataclass (frozen unless said otherwise) that pydantic validates strictly."""
+def record(*, frozen: bool = True, kw_only: bool = False) -> Callable[[type[T]], type[T]]: ...
+def record(cls: type[T] | None = None, *, frozen: bool = True, kw_only: bool = False) -> Any:
+    """A record type: a dataclass (frozen unless said otherwise) that pydantic validates strictly;
+    `kw_only` where its fields keep a file's column order, required and defaulted ones mixed."""
 
     def wrap(kind: type[T]) -> type[T]:
         if "__pydantic_config__" not in vars(kind):  # a record that keeps others' keys says so itself
             kind.__pydantic_config__ = RECORD_CONFIG  # type: ignore[attr-defined]
-        return dataclasses.dataclass(frozen=frozen)(kind)
+        return dataclasses.dataclass(frozen=frozen, kw_only=kw_only)(kind)
 
     return wrap if cls is None else wrap(cls)
 

@@ -6,6 +6,7 @@ not fit are reported here, with the key to change, not minutes into a run.
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib.util
 import math
@@ -49,7 +50,7 @@ def _embedded_targets() -> dict[str, tuple[Callable[[], Path], Callable[[], Path
     return {"smollm2_135m": (embedded_target.smollm2_path, embedded_target.ensure_smollm2)}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunPlan:
     config: RunConfig
     # The runner `runner=` names, with its capabilities (runners/registry.py): decided once, here.
@@ -465,8 +466,10 @@ def resolve_batch_sizes(cfg: RunConfig, num_prompts: int) -> list[int]:
     return sizes
 
 
-def make_plan(cfg: RunConfig) -> RunPlan:
-    """Validate `cfg` and resolve every input; raises ConfigError naming the key to fix."""
+def make_plan(asked: RunConfig) -> RunPlan:
+    """Validate `asked` and resolve every input; raises ConfigError naming the key to fix. `asked`
+    is left as it was: the plan's config is a copy with the values fitted to the target filled in."""
+    cfg = copy.deepcopy(asked)
     check_scalars(cfg)
     check_logger(cfg)
     runner = runner_of(cfg)
@@ -511,22 +514,22 @@ def make_plan(cfg: RunConfig) -> RunPlan:
         (target_dir, draft_dir),
     )
     return RunPlan(
-        cfg,
-        runner,
-        target_dir,
-        target,
-        drafter,
-        draft_dir,
-        draft,
-        prompts,
-        sampling,
-        batch_sizes,
-        resolve_schedule(cfg, drafter, planned_identity(cfg, runner, synthetic, target, draft)),
-        fitted,
-        segmenter,
-        dropped,
-        replace(window, max_model_len=cfg.engine.max_model_len),
-        synthetic,
+        config=cfg,
+        runner=runner,
+        target_dir=target_dir,
+        target=target,
+        drafter=drafter,
+        draft_dir=draft_dir,
+        draft=draft,
+        prompts=prompts,
+        sampling=sampling,
+        batch_sizes=batch_sizes,
+        schedule=resolve_schedule(cfg, drafter, planned_identity(cfg, runner, synthetic, target, draft)),
+        fitted=fitted,
+        segmenter=segmenter,
+        dropped_too_long=dropped,
+        context_window=replace(window, max_model_len=cfg.engine.max_model_len),
+        synthetic=synthetic,
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from speclens.figures.summary import ReplayRecord, RunSummary
 from speclens.file_formats.curves_file import CurveRow
 from speclens.file_formats.profile_file import PROFILE_FILE, ProfileFile
+from speclens.file_formats.ranking_file import LengthRankingRow, RankingRow
 from speclens.file_formats.run_files import FAILURE_FILE, STAMP_FILE, FailureRecord, RunStamp
 from speclens.file_formats.serve_file import SERVE_FILE, ServePlan, ServePlans
 from speclens.file_formats.summary_file import REPLAY_FILE, SUMMARY_FILE
@@ -21,7 +22,7 @@ from speclens.file_formats.whatif_file import WHATIF_FILE, WhatifFile
 from speclens.files import write_text_atomic
 from speclens.schema import json_schema
 
-# File name -> (the record type it holds, what it is). curves.parquet's rows are CurveRows.
+# File name -> (the record type it holds, what it is); a table's rows under `<table>.row`.
 FORMATS: dict[str, tuple[Any, str]] = {
     SUMMARY_FILE: (RunSummary, "a run's figures"),
     REPLAY_FILE: (ReplayRecord, "what a replay measured"),
@@ -31,6 +32,8 @@ FORMATS: dict[str, tuple[Any, str]] = {
     FAILURE_FILE: (FailureRecord, "a failed sweep job's reason"),
     PROFILE_FILE: (ProfileFile, "acceptance profiles, speclens's layout"),
     "curves.row": (CurveRow, "one row of curves.parquet / curves.csv"),
+    "ranking.row": (RankingRow, "one row of ranking.csv"),
+    "ranking_by_length.row": (LengthRankingRow, "one row of ranking_by_length.csv"),
 }
 DOCS_FOLDER = Path(__file__).resolve().parents[2] / "docs" / "schemas"
 

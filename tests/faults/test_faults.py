@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from evals.pipeline.compose import compose_config
-from evals.run import run
+from evals.pipeline.run_job import run
 from reports.runs import find_runs
 from speclens.file_formats.summary_file import read_summary
 from tests.unit.conftest import fake_overrides, write_checkpoint, write_questions

@@ -17,7 +17,7 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 pytest.importorskip("vllm", reason="integration tests need the CPU extra (make install)")
 
 from evals.pipeline.compose import compose_config  # noqa: E402
-from evals.run import run  # noqa: E402
+from evals.pipeline.run_job import run  # noqa: E402
 from speclens.file_formats.records import read_parquet  # noqa: E402
 from tests.integration.shared_runs import LEDGER, SHARED_RUNS, configuration_key, current_test, shared_dir  # noqa: E402
 

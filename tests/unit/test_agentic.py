@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.run import run
+from evals.pipeline.run_job import run
 from runners.fake_engine import chat_token_ids
 from speclens.errors import ConfigError
 from speclens.file_formats.records import read_parquet

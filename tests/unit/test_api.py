@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import speclens
-from evals.run import run
+from evals.pipeline.run_job import run
 from speclens.errors import SpeclensError
 from speclens.file_formats.summary_file import SUMMARY_VERSION
 from tests.unit.conftest import compose_run, fake_overrides

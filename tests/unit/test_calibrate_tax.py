@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.run import run
+from evals.pipeline.run_job import run
 from evals.whatif import build, main
 from evals.whatif_calibration import calibration_steps, fitted_beside_line
 from speclens.file_formats.whatif_file import read_whatif_file

@@ -8,7 +8,7 @@ import pytest
 from evals.pipeline import capacity
 from evals.pipeline.compose import to_run_config
 from evals.pipeline.plan import make_plan
-from evals.run import run
+from evals.pipeline.run_job import run
 from runners.vllm_runner import engine_args
 from speclens.errors import ConfigError
 from speclens.model_facts import ModelFacts
@@ -71,10 +71,13 @@ def test_a_set_longer_than_max_model_len_is_refused_with_the_numbers(tmp_path, s
 
 
 def test_max_model_len_left_unset_is_raised_to_the_longest_prompt_with_its_answer(smollm2):  # noqa: F811
-    plan = make_plan(
-        to_run_config(long_context(smollm2, "dataset.input_tokens=[300,5000]", "dataset.num_requests=1", "runner=fake"))
+    asked = to_run_config(
+        long_context(smollm2, "dataset.input_tokens=[300,5000]", "dataset.num_requests=1", "runner=fake")
     )
+    plan = make_plan(asked)
     assert plan.config.engine.max_model_len == 5000 + 128
+    # the plan's config carries the fitted values; the config asked is left as it was
+    assert asked.engine.max_model_len is None and plan.config is not asked
     assert plan.fitted["engine.max_model_len"]["why"] == (
         "the longest prompt with its sampling.max_tokens answer (5128 tokens)"
     )

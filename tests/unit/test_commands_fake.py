@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.run import run
+from evals.pipeline.run_job import run
 from reports.table import result_table
 from speclens.errors import ConfigError, CorruptRecord, MeasurementError, exit_status
 from speclens.file_formats.records import read_parquet

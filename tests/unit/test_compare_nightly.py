@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from evals.nightly import main as nightly_main
-from evals.run import run
+from evals.pipeline.run_job import run
 from reports.compare import compare, paired_al_difference, write_comparison
 from reports.compare import main as compare_main
 from speclens.errors import SpeclensError

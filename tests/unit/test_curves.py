@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.run import run
+from evals.pipeline.run_job import run
 from reports.curves import collect, write_curves
 from reports.curves import main as curves_main
 from speclens.errors import SpeclensError

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.run import run
+from evals.pipeline.run_job import run
 from speclens.errors import ConfigError, SpeclensError
 from tests.unit.conftest import compose_run, fake_overrides, write_checkpoint
 

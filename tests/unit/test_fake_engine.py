@@ -19,8 +19,8 @@ import pytest
 from evals.cli import COMMANDS
 from evals.cli import main as speclens_main
 from evals.pipeline.compose import compose_config
+from evals.pipeline.run_job import run
 from evals.replay import replay
-from evals.run import run
 from evals.selfcheck import selfcheck
 from speclens.errors import ConfigError
 from speclens.file_formats.records import read_parquet, write_parquet

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evals.run import run
+from evals.pipeline.run_job import run
 from speclens.options import strict_json_loads
 from tests.unit.conftest import compose_run, fake_overrides, write_checkpoint
 

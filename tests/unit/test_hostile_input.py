@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import speclens
-from evals.run import run
+from evals.pipeline.run_job import run
 from speclens.errors import ConfigError, CorruptRecord
 from tests.unit.conftest import compose_run, fake_overrides
 

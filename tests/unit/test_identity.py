@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import speclens
+from evals.pipeline.run_job import run
 from evals.run import main as run_main
-from evals.run import run
 from reports.rank import main as rank_main
 from speclens.errors import CorruptRecord, SpeclensError
 from speclens.file_formats.summary_file import read_summary

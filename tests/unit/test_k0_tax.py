@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from evals.pipeline.passes import IDLE_NEEDS_STEPS, IDLE_NOT_ON_V2, idle_spec
-from evals.run import run
+from evals.pipeline.run_job import run
 from reports.table import operating_point_line
 from runners import fake_engine
 from runners.zero_cost_proposer import IDLE_CLASS_PATH, IdleProposer

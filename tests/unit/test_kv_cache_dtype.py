@@ -9,7 +9,7 @@ import pytest
 
 from evals.pipeline import kv_cache, plan
 from evals.pipeline.compose import to_run_config
-from evals.run import run
+from evals.pipeline.run_job import run
 from runners.server_runner import server_flags
 from runners.vllm_runner import engine_args
 from speclens.config import config_fingerprint

@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from evals.run import run
+from evals.pipeline.run_job import run
 from reports.build import build
 from reports.compare import compare
 from reports.compare import main as compare_main

@@ -10,7 +10,7 @@ import pytest
 
 from evals.pipeline import plan
 from evals.pipeline.compose import run_fingerprint, to_run_config
-from evals.run import run
+from evals.pipeline.run_job import run
 from reports.curves import collect
 from speclens.errors import ConfigError
 from tests.unit.conftest import compose_run, fake_overrides, write_checkpoint

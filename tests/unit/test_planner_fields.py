@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from evals.run import run
+from evals.pipeline.run_job import run
 from speclens.errors import CorruptRecord
 from speclens.file_formats.profile_file import PROFILE_FILE, read_profiles
 from tests.unit.conftest import compose_run, fake_overrides

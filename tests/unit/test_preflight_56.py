@@ -9,8 +9,8 @@ import pytest
 
 from evals.pipeline import plan
 from evals.pipeline.compose import to_run_config
+from evals.pipeline.run_job import run
 from evals.run import main as run_main
-from evals.run import run
 from speclens.errors import ConfigError
 from tests.unit.conftest import compose_run, fake_overrides
 

@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 
 from evals.pipeline.compose import MAX_REPEATS, MIN_REQUEST_RATE, compose_config, to_run_config
+from evals.pipeline.run_job import run
 from evals.replay import replay
-from evals.run import run
 from reports.curves import collect, safe_name, write_curves
 from reports.speedup_ranking import rank
 from speclens.errors import ConfigError, MeasurementError

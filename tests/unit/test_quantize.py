@@ -104,7 +104,7 @@ def test_a_quantized_checkpoint_is_not_quantized_again(tiny_llama, tmp_path):
 def test_the_checkpoints_quantization_is_a_setting_paired_with_the_float_draft(tmp_path):
     """A sweep over drafter.model=<float>,<w8a8>: two lines (the quantized one labelled from its
     config.json), and the report pairs the quantized draft's run with the float one."""
-    from evals.run import run
+    from evals.pipeline.run_job import run
     from reports.curves import collect
     from reports.runs import find_runs
     from reports.settings import settings_table

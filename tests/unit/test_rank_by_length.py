@@ -13,12 +13,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.run import run
+from evals.pipeline.run_job import run
 from evals.sweep_report import gather_profiles
 from reports.gpu_prediction import prediction_rows
-from reports.ranking_tables import LENGTH_RANKING_FILE, write_rankings
+from reports.ranking_tables import write_rankings
 from reports.runs import find_runs
 from speclens.file_formats.profile_file import CONTEXT_TABLE_KEY, PROFILE_FILE
+from speclens.file_formats.ranking_file import LENGTH_RANKING_FILE
 from speclens.file_formats.serve_file import SERVE_FILE, read_serve_file
 from speclens.file_formats.summary_file import read_summary
 from speclens.gpu_model.gpus import gpu_named

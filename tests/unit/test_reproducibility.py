@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from evals.run import run
+from evals.pipeline.run_job import run
 from reports.table import numerics_line, result_table
 from speclens.config import config_fingerprint
 from speclens.figures.summary import Numerics

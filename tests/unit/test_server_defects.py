@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from evals.embedded.target import ensure_smollm2
 from evals.pipeline.compose import compose_config, job_dirname
-from evals.run import run
+from evals.pipeline.run_job import run
 from evals.sweep_report import redact_saved_config
 from speclens.errors import ConfigError, MeasurementError, exit_status, user_message
 from speclens.file_formats.records import read_parquet

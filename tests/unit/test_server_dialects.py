@@ -28,7 +28,7 @@ import pytest
 
 from evals.embedded.target import ensure_smollm2
 from evals.pipeline.compose import compose_config
-from evals.run import run
+from evals.pipeline.run_job import run
 from speclens.errors import ConfigError, MeasurementError, exit_status
 from speclens.file_formats.records import read_parquet
 from speclens.file_formats.summary_file import read_summary

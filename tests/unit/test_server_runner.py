@@ -14,7 +14,7 @@ import pytest
 
 from evals.embedded.target import ensure_smollm2
 from evals.pipeline.compose import compose_config
-from evals.run import run
+from evals.pipeline.run_job import run
 from runners.server_runner import server_flags
 from speclens.errors import ConfigError
 from tests.unit.conftest import write_questions

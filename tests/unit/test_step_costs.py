@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from evals.run import run
+from evals.pipeline.run_job import run
 from reports.rank import main as rank_main
 from reports.ranking_tables import write_ranking
 from reports.speedup_ranking import pareto_front, rank

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from evals.run import run
+from evals.pipeline.run_job import run
 from speclens.errors import ConfigError
 from speclens.file_formats.records import read_parquet
 from tests.unit.conftest import compose_run, fake_overrides

@@ -29,7 +29,7 @@ TARGET = {**SMALL, "num_hidden_layers": 32}
 
 @pytest.fixture(scope="module")
 def sparse_run(tmp_path_factory):
-    from evals.run import run
+    from evals.pipeline.run_job import run
 
     tmp_path = tmp_path_factory.mktemp("sparse")
     script = {f"{r['question_id']}#0": SPARSE for r in PROMPTS}

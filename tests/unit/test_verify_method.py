@@ -118,7 +118,7 @@ def test_a_draft_sampling_vllm_cannot_honour_is_one_line_when_composed(tmp_path,
 def test_draft_sampling_is_an_axis_paired_in_the_report(tmp_path):
     """At temperature 1, greedy and probabilistic drafting are two lines of one sweep, and the
     report's paired section sets the probabilistic run beside the greedy one."""
-    from evals.run import run
+    from evals.pipeline.run_job import run
     from reports.curves import collect
     from reports.runs import find_runs
     from reports.settings import settings_table

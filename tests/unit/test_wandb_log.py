@@ -136,12 +136,12 @@ def test_secrets_stay_out_of_job_dir_names_and_the_saved_sweep_config(tmp_path):
 
 
 def test_a_wandb_failure_warns_and_keeps_the_run(tmp_path, monkeypatch, capsys):
-    import evals.run
+    import evals.pipeline.run_job
 
     def unreachable(*args, **kwargs):
         raise ConnectionError("api.wandb.ai unreachable")
 
-    monkeypatch.setattr(evals.run, "log_run", unreachable)
+    monkeypatch.setattr(evals.pipeline.run_job, "log_run", unreachable)
     summary, out = measure(tmp_path, 2, "logger=wandb")
     assert json.loads((out / "summary.json").read_text())["al"] == summary["al"] == pytest.approx(3.0)
     assert "logging to wandb failed (ConnectionError: api.wandb.ai unreachable)" in capsys.readouterr().err

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.run import run
+from evals.pipeline.run_job import run
 from evals.sweep_report import gather_profiles
 from evals.whatif import build, main
 from speclens.file_formats.profile_file import read_profiles
