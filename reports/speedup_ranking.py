@@ -103,15 +103,10 @@ def _plain_latency(point: OperatingPoint | None, speculative_run: bool) -> dict[
 
 
 def identity_columns(run: RunView) -> dict[str, Any]:
-    """The provenance columns of a run's rows (speclens/file_formats/ranking_file.py)."""
-    found = run.provenance
-    return {
-        "source": found.source,
-        "runner": found.runner,
-        "engine": found.engine,
-        "dtype": found.dtype,
-        "model_runner": found.model_runner,
-    }
+    """The provenance columns of a run's rows (speclens/file_formats/ranking_file.py), as every
+    table carries them: never null, `unknown` where the record does not say (the setting is the
+    row's own column)."""
+    return {name: value for name, value in run.provenance.columns().items() if name != "setting"}
 
 
 def _facts(drafter: str) -> tuple[str, str]:

@@ -73,13 +73,13 @@ class RankingRow:
     chat_template_kwargs: str
     setting: str
     # What the entry's figures are (speclens/provenance.py): measured, fake, ...; the engine's
-    # runner, engine (vllm, sglang, trtllm, fake), dtype and model runner. Required: no row is
-    # without them.
+    # runner, engine (vllm, sglang, trtllm, fake), dtype and model runner. Required and never null
+    # (`unknown` where the run's record does not say): no row is without them.
     source: str
     runner: str
     engine: str
     dtype: str
-    model_runner: str | None
+    model_runner: str
 
 
 @record(kw_only=True)
@@ -119,7 +119,7 @@ class LengthRankingRow:
     runner: str
     engine: str
     dtype: str
-    model_runner: str | None
+    model_runner: str
 
 
 def columns(kind: type) -> list[str]:

@@ -108,8 +108,11 @@ def test_ranking_rows_are_their_records_and_a_row_that_cannot_say_what_it_is_is_
     rows = [plain_row(r) for r in ranking.to_dict("records")]
     for row in rows:
         jsonschema.validate(row, schema)
-    # the fake engine's rows say so, with their engine and dtype; plain decoding's rank 3 of 2 would not
-    assert {(r["source"], r["engine"], r["dtype"]) for r in rows} == {("fake", "fake", "bfloat16")}
+    # the fake engine's rows say so, with their engine and dtype, and `unknown` for the model runner
+    # it has none of (never null: a groupby over the identity keeps every row)
+    assert {(r["source"], r["engine"], r["dtype"], r["model_runner"]) for r in rows} == {
+        ("fake", "fake", "bfloat16", "unknown")
+    }
     by_setting = {(r["setting"], r["drafter"]): r["rank"] for r in rows if r["domain"] == "all"}
     assert by_setting == {
         ("", "ngram"): 1,
