@@ -9,7 +9,6 @@ import base64
 import contextlib
 import http.client
 import json
-import random
 import socket
 import threading
 import time
@@ -22,6 +21,7 @@ from typing import Any, Sequence
 from runners.chat import ChatTokenizer
 from runners.engine import EngineFailed, ProgressFn
 from runners.server_dialects import DIALECTS, Dialect, Reply, ReplyAcceptance, served_version, unfinished
+from speclens.arrivals import arrival_offsets
 from speclens.assets import cache_dir
 from speclens.errors import ConfigError, MeasurementError
 from speclens.files import exclusive
@@ -140,12 +140,7 @@ class Arrivals:
     seed: int
 
     def offsets_s(self, n: int) -> list[float]:
-        gaps = random.Random(self.seed).expovariate
-        times, t = [], 0.0
-        for _ in range(n):
-            t += gaps(self.rate_per_s)
-            times.append(t)
-        return times
+        return arrival_offsets(self.rate_per_s, n, "poisson", self.seed)
 
 
 class ServerEngine:

@@ -13,6 +13,7 @@ from typing import Any
 
 from speclens.figures.summary import ReplayRecord, RunSummary
 from speclens.file_formats.curves_file import CurveRow
+from speclens.file_formats.load_file import LOAD_FILE, LoadFile
 from speclens.file_formats.profile_file import PROFILE_FILE, ProfileFile
 from speclens.file_formats.ranking_file import LengthRankingRow, RankingRow
 from speclens.file_formats.run_files import FAILURE_FILE, STAMP_FILE, FailureRecord, RunStamp
@@ -31,6 +32,7 @@ FORMATS: dict[str, tuple[Any, str]] = {
     WHATIF_FILE: (WhatifFile, "speedups predicted on a named GPU"),
     FAILURE_FILE: (FailureRecord, "a failed sweep job's reason"),
     PROFILE_FILE: (ProfileFile, "acceptance profiles, speclens's layout"),
+    LOAD_FILE: (LoadFile, "a request-rate ladder: its stages and where speculation stops paying"),
     "curves.row": (CurveRow, "one row of curves.parquet / curves.csv"),
     "ranking.row": (RankingRow, "one row of ranking.csv"),
     "ranking_by_length.row": (LengthRankingRow, "one row of ranking_by_length.csv"),

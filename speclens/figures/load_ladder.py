@@ -1,0 +1,145 @@
+"""A request-rate ladder's figures (issue 67): where speculation stops paying under load.
+
+A ladder runs each arm (plain decoding; a drafter at a D) at each offered request rate. Per drafter,
+D and domain, its crossovers are the rates where the drafter's advantage over plain decoding
+vanishes: `throughput_rate`, where plain decoding's output tokens/s overtakes the drafter's, and
+`tpot_rate`, where the drafter's TPOT is no longer below plain decoding's. Between two rungs the
+advantage is taken as linear in the rate (the crossover interpolated where it changes sign); its
+interval comes from resampling each stage's samples (the repeats' figures, or the requests'), with
+the share of resamples in which it was reached. A stage is `saturated` where the rate achieved
+falls short of the offered one beyond arrival noise, or the requests in flight grow through it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+# Resamples of the crossover's interval, and its level.
+BOOTSTRAP_RESAMPLES = 2000
+INTERVAL = 0.95
+# Poisson arrivals of n requests scatter the achieved rate by about 1/sqrt(n) of the offered one; a
+# stage short of the offered rate by more than this many of those (and by at least 5 %) is saturated.
+SATURATION_SIGMAS = 3.0
+SATURATION_FLOOR = 0.05
+# Requests in flight over a stage's last third against its first: grown by more than this share
+# (and by more than one request), the queue grows through the stage.
+QUEUE_GROWTH = 0.25
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """Where one advantage vanishes along the ladder. `rate` None: not reached up to the top rate
+    (`advantage_at_top` says where the arms stand there); `below_ladder`: gone at the lowest rate
+    already (`rate` is that rate, an upper bound)."""
+
+    rate: float | None
+    interval: tuple[float, float] | None
+    # The share of resamples in which it was reached below the top rate.
+    reached_share: float
+    advantage_at_top: float
+    below_ladder: bool = False
+
+    @property
+    def reached(self) -> bool:
+        return self.rate is not None
+
+
+def crossover_rate(rates: Sequence[float], advantage: Sequence[float]) -> tuple[float | None, bool]:
+    """The first rate where `advantage` (the drafter's lead at each rate: > 0 while it pays) drops
+    to zero or below, interpolated linearly between the two rungs around it; (None, False) where it
+    stays above zero to the top rate, (rates[0], True) where it is gone at the lowest already."""
+    if len(rates) != len(advantage) or not rates:
+        raise ValueError("one advantage per rate")
+    if advantage[0] <= 0:
+        return float(rates[0]), True
+    for i in range(1, len(rates)):
+        if advantage[i] <= 0:
+            lo, hi, a_lo, a_hi = rates[i - 1], rates[i], advantage[i - 1], advantage[i]
+            return float(lo + (hi - lo) * a_lo / (a_lo - a_hi)), False
+    return None, False
+
+
+def crossover(
+    rates: Sequence[float],
+    drafter: Sequence[Sequence[float]],
+    plain: Sequence[Sequence[float]],
+    higher_is_better: bool,
+    seed: int = 0,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+) -> Crossover:
+    """The crossover of one figure (output tokens/s: higher is better; TPOT: lower is better) from
+    each stage's samples on both arms (the repeats' figures, or per-request values), the point from
+    the samples' means and the interval from resampling each stage's samples (seeded)."""
+    if not (len(rates) == len(drafter) == len(plain)) or any(len(s) == 0 for s in (*drafter, *plain)):
+        raise ValueError("samples of both arms at every rate")
+    sign = 1.0 if higher_is_better else -1.0
+
+    def lead(d_means: Sequence[float], p_means: Sequence[float]) -> list[float]:
+        return [sign * (d - p) for d, p in zip(d_means, p_means)]
+
+    point = lead([float(np.mean(s)) for s in drafter], [float(np.mean(s)) for s in plain])
+    rate, below = crossover_rate(rates, point)
+    rng = np.random.default_rng(seed)
+    arrays = [np.asarray(s, dtype=float) for s in (*drafter, *plain)]
+    means = np.stack([a[rng.integers(0, len(a), size=(resamples, len(a)))].mean(axis=1) for a in arrays], axis=1)
+    n = len(rates)
+    found = [crossover_rate(rates, lead(row[:n], row[n:]))[0] for row in means]
+    hits = np.array([r for r in found if r is not None], dtype=float)
+    share = len(hits) / resamples
+    interval = None
+    if rate is not None and len(hits):
+        tail = (1 - INTERVAL) / 2
+        interval = (float(np.quantile(hits, tail)), float(np.quantile(hits, 1 - tail)))
+    return Crossover(rate, interval, share, point[-1], below)
+
+
+def saturated(offered_rate: float, achieved_rate: float, n_requests: int, in_flight: Sequence[float] = ()) -> bool:
+    """Whether a stage could not keep up: the rate achieved short of the one offered beyond what
+    arrival noise explains, or the requests in flight (sampled evenly through the stage) growing."""
+    if n_requests <= 0:
+        return True
+    tolerance = max(SATURATION_FLOOR, SATURATION_SIGMAS / math.sqrt(n_requests))
+    if achieved_rate < offered_rate * (1 - tolerance):
+        return True
+    return queue_grows(in_flight)
+
+
+def queue_grows(in_flight: Sequence[float]) -> bool:
+    """The requests in flight over the stage's last third above its first third's by more than
+    QUEUE_GROWTH of them and more than one request."""
+    if len(in_flight) < 3:
+        return False
+    third = len(in_flight) // 3
+    first, last = float(np.mean(in_flight[:third])), float(np.mean(in_flight[-third:]))
+    return last - first > max(1.0, QUEUE_GROWTH * first)
+
+
+def littles_law_gap(achieved_rate: float, mean_latency_s: float, mean_in_flight: float) -> float | None:
+    """Little's law, L = lambda W: (lambda W - L) / L, the mean requests in flight measured against
+    the rate achieved times the mean request latency (None where nothing was in flight)."""
+    if mean_in_flight <= 0:
+        return None
+    return (achieved_rate * mean_latency_s - mean_in_flight) / mean_in_flight
+
+
+def goodput(
+    ttft_ms: Sequence[float],
+    tpot_ms: Sequence[float | None],
+    seconds: float,
+    slo_ttft_ms: float | None,
+    slo_tpot_ms: float | None,
+) -> float:
+    """Requests per second that met the SLO (both bounds given; a request of one output token has
+    no TPOT and meets that bound)."""
+    if seconds <= 0:
+        raise ValueError("a stage lasts more than no time")
+    met = 0
+    for ttft, tpot in zip(ttft_ms, tpot_ms):
+        ok = slo_ttft_ms is None or ttft <= slo_ttft_ms
+        ok &= slo_tpot_ms is None or tpot is None or tpot <= slo_tpot_ms
+        met += ok
+    return met / seconds

@@ -1,0 +1,91 @@
+"""The load ladder's keys (`python -m evals.load`, issue 67) and their checks: every bad value
+refused in one line naming the key and the rule, before any request is sent."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from speclens.arrivals import PROCESSES
+from speclens.errors import ConfigError
+
+
+@dataclass
+class StageConfig:
+    """One rung's length: `requests` measured requests, or as many as arrive in `seconds`; the
+    first `warmup_requests` are sent but left out of the figures."""
+
+    requests: int | None = 32
+    seconds: float | None = None
+    warmup_requests: int = 2
+
+
+@dataclass
+class SloConfig:
+    """The service-level objective goodput counts requests against (None: no bound)."""
+
+    tpot_ms: float | None = None
+    ttft_ms: float | None = None
+
+
+@dataclass
+class LadderConfig:
+    request_rates: list[float] = field(default_factory=lambda: [0.5, 1.0, 2.0, 4.0])
+    arrivals: str = "poisson"
+    stage: StageConfig = field(default_factory=StageConfig)
+    repeats: int = 1
+    slo: SloConfig = field(default_factory=SloConfig)
+
+
+def _finite_positive(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def check_ladder(cfg: LadderConfig) -> None:
+    """Refuse, naming the key, a ladder that could not measure what it is asked."""
+    rates = list(cfg.request_rates)
+    if not rates:
+        raise ConfigError(
+            "request_rates=[]: give at least one rate in requests per second, e.g. request_rates=[0.5,1,2,4]."
+        )
+    for rate in rates:
+        if not _finite_positive(rate):
+            raise ConfigError(
+                f"request_rates={rates}: {rate} is not a rate; each must be a finite number > 0 (requests/s)."
+            )
+    if len(set(rates)) != len(rates):
+        raise ConfigError(f"request_rates={rates}: each rate once (repeats= measures a rate again).")
+    if rates != sorted(rates):
+        raise ConfigError(f"request_rates={rates}: give the rates in increasing order, e.g. {sorted(rates)}.")
+    if cfg.arrivals not in PROCESSES:
+        raise ConfigError(f"arrivals={cfg.arrivals}: one of {', '.join(PROCESSES)}.")
+    stage = cfg.stage
+    if (stage.requests is None) == (stage.seconds is None):
+        raise ConfigError(
+            "stage.requests= and stage.seconds= each set a stage's length: give one of them (the other null)."
+        )
+    if stage.requests is not None and (
+        isinstance(stage.requests, bool) or not isinstance(stage.requests, int) or stage.requests < 1
+    ):
+        raise ConfigError(f"stage.requests={stage.requests}: must be a whole number >= 1.")
+    if stage.seconds is not None:
+        if not _finite_positive(stage.seconds):
+            raise ConfigError(f"stage.seconds={stage.seconds}: must be a finite number of seconds > 0.")
+        expected = stage.seconds * rates[0]
+        if expected < 1:
+            raise ConfigError(
+                f"stage.seconds={stage.seconds}: at request_rates' lowest rate ({rates[0]}/s) a stage that long "
+                f"expects {expected:.2f} requests, too short for one; give stage.seconds >= {math.ceil(1 / rates[0])}."
+            )
+    if (
+        isinstance(stage.warmup_requests, bool)
+        or not isinstance(stage.warmup_requests, int)
+        or stage.warmup_requests < 0
+    ):
+        raise ConfigError(f"stage.warmup_requests={stage.warmup_requests}: must be a whole number >= 0.")
+    if isinstance(cfg.repeats, bool) or not isinstance(cfg.repeats, int) or cfg.repeats < 1:
+        raise ConfigError(f"repeats={cfg.repeats}: must be a whole number >= 1.")
+    for key in ("tpot_ms", "ttft_ms"):
+        bound = getattr(cfg.slo, key)
+        if bound is not None and not _finite_positive(bound):
+            raise ConfigError(f"slo.{key}={bound}: must be a finite number of milliseconds > 0 (or null: no bound).")
