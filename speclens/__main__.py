@@ -1,10 +1,9 @@
-"""`python -m speclens <command> ...`: the front door (evals/cli.py) under the package's own name,
-the same as the `speclens` command. It sits in the entry points' layer (tests/layers.py
-ENTRY_ALIASES), not in the foundation it shares a folder with."""
+"""`python -m speclens <command> ...`: the front door under the package's own name, the same as the
+`speclens` command. The foundation imports nothing of the project, so this hands the process over
+to `python -m evals.cli` (os.execv: the same process, its arguments, signals and exit status)."""
 
+import os
 import sys
 
-from evals.cli import main
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    os.execv(sys.executable, [sys.executable, "-m", "evals.cli", *sys.argv[1:]])

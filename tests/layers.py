@@ -22,11 +22,6 @@ LAYERS = {
 }
 
 
-# Modules whose file lies in one folder but that belong to a higher layer's: `python -m speclens`
-# is the front door's alias (evals/cli.py), an entry point, not part of the foundation's library.
-ENTRY_ALIASES = {"speclens.__main__": "evals"}
-
-
 @dataclass(frozen=True)
 class Violation:
     module: str
@@ -71,7 +66,7 @@ def resolve(name: str, modules: dict[str, Path]) -> str | None:
 def layer_violations(graph: dict[str, set[str]]) -> list[Violation]:
     out = []
     for module, imported in sorted(graph.items()):
-        top = ENTRY_ALIASES.get(module, module.split(".")[0])
+        top = module.split(".")[0]
         for other in sorted(imported):
             other_top = other.split(".")[0]
             if other_top == top:
@@ -147,6 +142,4 @@ def folder_loops(root: Path) -> list[list[str]]:
 
 
 def _folder(module: str, path: Path) -> str:
-    if module in ENTRY_ALIASES:
-        return ENTRY_ALIASES[module]
     return module if path.name == "__init__.py" else module.rpartition(".")[0]
