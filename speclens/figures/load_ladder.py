@@ -143,3 +143,99 @@ def goodput(
         ok &= slo_tpot_ms is None or tpot is None or tpot <= slo_tpot_ms
         met += ok
     return met / seconds
+
+
+@dataclass(frozen=True)
+class ServedRequest:
+    """One request of a stage as the load generator saw it, in seconds from the stage's start."""
+
+    sent_s: float
+    latency_s: float
+    ttft_s: float | None
+    output_tokens: int
+    chunk_gaps_s: tuple[float, ...] = ()
+
+    @property
+    def finished_s(self) -> float:
+        return self.sent_s + self.latency_s
+
+    @property
+    def tpot_s(self) -> float | None:
+        if self.ttft_s is None or self.output_tokens < 2:
+            return None
+        return (self.latency_s - self.ttft_s) / (self.output_tokens - 1)
+
+
+@dataclass(frozen=True)
+class StageFigures:
+    """What one arm achieved at one offered rate, its warm-up requests left out."""
+
+    n_requests: int
+    seconds: float
+    achieved_rate: float
+    output_tokens_per_s: float
+    mean_in_flight: float
+    littles_law_gap: float | None
+    goodput_rps: float | None
+    saturated: bool
+    ttft_s: tuple[float, ...]
+    tpot_s: tuple[float, ...]
+    itl_s: tuple[float, ...]
+    latency_s: tuple[float, ...]
+
+
+# Points at which the requests in flight are counted through a stage (the queue-growth check).
+IN_FLIGHT_SAMPLES = 30
+
+
+def in_flight_at(requests: Sequence[ServedRequest], times: Sequence[float]) -> list[int]:
+    """How many of `requests` were in flight (sent, not finished) at each of `times`."""
+    return [sum(r.sent_s <= t < r.finished_s for r in requests) for t in times]
+
+
+def stage_figures(
+    requests: Sequence[ServedRequest],
+    offered_rate: float,
+    warmup_requests: int = 0,
+    slo_ttft_ms: float | None = None,
+    slo_tpot_ms: float | None = None,
+    server_in_flight: Sequence[float] | None = None,
+) -> StageFigures:
+    """A stage's figures from its requests (in the order sent; the first `warmup_requests` left
+    out). The rate achieved is the completion rate, (n - 1) over the span of the completions;
+    tokens/s and goodput over the span from the first request sent to the last finished; the mean
+    in flight is the server's gauge where it reports one, else the client's time average, and
+    Little's law holds it against the completion rate times the mean latency."""
+    measured = sorted(requests, key=lambda r: r.sent_s)[warmup_requests:]
+    if len(measured) < 2:
+        raise ValueError("a stage's figures need at least two measured requests")
+    start, end = measured[0].sent_s, max(r.finished_s for r in measured)
+    span = end - start
+    finishes = sorted(r.finished_s for r in measured)
+    completion_span = finishes[-1] - finishes[0]
+    achieved = (len(measured) - 1) / completion_span if completion_span > 0 else float(len(measured)) / span
+    latencies = [r.latency_s for r in measured]
+    client_mean = sum(latencies) / span
+    mean_in_flight = float(np.mean(server_in_flight)) if server_in_flight else client_mean
+    last_sent = measured[-1].sent_s
+    sample_times = np.linspace(start, last_sent, IN_FLIGHT_SAMPLES) if last_sent > start else [start]
+    series = in_flight_at(measured, sample_times)
+    tpots = [r.tpot_s for r in measured]
+    good = None
+    if slo_ttft_ms is not None or slo_tpot_ms is not None:
+        ttft_ms = [float("inf") if r.ttft_s is None else r.ttft_s * 1000 for r in measured]
+        good = goodput(ttft_ms, [None if t is None else t * 1000 for t in tpots], span, slo_ttft_ms, slo_tpot_ms)
+    return StageFigures(
+        n_requests=len(measured),
+        seconds=span,
+        achieved_rate=achieved,
+        output_tokens_per_s=sum(r.output_tokens for r in measured) / span,
+        mean_in_flight=mean_in_flight,
+        littles_law_gap=littles_law_gap(achieved, float(np.mean(latencies)), mean_in_flight),
+        goodput_rps=good,
+        saturated=saturated(offered_rate, achieved, len(measured), series),
+        ttft_s=tuple(r.ttft_s for r in measured if r.ttft_s is not None),
+        tpot_s=tuple(t for t in tpots if t is not None),
+        itl_s=tuple(g for r in measured for g in r.chunk_gaps_s),
+        latency_s=tuple(latencies),
+    )

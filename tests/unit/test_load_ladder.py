@@ -11,7 +11,15 @@ import pytest
 
 from speclens.arrivals import arrival_offsets
 from speclens.errors import ConfigError, CorruptRecord
-from speclens.figures.load_ladder import crossover, crossover_rate, goodput, littles_law_gap, saturated
+from speclens.figures.load_ladder import (
+    ServedRequest,
+    crossover,
+    crossover_rate,
+    goodput,
+    littles_law_gap,
+    saturated,
+    stage_figures,
+)
 from speclens.file_formats.load_file import (
     LOAD_FILE,
     CrossoverRow,
@@ -172,3 +180,34 @@ def test_load_json_round_trips_and_a_damaged_one_is_refused_in_one_line(tmp_path
     (tmp_path / LOAD_FILE).write_text(json.dumps(data))
     with pytest.raises(CorruptRecord, match=r"does not have the layout of a load ladder"):
         read_load_file(tmp_path)
+
+
+def test_a_steady_stage_achieves_its_rate_and_its_figures_leave_the_warmup_out():
+    # constant arrivals at 2/s, each request 1.5 s end to end (first token at 0.2 s, 14 tokens)
+    served = [ServedRequest(i * 0.5, 1.5, 0.2, 14, (0.1,) * 13) for i in range(40)]
+    # the two warm-up requests: ten times slower, left out of every figure
+    served[:2] = [ServedRequest(i * 0.5, 15.0, 2.0, 14) for i in range(2)]
+    stage = stage_figures(served, 2.0, warmup_requests=2, slo_ttft_ms=250.0)
+    assert stage.n_requests == 38 and stage.seconds == pytest.approx(37 * 0.5 + 1.5)
+    assert stage.achieved_rate == pytest.approx(2.0) and not stage.saturated
+    assert stage.output_tokens_per_s == pytest.approx(38 * 14 / 20.0)
+    assert max(stage.latency_s) == 1.5 and stage.tpot_s == pytest.approx((1.3 / 13,) * 38)
+    # the client's time average in flight (57 request-seconds over 20 s) against lambda W = 2 x 1.5
+    assert stage.mean_in_flight == pytest.approx(2.85)
+    assert stage.littles_law_gap == pytest.approx((3.0 - 2.85) / 2.85)
+    # the server's gauge, where it reports one, is what Little's law is checked against
+    assert stage_figures(served, 2.0, 2, server_in_flight=[3, 3, 3]).littles_law_gap == pytest.approx(0.0)
+    assert stage.goodput_rps == pytest.approx(38 / 20.0)  # every measured request met TTFT <= 250 ms
+
+
+def test_a_server_that_cannot_keep_up_is_a_saturated_stage():
+    # offered 4/s, served one at a time in 0.5 s: completions at 2/s and the queue grows
+    served, free = [], 0.0
+    for i in range(40):
+        sent = i * 0.25
+        start = max(sent, free)
+        free = start + 0.5
+        served.append(ServedRequest(sent, free - sent, start - sent + 0.1, 8))
+    stage = stage_figures(served, 4.0)
+    assert stage.achieved_rate == pytest.approx(2.0) and stage.saturated
+    assert max(stage.latency_s) > 9.0  # the last waited behind the queue
