@@ -211,3 +211,17 @@ def test_a_server_that_cannot_keep_up_is_a_saturated_stage():
     stage = stage_figures(served, 4.0)
     assert stage.achieved_rate == pytest.approx(2.0) and stage.saturated
     assert max(stage.latency_s) > 9.0  # the last waited behind the queue
+
+
+def test_the_server_engines_open_loop_sends_at_the_same_seeded_times_as_before():
+    import random
+
+    from runners.server_engine import Arrivals
+
+    # request_rate= runs written before the ladder: request i at the i-th arrival of random.Random(seed)'s
+    # exponential gaps; the shared arrivals keep those times, so a run measured again sends alike
+    gap, t, before = random.Random(11).expovariate, 0.0, []
+    for _ in range(50):
+        t += gap(1.5)
+        before.append(t)
+    assert Arrivals(1.5, 11).offsets_s(50) == before == arrival_offsets(1.5, 50, "poisson", seed=11)
