@@ -1,7 +1,7 @@
 """load.json, a request-rate ladder's record (issue 67), in the run dir: `stages`, one row per arm
 and offered rate (plain decoding, a drafter at a D, the schedule arm), and `crossover`, one row per
 drafter, D and domain: where speculation stops paying (speclens/figures/load_ladder.py). Every row
-says what its figures are (source, runner, engine, dtype, model runner) and under which load
+says what its figures are (its provenance: source, runner, engine, dtype, model runner, setting) and under which load
 (arrivals, rate). Declared once here as records; read back checked, a damaged file refused in one
 line naming the file, the field and the rule."""
 
@@ -12,6 +12,7 @@ from typing import Literal
 
 from speclens.file_formats.summary_file import read_json_object
 from speclens.files import write_json_atomic
+from speclens.provenance import Provenance
 from speclens.schema import AL, Count, DraftLength, NonNegative, Rate, Seconds, parse, record, to_plain
 
 LOAD_FILE = "load.json"
@@ -54,11 +55,8 @@ class LoadStage:
     kv_cache_usage: Rate | None = None
     saturated: bool
     seconds: Seconds
-    source: str
-    runner: str
-    engine: str
-    dtype: str
-    model_runner: str
+    # What its figures are: source, runner, engine and version, dtype, model runner, setting.
+    provenance: Provenance
 
 
 @record(kw_only=True)
@@ -80,11 +78,7 @@ class CrossoverRow:
     # Where the arms stand at the top rate: the drafter's lead in output tokens/s and in TPOT (ms).
     throughput_lead_at_top: float
     tpot_lead_at_top_ms: float
-    source: str
-    runner: str
-    engine: str
-    dtype: str
-    model_runner: str
+    provenance: Provenance
 
 
 @record

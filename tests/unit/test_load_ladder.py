@@ -29,8 +29,12 @@ from speclens.file_formats.load_file import (
     write_load_file,
 )
 from speclens.load_config import LadderConfig, SloConfig, StageConfig, check_ladder
+from speclens.provenance import Provenance
 
 RATES = [0.5, 1.0, 2.0, 4.0]
+SERVED = Provenance(
+    source="measured", runner="server", engine="vllm", engine_version="0.32.0", dtype="float32", model_runner="v1"
+)
 
 
 def test_the_crossover_is_where_the_lead_changes_sign_interpolated_between_rungs():
@@ -141,11 +145,7 @@ def stage(**change) -> LoadStage:
         mean_in_flight=2.3,
         saturated=False,
         seconds=16.3,
-        source="measured",
-        runner="server",
-        engine="vllm",
-        dtype="float32",
-        model_runner="v1",
+        provenance=SERVED,
     )
     return LoadStage(**(row | change))
 
@@ -161,11 +161,7 @@ def test_load_json_round_trips_and_a_damaged_one_is_refused_in_one_line(tmp_path
         reached=True,
         throughput_lead_at_top=-10.0,
         tpot_lead_at_top_ms=8.0,
-        source="measured",
-        runner="server",
-        engine="vllm",
-        dtype="float32",
-        model_runner="v1",
+        provenance=SERVED,
     )
     write_load_file([stage(), stage(drafter="none", d=None, arm="plain")], [crossing], tmp_path)
     back = read_load_file(tmp_path)
@@ -176,7 +172,7 @@ def test_load_json_round_trips_and_a_damaged_one_is_refused_in_one_line(tmp_path
     with pytest.raises(CorruptRecord, match=r"load.json: field stages\[1\].achieved_rate=-1.0: must be >= 0"):
         read_load_file(tmp_path)
     del data["stages"][1]["achieved_rate"]
-    data["stages"][1].pop("source")
+    data["stages"][1].pop("provenance")  # a row that cannot say what it is
     (tmp_path / LOAD_FILE).write_text(json.dumps(data))
     with pytest.raises(CorruptRecord, match=r"does not have the layout of a load ladder"):
         read_load_file(tmp_path)
