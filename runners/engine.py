@@ -65,9 +65,12 @@ class Engine(Protocol):
         sampling: SamplingSpec,
         progress: ProgressFn | None = None,
         max_concurrency: int | None = None,
+        offsets_s: Sequence[float] | None = None,
     ) -> list[TurnResult]:
         """Run the requests, at most `max_concurrency` in flight at once (None: all of them; the
-        engine batches those in flight and starts the next as one finishes); results in request order."""
+        engine batches those in flight and starts the next as one finishes); results in request order.
+        With `offsets_s` (open loop; the load ladder), request i is sent `offsets_s[i]` seconds after
+        the call, however many are in flight; an engine that cannot send so raises ConfigError."""
 
     def counters(self) -> SpecCounters | None:
         """Cumulative speculative counters since the engine started; None without speculation."""

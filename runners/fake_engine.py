@@ -23,6 +23,7 @@ from runners.engine import ProgressFn
 from runners.zero_cost_proposer import CLASS_PATH, IDLE_CLASS_PATH
 from speclens.errors import ConfigError
 from speclens.figures.costs import PassMode
+from speclens.file_formats.schedule_file import k_at
 from speclens.generation import (
     COUNTER_NAMES,
     DraftedStep,
@@ -147,6 +148,7 @@ class FakeEngine:
         step_sleep_s: float = 0.0,
         record_granularity: RecordGranularity = RecordGranularity.step,
         gate: str | None = None,
+        schedule: list[list[int]] | None = None,
     ) -> None:
         """`script` maps `request_id#turn` to its speculative decode steps (a mapping, in which
         missing keys decode one plain step, or a function of the key). In mode `plain` each
@@ -170,6 +172,8 @@ class FakeEngine:
         self.step_sleep_s = step_sleep_s
         self.record_granularity = record_granularity
         self.gate = gate
+        # vLLM's num_speculative_tokens_per_batch_size: each step drafts at most the k of its batch.
+        self.schedule = schedule
         self.counted = COUNTER_NAMES
         self.threads: int | None = None
         self.model_runner: str | None = None
@@ -199,26 +203,41 @@ class FakeEngine:
         sampling: SamplingSpec,
         progress: ProgressFn | None = None,
         max_concurrency: int | None = None,
+        offsets_s: Sequence[float] | None = None,
     ) -> list[TurnResult]:
+        """Closed loop as vLLM batches; open loop (`offsets_s`) on the scripted clock: request i
+        joins the batch once the clock passes its arrival (at most max_num_seqs in flight, the rest
+        queued), and its latency counts from its arrival, the wait in the queue included."""
         if self.fail_on is not None and any(req.request_id == self.fail_on for req in requests):
             raise RuntimeError(f"fake engine: scripted failure on request {self.fail_on}")
         if self.gate is not None:
             wait_at_gate(Path(self.gate))
-        queue = [_Flight(req, self._decode_steps(req.key), sampling) for req in reversed(requests)]
-        limit = max_concurrency or len(queue)
+        arrivals = list(offsets_s) if offsets_s is not None else [0.0] * len(requests)
+        by_arrival = sorted(zip(arrivals, requests), key=lambda pair: pair[0])  # stable: closed loop in order
+        queue = [
+            (arrival, _Flight(req, self._decode_steps(req.key), sampling)) for arrival, req in reversed(by_arrival)
+        ]
+        limit = max_concurrency or (self.scheduler_limits[0] if offsets_s is not None else len(queue))
         in_flight: list[_Flight] = []
         done: dict[str, _Flight] = {}
+        clock = 0.0
         while queue or in_flight:
-            while queue and len(in_flight) < limit:
-                in_flight.append(queue.pop())
+            if not in_flight and queue[-1][0] > clock:
+                clock = queue[-1][0]  # idle until the next arrival
+            while queue and len(in_flight) < limit and queue[-1][0] <= clock:
+                arrival, flight = queue.pop()
+                flight.latency_s = clock - arrival  # 0.0 in closed loop
+                in_flight.append(flight)
             tokens = drafts = new_tokens = 0
+            k = None if self.schedule is None else k_at(self.schedule, len(in_flight))
             for f in in_flight:
-                t, dr, n = f.advance(self)
+                t, dr, n = f.advance(self, k)
                 tokens, drafts, new_tokens = tokens + t, drafts + dr, new_tokens + n
             if self.step_sleep_s:
                 time.sleep(self.step_sleep_s)
             wall = self.cost(self.mode, len(in_flight), tokens, drafts)
             self._steps.append(EngineStep(wall, len(in_flight), tokens, drafts))
+            clock += wall
             for f in in_flight:
                 f.latency_s += wall
                 f.chunk_times.append(f.latency_s)
@@ -327,6 +346,8 @@ class _Flight:
         self.ignore_eos = sampling.ignore_eos
         self.prefilled = False
         self.generated = 0
+        # Tokens of a scripted step a schedule's smaller k left to plain steps.
+        self.owed = 0
         self.steps: list[DraftedStep] = []
         self.target_steps = 0
         self.latency_s = 0.0
@@ -338,16 +359,22 @@ class _Flight:
         # With ignore_eos the answer runs to max_tokens, past where its script ends.
         if self.ignore_eos:
             return self.prefilled and self.generated >= self.max_tokens
-        return self.prefilled and (not self.remaining or self.generated >= self.max_tokens)
+        return self.prefilled and ((not self.remaining and not self.owed) or self.generated >= self.max_tokens)
 
-    def advance(self, engine: FakeEngine) -> tuple[int, int, int]:
-        """One engine step for this request: (tokens processed, draft tokens, new output tokens)."""
+    def advance(self, engine: FakeEngine, k: int | None = None) -> tuple[int, int, int]:
+        """One engine step for this request: (tokens processed, draft tokens, new output tokens).
+        Under a schedule whose `k` is below a scripted step's drafts, the step drafts k and the
+        tokens it no longer accepts come as plain steps after it (the answer stays the same)."""
         self.target_steps += 1
         if not self.prefilled:
             self.prefilled = True
             self.generated = 1  # the prefill step samples the first token
             return len(self.request.prompt_token_ids), 0, 1
-        entry = self.remaining.pop(0) if self.remaining else None
+        entry = None if self.owed else (self.remaining.pop(0) if self.remaining else None)
+        self.owed = max(0, self.owed - 1)
+        if entry is not None and k is not None and engine.mode == "speculative" and k < entry[0]:
+            self.owed = entry[1] - min(entry[1], k)
+            entry = (k, min(entry[1], k)) if k > 0 else None
         if entry is None:
             self.generated += 1
             return 1, 0, 1
@@ -471,11 +498,12 @@ def fake_factory(
             return FakeEngine(None, script, mode="plain", cost=cost, **kwargs)
         mode = {CLASS_PATH: "verify", IDLE_CLASS_PATH: "idle"}.get(spec.get("model"), "speculative")
         d = spec["num_speculative_tokens"]
+        scheduled = kwargs | {"schedule": spec.get("num_speculative_tokens_per_batch_size")}
         if spec.get("rejection_sample_method") == "synthetic":
             return FakeEngine(
-                d, synthetic_script(script, d, spec["synthetic_acceptance_rates"]), mode=mode, cost=cost, **kwargs
+                d, synthetic_script(script, d, spec["synthetic_acceptance_rates"]), mode=mode, cost=cost, **scheduled
             )
-        return FakeEngine(d, script, mode=mode, cost=cost, **kwargs)
+        return FakeEngine(d, script, mode=mode, cost=cost, **scheduled)
 
     return factory
 

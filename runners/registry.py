@@ -39,6 +39,8 @@ class Runner:
     # (run config) -> whether the engine is one speclens did not start (an attached server), which
     # keeps its own cache, weights and speculative config.
     attached: Callable[[RunConfig], bool] = lambda cfg: False
+    # Whether it sends requests at their arrival times (Engine.generate's offsets_s: the load ladder).
+    open_loop: bool = False
 
     def computes_here(self, cfg: RunConfig) -> bool:
         """Whether the engine computes on this machine: vLLM in this process, or a server speclens starts."""
@@ -68,6 +70,7 @@ RUNNERS: dict[str, Runner] = {
         lambda cfg: bool(cfg.runner.exclusive),
         replays=False,
         attached=lambda cfg: cfg.runner.url is not None,
+        open_loop=True,
     ),
     "fake": Runner(
         "fake",
@@ -78,6 +81,7 @@ RUNNERS: dict[str, Runner] = {
         lambda cfg, speculative: vllm_runner.closed_loop_only(cfg),
         chains=fake_engine.replay_chains,
         vllm_engine=False,
+        open_loop=True,
     ),
 }
 

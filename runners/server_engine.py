@@ -247,12 +247,16 @@ class ServerEngine:
         sampling: SamplingSpec,
         progress: ProgressFn | None = None,
         max_concurrency: int | None = None,
+        offsets_s: Sequence[float] | None = None,
     ) -> list[TurnResult]:
         """Closed loop: at most `max_concurrency` requests in flight, a finished request's slot going
-        to the next, as in-process. Open loop (with arrivals): request i is sent at its arrival
-        time, however many are in flight."""
-        offsets = self.arrivals.offsets_s(len(requests)) if self.arrivals else [None] * len(requests)
-        workers = len(requests) if self.arrivals else (max_concurrency or len(requests))
+        to the next, as in-process. Open loop (`offsets_s`, else the engine's arrivals): request i
+        is sent at its arrival time, however many are in flight."""
+        if offsets_s is None and self.arrivals is not None:
+            offsets_s = self.arrivals.offsets_s(len(requests))
+        open_loop = offsets_s is not None
+        offsets = list(offsets_s) if open_loop else [None] * len(requests)
+        workers = len(requests) if open_loop else (max_concurrency or len(requests))
         began = time.perf_counter()
 
         def send(request: TurnRequest, offset_s: float | None) -> Reply:

@@ -21,6 +21,7 @@ from runners.engine import ProgressFn
 from runners.gpu_facts import gpu_facts
 from runners.model_runner import runner_in_use
 from runners.vllm_compat import make_kernel_registration_safe
+from speclens.errors import ConfigError
 from speclens.generation import (
     COUNTER_NAMES,
     DraftedStep,
@@ -122,7 +123,13 @@ class VllmEngine:
         sampling: SamplingSpec,
         progress: ProgressFn | None = None,
         max_concurrency: int | None = None,
+        offsets_s: Sequence[float] | None = None,
     ) -> list[TurnResult]:
+        if offsets_s is not None:
+            raise ConfigError(
+                "open-loop load (request arrival times) needs runner=server: the in-process engine runs "
+                "the requests it is given as one batch."
+            )
         # vllm reads VLLM_* variables at import: imported after set_process_env, never at module load.
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from speclens.arrivals import PROCESSES
+from speclens.config import RunConfig
 from speclens.errors import ConfigError
 
 
@@ -29,19 +30,35 @@ class SloConfig:
 
 
 @dataclass
-class LadderConfig:
+class LoadConfig(RunConfig):
+    """`python -m evals.load`: every evals.run key, plus the ladder's. Each arm (plain decoding, the
+    drafter at each of `draft_lengths`, and with `schedule_arm` the load policy's schedule) is
+    measured at every rate, `repeats` times (RunConfig.repeats; null: once)."""
+
     request_rates: list[float] = field(default_factory=lambda: [0.5, 1.0, 2.0, 4.0])
     arrivals: str = "poisson"
     stage: StageConfig = field(default_factory=StageConfig)
-    repeats: int = 1
     slo: SloConfig = field(default_factory=SloConfig)
+    # The drafter's arms (null: d alone).
+    draft_lengths: list[int] | None = None
+    # Run the schedule the static arms' crossover gives (vLLM's dynamic speculation) as an arm of
+    # its own, after them; with drafter.schedule= that schedule instead.
+    schedule_arm: bool = True
+
+    @property
+    def ladder_repeats(self) -> int:
+        return self.repeats or 1
+
+    @property
+    def arm_lengths(self) -> list[int]:
+        return list(self.draft_lengths) if self.draft_lengths else [self.d]
 
 
 def _finite_positive(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
-def check_ladder(cfg: LadderConfig) -> None:
+def check_ladder(cfg: LoadConfig) -> None:
     """Refuse, naming the key, a ladder that could not measure what it is asked."""
     rates = list(cfg.request_rates)
     if not rates:
@@ -83,9 +100,27 @@ def check_ladder(cfg: LadderConfig) -> None:
         or stage.warmup_requests < 0
     ):
         raise ConfigError(f"stage.warmup_requests={stage.warmup_requests}: must be a whole number >= 0.")
-    if isinstance(cfg.repeats, bool) or not isinstance(cfg.repeats, int) or cfg.repeats < 1:
-        raise ConfigError(f"repeats={cfg.repeats}: must be a whole number >= 1.")
+    if cfg.repeats is not None and (
+        isinstance(cfg.repeats, bool) or not isinstance(cfg.repeats, int) or cfg.repeats < 1
+    ):
+        raise ConfigError(f"repeats={cfg.repeats}: must be a whole number >= 1 (or null: once).")
+    lengths = cfg.draft_lengths
+    if lengths is not None:
+        if not lengths or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in lengths):
+            raise ConfigError(f"draft_lengths={list(lengths)}: whole numbers >= 1 (or null: d alone).")
+        if len(set(lengths)) != len(lengths):
+            raise ConfigError(f"draft_lengths={list(lengths)}: each D once.")
+    for key, value, kind in (
+        ("request_rate", cfg.request_rate, "one open-loop rate of evals.run; the ladder's are request_rates="),
+        ("batch_sizes", cfg.batch_sizes, "closed-loop load; the ladder sends open-loop load at request_rates="),
+    ):
+        if value is not None:
+            raise ConfigError(f"{key}={value}: {kind}; leave {key} unset.")
+    if cfg.baseline:
+        raise ConfigError(
+            "baseline=true: the ladder always measures plain decoding as an arm of its own; leave baseline unset."
+        )
     for key in ("tpot_ms", "ttft_ms"):
         bound = getattr(cfg.slo, key)
         if bound is not None and not _finite_positive(bound):
-            raise ConfigError(f"slo.{key}={bound}: must be a finite number of milliseconds > 0 (or null: no bound).")
+            raise ConfigError(f"slo.{key}={bound:g}: must be a finite number of milliseconds > 0 (or null: no bound).")

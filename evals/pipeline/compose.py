@@ -37,6 +37,7 @@ from speclens.config import (
     config_fingerprint,
 )
 from speclens.errors import ConfigError
+from speclens.load_config import LoadConfig
 from speclens.options import closest
 from speclens.redact import redact_overrides
 
@@ -90,6 +91,7 @@ def register_configs() -> None:
     # Schemas of presets live under schema/ so they never show up as choices of a group.
     cs.store(group="schema", name="run", node=RunConfig)
     cs.store(group="schema", name="replay", node=ReplayConfig)
+    cs.store(group="schema", name="load", node=LoadConfig)
     cs.store(group="schema", name="target", node=TargetConfig)
     cs.store(group="schema", name="sampling", node=SamplingConfig)
     cs.store(group="schema", name="engine", node=EngineConfig)

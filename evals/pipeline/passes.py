@@ -136,7 +136,7 @@ def run_passes(
             if hasattr(show, "close"):
                 show.close()
             engine.close()
-            _keep_log(engine, logs_dir, f"{mode} B={batch_size}")
+            keep_server_log(engine, logs_dir, f"{mode} B={batch_size}")
     return passes
 
 
@@ -195,7 +195,7 @@ def _by_domain(
     return counters
 
 
-def _keep_log(engine: Engine, logs_dir: Path | None, label: str) -> None:
+def keep_server_log(engine: Engine, logs_dir: Path | None, label: str) -> None:
     log = engine.log_file()
     if log is None or logs_dir is None or not log.is_file():
         return

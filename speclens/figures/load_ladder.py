@@ -7,12 +7,12 @@ vanishes: `throughput_rate`, where plain decoding's output tokens/s overtakes th
 advantage is taken as linear in the rate (the crossover interpolated where it changes sign); its
 interval comes from resampling each stage's samples (the repeats' figures, or the requests'), with
 the share of resamples in which it was reached. A stage is `saturated` where the rate achieved
-falls short of the offered one beyond arrival noise, or the requests in flight grow through it.
+falls short of what a server keeping up with its arrivals would achieve, or the requests in flight
+grow through it.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -21,13 +21,14 @@ import numpy as np
 # Resamples of the crossover's interval, and its level.
 BOOTSTRAP_RESAMPLES = 2000
 INTERVAL = 0.95
-# Poisson arrivals of n requests scatter the achieved rate by about 1/sqrt(n) of the offered one; a
-# stage short of the offered rate by more than this many of those (and by at least 5 %) is saturated.
-SATURATION_SIGMAS = 3.0
+# A stage whose rate achieved falls short of what a server keeping up with its arrivals would
+# achieve by more than this share is saturated.
 SATURATION_FLOOR = 0.05
 # Requests in flight over a stage's last third against its first: grown by more than this share
-# (and by more than one request), the queue grows through the stage.
-QUEUE_GROWTH = 0.25
+# and by more than QUEUE_GROWTH_MIN requests (a short stage's bursts of arrivals move it by one or
+# two), the queue grows through the stage.
+QUEUE_GROWTH = 0.5
+QUEUE_GROWTH_MIN = 2.0
 
 
 @dataclass(frozen=True)
@@ -97,25 +98,21 @@ def crossover(
     return Crossover(rate, interval, share, point[-1], below)
 
 
-def saturated(offered_rate: float, achieved_rate: float, n_requests: int, in_flight: Sequence[float] = ()) -> bool:
-    """Whether a stage could not keep up: the rate achieved short of the one offered beyond what
-    arrival noise explains, or the requests in flight (sampled evenly through the stage) growing."""
-    if n_requests <= 0:
-        return True
-    tolerance = max(SATURATION_FLOOR, SATURATION_SIGMAS / math.sqrt(n_requests))
-    if achieved_rate < offered_rate * (1 - tolerance):
-        return True
-    return queue_grows(in_flight)
+def saturated(keeping_up_rate: float, achieved_rate: float, in_flight: Sequence[float] = ()) -> bool:
+    """Whether a stage could not keep up: the rate achieved short of `keeping_up_rate` (what a
+    server keeping up with the stage's very arrivals would achieve) by more than SATURATION_FLOOR,
+    or the requests in flight (sampled evenly through the stage) growing."""
+    return achieved_rate < keeping_up_rate * (1 - SATURATION_FLOOR) or queue_grows(in_flight)
 
 
 def queue_grows(in_flight: Sequence[float]) -> bool:
     """The requests in flight over the stage's last third above its first third's by more than
-    QUEUE_GROWTH of them and more than one request."""
+    QUEUE_GROWTH of them and more than QUEUE_GROWTH_MIN requests."""
     if len(in_flight) < 3:
         return False
     third = len(in_flight) // 3
     first, last = float(np.mean(in_flight[:third])), float(np.mean(in_flight[-third:]))
-    return last - first > max(1.0, QUEUE_GROWTH * first)
+    return last - first > max(QUEUE_GROWTH_MIN, QUEUE_GROWTH * first)
 
 
 def littles_law_gap(achieved_rate: float, mean_latency_s: float, mean_in_flight: float) -> float | None:
@@ -195,15 +192,15 @@ def in_flight_at(requests: Sequence[ServedRequest], times: Sequence[float]) -> l
 
 def stage_figures(
     requests: Sequence[ServedRequest],
-    offered_rate: float,
     warmup_requests: int = 0,
     slo_ttft_ms: float | None = None,
     slo_tpot_ms: float | None = None,
     server_in_flight: Sequence[float] | None = None,
 ) -> StageFigures:
     """A stage's figures from its requests (in the order sent; the first `warmup_requests` left
-    out). The rate achieved is the completion rate, (n - 1) over the span of the completions;
-    tokens/s and goodput over the span from the first request sent to the last finished; the mean
+    out). The rate achieved, tokens/s and goodput are per second of the stage's span, from the
+    first measured request sent to the last finished (a steady server's rate is below the offered one
+    by about one latency over that span); the mean
     in flight is the server's gauge where it reports one, else the client's time average, and
     Little's law holds it against the completion rate times the mean latency."""
     measured = sorted(requests, key=lambda r: r.sent_s)[warmup_requests:]
@@ -211,9 +208,10 @@ def stage_figures(
         raise ValueError("a stage's figures need at least two measured requests")
     start, end = measured[0].sent_s, max(r.finished_s for r in measured)
     span = end - start
-    finishes = sorted(r.finished_s for r in measured)
-    completion_span = finishes[-1] - finishes[0]
-    achieved = (len(measured) - 1) / completion_span if completion_span > 0 else float(len(measured)) / span
+    achieved = len(measured) / span
+    # A server keeping up with these very arrivals finishes the last about one typical latency after
+    # it was sent: what the achieved rate is held against (the arrivals' own noise left out).
+    keeping_up = len(measured) / (measured[-1].sent_s - start + float(np.median([r.latency_s for r in measured])))
     latencies = [r.latency_s for r in measured]
     client_mean = sum(latencies) / span
     mean_in_flight = float(np.mean(server_in_flight)) if server_in_flight else client_mean
@@ -233,7 +231,7 @@ def stage_figures(
         mean_in_flight=mean_in_flight,
         littles_law_gap=littles_law_gap(achieved, float(np.mean(latencies)), mean_in_flight),
         goodput_rps=good,
-        saturated=saturated(offered_rate, achieved, len(measured), series),
+        saturated=saturated(keeping_up, achieved, series),
         ttft_s=tuple(r.ttft_s for r in measured if r.ttft_s is not None),
         tpot_s=tuple(t for t in tpots if t is not None),
         itl_s=tuple(g for r in measured for g in r.chunk_gaps_s),

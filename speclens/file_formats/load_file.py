@@ -8,7 +8,7 @@ line naming the file, the field and the rule."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from speclens.file_formats.summary_file import read_json_object
 from speclens.files import write_json_atomic
@@ -86,11 +86,22 @@ class LoadFile:
     schema_version: int
     stages: list[LoadStage]
     crossover: list[CrossoverRow]
+    # The ladder's configuration (its fingerprint): a re-run of the same one resumes from the first
+    # unfinished stage; another is refused.
+    config_fingerprint: str | None = None
+    # Whether every stage and arm ran (false while a ladder is under way or after it died).
+    complete: bool = True
 
 
-def write_load_file(stages: list[LoadStage], crossover: list[CrossoverRow], run_dir: Path) -> Path:
+def write_load_file(
+    stages: list[LoadStage],
+    crossover: list[CrossoverRow],
+    run_dir: Path,
+    config_fingerprint: str | None = None,
+    complete: bool = True,
+) -> Path:
     path = run_dir / LOAD_FILE
-    write_json_atomic(to_plain(LoadFile(LOAD_VERSION, stages, crossover)), path)
+    write_json_atomic(to_plain(LoadFile(LOAD_VERSION, stages, crossover, config_fingerprint, complete)), path)
     return path
 
 
@@ -98,3 +109,36 @@ def read_load_file(run_dir: Path) -> LoadFile:
     """The ladder's record, checked; CorruptRecord in one line otherwise."""
     path = run_dir / LOAD_FILE
     return parse(LoadFile, read_json_object(path), path, "load ladder (load.json)")
+
+
+@record(kw_only=True)
+class LoadPolicy:
+    """What to serve under load, from a ladder's crossover: speculate (drafter, d) below
+    `speculate_below_rate`, plain decoding above; the requests in flight the drafter's arm held at
+    each rate map that onto vLLM's `num_speculative_tokens_per_batch_size` (k = d up to
+    `switch_at_in_flight`, 0 above). `speculate_below_rate` null: speculation paid at every rate
+    measured (`reached` false); 0 with `below_ladder`: it paid at none."""
+
+    drafter: str
+    d: DraftLength
+    speculate_below_rate: NonNegative | None
+    interval: list[NonNegative] | None = None
+    # Which advantage vanishes first: "throughput" (output tokens/s) or "tpot".
+    decided_by: Literal["throughput", "tpot"] | None
+    reached: bool
+    below_ladder: bool = False
+    # [rate, mean requests in flight] of the drafter's arm at each rung.
+    in_flight_at_rate: list[list[NonNegative]]
+    switch_at_in_flight: Count | None
+    num_speculative_tokens_per_batch_size: list[list[int]]
+    speculative_config: dict[str, Any] | None
+    arrivals: Literal["poisson", "constant"]
+    domain: str = "all"
+    provenance: Provenance
+
+
+@record
+class LoadServeFile:
+    """serve.json beside a ladder's load.json."""
+
+    load_policy: LoadPolicy

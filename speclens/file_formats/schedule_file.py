@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from speclens.errors import ConfigError
+from speclens.errors import ConfigError, CorruptRecord
+from speclens.file_formats.load_file import LoadServeFile
 from speclens.file_formats.serve_file import PLAN_KEYS, is_serve_plan, mode_plans
 from speclens.provenance import Provenance, differences, from_dict
+from speclens.schema import parse
 
 Schedule = list[list[int]]
 
@@ -45,6 +47,16 @@ def check_schedule(schedule: object, where: str) -> Schedule:
     return out
 
 
+def k_at(schedule: Schedule, batch_size: int) -> int:
+    """The draft length vLLM uses at `batch_size` requests in a step: the k of the last range
+    starting at or below it (carried over gaps and past the last range)."""
+    k = schedule[0][2]
+    for start, _, range_k in schedule:
+        if batch_size >= start:
+            k = range_k
+    return k
+
+
 def read_schedule(path: str, drafter: str, key: str, own: Provenance, mode: Mode) -> Schedule:
     """The drafter's schedule from a JSON file holding the schedule itself, or from a serve.json:
     the plan of this run's mode (temperature, chat_template_kwargs) and identity (`own`: source,
@@ -54,7 +66,9 @@ def read_schedule(path: str, drafter: str, key: str, own: Provenance, mode: Mode
         data = json.loads(file.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{key}={path}: not a readable JSON file ({exc}).") from None
-    if isinstance(data, dict):
+    if isinstance(data, dict) and "load_policy" in data:
+        data = _load_policy_schedule(data, drafter, f"{key}={path}", own)
+    elif isinstance(data, dict):
         if not is_serve_plan(data):
             raise ConfigError(
                 f"{key}={path} is neither a schedule ([[start, end, k], ...]) nor a serve.json speclens wrote "
@@ -102,6 +116,23 @@ def _plan_for(data: dict[str, Any], drafter: str, where: str, own: Provenance, m
             f"{', '.join(sorted(schedules)) or 'none'})."
         )
     return schedules[drafter]
+
+
+def _load_policy_schedule(data: dict[str, Any], drafter: str, where: str, own: Provenance) -> Schedule:
+    """The schedule of a load ladder's serve.json (its `load_policy`), for this drafter and identity."""
+    try:
+        policy = parse(LoadServeFile, data, where, "serve.json beside a load ladder").load_policy
+    except CorruptRecord as exc:
+        raise ConfigError(str(exc)) from None
+    if policy.drafter != drafter:
+        raise ConfigError(f"{where}: its load policy speculates with {policy.drafter}, not drafter={drafter}.")
+    differ = differences(policy.provenance, own)
+    if differ:
+        raise ConfigError(
+            f"{where}: its load policy was measured otherwise than this run ({'; '.join(differ)}); measure a ladder "
+            "as this run is, or run as that one."
+        )
+    return policy.num_speculative_tokens_per_batch_size
 
 
 def _plan_mode(plan: dict[str, Any]) -> Mode:

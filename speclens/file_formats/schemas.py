@@ -13,7 +13,7 @@ from typing import Any
 
 from speclens.figures.summary import ReplayRecord, RunSummary
 from speclens.file_formats.curves_file import CurveRow
-from speclens.file_formats.load_file import LOAD_FILE, LoadFile
+from speclens.file_formats.load_file import LOAD_FILE, LoadFile, LoadServeFile
 from speclens.file_formats.profile_file import PROFILE_FILE, ProfileFile
 from speclens.file_formats.ranking_file import LengthRankingRow, RankingRow
 from speclens.file_formats.run_files import FAILURE_FILE, STAMP_FILE, FailureRecord, RunStamp
@@ -28,7 +28,10 @@ FORMATS: dict[str, tuple[Any, str]] = {
     SUMMARY_FILE: (RunSummary, "a run's figures"),
     REPLAY_FILE: (ReplayRecord, "what a replay measured"),
     STAMP_FILE: (RunStamp, "what a run was measured with and by"),
-    SERVE_FILE: (ServePlan | ServePlans, "what to serve: one plan, or one per mode under by_temperature"),
+    SERVE_FILE: (
+        ServePlan | ServePlans | LoadServeFile,
+        "what to serve: one plan, or one per mode under by_temperature; beside a load ladder, its load_policy",
+    ),
     WHATIF_FILE: (WhatifFile, "speedups predicted on a named GPU"),
     FAILURE_FILE: (FailureRecord, "a failed sweep job's reason"),
     PROFILE_FILE: (ProfileFile, "acceptance profiles, speclens's layout"),
