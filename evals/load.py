@@ -19,17 +19,20 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from drafters import drafter_name
 from evals.hydra_app import end_job, run_app
 from evals.pipeline.compose import CONF_DIR, register_configs, run_fingerprint, to_run_config
-from evals.pipeline.ladder import Ladder, resumed, schedule_arm, static_arms
+from evals.pipeline.ladder import Arm, Ladder, resumed, schedule_arm, static_arms
 from evals.pipeline.measure import failures_logged
 from evals.pipeline.plan import make_plan, planned_identity
 from evals.pipeline.run_dir import claimed
 from reports.load_ladder import crossover_rows, ladder_text, load_policy, schedule_gaps
+from reports.wandb_log import log_ladder
 from runners.registry import runner_of
-from speclens.console import quiet
+from speclens.config import WandbLoggerConfig
+from speclens.console import console, quiet
 from speclens.errors import ConfigError, guarded
-from speclens.file_formats.load_file import LoadServeFile
+from speclens.file_formats.load_file import LoadServeFile, read_load_file
 from speclens.file_formats.run_files import ENGINE_LOG
 from speclens.file_formats.serve_file import SERVE_FILE
 from speclens.files import write_json_atomic
@@ -61,6 +64,26 @@ def check_load_runner(cfg: LoadConfig, speculative: bool) -> None:
             )
 
 
+def run_schedule_arm(ladder: Ladder, arms: list[Arm], schedule: list[list[int]], attached: bool) -> None:
+    """The schedule as an arm of its own, where it is one: not on an attached server (its config is
+    its own), nor where it is one draft length at every batch size (an arm already measured)."""
+    if attached:
+        print(
+            "speclens: the schedule arm is skipped: an attached server keeps its own speculative config.",
+            file=console(),
+        )
+        return
+    if len(schedule) == 1:
+        print(
+            f"speclens: the schedule arm is skipped: its schedule {schedule} is one draft length at every batch size, "
+            "an arm already measured.",
+            file=console(),
+        )
+        return
+    top = max(k for _, _, k in schedule)
+    ladder.run_arm(schedule_arm(next(a for a in arms if a.kind == "static" and a.d == top), schedule))
+
+
 def run_load(cfg: DictConfig, out_dir: Path) -> None:
     """Plan, run every arm's stages (resuming a killed ladder), then the crossover, the policy and
     the schedule arm; print the decision first."""
@@ -68,8 +91,7 @@ def run_load(cfg: DictConfig, out_dir: Path) -> None:
         typed: LoadConfig = to_run_config(cfg)
         check_ladder(typed)
         runner = runner_of(typed)
-        asked_speculative = typed.drafter is not None and getattr(typed.drafter, "name", None) != "none"
-        check_load_runner(typed, asked_speculative)
+        check_load_runner(typed, drafter_name(typed.drafter) != "none")
         # An attached pair is checked as evals.run checks a baseline pair: runner.url speculates, the other does not.
         plan = make_plan(replace(typed, baseline=True) if runner.attached(typed) else typed)
         config: LoadConfig = plan.config
@@ -91,27 +113,24 @@ def run_load(cfg: DictConfig, out_dir: Path) -> None:
             specs = {arm.d: arm.spec for arm in arms if arm.kind == "static"}
             policy = load_policy(rows, state.stages, specs, config.engine.max_num_seqs, config.arrivals)
             if config.schedule_arm and policy is not None:
-                schedule = plan.schedule or policy.num_speculative_tokens_per_batch_size
-                static = next(a for a in arms if a.kind == "static" and a.d == max(k for _, _, k in schedule))
-                if runner.attached(config):
-                    print(
-                        "speclens: the schedule arm is skipped: an attached server keeps its own speculative config.",
-                        file=sys.stderr,
-                    )
-                elif len(schedule) == 1:
-                    print(
-                        f"speclens: the schedule arm is skipped: its schedule {schedule} is one draft length at every "
-                        "batch size, an arm already measured.",
-                        file=sys.stderr,
-                    )
-                else:
-                    ladder.run_arm(schedule_arm(static, schedule))
+                run_schedule_arm(
+                    ladder, arms, plan.schedule or policy.num_speculative_tokens_per_batch_size, runner.attached(config)
+                )
             gaps = schedule_gaps(state.requests, state.stages)
             ladder.write(complete=True, crossover=rows)
             if policy is not None:
                 write_json_atomic(to_plain(LoadServeFile(policy)), out_dir / SERVE_FILE)
     print(ladder_text(state.stages, rows, policy, gaps))
     print(f"results: {out_dir}")
+    if isinstance(config.logger, WandbLoggerConfig):
+        try:
+            log_ladder(out_dir, read_load_file(out_dir), policy, config.logger)
+        except Exception as exc:  # noqa: BLE001 - a dashboard hiccup must not fail a finished ladder
+            print(
+                f"speclens: warning: logging to wandb failed ({type(exc).__name__}: {exc}); the ladder's results "
+                f"are complete in {out_dir}.",
+                file=sys.stderr,
+            )
 
 
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="load")

@@ -64,10 +64,13 @@ from evals.whatif_calibration import (
     fitted_beside_line,
 )
 from evals.whatif_inputs import AcceptanceInput, DrafterInput, Share, draft_lengths, ints, resolve_inputs
+from evals.whatif_ladder import STAGE_REQUESTS, predicted_ladder
+from reports.load_ladder import predicted_ladder_lines
 from reports.table import text_table
 from reports.whatif_page import write_page
 from reports.whatif_text import slo_line, whatif_lines
 from speclens import provenance as prov
+from speclens.arrivals import PROCESSES
 from speclens.errors import ConfigError, guarded
 from speclens.figures.metrics import conditional_acceptance, length_label
 from speclens.file_formats.profile_file import (
@@ -105,14 +108,18 @@ from speclens.gpu_model.whatif import (
     schedule,
     serve_at_slo,
 )
+from speclens.load_config import check_rates
 from speclens.options import nearest, number, parse_value
 
 DEFAULT_CONTEXT_LEN = 4096
 KEYS = ("gpu", "tp", "weights", "batch_sizes", "context_len", "d", "al", "acceptance", "drafter", "domain", "out")
 KEYS += ("target.model", "drafter.model", "calibrate", "slo.tokens_per_s_per_user", "cost_model", "engine")
 KEYS += ("expert_weights", "draft_share", "model_runner", "setting")
+KEYS += ("request_rates", "input_tokens", "output_tokens", "arrivals", "stage.requests")
 TEXT_KEYS = ("target.model", "drafter.model", "out", "gpu", "calibrate", "cost_model", "engine", "expert_weights")
-TEXT_KEYS += ("model_runner", "drafter", "domain", "weights", "setting")
+TEXT_KEYS += ("model_runner", "drafter", "domain", "weights", "setting", "arrivals")
+# A predicted ladder's requests where request_rates= is given without them.
+DEFAULT_INPUT_TOKENS, DEFAULT_OUTPUT_TOKENS = 1024, 256
 
 
 def parse(argv: list[str]) -> tuple[Path | None, dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
@@ -439,7 +446,53 @@ def build(argv: list[str]) -> tuple[dict[str, Any], Path | None]:
         ]
     if "slo.tokens_per_s_per_user" in options:
         result["slo"] = slo_answer(options["slo.tokens_per_s_per_user"], points, hw.tp, context_lens[0])
+    if "request_rates" in options:
+        result |= ladder_of(options, draftings, points, target, hw, ds)
     return result, output_folder(options, source)
+
+
+def ladder_of(
+    options: dict[str, Any],
+    draftings: list[Drafting],
+    points: list[dict[str, Any]],
+    target: ModelShape,
+    hw: Hardware,
+    ds: list[int] | None,
+) -> dict[str, Any]:
+    """The predicted ladder: each drafter at each D given with d=, else at its best D at one request."""
+    rates = check_rates(options["request_rates"])
+    lengths = {}
+    sizes = (("input_tokens", DEFAULT_INPUT_TOKENS), ("output_tokens", DEFAULT_OUTPUT_TOKENS))
+    for key, default in (*sizes, ("stage.requests", STAGE_REQUESTS)):
+        value = options.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{key}={value}: a whole number >= 1.")
+        lengths[key] = value
+    process = str(options.get("arrivals", "poisson"))
+    if process not in PROCESSES:
+        raise ConfigError(f"arrivals={process}: one of {', '.join(PROCESSES)}.")
+
+    def lengths_of(drafting: Drafting) -> list[int]:
+        if ds is not None:
+            return [d for d in ds if d in drafting.al_by_d]
+        mine = [
+            p
+            for p in points
+            if p["drafter"] == drafting.drafter and p["batch_size"] == min(q["batch_size"] for q in points)
+        ]
+        return [max(mine, key=lambda p: p["speedup"])["d"]] if mine else []
+
+    return predicted_ladder(
+        draftings,
+        lengths_of,
+        target,
+        hw,
+        rates,
+        lengths["input_tokens"],
+        lengths["output_tokens"],
+        process,
+        lengths["stage.requests"],
+    )
 
 
 def drafting_of(
@@ -641,6 +694,9 @@ def main(argv: list[str]) -> int:
     write_whatif_file(result, out)
     for line in whatif_lines(result):
         print(line)
+    if "ladder" in result:
+        for line in predicted_ladder_lines(result):
+            print(line)
     page = write_page(result, out, slo_line(result))
     print(f"written: {out / WHATIF_FILE}, {page}")
     return 0

@@ -27,6 +27,7 @@ from drafters.facts_table import comparison_rows
 from reports import plotly_charts, png_plots
 from reports.curves import WHOLE_OUTPUT, collect, is_length_group, safe_name
 from reports.gpu_prediction import gpu_section
+from reports.load_report import ladder_sections
 from reports.page import Section, render_page
 from reports.ranking_tables import display_columns, display_rows, guideline_notes
 from reports.runs import (
@@ -45,6 +46,7 @@ from speclens.errors import ArgumentParser, SpeclensError, guarded
 from speclens.figures.account import CORRECTIONS, MODEL
 from speclens.figures.summary import WHOLE_RUN_GROUP
 from speclens.file_formats.drafter_build import describe_build
+from speclens.file_formats.load_file import LOAD_FILE
 from speclens.file_formats.serve_file import headline_plans, mode_plans
 from speclens.gpu_model.gpus import GPUS, gpu_named
 from speclens.gpu_model.serving_engines import DEFAULT_ENGINE, ENGINES, engine_named
@@ -687,8 +689,11 @@ def stamp_section(runs: list[RunView]) -> Section:
 
 def build_sections(root: Path, gpu: Hardware | None = None) -> list[Section]:
     runs = find_runs(root)
+    ladder = ladder_sections(root) if (root / LOAD_FILE).is_file() else []
+    if ladder and not runs:
+        return ladder
     if not runs:
-        raise SpeclensError(f"{root}: no finished runs (summary.json) in it.")
+        raise SpeclensError(f"{root}: no finished runs (summary.json) or load ladder (load.json) in it.")
     check_consistent(runs, CONSISTENT_ACROSS_TEMPERATURES)
     spec_runs = [r for r in runs if r.summary.d is not None]
     try:
@@ -696,7 +701,7 @@ def build_sections(root: Path, gpu: Hardware | None = None) -> list[Section]:
         ranking: pd.DataFrame | SpeclensError = rank_runs(measured_runs(runs))
     except SpeclensError as exc:
         ranking = exc
-    sections = [decision_section(root, runs, ranking)]
+    sections = [decision_section(root, runs, ranking), *ladder]
     sections += [s for s in (diagnostics_section(runs),) if s] + [al_section(root, runs)]
     sections += [s for s in (settings_section(runs),) if s]
     sections += [s for s in (ranking_section(runs, ranking), speedup_section(runs), account_section(runs)) if s]

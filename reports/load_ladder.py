@@ -21,6 +21,9 @@ ALL_DOMAINS = "all"
 # The schedule arm is worse than a static one "beyond the noise" where the gap in output tokens/s
 # exceeds this many standard errors of the difference (per-request contributions).
 NOISE_SIGMAS = 2.0
+# A domain gets crossover rows of its own only where each arm's stage at every rung holds at least
+# this many of its requests (fewer, and its resamples are one or two requests').
+MIN_DOMAIN_REQUESTS = 3
 
 
 def _samples(rows: pd.DataFrame) -> tuple[list[float], list[float]]:
@@ -34,8 +37,9 @@ def _samples(rows: pd.DataFrame) -> tuple[list[float], list[float]]:
 def crossover_rows(
     stages: Sequence[LoadStage], requests: pd.DataFrame, rates: Sequence[float], seed: int
 ) -> list[CrossoverRow]:
-    """Per drafter, D and domain (`all`, and each domain where the prompts span several), where the
-    drafter's output tokens/s and TPOT advantages over plain decoding vanish along the ladder."""
+    """Per drafter, D and domain (`all`, and each domain where the prompts span several and each
+    stage holds MIN_DOMAIN_REQUESTS of its requests), where the drafter's output tokens/s and TPOT
+    advantages over plain decoding vanish along the ladder."""
     rows: list[CrossoverRow] = []
     plain = requests[requests["arm"] == "plain"]
     domains = sorted(requests["domain"].unique())
@@ -66,8 +70,9 @@ def _crossover_row(
     spec_tput, spec_tpot, plain_tput, plain_tpot = [], [], [], []
     for rate in rates:
         a, b = _samples(mine[mine["request_rate"] == rate]), _samples(theirs[theirs["request_rate"] == rate])
-        if not (a[0] and b[0] and a[1] and b[1]):
-            return None  # a rung without this domain's requests on both arms: no crossover over it
+        least = 1 if domain == ALL_DOMAINS else MIN_DOMAIN_REQUESTS
+        if min(len(a[0]), len(b[0])) < least or not (a[1] and b[1]):
+            return None  # too few of this domain's requests at a rung: no crossover over it
         spec_tput.append(a[0]), spec_tpot.append(a[1]), plain_tput.append(b[0]), plain_tpot.append(b[1])
     tput = crossover(rates, spec_tput, plain_tput, higher_is_better=True, seed=seed)
     tpot = crossover(rates, spec_tpot, plain_tpot, higher_is_better=False, seed=seed + 1)
@@ -190,7 +195,7 @@ def policy_sentence(policy: LoadPolicy) -> str:
     )
     return (
         f"load policy ({source}): speculate with {what} below {policy.speculate_below_rate:.2f} req/s{interval}, "
-        f"plain decoding above ({why} there, at about {policy.switch_at_in_flight} requests in flight); {schedule}."
+        f"plain decoding above ({why} there, at about {policy.switch_at_in_flight} in flight); {schedule}."
     )
 
 
@@ -259,24 +264,32 @@ def crossover_line(row: CrossoverRow) -> str:
     )
 
 
+def stage_cells(s: LoadStage) -> list[str]:
+    """One stage's figures as a table shows them: achieved rate, tok/s, TPOT and TTFT p50, in flight, AL, saturated."""
+    return [
+        f"{s.achieved_rate:.2f}",
+        f"{s.output_tokens_per_s:.1f}",
+        "-" if s.tpot_ms is None else f"{s.tpot_ms.p50:.1f}",
+        f"{s.ttft_ms.p50:.0f}",
+        f"{s.mean_in_flight:.1f}",
+        "-" if s.al is None else f"{s.al:.2f}",
+        "yes" if s.saturated else "",
+    ]
+
+
+STAGE_HEADER = ["achieved", "tok/s", "TPOT p50 ms", "TTFT p50 ms", "in flight", "AL", "saturated"]
+
+
 def stage_table(stages: Sequence[LoadStage]) -> list[str]:
-    rows = []
-    for s in sorted(stages, key=lambda s: (s.request_rate, s.repeat, s.arm != "plain", s.arm, s.d or 0)):
-        rows.append(
-            [
-                f"{s.request_rate:g}",
-                "plain" if s.arm == "plain" else f"{s.drafter} d={s.d}" + (" sched" if s.arm == "schedule" else ""),
-                f"{s.achieved_rate:.2f}",
-                f"{s.output_tokens_per_s:.1f}",
-                "-" if s.tpot_ms is None else f"{s.tpot_ms.p50:.1f}",
-                f"{s.ttft_ms.p50:.0f}",
-                f"{s.mean_in_flight:.1f}",
-                "-" if s.al is None else f"{s.al:.2f}",
-                "yes" if s.saturated else "",
-            ]
-        )
-    header = ["req/s", "arm", "achieved", "tok/s", "TPOT p50 ms", "TTFT p50 ms", "in flight", "AL", "saturated"]
-    return text_table(header, rows).splitlines()
+    rows = [
+        [
+            f"{s.request_rate:g}",
+            "plain" if s.arm == "plain" else f"{s.drafter} d={s.d}" + (" sched" if s.arm == "schedule" else ""),
+            *stage_cells(s),
+        ]
+        for s in sorted(stages, key=lambda s: (s.request_rate, s.repeat, s.arm != "plain", s.arm, s.d or 0))
+    ]
+    return text_table(["req/s", "arm", *STAGE_HEADER], rows).splitlines()
 
 
 def ladder_text(
@@ -293,3 +306,42 @@ def ladder_text(
     lines.append(f"stages ({source}, {stages[0].arrivals if stages else ''} arrivals):")
     lines += stage_table(stages)
     return "\n".join(lines)
+
+
+def predicted_ladder_lines(result: dict[str, Any]) -> list[str]:
+    """A predicted ladder (whatif.json's `ladder` and `crossover`), crossover first."""
+    setting = result["ladder_setting"]
+    gpu = result["gpu"]["name"]
+    lines = [
+        f"predicted ladder on {gpu} x{result['tp']} ({setting['input_tokens']} input, {setting['output_tokens']} "
+        f"output tokens, {setting['arrivals']} arrivals; simulated continuous batching; ranges: {setting['range']}):"
+    ]
+    for row in result["crossover"]:
+        parts = []
+        for key, name in (
+            ("throughput_rate", "plain decoding's output tokens/s overtakes it"),
+            ("tpot_rate", "its TPOT advantage vanishes"),
+        ):
+            rate, spread = row[key], row.get(f"{key}_range")
+            where = "not reached" if rate is None else f"{'<= ' if row['below_ladder'] else ''}{rate:.2f} req/s"
+            if spread:
+                where += f" (range {spread[0]:.2f}-{spread[1]:.2f})"
+            parts.append(f"{name}: {where}")
+        lines.append(f"  {row['drafter']} d={row['d']}: " + "; ".join(parts))
+        if row.get("range_note"):
+            lines.append(f"    ({row['range_note']})")
+    header = ["req/s", "arm", "achieved", "tok/s", "tok/s range", "TPOT p50 ms", "in flight", "saturated"]
+    rows = [
+        [
+            f"{s['request_rate']:g}",
+            "plain" if s["arm"] == "plain" else f"{s['drafter']} d={s['d']}",
+            f"{s['achieved_rate']:.2f}",
+            f"{s['output_tokens_per_s']:.0f}",
+            f"{s['output_tokens_per_s_range'][0]:.0f}-{s['output_tokens_per_s_range'][1]:.0f}",
+            "-" if s["tpot_ms"] is None else f"{s['tpot_ms']['p50']:.2f}",
+            f"{s['mean_in_flight']:.1f}",
+            "yes" if s["saturated"] else "",
+        ]
+        for s in sorted(result["ladder"], key=lambda s: (s["request_rate"], s["arm"] != "plain", s["d"] or 0))
+    ]
+    return lines + text_table(header, rows).splitlines()

@@ -260,3 +260,72 @@ def log_sweep(sweep_dir: Path, curves: pd.DataFrame, ranking: pd.DataFrame | Non
         )
     finally:
         run.finish()
+
+
+def log_ladder(out_dir: Path, load: Any, policy: Any, logger: Any) -> None:
+    """A load ladder as one run (job_type `load`): every stage as a table row, tokens/s and TPOT
+    against the rate per arm as line plots, the crossovers and the load policy in its summary."""
+    # wandb is loaded only with logger=wandb.
+    import wandb
+
+    source = load.stages[0].provenance.source if load.stages else "unknown"
+    drafters = sorted({s.drafter for s in load.stages if s.arm != "plain"})
+    run = _init(
+        logger,
+        out_dir,
+        group=logger.group,
+        job_type="load",
+        name="load-" + ("-".join(drafters) or "plain"),
+        tags=[f"source={source}", *(f"drafter={d}" for d in drafters), "load_ladder", *logger.tags][:64],
+        config=redact({"provenance": load.stages[0].provenance.to_dict() if load.stages else None}),
+    )
+    try:
+        stages = pd.DataFrame(
+            [
+                {
+                    "arm": s.arm,
+                    "drafter": s.drafter,
+                    "d": s.d,
+                    "request_rate": s.request_rate,
+                    "repeat": s.repeat,
+                    "achieved_rate": s.achieved_rate,
+                    "output_tokens_per_s": s.output_tokens_per_s,
+                    "tpot_ms_p50": None if s.tpot_ms is None else s.tpot_ms.p50,
+                    "ttft_ms_p50": s.ttft_ms.p50,
+                    "mean_in_flight": s.mean_in_flight,
+                    "al": s.al,
+                    "saturated": s.saturated,
+                    "source": s.provenance.source,
+                }
+                for s in load.stages
+            ]
+        )
+        figures: dict[str, Any] = {"source": source}
+        for row in load.crossover:
+            key = f"{row.drafter}_d{row.d}/{row.domain}"
+            figures[f"crossover/throughput_rate/{key}"] = row.throughput_rate
+            figures[f"crossover/tpot_rate/{key}"] = row.tpot_rate
+            figures[f"crossover/reached/{key}"] = row.reached
+        if policy is not None:
+            figures["load_policy/speculate_below_rate"] = policy.speculate_below_rate
+            figures["load_policy/d"] = policy.d
+            figures["load_policy/switch_at_in_flight"] = policy.switch_at_in_flight
+        run.summary.update(figures)
+        arms = stages.assign(arm_name=stages["drafter"] + " d=" + stages["d"].astype(str) + " " + stages["arm"])
+        lines = arms.groupby(["arm_name", "request_rate"], as_index=False)[
+            ["output_tokens_per_s", "tpot_ms_p50"]
+        ].mean()
+        keys = sorted(lines["arm_name"].unique())
+        plots = {
+            f"plot/{figure}": wandb.plot.line_series(
+                xs=[lines[lines.arm_name == k].request_rate.tolist() for k in keys],
+                ys=[lines[lines.arm_name == k][figure].tolist() for k in keys],
+                keys=keys,
+                title=f"{figure} against the offered rate",
+                xname="request_rate",
+            )
+            for figure in ("output_tokens_per_s", "tpot_ms_p50")
+        }
+        run.log({"table/stages": wandb.Table(dataframe=stages)} | plots)
+    finally:
+        run.finish()

@@ -75,6 +75,10 @@ class Engine(Protocol):
     def counters(self) -> SpecCounters | None:
         """Cumulative speculative counters since the engine started; None without speculation."""
 
+    def load_gauges(self) -> dict[str, float] | None:
+        """What the engine holds now, where it reports it (a vLLM server's metrics page): requests
+        `in_flight` (running and waiting) and `kv_cache_usage` (0..1); None where it cannot be seen."""
+
     def decode(self, token_ids: Sequence[int]) -> str:
         """Text of `token_ids` as the engine reports output text."""
 

@@ -298,6 +298,9 @@ class FakeEngine:
     def log_file(self) -> Path | None:
         return None
 
+    def load_gauges(self) -> dict[str, float] | None:
+        return None  # its clock is scripted: nothing runs while a load generator could look
+
     def forget_finished(self) -> None:
         pass  # the scripted steps draw on nothing
 

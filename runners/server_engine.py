@@ -21,6 +21,7 @@ from typing import Any, Sequence
 from runners.chat import ChatTokenizer
 from runners.engine import EngineFailed, ProgressFn
 from runners.server_dialects import DIALECTS, Dialect, Reply, ReplyAcceptance, served_version, unfinished
+from runners.server_records import gauges
 from speclens.arrivals import arrival_offsets
 from speclens.assets import cache_dir
 from speclens.errors import ConfigError, MeasurementError
@@ -208,6 +209,18 @@ class ServerEngine:
         if not self.speculative:
             return None
         return self._read_counters().since(self._counters_at_start)
+
+    def load_gauges(self) -> dict[str, float] | None:
+        """The requests running and waiting, and the KV cache's use, from the metrics page (None
+        where the server reports neither, or the page does not answer)."""
+        try:
+            status, text = self.endpoint.get(self.dialect.metrics_path, timeout=2.0)
+        except (OSError, http.client.HTTPException):
+            return None
+        if status != 200:
+            return None
+        found = gauges(text)
+        return found or None
 
     def step_log(self) -> list[EngineStep]:
         return []  # a server does not show its engine steps: step costs are not measured through it

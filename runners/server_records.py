@@ -102,3 +102,25 @@ def _match(chunks: list[int], accepted: list[int]) -> list[bool] | None:
         plan.append(take)
         j += take
     return plan
+
+
+# A vLLM server's gauges of what it holds (vllm/v1/metrics/loggers.py), summed over its engines.
+IN_FLIGHT_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+KV_CACHE_GAUGE = "vllm:kv_cache_usage_perc"
+
+
+def gauges(text: str) -> dict[str, float]:
+    """`in_flight` (requests running + waiting) and `kv_cache_usage` (0..1, the mean over engines)
+    from a metrics page, each where the page has it."""
+    in_flight, kv = [], []
+    for name, _, value in prometheus_samples(text):
+        if name in IN_FLIGHT_GAUGES:
+            in_flight.append(value)
+        elif name == KV_CACHE_GAUGE:
+            kv.append(value)
+    found = {}
+    if in_flight:
+        found["in_flight"] = float(sum(in_flight))
+    if kv:
+        found["kv_cache_usage"] = float(sum(kv) / len(kv))
+    return found

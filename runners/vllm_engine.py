@@ -268,6 +268,9 @@ class VllmEngine:
             return None
         return self._read_counters().since(self._counters_at_start)
 
+    def load_gauges(self) -> dict[str, float] | None:
+        return None  # open-loop load needs a server
+
     def log_file(self) -> Path | None:
         return None  # vLLM logs to this process's own output
 

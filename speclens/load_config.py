@@ -60,7 +60,17 @@ def _finite_positive(value: object) -> bool:
 
 def check_ladder(cfg: LoadConfig) -> None:
     """Refuse, naming the key, a ladder that could not measure what it is asked."""
-    rates = list(cfg.request_rates)
+    rates = check_rates(cfg.request_rates)
+    _check_rest(cfg, rates)
+
+
+def check_rates(given: object) -> list[float]:
+    """request_rates= as a ladder takes them: at least one, each finite and > 0, increasing, once each."""
+    if not isinstance(given, (list, tuple)):
+        raise ConfigError(
+            f"request_rates={given}: a list of rates in requests per second, e.g. request_rates=[0.5,1,2,4]."
+        )
+    rates = list(given)
     if not rates:
         raise ConfigError(
             "request_rates=[]: give at least one rate in requests per second, e.g. request_rates=[0.5,1,2,4]."
@@ -74,6 +84,10 @@ def check_ladder(cfg: LoadConfig) -> None:
         raise ConfigError(f"request_rates={rates}: each rate once (repeats= measures a rate again).")
     if rates != sorted(rates):
         raise ConfigError(f"request_rates={rates}: give the rates in increasing order, e.g. {sorted(rates)}.")
+    return [float(r) for r in rates]
+
+
+def _check_rest(cfg: LoadConfig, rates: list[float]) -> None:
     if cfg.arrivals not in PROCESSES:
         raise ConfigError(f"arrivals={cfg.arrivals}: one of {', '.join(PROCESSES)}.")
     stage = cfg.stage

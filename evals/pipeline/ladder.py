@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -23,16 +25,23 @@ from evals.pipeline.passes import keep_server_log, warm_up
 from evals.pipeline.plan import RunPlan, first_messages
 from runners.engine import Engine, EngineFactory
 from speclens.arrivals import arrival_offsets
+from speclens.console import console
 from speclens.errors import ConfigError, CorruptRecord, MeasurementError
 from speclens.figures import metrics
 from speclens.figures.load_ladder import ServedRequest, StageFigures, stage_figures
-from speclens.file_formats.load_file import LOAD_FILE, LoadStage, Spread, read_load_file, write_load_file
+from speclens.file_formats.load_file import (
+    LOAD_FILE,
+    LOAD_REQUESTS_FILE,
+    LoadStage,
+    Spread,
+    read_load_file,
+    write_load_file,
+)
 from speclens.file_formats.records import write_parquet
 from speclens.generation import TurnRequest, TurnResult
 from speclens.load_config import LoadConfig
 from speclens.provenance import Provenance
 
-LOAD_REQUESTS_FILE = "load_requests.parquet"
 # The per-request columns of load_requests.parquet (one row per measured request of a stage).
 REQUEST_COLUMNS = (
     "arm",
@@ -42,6 +51,7 @@ REQUEST_COLUMNS = (
     "repeat",
     "request_id",
     "domain",
+    "prompt_tokens",
     "sent_s",
     "latency_s",
     "ttft_s",
@@ -100,6 +110,43 @@ def stage_size(cfg: LoadConfig, rate: float) -> int:
     return max(2, math.ceil(cfg.stage.seconds * rate))
 
 
+# How often a stage reads the server's gauges (requests in flight, KV cache use).
+GAUGE_INTERVAL_S = 0.5
+
+
+class GaugeSampler:
+    """Reads the engine's gauges every GAUGE_INTERVAL_S on a thread while a stage runs, each sample
+    with its time from the stage's start; nothing where the engine reports none."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> GaugeSampler:
+        self._began = time.perf_counter()
+        if self.engine.load_gauges() is not None:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(GAUGE_INTERVAL_S):
+            found = self.engine.load_gauges()
+            if found:
+                self.samples.append((time.perf_counter() - self._began, found))
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def series(self, key: str, after_s: float) -> list[float]:
+        """One gauge's samples taken from `after_s` on (the measured requests' part of the stage)."""
+        return [found[key] for at, found in self.samples if at >= after_s and key in found]
+
+
 @dataclass
 class LadderState:
     """What the ladder has finished: its stage rows and their requests."""
@@ -140,6 +187,44 @@ def spread(values_s: Sequence[float], scale: float = 1.0) -> Spread | None:
         return None
     p50, p90, p99 = np.percentile(np.asarray(values_s, dtype=float) * scale, [50, 90, 99])
     return Spread(float(p50), float(p90), float(p99))
+
+
+def stage_record(
+    figures: StageFigures,
+    arm: Arm,
+    rate: float,
+    arrivals: str,
+    provenance: Provenance,
+    repeat: int = 0,
+    al: float | None = None,
+    tokens_per_step: float | None = None,
+) -> LoadStage:
+    """load.json's row of one arm at one rate, from the stage's figures (measured or simulated)."""
+    ttft, latency = spread(figures.ttft_s, 1000.0), spread(figures.latency_s)
+    assert ttft is not None and latency is not None
+    return LoadStage(
+        drafter=arm.drafter,
+        d=arm.d,
+        arm=arm.kind,
+        request_rate=rate,
+        arrivals=arrivals,
+        repeat=repeat,
+        n_requests=figures.n_requests,
+        achieved_rate=figures.achieved_rate,
+        ttft_ms=ttft,
+        tpot_ms=spread(figures.tpot_s, 1000.0),
+        itl_ms=spread(figures.itl_s, 1000.0),
+        latency_s=latency,
+        output_tokens_per_s=figures.output_tokens_per_s,
+        goodput_rps=figures.goodput_rps,
+        mean_in_flight=figures.mean_in_flight,
+        littles_law_gap=figures.littles_law_gap,
+        al=al,
+        tokens_per_step=tokens_per_step,
+        saturated=figures.saturated,
+        seconds=figures.seconds,
+        provenance=provenance,
+    )
 
 
 def acceptance(results: Sequence[TurnResult], speculative: bool) -> tuple[float | None, float | None]:
@@ -192,11 +277,10 @@ class Ladder:
         identity: Provenance,
         fingerprint: str,
         state: LadderState,
-        say: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
+        say: Callable[[str], None] = lambda line: print(line, file=console(), flush=True),
     ) -> None:
         self.plan, self.cfg, self.out_dir, self.factory = plan, cfg, out_dir, factory
         self.identity, self.fingerprint, self.state, self.say = identity, fingerprint, state, say
-        self.domains = {p.request_id: p.domain for p in plan.prompts}
 
     def pending(self, arm: Arm) -> list[tuple[int, float, int]]:
         return [
@@ -239,14 +323,32 @@ class Ladder:
         chosen = [self.plan.prompts[i % len(self.plan.prompts)] for i in range(n)]
         requests = [TurnRequest(f"{p.request_id}.{i}", 0, prompts[i % len(prompts)]) for i, p in enumerate(chosen)]
         offsets = arrival_offsets(rate, n, cfg.arrivals, stage_seed(cfg.seed, rate_index, repeat))
-        results = engine.generate(requests, self.plan.sampling, offsets_s=offsets)
+        with GaugeSampler(engine) as gauges:
+            results = engine.generate(requests, self.plan.sampling, offsets_s=offsets)
+        measured_from = offsets[warmup] if warmup < len(offsets) else 0.0
         figures = stage_figures(
-            served(results, offsets), warmup, slo_ttft_ms=cfg.slo.ttft_ms, slo_tpot_ms=cfg.slo.tpot_ms
+            served(results, offsets),
+            warmup,
+            slo_ttft_ms=cfg.slo.ttft_ms,
+            slo_tpot_ms=cfg.slo.tpot_ms,
+            server_in_flight=gauges.series("in_flight", measured_from) or None,
         )
+        kv_use = gauges.series("kv_cache_usage", measured_from)
         measured = results[warmup:]
         al, tokens_per_step = acceptance(measured, arm.spec is not None)
-        row = self.stage_row(arm, rate, repeat, figures, al, tokens_per_step, engine)
-        rows = self.request_rows(arm, rate, repeat, chosen[warmup:], served(measured, offsets[warmup:]), figures)
+        row = stage_record(
+            figures,
+            arm,
+            rate,
+            cfg.arrivals,
+            self.identity.but(engine=engine.engine_name, engine_version=engine.engine_version),
+            repeat=repeat,
+            al=al,
+            tokens_per_step=tokens_per_step,
+        )
+        if kv_use:
+            row = replace(row, kv_cache_usage=min(1.0, float(np.mean(kv_use))))
+        rows = self.request_rows(arm, rate, repeat, chosen[warmup:], measured, offsets[warmup:], figures)
         self.state.requests = (
             pd.concat([self.state.requests, rows], ignore_index=True) if len(self.state.requests) else rows
         )
@@ -260,52 +362,17 @@ class Ladder:
             + (" (saturated)" if figures.saturated else "")
         )
 
-    def stage_row(
-        self,
-        arm: Arm,
-        rate: float,
-        repeat: int,
-        figures: StageFigures,
-        al: float | None,
-        tokens_per_step: float | None,
-        engine: Engine,
-    ) -> LoadStage:
-        ttft = spread(figures.ttft_s, 1000.0)
-        latency = spread(figures.latency_s)
-        assert ttft is not None and latency is not None
-        return LoadStage(
-            drafter=arm.drafter,
-            d=arm.d,
-            arm=arm.kind,
-            request_rate=rate,
-            arrivals=self.cfg.arrivals,
-            repeat=repeat,
-            n_requests=figures.n_requests,
-            achieved_rate=figures.achieved_rate,
-            ttft_ms=ttft,
-            tpot_ms=spread(figures.tpot_s, 1000.0),
-            itl_ms=spread(figures.itl_s, 1000.0),
-            latency_s=latency,
-            output_tokens_per_s=figures.output_tokens_per_s,
-            goodput_rps=figures.goodput_rps,
-            mean_in_flight=figures.mean_in_flight,
-            littles_law_gap=figures.littles_law_gap,
-            al=al,
-            tokens_per_step=tokens_per_step,
-            saturated=figures.saturated,
-            seconds=figures.seconds,
-            provenance=self.identity.but(engine=engine.engine_name, engine_version=engine.engine_version),
-        )
-
     def request_rows(
         self,
         arm: Arm,
         rate: float,
         repeat: int,
         prompts: Sequence[Any],
-        requests: Sequence[ServedRequest],
+        results: Sequence[TurnResult],
+        offsets: Sequence[float],
         figures: StageFigures,
     ) -> pd.DataFrame:
+        requests = served(results, offsets)
         return pd.DataFrame(
             {
                 "arm": arm.kind,
@@ -315,6 +382,7 @@ class Ladder:
                 "repeat": repeat,
                 "request_id": [p.request_id for p in prompts],
                 "domain": [p.domain for p in prompts],
+                "prompt_tokens": [r.prompt_tokens for r in results],
                 "sent_s": [r.sent_s for r in requests],
                 "latency_s": [r.latency_s for r in requests],
                 "ttft_s": pd.array([r.ttft_s for r in requests], dtype="Float64"),

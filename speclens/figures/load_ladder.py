@@ -13,6 +13,7 @@ grow through it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -107,12 +108,13 @@ def saturated(keeping_up_rate: float, achieved_rate: float, in_flight: Sequence[
 
 def queue_grows(in_flight: Sequence[float]) -> bool:
     """The requests in flight over the stage's last third above its first third's by more than
-    QUEUE_GROWTH of them and more than QUEUE_GROWTH_MIN requests."""
+    QUEUE_GROWTH of them, more than QUEUE_GROWTH_MIN requests and more than three of a Poisson
+    count's standard deviations (sqrt of the first third's mean: arrivals alone move it that much)."""
     if len(in_flight) < 3:
         return False
     third = len(in_flight) // 3
     first, last = float(np.mean(in_flight[:third])), float(np.mean(in_flight[-third:]))
-    return last - first > max(QUEUE_GROWTH_MIN, QUEUE_GROWTH * first)
+    return last - first > max(QUEUE_GROWTH_MIN, QUEUE_GROWTH * first, 3.0 * math.sqrt(first))
 
 
 def littles_law_gap(achieved_rate: float, mean_latency_s: float, mean_in_flight: float) -> float | None:

@@ -16,6 +16,8 @@ from speclens.provenance import Provenance
 from speclens.schema import AL, Count, DraftLength, NonNegative, Rate, Seconds, parse, record, to_plain
 
 LOAD_FILE = "load.json"
+# The measured requests of every stage (evals/pipeline/ladder.py REQUEST_COLUMNS).
+LOAD_REQUESTS_FILE = "load_requests.parquet"
 LOAD_VERSION = 1
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from speclens.errors import CorruptRecord
+from speclens.file_formats.load_file import CrossoverRow, LoadStage
 from speclens.files import write_json_atomic
 from speclens.schema import AL, OPEN_RECORD_CONFIG, Count, NonNegative, parse, record
 
@@ -48,6 +49,25 @@ class WhatifPoint:
     speedup_interval: list[NonNegative] | None = None
 
 
+@record(kw_only=True)
+class PredictedStage(LoadStage):
+    """A stage of a ladder predicted on a GPU (load.json's row, source predicted), with its output
+    tokens/s and TPOT p50 at the step model's held-out error either way."""
+
+    output_tokens_per_s_range: list[NonNegative]
+    tpot_ms_range: list[NonNegative] | None = None
+
+
+@record(kw_only=True)
+class PredictedCrossover(CrossoverRow):
+    """A predicted ladder's crossover, with each rate's range at the step model's held-out error."""
+
+    throughput_rate_range: list[NonNegative] | None = None
+    tpot_rate_range: list[NonNegative] | None = None
+    # Where one end of a range did not reach its crossover within the rates.
+    range_note: str | None = None
+
+
 @record
 class WhatifFile:
     """whatif.json: the predictions (`points`), the best of them (`best`), the machine they are for,
@@ -61,6 +81,9 @@ class WhatifFile:
     points: list[WhatifPoint]
     best: list[WhatifPoint]
     provenance: WhatifProvenance
+    # request_rates=: the ladder predicted by simulated continuous batching, and its crossover.
+    ladder: list[PredictedStage] | None = None
+    crossover: list[PredictedCrossover] | None = None
 
 
 def write_whatif_file(result: dict[str, Any], out_dir: Path) -> Path:

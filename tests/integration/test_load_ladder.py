@@ -8,8 +8,7 @@ import json
 import pandas as pd
 
 from evals.load import main as load_main
-from evals.pipeline.ladder import LOAD_REQUESTS_FILE
-from speclens.file_formats.load_file import read_load_file
+from speclens.file_formats.load_file import LOAD_REQUESTS_FILE, read_load_file
 from tests.integration.test_server import servers_launched_here
 
 RATES = [0.5, 2.0]
@@ -52,6 +51,8 @@ def test_a_real_ladder_measures_each_arm_at_each_rate_through_its_own_server(tmp
             "float32",
         )
         assert provenance.engine_version  # the server's own, from /version
+        # the server's gauges, read through the stage: its KV cache's use and the requests it held
+        assert stage.kv_cache_usage is not None and 0 <= stage.kv_cache_usage <= 1 and stage.mean_in_flight >= 0
     for stage in (s for s in found.stages if s.arm == "static"):
         # AL from the server's per-request metrics: between no draft accepted and all D
         assert 1.0 <= stage.al <= 4.0 and stage.tokens_per_step >= 1.0

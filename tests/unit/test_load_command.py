@@ -12,28 +12,31 @@ import pytest
 
 from evals.load import main as load_main
 from evals.pipeline.compose import to_run_config
-from evals.pipeline.ladder import LOAD_REQUESTS_FILE
 from evals.pipeline.plan import make_plan
+from reports.build import build
 from reports.load_ladder import in_flight_at, mean_in_flight
 from runners.fake_engine import FakeEngine
 from speclens.errors import ConfigError
 from speclens.figures.load_ladder import crossover_rate
-from speclens.file_formats.load_file import read_load_file
+from speclens.file_formats.load_file import LOAD_REQUESTS_FILE, read_load_file
 from speclens.file_formats.schedule_file import k_at
 from speclens.generation import SamplingSpec, TurnRequest
 from tests.unit.conftest import compose_run, fake_overrides
+from tests.wandb_offline import offline_runs
 
 ROWS = [
     {"question_id": f"q{i}", "category": "coding" if i % 2 else "writing", "turns": [f"task {i}"]} for i in range(6)
 ]
 RATES = [1, 4, 16, 64]
+# The fake target's config: with a model's shape, so the step-cost model can be calibrated on it.
+SHAPE = {"num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 64}
 LADDER = ["drafter=ngram", "d=3", f"request_rates=[{','.join(map(str, RATES))}]", "stage.requests=12"]
 
 
 def load(tmp_path, *overrides: str, out=None) -> int:
     out = out or tmp_path / "ladder"
     try:
-        return load_main([*fake_overrides(tmp_path, ROWS), *LADDER, *overrides, f"hydra.run.dir={out}"])
+        return load_main([*fake_overrides(tmp_path, ROWS, **SHAPE), *LADDER, *overrides, f"hydra.run.dir={out}"])
     except SystemExit as ended:  # a Hydra job reports its failure, then exits with its status
         return int(ended.code)
 
@@ -191,3 +194,123 @@ def test_a_run_takes_the_ladders_policy_as_its_schedule(ladder):
     assert plan.schedule == policy["num_speculative_tokens_per_batch_size"]
     with pytest.raises(ConfigError, match="its load policy speculates with ngram, not drafter=suffix"):
         make_plan(to_run_config(compose_run(*overrides, "drafter=suffix")))
+
+
+def test_the_report_of_a_ladder_leads_with_its_policy_and_draws_both_figures_against_the_rate(ladder):
+    html_file, md_file = build(ladder)
+    md = md_file.read_text()
+    policy = json.loads((ladder / "serve.json").read_text())["load_policy"]
+    assert "## Where speculation stops paying under load" in md
+    assert (
+        f"**load policy (fake, poisson arrivals): speculate with ngram d=3 below {policy['speculate_below_rate']:.2f} req/s"
+        in md
+    )
+    for figure in ("output_tokens_per_s", "tpot_ms"):
+        assert (ladder / f"report_load_{figure}.png").read_bytes()[:4] == b"\x89PNG"
+    html = html_file.read_text()
+    # the interactive charts mark the crossover of ngram d=3 at its rate
+    overall = next(row for row in read_load_file(ladder).crossover if row.domain == "all")
+    assert "ngram d=3 crossover" in html and f"{overall.throughput_rate}" in html
+
+
+def test_a_ladder_logs_its_stages_crossover_and_policy_to_wandb(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    out = tmp_path / "logged"
+    assert load(tmp_path, "logger=wandb", "request_rates=[1,64]", "schedule_arm=false", out=out) == 0
+    (run,) = offline_runs(out)
+    found = read_load_file(out)
+    overall = next(row for row in found.crossover if row.domain == "all")
+    assert run.job_type == "load" and "source=fake" in run.tags and "drafter=ngram" in run.tags
+    assert run.summary["crossover/throughput_rate/ngram_d3/all"] == pytest.approx(overall.throughput_rate)
+    policy = json.loads((out / "serve.json").read_text())["load_policy"]
+    assert run.summary["load_policy/speculate_below_rate"] == pytest.approx(policy["speculate_below_rate"])
+    files = next(out.rglob("offline-run-*")) / "files"
+    table = json.loads((files / run.history["table/stages.path"]).read_text())
+    rates = table["columns"].index("output_tokens_per_s")
+    assert sorted(row[rates] for row in table["data"]) == pytest.approx(
+        sorted(s.output_tokens_per_s for s in found.stages)
+    )
+
+
+def test_a_drafter_that_never_pays_gets_a_plain_policy_and_no_schedule_arm(tmp_path, capsys):
+    out = tmp_path / "never"
+    # drafting costs 40 ms a token: speculation loses at the lowest rate already
+    assert load(tmp_path, "runner.draft_token_ms=40", "request_rates=[1,4]", out=out) == 0
+    found = read_load_file(out)
+    overall = next(row for row in found.crossover if row.domain == "all")
+    assert overall.below_ladder and overall.throughput_rate == 1.0
+    policy = json.loads((out / "serve.json").read_text())["load_policy"]
+    assert policy["below_ladder"] and policy["num_speculative_tokens_per_batch_size"] == [[1, 64, 0]]
+    assert {s.arm for s in found.stages} == {"plain", "static"}  # one draft length everywhere: no arm of its own
+    captured = capsys.readouterr()
+    assert "the schedule arm is skipped" in captured.err
+    assert captured.out.startswith("load policy (fake, poisson arrivals): serve plain decoding; ngram d=3 did not pay")
+
+
+def test_the_ladder_prediction_benchmark_scores_a_simulated_ladder_against_a_measured_one(ladder, capsys):
+    """benchmarks/ladder_prediction.py on the fake engine: calibrated on a fake run of the same
+    prompts, it prints each stage's error and the crossover both ways."""
+    import runpy
+
+    from evals.pipeline.run_job import run
+
+    calibration = ladder.parent / "calibration"
+    overrides = [
+        *fake_overrides(ladder.parent, ROWS, **SHAPE),
+        "drafter=ngram",
+        "d=3",
+        "baseline=true",
+        "batch_sizes=[1,2,4,6]",
+    ]
+    run(compose_run(*overrides), calibration, progress=lambda label: None)
+    capsys.readouterr()
+    module = runpy.run_path("benchmarks/ladder_prediction.py", run_name="ladder_prediction")
+    assert module["main"]([str(ladder), str(calibration)]) == 0
+    out = capsys.readouterr().out
+    assert "(fake); predicted on this machine calibrated from" in out
+    assert "per stage (predicted / measured - 1): median |error| output tokens/s" in out
+    # every plain and static stage of the ladder is compared, 2 arms x 4 rates
+    assert "over 8 stages" in out and "crossover ngram d=3 throughput_rate: measured " in out
+
+
+def test_a_servers_gauges_are_read_through_the_stage_and_the_warmups_part_left_out(monkeypatch):
+    import threading
+
+    from evals.pipeline import ladder as ladder_module
+    from runners.server_records import gauges
+
+    page = (
+        'vllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 2.0\n'
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25\n'
+        "vllm:spec_decode_num_drafts_total 7.0\n"
+    )
+    assert gauges(page) == {"in_flight": 5.0, "kv_cache_usage": 0.25}
+    assert gauges("vllm:spec_decode_num_drafts_total 7.0\n") == {}
+
+    enough = threading.Event()
+
+    class Reporting:
+        calls = 0
+
+        def load_gauges(self):
+            self.calls += 1
+            if self.calls > 4:
+                enough.set()
+            return {"in_flight": float(self.calls)}
+
+    monkeypatch.setattr(ladder_module, "GAUGE_INTERVAL_S", 0.001)
+    with ladder_module.GaugeSampler(Reporting()) as sampler:
+        assert enough.wait(30)
+    held = sampler.series("in_flight", 0.0)
+    assert held[:4] == [2.0, 3.0, 4.0, 5.0]  # the first call only asks whether it reports
+    assert sampler.series("in_flight", 1e9) == [] and sampler.series("kv_cache_usage", 0.0) == []
+
+    class Silent:
+        def load_gauges(self):
+            return None
+
+    with ladder_module.GaugeSampler(Silent()) as quiet_sampler:
+        pass
+    assert quiet_sampler.samples == [] and quiet_sampler._thread is None
