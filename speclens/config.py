@@ -58,6 +58,9 @@ class SamplingConfig:
     temperature: float = 0.0
     top_p: float = 1.0
     max_tokens: int = 128
+    # Every answer runs to max_tokens, past its end of sequence (fixed output lengths, as load
+    # generators set them: evals.load against a peer's synthetic requests).
+    ignore_eos: bool = False
 
 
 class Dtype(Choice):
@@ -253,6 +256,7 @@ FINGERPRINTED_WHEN_SET: dict[str, Any] = {
     # Always null once composed (folded into drafter.sample_method); trimmed before `verify` is.
     "verify.draft_sampling": None,
     "verify": {"method": "standard"},
+    "sampling.ignore_eos": False,
 }
 
 

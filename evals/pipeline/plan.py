@@ -501,7 +501,13 @@ def make_plan(asked: RunConfig) -> RunPlan:
     if needs and not runner.attached(cfg) and not getattr(cfg.dataset, "drop_too_long", False):
         capacity.fit_max_model_len(cfg, fitted, max(needs.values()), window.window)
     prompts, dropped = check_prompt_lengths(prompts, needs, cfg)
-    sampling = SamplingSpec(cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.max_tokens, cfg.seed)
+    sampling = SamplingSpec(
+        cfg.sampling.temperature,
+        cfg.sampling.top_p,
+        cfg.sampling.max_tokens,
+        cfg.seed,
+        ignore_eos=cfg.sampling.ignore_eos,
+    )
     batch_sizes = resolve_batch_sizes(cfg, len(prompts))
     capacity.check_kv_cache(
         cfg,

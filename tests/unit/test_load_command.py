@@ -314,3 +314,25 @@ def test_a_servers_gauges_are_read_through_the_stage_and_the_warmups_part_left_o
     with ladder_module.GaugeSampler(Silent()) as quiet_sampler:
         pass
     assert quiet_sampler.samples == [] and quiet_sampler._thread is None
+
+
+def test_the_peer_benchmark_reads_guidellms_report_figures():
+    import runpy
+
+    module = runpy.run_path("benchmarks/vs_guidellm.py", run_name="vs_guidellm")
+
+    def stat(mean, median):
+        return {"successful": {"mean": mean, "median": median}, "errored": {"mean": 0.0, "median": 0.0}}
+
+    report = {
+        "benchmarks": [
+            {
+                "metrics": {
+                    "time_per_output_token_ms": stat(70.0, 68.5),
+                    "output_tokens_per_second": stat(31.25, 20.0),
+                    "request_concurrency": stat(1.7, 2.0),
+                }
+            }
+        ]
+    }
+    assert module["guidellm_figures"](report) == (68.5, 31.25, 1.7)

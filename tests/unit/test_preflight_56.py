@@ -104,7 +104,7 @@ def test_a_schedule_drafting_more_than_vllms_limit_is_refused(tmp_path):
         (
             "+sampling.max_tokenz=5",
             "unknown key sampling.max_tokenz (not a key of SamplingConfig; did you mean sampling.max_tokens? "
-            "its keys: temperature, top_p, max_tokens).",
+            "its keys: temperature, top_p, max_tokens, ignore_eos).",
         ),
     ],
 )
