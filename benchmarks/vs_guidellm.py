@@ -51,6 +51,7 @@ def speclens_ladder(url: str, target: Path, rates: list[float], args, out: Path)
             f"sampling.max_tokens={args.output_len}",
             "sampling.ignore_eos=true",
             "engine.dtype=float32",
+            "engine.max_model_len=2048",
             "force=true",
             f"hydra.run.dir={out}",
         ]
