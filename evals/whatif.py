@@ -472,14 +472,12 @@ def ladder_of(
     if process not in PROCESSES:
         raise ConfigError(f"arrivals={process}: one of {', '.join(PROCESSES)}.")
 
+    smallest = min(p["batch_size"] for p in points)
+
     def lengths_of(drafting: Drafting) -> list[int]:
         if ds is not None:
             return [d for d in ds if d in drafting.al_by_d]
-        mine = [
-            p
-            for p in points
-            if p["drafter"] == drafting.drafter and p["batch_size"] == min(q["batch_size"] for q in points)
-        ]
+        mine = [p for p in points if p["drafter"] == drafting.drafter and p["batch_size"] == smallest]
         return [max(mine, key=lambda p: p["speedup"])["d"]] if mine else []
 
     return predicted_ladder(
