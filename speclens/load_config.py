@@ -10,13 +10,16 @@ from speclens.arrivals import PROCESSES
 from speclens.config import RunConfig
 from speclens.errors import ConfigError
 
+# A stage's measured requests where neither stage.requests nor stage.seconds is given.
+DEFAULT_STAGE_REQUESTS = 32
+
 
 @dataclass
 class StageConfig:
-    """One rung's length: `requests` measured requests, or as many as arrive in `seconds`; the
-    first `warmup_requests` are sent but left out of the figures."""
+    """One rung's length: `requests` measured requests, or as many as arrive in `seconds` (neither
+    given: DEFAULT_STAGE_REQUESTS); the first `warmup_requests` are sent but left out of the figures."""
 
-    requests: int | None = 32
+    requests: int | None = None
     seconds: float | None = None
     warmup_requests: int = 2
 
@@ -91,9 +94,9 @@ def _check_rest(cfg: LoadConfig, rates: list[float]) -> None:
     if cfg.arrivals not in PROCESSES:
         raise ConfigError(f"arrivals={cfg.arrivals}: one of {', '.join(PROCESSES)}.")
     stage = cfg.stage
-    if (stage.requests is None) == (stage.seconds is None):
+    if stage.requests is not None and stage.seconds is not None:
         raise ConfigError(
-            "stage.requests= and stage.seconds= each set a stage's length: give one of them (the other null)."
+            f"stage.requests={stage.requests} and stage.seconds={stage.seconds:g} each set a stage's length: give one of them."
         )
     if stage.requests is not None and (
         isinstance(stage.requests, bool) or not isinstance(stage.requests, int) or stage.requests < 1

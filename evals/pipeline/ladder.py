@@ -39,7 +39,7 @@ from speclens.file_formats.load_file import (
 )
 from speclens.file_formats.records import write_parquet
 from speclens.generation import TurnRequest, TurnResult
-from speclens.load_config import LoadConfig
+from speclens.load_config import DEFAULT_STAGE_REQUESTS, LoadConfig
 from speclens.provenance import Provenance
 
 # The per-request columns of load_requests.parquet (one row per measured request of a stage).
@@ -105,9 +105,9 @@ def stage_seed(seed: int, rate_index: int, repeat: int) -> int:
 
 def stage_size(cfg: LoadConfig, rate: float) -> int:
     """Requests measured at `rate` (the warm-up ones not counted)."""
-    if cfg.stage.requests is not None:
-        return cfg.stage.requests
-    return max(2, math.ceil(cfg.stage.seconds * rate))
+    if cfg.stage.seconds is not None:
+        return max(2, math.ceil(cfg.stage.seconds * rate))
+    return cfg.stage.requests if cfg.stage.requests is not None else DEFAULT_STAGE_REQUESTS
 
 
 # How often a stage reads the server's gauges (requests in flight, KV cache use).

@@ -141,10 +141,11 @@ def test_a_ladder_that_dies_keeps_its_stages_and_resumes_from_the_first_unfinish
         ("runner=vllm", "runner=vllm: the load ladder sends requests at their arrival times through a server"),
         ("baseline=true", "baseline=true: the ladder always measures plain decoding"),
         ("stage.seconds=0.5", "give one of them"),
+        ("stage.requests=null stage.seconds=0.5", "stage.seconds=0.5: at request_rates' lowest rate (1.0/s) a stage"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_before_any_request(tmp_path, capsys, override, said):
-    assert load(tmp_path, override) == 2
+    assert load(tmp_path, *override.split()) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("speclens: error: ") and said in err[-1]
     assert not (tmp_path / "ladder").exists()

@@ -111,7 +111,7 @@ def test_arrivals_are_seeded_poisson_or_evenly_spaced():
         ({"request_rates": []}, r"request_rates=\[\]: give at least one rate"),
         ({"arrivals": "bursty"}, r"arrivals=bursty: one of poisson, constant"),
         ({"repeats": 0}, r"repeats=0: must be a whole number >= 1"),
-        ({"stage": StageConfig(requests=None, seconds=1.0)}, r"stage.seconds=1.0: .* expects 0.50 requests, too short"),
+        ({"stage": StageConfig(seconds=1.0)}, r"stage.seconds=1.0: .* expects 0.50 requests, too short"),
         ({"stage": StageConfig(requests=8, seconds=10.0)}, r"give one of them"),
         ({"stage": StageConfig(requests=0)}, r"stage.requests=0: must be a whole number >= 1"),
         ({"stage": StageConfig(warmup_requests=-1)}, r"stage.warmup_requests=-1"),
