@@ -4,6 +4,7 @@ first, output tokens/s and TPOT against the offered rate for every arm with the 
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
@@ -88,9 +89,11 @@ def ladder_chart(stages: Sequence[LoadStage], rows: Sequence[CrossoverRow], figu
         }
         for _, rate in crossover_marks(rows, figure)
     ]
+    # on a log axis Plotly places annotations at log10 of the value (shapes take the value itself)
     annotations = [
-        {"x": rate, "y": 1, "xref": "x", "yref": "paper", "text": f"{name} crossover", "showarrow": False}
+        {"x": math.log10(rate), "y": 1, "xref": "x", "yref": "paper", "text": f"{name} crossover", "showarrow": False}
         for name, rate in crossover_marks(rows, figure)
+        if rate > 0
     ]
     layout = base_layout(
         f"{axis} against the offered rate",
@@ -108,7 +111,7 @@ def ladder_png(stages: Sequence[LoadStage], rows: Sequence[CrossoverRow], figure
             ax.plot(x, y, "o-", label=arm)
         for name, rate in crossover_marks(rows, figure):
             ax.axvline(rate, linestyle="--", color="grey")
-            ax.annotate(f"{name} crossover", (rate, ax.get_ylim()[1]), fontsize=7, ha="center", va="top")
+            ax.annotate(f" {name} crossover", (rate, ax.get_ylim()[1]), fontsize=7, ha="left", va="top")
         ax.set_xscale("log")
         ax.set_xlabel("offered rate (requests/s)")
         ax.set_ylabel(axis)

@@ -5,6 +5,7 @@ before any request."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -212,6 +213,8 @@ def test_the_report_of_a_ladder_leads_with_its_policy_and_draws_both_figures_aga
     # the interactive charts mark the crossover of ngram d=3 at its rate
     overall = next(row for row in read_load_file(ladder).crossover if row.domain == "all")
     assert "ngram d=3 crossover" in html and f"{overall.throughput_rate}" in html
+    # its label on the log axis at log10 of the rate (where Plotly puts annotations), beside the line
+    assert f"{math.log10(overall.throughput_rate)}" in html
 
 
 def test_a_ladder_logs_its_stages_crossover_and_policy_to_wandb(tmp_path, monkeypatch):
@@ -337,3 +340,16 @@ def test_the_peer_benchmark_reads_guidellms_report_figures():
         ]
     }
     assert module["guidellm_figures"](report) == (68.5, 31.25, 1.7)
+
+
+def test_the_ladders_report_opens_offline_policy_first_both_charts_drawn(ladder):
+    from reports.build import main as build_main
+    from tests.unit.test_report import opened
+
+    assert build_main([str(ladder)]) == 0
+    page = opened(ladder / "report.html")
+    shot = ladder / "report.png"
+    assert page["ready"] == "1" and page["errors"] == "", f"{page} (screenshot: {shot})"
+    assert page["first-section"] == "where-speculation-stops-paying-under-load", shot
+    assert page["charts"] == page["charts-rendered"] == "2", f"{page} ({shot})"
+    assert int(page["scroll-width"]) <= int(page["inner-width"]) == 1280, f"overflows: {page} ({shot})"
