@@ -108,7 +108,7 @@ from speclens.gpu_model.whatif import (
     schedule,
     serve_at_slo,
 )
-from speclens.load_config import check_rates
+from speclens.load_config import MAX_STAGE_REQUESTS, check_rates
 from speclens.options import nearest, number, parse_value
 
 DEFAULT_CONTEXT_LEN = 4096
@@ -467,6 +467,8 @@ def ladder_of(
         value = options.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{key}={value}: a whole number >= 1.")
+        if key == "stage.requests" and value > MAX_STAGE_REQUESTS:
+            raise ConfigError(f"stage.requests={value}: at most {MAX_STAGE_REQUESTS} requests a stage.")
         lengths[key] = value
     process = str(options.get("arrivals", "poisson"))
     if process not in PROCESSES:

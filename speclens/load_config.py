@@ -12,6 +12,8 @@ from speclens.errors import ConfigError
 
 # A stage's measured requests where neither stage.requests nor stage.seconds is given.
 DEFAULT_STAGE_REQUESTS = 32
+# The most requests one stage may send (more is a typo, and a ladder that never ends).
+MAX_STAGE_REQUESTS = 10_000
 
 
 @dataclass
@@ -102,10 +104,17 @@ def _check_rest(cfg: LoadConfig, rates: list[float]) -> None:
         isinstance(stage.requests, bool) or not isinstance(stage.requests, int) or stage.requests < 1
     ):
         raise ConfigError(f"stage.requests={stage.requests}: must be a whole number >= 1.")
+    if stage.requests is not None and stage.requests > MAX_STAGE_REQUESTS:
+        raise ConfigError(f"stage.requests={stage.requests}: at most {MAX_STAGE_REQUESTS} requests a stage.")
     if stage.seconds is not None:
         if not _finite_positive(stage.seconds):
             raise ConfigError(f"stage.seconds={stage.seconds}: must be a finite number of seconds > 0.")
         expected = stage.seconds * rates[0]
+        if stage.seconds * rates[-1] > MAX_STAGE_REQUESTS:
+            raise ConfigError(
+                f"stage.seconds={stage.seconds:g}: at request_rates' top rate ({rates[-1]:g}/s) a stage that long "
+                f"sends {stage.seconds * rates[-1]:.0f} requests, above {MAX_STAGE_REQUESTS}; shorten it."
+            )
         if expected < 1:
             raise ConfigError(
                 f"stage.seconds={stage.seconds}: at request_rates' lowest rate ({rates[0]}/s) a stage that long "

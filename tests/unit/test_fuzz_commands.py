@@ -361,6 +361,34 @@ def test_run_on_the_fake_runner_holds_against_hostile_overrides(sources, tmp_pat
     assert_strict_json({}, out)
 
 
+# -- evals.load on the fake runner -----------------------------------------------------------------
+
+LOAD_KEYS = [
+    "request_rates", "arrivals", "stage.requests", "stage.seconds", "stage.warmup_requests", "repeats",
+    "slo.tpot_ms", "slo.ttft_ms", "draft_lengths", "schedule_arm", "sampling.ignore_eos", "d",
+]  # fmt: skip
+
+
+@fuzz(30)
+@given(data=st.data())
+def test_load_on_the_fake_runner_holds_against_hostile_overrides(sources, tmp_path_factory, capsys, data):
+    from evals.load import main
+
+    tmp = tmp_path_factory.mktemp("load")
+    out = tmp / "out"
+    argv = [*fake_overrides(tmp, ROWS, SCRIPT), "drafter=ngram", "d=3", "request_rates=[1,8]", "stage.requests=3"]
+    argv.append(f"hydra.run.dir={out}")
+    for _ in range(data.draw(st.integers(1, 2))):
+        key = data.draw(st.sampled_from(LOAD_KEYS))
+        value = data.draw(values.filter(lambda v: "\n" not in v and "=" not in v))
+        argv.append(f"{key}={json.dumps(value) if value[:1] in ' ,' or value == '' else value}")
+    with contextlib.chdir(tmp):
+        status, _ = outcome(main, argv, capsys)
+    # a ladder is whole, or refused before it made its dir
+    assert (out / "load.json").is_file() if status == 0 else not out.exists()
+    assert_strict_json({}, out)
+
+
 # -- provenance through pairings and headlines (issue 56) -----------------------------------------
 
 # What a drawn run differs in: its engine, dtype, KV cache, verification and acceptance source.

@@ -114,6 +114,8 @@ def test_arrivals_are_seeded_poisson_or_evenly_spaced():
         ({"stage": StageConfig(seconds=1.0)}, r"stage.seconds=1.0: .* expects 0.50 requests, too short"),
         ({"stage": StageConfig(requests=8, seconds=10.0)}, r"give one of them"),
         ({"stage": StageConfig(requests=0)}, r"stage.requests=0: must be a whole number >= 1"),
+        ({"stage": StageConfig(requests=10**6)}, r"stage.requests=1000000: at most 10000 requests a stage"),
+        ({"stage": StageConfig(seconds=1e9)}, r"stage.seconds=1e\+09: at request_rates' top rate \(4/s\)"),
         ({"stage": StageConfig(warmup_requests=-1)}, r"stage.warmup_requests=-1"),
         ({"slo": SloConfig(tpot_ms=0)}, r"slo.tpot_ms=0: must be a finite number of milliseconds > 0"),
         ({"slo": SloConfig(ttft_ms=float("nan"))}, r"slo.ttft_ms=nan"),

@@ -89,6 +89,7 @@ def test_whatif_predicts_a_ladder_whose_lone_requests_step_as_the_model_says(tmp
         ("request_rates=[4,1]", "give the rates in increasing order"),
         ("request_rates=2", "a list of rates in requests per second"),
         ("input_tokens=0", "input_tokens=0: a whole number >= 1"),
+        ("stage.requests=100000", "stage.requests=100000: at most 10000 requests a stage"),
         ("arrivals=bursty", "arrivals=bursty: one of poisson, constant"),
     ],
 )
