@@ -161,7 +161,7 @@ def predicted_ladder(
     fast, slow = results[1.0 - TOKENS_PER_S_BOUND], results[1.0 + TOKENS_PER_S_BOUND]
     ladder = []
     for row, quick, slow_row in zip(point_stages, fast[0], slow[0]):
-        plain = _plain(row)
+        plain = to_plain(row)
         plain["output_tokens_per_s_range"] = sorted([slow_row.output_tokens_per_s, quick.output_tokens_per_s])
         if row.tpot_ms is not None:
             plain["tpot_ms_range"] = sorted([quick.tpot_ms.p50, slow_row.tpot_ms.p50])
@@ -171,7 +171,7 @@ def predicted_ladder(
     quick_rows = {(r.drafter, r.d): r for r in crossover_rows(fast[0], fast[1], rates, SEED)}
     slow_rows = {(r.drafter, r.d): r for r in crossover_rows(slow[0], slow[1], rates, SEED)}
     for row in rows:
-        out = _plain(row)
+        out = to_plain(row)
         open_ends = []
         for key in ("throughput_rate", "tpot_rate"):
             ends = [getattr(row, key)] + [getattr(at[(row.drafter, row.d)], key) for at in (quick_rows, slow_rows)]
@@ -203,7 +203,3 @@ def predicted_ladder(
             "range": f"step times x (1 -/+ {TOKENS_PER_S_BOUND}), the step model's held-out error on absolute throughput",
         },
     }
-
-
-def _plain(row: Any) -> dict[str, Any]:
-    return to_plain(row)

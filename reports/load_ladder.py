@@ -26,6 +26,13 @@ NOISE_SIGMAS = 2.0
 MIN_DOMAIN_REQUESTS = 3
 
 
+def arm_label(kind: str, drafter: str, d: int | None) -> str:
+    """How an arm is named wherever it is shown: plain decoding, `<drafter> d=<D>`, or that with (schedule)."""
+    if kind == "plain":
+        return "plain decoding"
+    return f"{drafter} d={d}" + (" (schedule)" if kind == "schedule" else "")
+
+
 def _samples(rows: pd.DataFrame) -> tuple[list[float], list[float]]:
     """Per-request samples of a stage set: output tokens/s contributions (tokens x requests / the
     stage's seconds: their mean is the stage's output tokens/s, over its domain's requests) and TPOT in ms."""
@@ -284,7 +291,7 @@ def stage_table(stages: Sequence[LoadStage]) -> list[str]:
     rows = [
         [
             f"{s.request_rate:g}",
-            "plain" if s.arm == "plain" else f"{s.drafter} d={s.d}" + (" sched" if s.arm == "schedule" else ""),
+            arm_label(s.arm, s.drafter, s.d),
             *stage_cells(s),
         ]
         for s in sorted(stages, key=lambda s: (s.request_rate, s.repeat, s.arm != "plain", s.arm, s.d or 0))

@@ -16,6 +16,7 @@ from reports import png_plots
 from reports.load_ladder import (
     ALL_DOMAINS,
     STAGE_HEADER,
+    arm_label,
     gap_sentence,
     policy_sentence,
     schedule_gaps,
@@ -43,9 +44,7 @@ FIGURES = (
 
 
 def arm_name(stage: LoadStage) -> str:
-    if stage.arm == "plain":
-        return "plain decoding"
-    return f"{stage.drafter} d={stage.d}" + (" (schedule)" if stage.arm == "schedule" else "")
+    return arm_label(stage.arm, stage.drafter, stage.d)
 
 
 def series(stages: Sequence[LoadStage], value) -> dict[str, tuple[list[float], list[float]]]:

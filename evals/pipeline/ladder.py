@@ -23,6 +23,7 @@ import pandas as pd
 
 from evals.pipeline.passes import keep_server_log, warm_up
 from evals.pipeline.plan import RunPlan, first_messages
+from reports.load_ladder import arm_label
 from runners.engine import Engine, EngineFactory
 from speclens.arrivals import arrival_offsets
 from speclens.console import console
@@ -73,9 +74,7 @@ class Arm:
 
     @property
     def label(self) -> str:
-        if self.kind == "plain":
-            return "plain decoding"
-        return f"{self.drafter} d={self.d}" + (" (schedule)" if self.kind == "schedule" else "")
+        return arm_label(self.kind, self.drafter, self.d)
 
     def owns(self, row: LoadStage) -> bool:
         return row.arm == self.kind and row.drafter == self.drafter and row.d == self.d
