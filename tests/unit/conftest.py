@@ -7,13 +7,23 @@ from pathlib import Path
 
 import pytest
 
+from evals.embedded.target import PREPARED_MARKER, smollm2_path
 from evals.pipeline.compose import compose_config
 from runners import fake_engine
+
+# The embedded target `make test` prepared (`make target`) before the suite, in the cache the suite
+# was started with: each test's own empty cache links to it, or every test on the default target
+# converted it again (about a minute each).
+PREPARED_TARGET = smollm2_path()
 
 
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path / "cache"))
+    cache = tmp_path.with_name(f"{tmp_path.name}-cache")  # beside tmp_path: tests see all of that folder
+    monkeypatch.setenv("SPECLENS_CACHE", str(cache))
+    if (PREPARED_TARGET / PREPARED_MARKER).is_file():
+        (cache / "models").mkdir(parents=True)
+        (cache / "models" / PREPARED_TARGET.name).symlink_to(PREPARED_TARGET, target_is_directory=True)
 
 
 def write_checkpoint(folder: Path, vocab_size: int = 100, hidden_size: int = 16, **extra) -> Path:

@@ -117,6 +117,9 @@ def test_arrivals_are_seeded_poisson_or_evenly_spaced():
         ({"stage": StageConfig(requests=10**6)}, r"stage.requests=1000000: at most 10000 requests a stage"),
         ({"stage": StageConfig(seconds=1e9)}, r"stage.seconds=1e\+09: at request_rates' top rate \(4/s\)"),
         ({"stage": StageConfig(warmup_requests=-1)}, r"stage.warmup_requests=-1"),
+        # (an unbounded warm-up held the fuzz test's worker past 20 GiB and CI's machine killed it)
+        ({"stage": StageConfig(warmup_requests=93164613360)}, r"stage.warmup_requests=93164613360: at most 10000"),
+        ({"repeats": 10**6}, r"repeats=1000000: at most 100; each repeat runs the whole ladder again"),
         ({"slo": SloConfig(tpot_ms=0)}, r"slo.tpot_ms=0: must be a finite number of milliseconds > 0"),
         ({"slo": SloConfig(ttft_ms=float("nan"))}, r"slo.ttft_ms=nan"),
     ],

@@ -131,18 +131,39 @@ BUILDER = (
 )
 
 
+def _sigint_as_from_a_terminal() -> None:
+    """The builder takes Ctrl-C as a user's shell would deliver it: in the full suite, a library an
+    earlier test loaded into this worker left SIGINT blocked or ignored, which a child inherits, and
+    the interrupt never arrived (the test failed there and passed alone)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _signal_masks(pid: int) -> str:
+    status = Path(f"/proc/{pid}/status")
+    lines = status.read_text().splitlines() if status.exists() else []
+    return "; ".join(line for line in lines if line.startswith(("SigBlk", "SigIgn", "SigCgt", "State"))) or "gone"
+
+
 def test_an_interrupt_during_a_build_ends_the_build_and_what_it_started(tmp_path):
     """issue 66: Ctrl-C during a first-use drafter build printed `speclens: interrupted` but left the
     self-distillation child and its vLLM engine running."""
     builder = subprocess.Popen(
-        [sys.executable, "-c", BUILDER, BUILD, str(tmp_path)], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}
+        [sys.executable, "-c", BUILDER, BUILD, str(tmp_path)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        preexec_fn=_sigint_as_from_a_terminal,
     )
     try:
         assert wait_for(lambda: (tmp_path / "child").exists(), 60)
         child, grandchild = map(int, (tmp_path / "child").read_text().split())
         assert alive(child) and alive(grandchild)
         os.kill(builder.pid, signal.SIGINT)
-        assert builder.wait(timeout=60) == 130
+        try:
+            status = builder.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            status = None
+        assert status == 130, _signal_masks(builder.pid)
         assert wait_for(lambda: not alive(child) and not alive(grandchild), 30)
     finally:
         builder.kill()
