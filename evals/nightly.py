@@ -40,13 +40,16 @@ from evals.pipeline.run_job import TqdmProgress, run
 from reports import png_plots
 from reports.compare import lengths_named, own_length_groups, terminal_table, write_comparison
 from reports.curves import group_lengths, length_group
+from reports.drift import change_line, write_drift
 from reports.page import Section, render_page
 from reports.plotly_charts import extension_over, trend_chart
 from reports.runs import RunView, find_runs, measured_runs
 from runners.registry import runner_of
 from speclens.errors import ConfigError, guarded
+from speclens.figures.drift import DEFAULT_LEVEL
 from speclens.figures.metrics import GroupFigures, length_label
 from speclens.figures.summary import RunSummary
+from speclens.file_formats.drift_file import DRIFT_FILE
 from speclens.files import check_folder, exclusive, write_atomic
 from speclens.provenance import FIELD_NAMES, Provenance, differences
 
@@ -83,6 +86,8 @@ HISTORY_COLUMNS = [
     "engine",
     "dtype",
     "model_runner",
+    # the engine's own version (a change point at a vLLM upgrade names it; absent before issue 68)
+    "engine_version",
 ]
 
 
@@ -336,6 +341,7 @@ def night_rows(args: NightlyArgs, comparison: pd.DataFrame | None) -> pd.DataFra
                     "context_extension": extension_over(s.context_window, group_lengths(domain, lengths)) or "",
                     "setting": measured.setting,
                     **{k: v for k, v in measured.provenance.columns().items() if k in GUARDED_FIELDS},
+                    "engine_version": measured.provenance.engine_version or "",
                     "_path": str(measured.path),
                 }
             )
@@ -431,6 +437,13 @@ def nightly(args: NightlyArgs) -> int:
     args.history.with_name(TREND_FILE).write_bytes(png_plots.trend(history))
     write_trend_page(history, args.history)
     print(f"history: {args.history} ({history.night.nunique()} nights); trend: {args.history.with_name(TREND_FILE)}")
+    changes = write_drift(history, args.history)
+    print(
+        f"drift: {args.history.with_name(DRIFT_FILE)}: {len(changes)} change point(s) over the history "
+        f"(false-alarm rate {DEFAULT_LEVEL:g} per drafter, D and domain)"
+    )
+    for change in changes:
+        print(f"speclens nightly: CHANGE {change_line(change)}")
     if args.baseline is None:
         print(f"speclens nightly: no baseline given; this night is a new baseline: {args.out}")
         return 0

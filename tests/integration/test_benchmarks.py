@@ -213,3 +213,14 @@ def test_synthetic_grid_holds_each_d_out_and_sets_its_measured_speedup_beside(tm
     assert len(rows) == 6
     for d, b, steady in rows:
         assert float(steady) == pytest.approx(measured[(int(d), int(b))], abs=0.005)
+
+
+def test_drift_detection_prints_the_false_alarm_rate_and_the_power_per_noise_level():
+    out = benchmark("drift_detection.py", "--histories", "200")
+    rows = [line.split() for line in out.splitlines() if re.match(r"\s+0\.0\d\s", line)]
+    assert [float(row[0]) for row in rows] == [0.01, 0.02, 0.03, 0.04]
+    # more noise finds the same step less often; 0.01 AL of noise finds it within two nights always
+    two_nights = [float(row[3]) for row in rows]
+    assert two_nights == sorted(two_nights, reverse=True) and two_nights[0] == 1.0
+    low, high = map(float, re.search(r"pooled [\d.]+ \[([\d.]+), ([\d.]+)\] over 800", out).groups())
+    assert low <= 0.05  # the stated level is inside what 800 stationary histories allow

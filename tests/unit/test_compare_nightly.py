@@ -148,6 +148,19 @@ def test_nightly_fails_on_a_regression_naming_drafter_and_domain(tmp_path, capsy
         "circle",
         "x",
     ]
+    # a fourth night like the third: the history's change point is at n3, for coding (and all) only
+    capsys.readouterr()
+    assert night(tmp_path, "n4", {f"q{i}": 0 for i in range(1, 10, 2)}, "n1") == 1
+    drift = json.loads((tmp_path / "nights" / "drift.json").read_text())
+    assert (drift["nights"], drift["series"], drift["level"]) == (4, 3, 0.05)
+    assert sorted((c["domain"], c["night"], c["previous_night"]) for c in drift["changes"]) == [
+        ("all", "n3", "n2"),
+        ("coding", "n3", "n2"),
+    ]
+    coding = next(c for c in drift["changes"] if c["domain"] == "coding")
+    assert coding["size"] == pytest.approx(-2.0) and coding["interval"][1] < 0
+    assert coding["causes"] == []  # the same fake engine, prompts and setting every night
+    assert "CHANGE drafter=ngram d=3 domain=coding: AL 3.000 -> 1.000 (-2.000" in capsys.readouterr().out
 
 
 def test_compare_writes_a_forest_plot_page_with_the_significant_changes_marked(tmp_path):
