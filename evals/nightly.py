@@ -40,6 +40,7 @@ from evals.pipeline.run_job import TqdmProgress, run
 from reports import png_plots
 from reports.compare import lengths_named, own_length_groups, terminal_table, write_comparison
 from reports.curves import group_lengths, length_group
+from reports.diagnosis import write_diagnosis
 from reports.drift import change_line, write_drift
 from reports.page import Section, render_page
 from reports.plotly_charts import extension_over, trend_chart
@@ -447,6 +448,8 @@ def nightly(args: NightlyArgs) -> int:
     if args.baseline is None:
         print(f"speclens nightly: no baseline given; this night is a new baseline: {args.out}")
         return 0
+    for diagnosis in write_diagnosis(rows, args.night, args.out, args.baseline):
+        print(f"speclens nightly: DIAGNOSIS {diagnosis.sentence}")
     bad = rows[rows.regressed.eq(True)]
     across = pair_differences(comparison) if comparison is not None else {}
     for r in bad.itertuples():

@@ -13,6 +13,7 @@ from typing import Any
 
 from speclens.figures.summary import ReplayRecord, RunSummary
 from speclens.file_formats.curves_file import CurveRow
+from speclens.file_formats.diagnosis_file import DIAGNOSIS_FILE, DiagnosisFile
 from speclens.file_formats.drift_file import DRIFT_FILE, DriftFile
 from speclens.file_formats.load_file import LOAD_FILE, LoadFile, LoadServeFile
 from speclens.file_formats.profile_file import PROFILE_FILE, ProfileFile
@@ -37,6 +38,10 @@ FORMATS: dict[str, tuple[Any, str]] = {
     FAILURE_FILE: (FailureRecord, "a failed sweep job's reason"),
     PROFILE_FILE: (ProfileFile, "acceptance profiles, speclens's layout"),
     LOAD_FILE: (LoadFile, "a request-rate ladder: its stages and where speculation stops paying"),
+    DIAGNOSIS_FILE: (
+        DiagnosisFile,
+        "per drafter after a target fine-tune: its AL change, the control's, what to retrain",
+    ),
     DRIFT_FILE: (DriftFile, "the change points in a nightly history's AL series, each with what changed with it"),
     "curves.row": (CurveRow, "one row of curves.parquet / curves.csv"),
     "ranking.row": (RankingRow, "one row of ranking.csv"),

@@ -14,6 +14,7 @@ from evals.pipeline.run_job import run
 from reports.compare import compare, paired_al_difference, write_comparison
 from reports.compare import main as compare_main
 from speclens.errors import SpeclensError
+from speclens.file_formats.diagnosis_file import read_diagnosis_file
 from tests.unit.conftest import (
     FAKE_PAIR_NOTE,
     compose_run,
@@ -160,7 +161,12 @@ def test_nightly_fails_on_a_regression_naming_drafter_and_domain(tmp_path, capsy
     coding = next(c for c in drift["changes"] if c["domain"] == "coding")
     assert coding["size"] == pytest.approx(-2.0) and coding["interval"][1] < 0
     assert coding["causes"] == []  # the same fake engine, prompts and setting every night
-    assert "CHANGE drafter=ngram d=3 domain=coding: AL 3.000 -> 1.000 (-2.000" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "CHANGE drafter=ngram d=3 domain=coding: AL 3.000 -> 1.000 (-2.000" in out
+    # the night's diagnosis: n-gram, the model-free control, has nothing to retrain
+    (ngram,) = read_diagnosis_file(tmp_path / "nights" / "n4").drafters
+    assert (ngram.drafter, ngram.d, ngram.verdict, ngram.control) == ("ngram", 3, "none", None)
+    assert f"DIAGNOSIS {ngram.sentence}" in out and "model-free, nothing to retrain" in ngram.sentence
 
 
 def test_compare_writes_a_forest_plot_page_with_the_significant_changes_marked(tmp_path):
