@@ -20,11 +20,20 @@ names every difference between the pair it compares.
 Without `baseline` the night's results are a new baseline and it exits 0. The history is
 written once, at the end, atomically: a night that dies leaves it as it was, and running the
 same night again skips the jobs that finished (their run dirs hold summary.json).
+After the history is written: drift.json beside it (the change points in each drafter, D and
+domain's AL over the nights, each with what changed with it: reports/drift.py) and, with a
+baseline, diagnosis.json in the night's dir (per drafter: its AL change beside the n-gram or
+suffix control's, and what to retrain: reports/diagnosis.py).
+reference=<yaml> gate=<fraction>: also exit 1 where a (drafter, D, domain)'s AL is below that
+fraction of its reference (model -> thinking mode -> drafter -> domain -> K -> AL;
+thinking_mode=default|thinking|non_thinking picks the mode); write_reference=<yaml> writes the
+night's ALs in that form (speclens/file_formats/reference_file.py).
 Any other key=value is an `evals.run` key applied to every job (target.model, dataset.num_requests, ...).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -51,10 +60,23 @@ from speclens.figures.drift import DEFAULT_LEVEL
 from speclens.figures.metrics import GroupFigures, length_label
 from speclens.figures.summary import RunSummary
 from speclens.file_formats.drift_file import DRIFT_FILE
+from speclens.file_formats.reference_file import THINKING_MODES, References, read_references, write_references
 from speclens.files import check_folder, exclusive, write_atomic
 from speclens.provenance import FIELD_NAMES, Provenance, differences
 
-NIGHTLY_KEYS = ("baseline", "history", "threshold", "suite", "night", "out", "intended")
+NIGHTLY_KEYS = (
+    "baseline",
+    "history",
+    "threshold",
+    "suite",
+    "night",
+    "out",
+    "intended",
+    "reference",
+    "gate",
+    "write_reference",
+    "thinking_mode",
+)
 # What a night may differ from its baseline in only where intended= names it: a fake night is no
 # measurement of the target, and a dtype, runner or engine change moves AL by itself.
 GUARDED_FIELDS = ("source", "runner", "engine", "dtype", "model_runner")
@@ -144,6 +166,11 @@ class NightlyArgs:
     out: Path
     # The identity fields (as FIELD_NAMES names them) the night is meant to differ in from its baseline.
     intended: tuple[str, ...] = ()
+    # reference= read, gate= the fraction of its AL below which a (drafter, D, domain) fails
+    references: References | None = None
+    gate: float | None = None
+    write_reference: Path | None = None
+    thinking_mode: str = "default"
 
 
 def parse_intended(value: str) -> tuple[str, ...]:
@@ -195,7 +222,64 @@ def parse_args(argv: list[str]) -> NightlyArgs:
     if threshold < 0:
         raise ConfigError(f"threshold={threshold}: must be >= 0.")
     intended = parse_intended(own["intended"]) if "intended" in own else ()
-    return NightlyArgs(overrides, baseline, history, threshold, suite, night, out, intended)
+    mode = own.get("thinking_mode", "default")
+    if mode not in THINKING_MODES:
+        raise ConfigError(f"thinking_mode={mode}: one of {', '.join(THINKING_MODES)}.")
+    references = read_references(Path(own["reference"])) if own.get("reference") else None
+    gate = None
+    if "gate" in own:
+        try:
+            gate = float(own["gate"])
+        except ValueError:
+            gate = math.nan
+        if not 0 < gate <= 1:
+            raise ConfigError(f"gate={own['gate']}: a fraction of the reference AL in (0, 1], e.g. gate=0.95.")
+        if references is None:
+            raise ConfigError(
+                f"gate={own['gate']}: needs reference=<file> (model -> thinking mode -> drafter -> domain -> K -> AL)."
+            )
+    written = Path(own["write_reference"]) if own.get("write_reference") else None
+    if written is not None:
+        check_folder(written.parent, "write_reference", str(written))
+    return NightlyArgs(
+        overrides, baseline, history, threshold, suite, night, out, intended, references, gate, written, mode
+    )
+
+
+def reference_key(target: str) -> list[str]:
+    """The names a reference file may know a target by: as the run names it, then its folder's name."""
+    return list(dict.fromkeys([target, Path(target).name]))
+
+
+def below_reference(args: NightlyArgs, rows: pd.DataFrame) -> list[str]:
+    """gate=: each (drafter, D, domain) whose AL is below gate x its reference, one line each."""
+    if args.references is None or args.gate is None:
+        return []
+    lines = []
+    for r in rows.itertuples():
+        reference = next(
+            (
+                args.references[key]
+                for model in reference_key(str(r.target))
+                if (key := (model, args.thinking_mode, r.drafter, r.domain, int(r.d))) in args.references
+            ),
+            None,
+        )
+        if reference is not None and r.al < args.gate * reference:
+            lines.append(
+                f"speclens nightly: BELOW REFERENCE drafter={r.drafter} d={r.d} domain={r.domain}: AL {r.al:.3f} < "
+                f"{args.gate:g} x reference {reference:.3f} ({args.thinking_mode})"
+            )
+    return lines
+
+
+def reference_entries(args: NightlyArgs, rows: pd.DataFrame) -> References:
+    """write_reference=: the night's AL per (drafter, D, domain), keyed by its target's folder name."""
+    return {
+        (Path(str(r.target)).name, args.thinking_mode, r.drafter, r.domain, int(r.d)): float(r.al)
+        for r in rows.itertuples()
+        if pd.notna(r.al)
+    }
 
 
 def check_label(label: str, key: str, hint: str = "") -> str:
@@ -438,6 +522,13 @@ def nightly(args: NightlyArgs) -> int:
     args.history.with_name(TREND_FILE).write_bytes(png_plots.trend(history))
     write_trend_page(history, args.history)
     print(f"history: {args.history} ({history.night.nunique()} nights); trend: {args.history.with_name(TREND_FILE)}")
+    if args.write_reference is not None:
+        old = read_references(args.write_reference) if args.write_reference.is_file() else {}
+        write_references(args.write_reference, old | reference_entries(args, rows))
+        print(f"reference: {args.write_reference} holds this night's AL per drafter, D and domain")
+    gated = below_reference(args, rows)
+    for line in gated:
+        print(line, file=sys.stderr)
     changes = write_drift(history, args.history)
     print(
         f"drift: {args.history.with_name(DRIFT_FILE)}: {len(changes)} change point(s) over the history "
@@ -447,7 +538,7 @@ def nightly(args: NightlyArgs) -> int:
         print(f"speclens nightly: CHANGE {change_line(change)}")
     if args.baseline is None:
         print(f"speclens nightly: no baseline given; this night is a new baseline: {args.out}")
-        return 0
+        return 1 if gated else 0
     for diagnosis in write_diagnosis(rows, args.night, args.out, args.baseline):
         print(f"speclens nightly: DIAGNOSIS {diagnosis.sentence}")
     bad = rows[rows.regressed.eq(True)]
@@ -463,7 +554,7 @@ def nightly(args: NightlyArgs) -> int:
         )
     if bad.empty:
         print(f"speclens nightly: no AL drop beyond {args.threshold} against {args.baseline}")
-    return 1 if len(bad) else 0
+    return 1 if len(bad) or gated else 0
 
 
 @guarded

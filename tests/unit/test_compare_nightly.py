@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from evals.nightly import main as nightly_main
 from evals.pipeline.run_job import run
@@ -15,6 +16,7 @@ from reports.compare import compare, paired_al_difference, write_comparison
 from reports.compare import main as compare_main
 from speclens.errors import SpeclensError
 from speclens.file_formats.diagnosis_file import read_diagnosis_file
+from speclens.file_formats.reference_file import read_references
 from tests.unit.conftest import (
     FAKE_PAIR_NOTE,
     compose_run,
@@ -291,3 +293,91 @@ def test_with_a_reasoning_boundary_each_segment_is_compared(tmp_path):
     answer = table.loc[("all", "answer")]
     assert (answer.baseline_al, answer.candidate_al) == pytest.approx((3.0, 2.0)) and answer.significant
     assert table.loc[("all", "all"), "al_diff"] == pytest.approx((2 * 3 + 3 * 2) / 5 - 3.0)
+
+
+def test_a_reference_written_from_one_night_gates_the_next_both_ways(tmp_path, capsys):
+    reference = tmp_path / "refs" / "reference.yaml"
+    (tmp_path / "refs").mkdir()
+    assert night(tmp_path, "n1", {}, None, f"write_reference={reference}") == 0
+    written = read_references(reference)
+    target = (tmp_path / "target").name
+    assert written == {(target, "default", "ngram", domain, 3): 3.0 for domain in ("all", "coding", "writing")}
+    assert yaml.safe_load(reference.read_text()) == {
+        target: {"default": {"ngram": {d: {3: 3.0} for d in ("all", "coding", "writing")}}}
+    }
+    capsys.readouterr()
+    coding_lost = {f"q{i}": 0 for i in range(1, 10, 2)}  # coding AL 3 -> 1, all 3 -> 2
+    # no baseline: the reference alone fails the night, naming each (drafter, D, domain) below 95 %
+    assert (
+        night(
+            tmp_path,
+            "n2",
+            coding_lost,
+            None,
+            f"reference={reference}",
+            "gate=0.95",
+            f"history={tmp_path / 'h2.parquet'}",
+        )
+        == 1
+    )
+    err = capsys.readouterr().err
+    assert "BELOW REFERENCE drafter=ngram d=3 domain=coding: AL 1.000 < 0.95 x reference 3.000 (default)" in err
+    assert "domain=all: AL 2.000 < 0.95 x reference 3.000" in err and "domain=writing" not in err
+    # a gate the night passes (a third of the reference), and another thinking mode the file has no entry for
+    assert (
+        night(
+            tmp_path,
+            "n3",
+            coding_lost,
+            None,
+            f"reference={reference}",
+            "gate=0.3",
+            f"history={tmp_path / 'h3.parquet'}",
+        )
+        == 0
+    )
+    assert (
+        night(
+            tmp_path,
+            "n4",
+            coding_lost,
+            None,
+            f"reference={reference}",
+            "gate=0.95",
+            "thinking_mode=thinking",
+            f"history={tmp_path / 'h4.parquet'}",
+        )
+        == 0
+    )
+    assert "BELOW REFERENCE" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "text, extra, said",
+    [
+        ("a: [1, 2", ["gate=0.95"], r"reference=\S+: not readable YAML"),
+        ("- 1\n- 2\n", ["gate=0.95"], r"the file must map names to the next level"),
+        ("m:\n  sometimes:\n    ngram:\n      all:\n        3: 2.5\n", [], r"m.sometimes: a thinking mode is one of default, thinking, non_thinking"),
+        ("m:\n  default:\n    ngram:\n      all:\n        x: 2.5\n", [], r"m.default.ngram.all.x: K must be a whole number >= 1"),
+        ("m:\n  default:\n    ngram:\n      all:\n        3: 0.5\n", [], r"m.default.ngram.all.3: 0.5 is not an AL"),
+        ("m:\n  default:\n    ngram:\n      all:\n        3: 2.5\n", ["gate=1.5"], r"gate=1.5: a fraction of the reference AL in \(0, 1\]"),
+        (None, ["gate=0.9"], r"gate=0.9: needs reference=<file>"),
+        ("m:\n  default:\n    ngram:\n      all:\n        3: 2.5\n", ["thinking_mode=deep"], r"thinking_mode=deep: one of default"),
+    ],
+)  # fmt: skip
+def test_a_hostile_reference_or_gate_is_one_line_before_the_suite_runs_and_the_history_stays(
+    tmp_path, capsys, text, extra, said
+):
+    assert night(tmp_path, "n1", {}) == 0
+    history = tmp_path / "nights" / "history.parquet"
+    before = history.read_bytes()
+    reference = tmp_path / "reference.yaml"
+    args = list(extra)
+    if text is not None:
+        reference.write_text(text)
+        args.append(f"reference={reference}")
+    capsys.readouterr()
+    assert night(tmp_path, "n2", {}, "n1", *args) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("speclens: error: ") and re.search(said, line), line
+    assert history.read_bytes() == before and not (tmp_path / "nights" / "n2").exists()
