@@ -11,6 +11,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("evals.run", "measure AL (and, with baseline=true, speedups) for one drafter and D; -m sweeps"),
     "replay": ("evals.replay", "the AL-vs-D curve for D = 1..d_max from one generation"),
     "nightly": ("evals.nightly", "re-measure a suite after a target fine-tune; exit 1 on a regression"),
+    "bisect": ("evals.bisect", "over an ordered list of target checkpoints: where a drafter's AL fell"),
     "load": ("evals.load", "a request-rate ladder through a server: where speculation stops paying under load"),
     "selfcheck": ("evals.selfcheck", "trust check of an engine build (draft == target gives AL = 1 + D)"),
     "guidelines": ("evals.guidelines", "draft-length guidelines from the target's (and draft's) config"),
