@@ -13,7 +13,6 @@ below, or the last still holds, it says so. Any other key=value is an `evals.run
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +25,7 @@ from speclens.errors import ConfigError, guarded
 from speclens.file_formats.bisect_file import BISECT_FILE, BISECT_VERSION, BisectFile, BisectStep, write_bisect_file
 from speclens.file_formats.summary_file import SUMMARY_FILE, read_summary
 from speclens.files import check_folder
-from speclens.options import parse_value
+from speclens.options import number, parse_value, split_own_keys
 
 BISECT_KEYS = ("checkpoints", "below", "out")
 DEFAULT_DROP = 0.1  # AL units, as the nightly's default threshold
@@ -64,27 +63,11 @@ def search(count: int, below: Callable[[int], bool]) -> int | None:
 
 
 def main_(argv: list[str]) -> int:
-    own: dict[str, str] = {}
-    run_overrides: list[str] = []
-    for arg in argv:
-        key, sep, value = arg.partition("=")
-        if not sep:
-            raise ConfigError(f"{arg}: expected key=value.")
-        if key in BISECT_KEYS:
-            own[key] = value
-        else:
-            run_overrides.append(arg)
+    own, run_overrides = split_own_keys(argv, BISECT_KEYS)
     if "checkpoints" not in own:
         raise ConfigError("checkpoints=[<ckpt>,...]: give the target checkpoints to bisect, in fine-tune order.")
     checkpoints = parse_checkpoints(own["checkpoints"])
-    threshold = None
-    if "below" in own:
-        try:
-            threshold = float(own["below"])
-        except ValueError:
-            threshold = math.nan
-        if not math.isfinite(threshold) or threshold < 1:
-            raise ConfigError(f"below={own['below']}: an AL (a number >= 1).")
+    threshold = number(parse_value(own["below"], "below"), "below", at_least=1) if "below" in own else None
     out = Path(own.get("out") or "outputs/bisect")
     check_folder(out, "out")
     configs = [compose_config([*run_overrides, "target=custom", f"target.model={c}"]) for c in checkpoints]

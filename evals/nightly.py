@@ -33,7 +33,6 @@ Any other key=value is an `evals.run` key applied to every job (target.model, da
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -62,6 +61,7 @@ from speclens.figures.summary import RunSummary
 from speclens.file_formats.drift_file import DRIFT_FILE
 from speclens.file_formats.reference_file import THINKING_MODES, References, read_references, write_references
 from speclens.files import check_folder, exclusive, write_atomic
+from speclens.options import number, parse_value, split_own_keys
 from speclens.provenance import FIELD_NAMES, Provenance, differences
 
 NIGHTLY_KEYS = (
@@ -187,16 +187,7 @@ def parse_intended(value: str) -> tuple[str, ...]:
 
 
 def parse_args(argv: list[str]) -> NightlyArgs:
-    own: dict[str, str] = {}
-    overrides = []
-    for arg in argv:
-        key, sep, value = arg.partition("=")
-        if not sep:
-            raise ConfigError(f"{arg}: expected key=value.")
-        if key in NIGHTLY_KEYS:
-            own[key] = value
-        else:
-            overrides.append(arg)
+    own, overrides = split_own_keys(argv, NIGHTLY_KEYS)
     suite = Suite.load(Path(own.get("suite", DEFAULT_SUITE)))
     night = check_label(
         own.get("night") or datetime.now(timezone.utc).strftime("%Y-%m-%d"),
@@ -228,12 +219,7 @@ def parse_args(argv: list[str]) -> NightlyArgs:
     references = read_references(Path(own["reference"])) if own.get("reference") else None
     gate = None
     if "gate" in own:
-        try:
-            gate = float(own["gate"])
-        except ValueError:
-            gate = math.nan
-        if not 0 < gate <= 1:
-            raise ConfigError(f"gate={own['gate']}: a fraction of the reference AL in (0, 1], e.g. gate=0.95.")
+        gate = number(parse_value(own["gate"], "gate"), "gate", above=0, at_most=1)
         if references is None:
             raise ConfigError(
                 f"gate={own['gate']}: needs reference=<file> (model -> thinking mode -> drafter -> domain -> K -> AL)."

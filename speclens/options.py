@@ -35,6 +35,23 @@ def parse_value(text: str, key: str) -> Any:
         raise ConfigError(f"{key}={text}: not a finite number; give a number.") from None
 
 
+def split_own_keys(argv: list[str], keys: Iterable[str]) -> tuple[dict[str, str], list[str]]:
+    """A command's own key=value arguments (`keys`) apart from the rest (evals.run overrides, kept
+    as given); an argument without `=` is one line."""
+    own: dict[str, str] = {}
+    rest: list[str] = []
+    wanted = set(keys)
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if not sep:
+            raise ConfigError(f"{arg}: expected key=value.")
+        if key in wanted:
+            own[key] = value
+        else:
+            rest.append(arg)
+    return own, rest
+
+
 def _shown(value: Any) -> str:
     return json.dumps(value) if isinstance(value, (str, list, dict)) or value is None else str(value)
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from speclens.file_formats.summary_file import read_json_object
-from speclens.files import write_json_atomic
-from speclens.schema import AL, Count, DraftLength, parse, record, to_plain
+from speclens.file_formats.record_file import read_record, write_record
+from speclens.schema import AL, Count, DraftLength, record
 
 BISECT_FILE = "bisect.json"
 BISECT_VERSION = 1
@@ -39,11 +38,8 @@ class BisectFile:
 
 
 def write_bisect_file(record_: BisectFile, out: Path) -> Path:
-    path = out / BISECT_FILE
-    write_json_atomic(to_plain(record_), path)
-    return path
+    return write_record(record_, out / BISECT_FILE)
 
 
 def read_bisect_file(out: Path) -> BisectFile:
-    path = out / BISECT_FILE
-    return parse(BisectFile, read_json_object(path), path, "bisect (bisect.json)")
+    return read_record(BisectFile, out / BISECT_FILE, "bisect (bisect.json)")

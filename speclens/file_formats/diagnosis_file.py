@@ -7,9 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from speclens.file_formats.summary_file import read_json_object
-from speclens.files import write_json_atomic
-from speclens.schema import DraftLength, parse, record, to_plain
+from speclens.file_formats.record_file import read_record, write_record
+from speclens.schema import DraftLength, record
 
 DIAGNOSIS_FILE = "diagnosis.json"
 DIAGNOSIS_VERSION = 1
@@ -46,11 +45,8 @@ class DiagnosisFile:
 
 
 def write_diagnosis_file(record_: DiagnosisFile, night_dir: Path) -> Path:
-    path = night_dir / DIAGNOSIS_FILE
-    write_json_atomic(to_plain(record_), path)
-    return path
+    return write_record(record_, night_dir / DIAGNOSIS_FILE)
 
 
 def read_diagnosis_file(night_dir: Path) -> DiagnosisFile:
-    path = night_dir / DIAGNOSIS_FILE
-    return parse(DiagnosisFile, read_json_object(path), path, "nightly diagnosis (diagnosis.json)")
+    return read_record(DiagnosisFile, night_dir / DIAGNOSIS_FILE, "nightly diagnosis (diagnosis.json)")

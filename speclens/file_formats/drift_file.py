@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from speclens.file_formats.summary_file import read_json_object
-from speclens.files import write_json_atomic
-from speclens.schema import AL, Count, DraftLength, parse, record, to_plain
+from speclens.file_formats.record_file import read_record, write_record
+from speclens.schema import AL, Count, DraftLength, record
 
 DRIFT_FILE = "drift.json"
 DRIFT_VERSION = 1
@@ -44,11 +43,8 @@ class DriftFile:
 
 
 def write_drift_file(record_: DriftFile, history: Path) -> Path:
-    path = history.with_name(DRIFT_FILE)
-    write_json_atomic(to_plain(record_), path)
-    return path
+    return write_record(record_, history.with_name(DRIFT_FILE))
 
 
 def read_drift_file(history: Path) -> DriftFile:
-    path = history.with_name(DRIFT_FILE)
-    return parse(DriftFile, read_json_object(path), path, "nightly drift (drift.json)")
+    return read_record(DriftFile, history.with_name(DRIFT_FILE), "nightly drift (drift.json)")

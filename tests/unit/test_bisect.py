@@ -78,6 +78,6 @@ def test_a_threshold_that_is_no_al_and_no_drafter_are_refused(tmp_path, capsys):
     steps = checkpoints(tmp_path, 2)
     base = [*fake_overrides(tmp_path, ROWS, SCRIPT), f"checkpoints=[{','.join(steps)}]", f"out={tmp_path / 'b'}"]
     assert main([*base, "drafter=ngram", "below=0.5"]) == 2
-    assert "below=0.5: an AL (a number >= 1)" in capsys.readouterr().err
+    assert "below=0.5: must be a finite number >= 1" in capsys.readouterr().err
     assert main([*base, "drafter=none"]) == 2
     assert "give drafter=<name> d=<D>" in capsys.readouterr().err

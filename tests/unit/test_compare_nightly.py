@@ -360,7 +360,7 @@ def test_a_reference_written_from_one_night_gates_the_next_both_ways(tmp_path, c
         ("m:\n  sometimes:\n    ngram:\n      all:\n        3: 2.5\n", [], r"m.sometimes: a thinking mode is one of default, thinking, non_thinking"),
         ("m:\n  default:\n    ngram:\n      all:\n        x: 2.5\n", [], r"m.default.ngram.all.x: K must be a whole number >= 1"),
         ("m:\n  default:\n    ngram:\n      all:\n        3: 0.5\n", [], r"m.default.ngram.all.3: 0.5 is not an AL"),
-        ("m:\n  default:\n    ngram:\n      all:\n        3: 2.5\n", ["gate=1.5"], r"gate=1.5: a fraction of the reference AL in \(0, 1\]"),
+        ("m:\n  default:\n    ngram:\n      all:\n        3: 2.5\n", ["gate=1.5"], r"gate=1.5: must be a finite number above 0 and <= 1"),
         (None, ["gate=0.9"], r"gate=0.9: needs reference=<file>"),
         ("m:\n  default:\n    ngram:\n      all:\n        3: 2.5\n", ["thinking_mode=deep"], r"thinking_mode=deep: one of default"),
     ],
