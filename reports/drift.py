@@ -4,7 +4,7 @@ AL over the nights (speclens/figures/drift.py), each with what else changed at t
 A change's `causes` are the history's columns that differ between the night before it and its
 night, for that series: the target checkpoint, the setting, what the figures are (source, runner,
 engine and its version, dtype, model runner), the context extension and the number of prompts.
-None listed: the target changed nothing the history records, and the drafter's acceptance moved.
+None listed: nothing else the history records changed at that night; the acceptance itself moved.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ _MAD_TO_SIGMA = 1.0 / (0.6744897501960817 * math.sqrt(2.0))  # successive differ
 
 @dataclass(frozen=True)
 class Change:
-    """One shift: `night` is the first night after it (an index into the series given)."""
+    """One shift: `index` is the first night after it (its place in the series given)."""
 
     index: int
     size: float  # after - before, AL units
